@@ -1,0 +1,16 @@
+"""nqf: training dynamics of Neural Quadratic Forms.
+
+Near small initialization a layer of d interchangeable neurons is f_x(W) = Tr[W W^T A(x)]; its
+training closes on the order parameters M = W W^T and mu = W 1 whatever the width. nqf builds
+the data sets, solves the closed flows, and checks them against the paper's exact solutions.
+
+Importing nqf enables JAX float64 (see `nqf._config`).
+"""
+
+from . import _config  # noqa: F401  (enables float64 first)
+from .data import AbstractData, CommutingData, DenseData, LowRankData, feedforward_data
+from .glv import excess_loss, glv_equilibrium
+from .ignition import measure_ignition_times, predicted_ignition_times
+from .solve import SOLVERS, FlowSolution, MaxStepsReached, solve_flow
+
+__version__ = "0.1.0"

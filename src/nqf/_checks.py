@@ -1,0 +1,93 @@
+"""Input validation shared by the public entry points: clear errors, never silent NaNs."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._config import require_x64
+
+
+def is_traced(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def shape_str(shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def as_array(x, name: str, *, ndim: int | None = None, shape=None, finite: bool = True):
+    """Convert `x` to a float64 JAX array, checking rank, shape and finiteness.
+
+    `shape` may hold None for free axes, e.g. ``(None, p, p)``. Traced values (inside jit/vmap)
+    are shape-checked only.
+    """
+    require_x64()
+    if not is_traced(x):
+        arr = np.asarray(x)
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+            raise TypeError(f"`{name}` must be a numeric array; found dtype {arr.dtype}.")
+        if np.iscomplexobj(arr):
+            raise TypeError(f"`{name}` must be real; found complex dtype {arr.dtype}.")
+        x = arr
+    if ndim is not None and jnp.ndim(x) != ndim:
+        raise ValueError(
+            f"`{name}` must be a {ndim}-d array"
+            + (f" of shape {shape_str(('*' if s is None else s) for s in shape)}" if shape else "")
+            + f"; found shape {shape_str(jnp.shape(x))}."
+        )
+    if shape is not None:
+        found = jnp.shape(x)
+        if len(found) != len(shape) or any(s is not None and s != f for s, f in zip(shape, found)):
+            want = shape_str("*" if s is None else s for s in shape)
+            raise ValueError(f"`{name}` must have shape {want}; found {shape_str(found)}.")
+    if finite and not is_traced(x):
+        bad = ~np.isfinite(x)
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"`{name}` must be finite; found {int(bad.sum())} non-finite entries "
+                f"(first at index {idx}: {x[idx]})."
+            )
+    return jnp.asarray(x, dtype=jnp.float64)
+
+
+def check_symmetric(x, name: str, rtol: float = 1e-10) -> None:
+    """Raise if the trailing two axes of `x` are not symmetric to relative `rtol`."""
+    if is_traced(x):
+        return
+    x = np.asarray(x)
+    asym = np.abs(x - np.swapaxes(x, -1, -2))
+    scale = max(float(np.abs(x).max(initial=0.0)), np.finfo(float).tiny)
+    worst = float(asym.max(initial=0.0))
+    if worst > rtol * scale:
+        idx = tuple(int(i) for i in np.unravel_index(np.argmax(asym), asym.shape))
+        raise ValueError(
+            f"`{name}` must be symmetric (A = A^T); found |A - A^T| = {worst:.3g} at index {idx} "
+            f"(relative {worst / scale:.3g} > {rtol:g})."
+        )
+
+
+def check_psd(M, name: str, rtol: float = 1e-10) -> None:
+    """Raise if the symmetric matrix `M` has an eigenvalue below -rtol * max|eig|."""
+    if is_traced(M):
+        return
+    ev = np.linalg.eigvalsh(np.asarray(M))
+    scale = max(float(np.abs(ev).max(initial=0.0)), np.finfo(float).tiny)
+    if ev.size and ev[0] < -rtol * scale:
+        raise ValueError(
+            f"`{name}` must be positive semi-definite (an order parameter M = W W^T); found "
+            f"smallest eigenvalue {ev[0]:.3g} (largest |eigenvalue| {scale:.3g})."
+        )
+
+
+def check_positive(x, name: str, *, allow_zero: bool = False) -> float:
+    """Return `x` as float, raising unless it is finite and > 0 (>= 0 with `allow_zero`)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"`{name}` must be a real number; found {x!r}.") from None
+    ok = np.isfinite(v) and (v >= 0 if allow_zero else v > 0)
+    if not ok:
+        cond = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"`{name}` must be finite and {cond}; found {v!r}.")
+    return v

@@ -1,0 +1,344 @@
+"""The NQF data set: m symmetric p x p data matrices A_mu with labels y_mu (THEORY sec. 1, 4).
+
+Three representations share one interface (`AbstractData`), so that every flow and oracle runs on
+whichever is cheapest for the structure at hand and never materializes an (m, p, p) tensor unless
+the data is given that way:
+
+- `DenseData`: A of shape (m, p, p), the fallback.
+- `CommutingData`: A_mu = P diag(Lambda_mu) P^T with Lambda of shape (m, p) and an optional
+  orthogonal P (p, p) shared by all samples (Assumption 1 of the paper).
+- `LowRankData`: A_mu = sum_j s_{mu j} u_{mu j} u_{mu j}^T with U of shape (m, p, r) and s of
+  shape (m, r). Feed-forward data A = 1/2 [[0, C], [C^T, 0]] (Eq. E3) is built with
+  `feedforward_data`; an MLP's structure matrix is rank 2.
+
+Every representation is an `equinox.Module` (a JAX pytree): solving with new values of the same
+shapes reuses the compiled program.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from ._checks import as_array, check_symmetric, is_traced
+
+__all__ = [
+    "AbstractData",
+    "DenseData",
+    "CommutingData",
+    "LowRankData",
+    "feedforward_data",
+]
+
+
+def _check_labels(y, m: int):
+    y = as_array(y, "y", ndim=1)
+    if y.shape[0] != m:
+        raise ValueError(
+            f"`y` must hold one label per data matrix: expected shape ({m},); found {y.shape}."
+        )
+    return y
+
+
+class AbstractData(eqx.Module):
+    """An NQF data set {(A_mu, y_mu)}, mu = 1..m, A_mu symmetric p x p.
+
+    Subclasses implement `traces`, `traces_factor`, `apply`, `weighted_sum` and `dense`; the
+    MSE quantities `Y`, `K` and `residual` (THEORY E8-E9) are derived from them.
+    """
+
+    y: eqx.AbstractVar[Float[Array, " m"]]
+
+    @property
+    @abc.abstractmethod
+    def p(self) -> int:
+        """Dimension p of a neuron (each A_mu is p x p)."""
+
+    @property
+    def m(self) -> int:
+        """Number m of data matrices (samples, or sample-output pairs)."""
+        return self.y.shape[0]
+
+    @abc.abstractmethod
+    def traces(self, X: Float[Array, "p p"]) -> Float[Array, " m"]:
+        """<A_mu, X>_F = Tr[A_mu X] for every mu, for a symmetric X of shape (p, p)."""
+
+    @abc.abstractmethod
+    def traces_factor(self, F: Float[Array, "p r"]) -> Float[Array, " m"]:
+        """Tr[F^T A_mu F] = Tr[A_mu F F^T] for every mu, without forming F F^T."""
+
+    @abc.abstractmethod
+    def apply(self, c: Float[Array, " m"], X: Float[Array, "p r"]) -> Float[Array, "p r"]:
+        """(sum_mu c_mu A_mu) X for weights c of shape (m,) and X of shape (p, r)."""
+
+    @abc.abstractmethod
+    def weighted_sum(self, c: Float[Array, " m"]) -> Float[Array, "p p"]:
+        """The dense p x p matrix sum_mu c_mu A_mu."""
+
+    @abc.abstractmethod
+    def dense(self) -> Float[Array, "m p p"]:
+        """All data matrices as a dense (m, p, p) array (for tests and small problems)."""
+
+    # Derived MSE quantities (THEORY E8-E9).
+    def residual(self, M: Float[Array, "p p"]) -> Float[Array, " m"]:
+        """Delta_mu = Tr[M A_mu] - y_mu, shape (m,)."""
+        return self.traces(M) - self.y
+
+    def loss(self, M: Float[Array, "p p"]) -> Float[Array, ""]:
+        """MSE loss L = (1/m) sum_mu (Tr[M A_mu] - y_mu)^2 (THEORY sec. 4)."""
+        return jnp.mean(self.residual(M) ** 2)
+
+    def Y(self) -> Float[Array, "p p"]:
+        """Y = (4/m) sum_mu y_mu A_mu (Eq. E9)."""
+        return self.weighted_sum(4.0 / self.m * self.y)
+
+    def K(self, X: Float[Array, "p p"]) -> Float[Array, "p p"]:
+        """K(X) = (4/m) sum_mu <A_mu, X>_F A_mu (Eq. E9)."""
+        return self.weighted_sum(4.0 / self.m * self.traces(X))
+
+    def H(self, M: Float[Array, "p p"]) -> Float[Array, "p p"]:
+        """H = (4/m) sum_mu Delta_mu A_mu = K(M) - Y, the MSE gradient matrix (Eq. E8)."""
+        return self.weighted_sum(4.0 / self.m * self.residual(M))
+
+
+class DenseData(AbstractData):
+    """Data matrices stored densely: `A` of shape (m, p, p), labels `y` of shape (m,).
+
+    **Raises:** `ValueError` if `A` is not (m, p, p), not symmetric, not finite, or `y` does not
+    have shape (m,).
+    """
+
+    A: Float[Array, "m p p"]
+    y: Float[Array, " m"]
+
+    def __init__(self, A, y):
+        A = as_array(A, "A", ndim=3)
+        if A.shape[1] != A.shape[2]:
+            raise ValueError(f"`A` must have shape (m, p, p); found {A.shape}.")
+        check_symmetric(A, "A")
+        self.A = A
+        self.y = _check_labels(y, A.shape[0])
+
+    @property
+    def p(self) -> int:
+        return self.A.shape[-1]
+
+    def traces(self, X):
+        return jnp.einsum("mij,ij->m", self.A, X)
+
+    def traces_factor(self, F):
+        return jnp.einsum("mij,ir,jr->m", self.A, F, F)
+
+    def apply(self, c, X):
+        return self.weighted_sum(c) @ X
+
+    def weighted_sum(self, c):
+        return jnp.einsum("m,mij->ij", c, self.A)
+
+    def dense(self):
+        return self.A
+
+
+class CommutingData(AbstractData):
+    """Commuting data (Assumption 1): A_mu = P diag(Lambda[mu]) P^T.
+
+    **Arguments:**
+
+    - `Lambda`: eigenvalues lambda_{mu,k}, shape (m, p).
+    - `y`: labels, shape (m,).
+    - `P`: shared orthogonal eigenbasis, shape (p, p); `None` means the identity (diagonal data).
+
+    The GLV form of the flow (Eq. E13) runs on z_k = (P^T M P)_kk; `z(M)` computes it.
+
+    **Raises:** `ValueError` on wrong shapes, non-finite values, or a `P` that is not orthogonal
+    (|P^T P - I| > 1e-10).
+    """
+
+    Lambda: Float[Array, "m p"]
+    y: Float[Array, " m"]
+    P: Float[Array, "p p"] | None
+
+    def __init__(self, Lambda, y, P=None):
+        self.Lambda = as_array(Lambda, "Lambda", ndim=2)
+        m, p = self.Lambda.shape
+        self.y = _check_labels(y, m)
+        if P is not None:
+            P = as_array(P, "P", shape=(p, p))
+            if not is_traced(P):
+                err = float(np.abs(np.asarray(P).T @ np.asarray(P) - np.eye(p)).max())
+                if err > 1e-10:
+                    raise ValueError(
+                        f"`P` must be orthogonal (P^T P = I); found max |P^T P - I| = {err:.3g}."
+                    )
+        self.P = P
+
+    @classmethod
+    def from_dense(cls, A, y, *, rtol: float = 1e-10, seed: int = 0) -> "CommutingData":
+        """Jointly diagonalize commuting dense matrices A (m, p, p).
+
+        **Raises:** `ValueError` naming the largest commutator |A_mu A_nu - A_nu A_mu| relative to
+        max|A|^2 if the matrices do not commute to relative `rtol`.
+        """
+        dense = DenseData(A, y)
+        A = np.asarray(dense.A)
+        scale = max(float(np.abs(A).max()), np.finfo(float).tiny)
+        comm = np.einsum("aij,bjk->abik", A, A)
+        comm = np.abs(comm - np.swapaxes(comm, 0, 1)).max(axis=(2, 3))
+        if comm.max() > rtol * scale**2:
+            a, b = np.unravel_index(np.argmax(comm), comm.shape)
+            raise ValueError(
+                "Data matrices do not commute (Assumption 1 fails): "
+                f"|A_{a} A_{b} - A_{b} A_{a}| = {comm.max():.3g} "
+                f"(relative {comm.max() / scale**2:.3g} > {rtol:g})."
+            )
+        w = np.random.default_rng(seed).standard_normal(A.shape[0])
+        _, P = np.linalg.eigh(np.einsum("m,mij->ij", w, A))
+        Lam_full = np.einsum("ik,mij,jl->mkl", P, A, P)
+        Lam = np.einsum("mkk->mk", Lam_full)
+        off = np.abs(Lam_full - np.einsum("mk,kl->mkl", Lam, np.eye(A.shape[1]))).max()
+        if off > 1e3 * rtol * scale:
+            raise ValueError(
+                f"Joint diagonalization failed: off-diagonal residual {off:.3g} "
+                f"(relative {off / scale:.3g})."
+            )
+        return cls(Lam, dense.y, P)
+
+    @property
+    def p(self) -> int:
+        return self.Lambda.shape[1]
+
+    def _to_basis(self, X):
+        return X if self.P is None else self.P.T @ X
+
+    def _from_basis(self, X):
+        return X if self.P is None else self.P @ X
+
+    def z(self, M: Float[Array, "p p"]) -> Float[Array, " p"]:
+        """z_k = (P^T M P)_kk, the mode strengths of the GLV form (Eq. E11)."""
+        if self.P is None:
+            return jnp.diagonal(M)
+        return jnp.einsum("ik,ij,jk->k", self.P, M, self.P)
+
+    def z_factor(self, F: Float[Array, "p r"]) -> Float[Array, " p"]:
+        """z_k = (P^T F F^T P)_kk without forming F F^T."""
+        return jnp.sum(self._to_basis(F) ** 2, axis=1)
+
+    def traces(self, X):
+        return self.Lambda @ self.z(X)
+
+    def traces_factor(self, F):
+        return self.Lambda @ self.z_factor(F)
+
+    def apply(self, c, X):
+        h = c @ self.Lambda
+        return self._from_basis(h[:, None] * self._to_basis(X))
+
+    def weighted_sum(self, c):
+        h = c @ self.Lambda
+        if self.P is None:
+            return jnp.diag(h)
+        return (self.P * h) @ self.P.T
+
+    def dense(self):
+        if self.P is None:
+            return jax.vmap(jnp.diag)(self.Lambda)
+        return jnp.einsum("ik,mk,jk->mij", self.P, self.Lambda, self.P)
+
+    def competition(self) -> Float[Array, "p p"]:
+        """C' = Lambda^T Lambda, the GLV competition matrix (Eq. E13), shape (p, p)."""
+        return self.Lambda.T @ self.Lambda
+
+
+class LowRankData(AbstractData):
+    """Low-rank data: A_mu = sum_j s[mu, j] U[mu, :, j] U[mu, :, j]^T.
+
+    **Arguments:**
+
+    - `U`: column factors, shape (m, p, r).
+    - `s`: signed weights, shape (m, r).
+    - `y`: labels, shape (m,).
+
+    Every operation costs O(m p r) per column of its argument; nothing of size p x p per sample is
+    formed. Phase retrieval (A = a a^T) is `LowRankData(a[:, :, None], ones((m, 1)), y)`;
+    feed-forward layers use `feedforward_data`.
+
+    **Raises:** `ValueError` on wrong shapes or non-finite values.
+    """
+
+    U: Float[Array, "m p r"]
+    s: Float[Array, "m r"]
+    y: Float[Array, " m"]
+
+    def __init__(self, U, s, y):
+        self.U = as_array(U, "U", ndim=3)
+        m, _, r = self.U.shape
+        self.s = as_array(s, "s", shape=(m, r))
+        self.y = _check_labels(y, m)
+
+    @property
+    def p(self) -> int:
+        return self.U.shape[1]
+
+    def traces(self, X):
+        return jnp.einsum("mir,ij,mjr,mr->m", self.U, X, self.U, self.s)
+
+    def traces_factor(self, F):
+        G = jnp.einsum("mir,ik->mrk", self.U, F)
+        return jnp.einsum("mrk,mr->m", G**2, self.s)
+
+    def apply(self, c, X):
+        G = jnp.einsum("mir,ik->mrk", self.U, X)
+        return jnp.einsum("mir,mr,mrk->ik", self.U, c[:, None] * self.s, G)
+
+    def weighted_sum(self, c):
+        return jnp.einsum("mir,mr,mjr->ij", self.U, c[:, None] * self.s, self.U)
+
+    def dense(self):
+        return jnp.einsum("mir,mr,mjr->mij", self.U, self.s, self.U)
+
+
+def feedforward_data(y, C=None, *, a=None, b=None) -> LowRankData:
+    """Feed-forward data A(x) = 1/2 [[0, C(x)], [C(x)^T, 0]] (THEORY Eq. E3) as `LowRankData`.
+
+    Neurons are w = [z1 (k); z2 (q)], p = k + q, and f = Tr[Z2 Z1^T C]. Give either
+
+    - `C`: dense blocks, shape (m, k, q), or
+    - `a` (m, k, r) and `b` (m, q, r): factors with C_mu = a_mu b_mu^T. For a two-layer MLP with
+      activation phi, `a = phi'(0) * x[:, :, None]` and `b = ones((m, 1, 1))` (rank-2 A).
+
+    Uses 1/2 (a b^T + b a^T) = 1/4 [(a + b)(a + b)^T - (a - b)(a - b)^T] on the padded vectors,
+    exact to rounding, with 2 r columns per sample.
+
+    **Raises:** `ValueError` if neither or both forms are given, or on inconsistent shapes.
+    """
+    if (C is None) == (a is None and b is None):
+        raise ValueError("Give either `C` (m, k, q) or both `a` (m, k, r) and `b` (m, q, r).")
+    if C is not None:
+        C = as_array(C, "C", ndim=3)
+        m, k, q = C.shape
+        if q <= k:
+            a, b = C, jnp.broadcast_to(jnp.eye(q), (m, q, q))
+        else:
+            a, b = jnp.broadcast_to(jnp.eye(k), (m, k, k)), jnp.swapaxes(C, 1, 2)
+    else:
+        if a is None or b is None:
+            raise ValueError("Give both `a` (m, k, r) and `b` (m, q, r).")
+        a = as_array(a, "a", ndim=3)
+        b = as_array(b, "b", ndim=3)
+        if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[2]:
+            raise ValueError(
+                "`a` (m, k, r) and `b` (m, q, r) must agree in m and r; "
+                f"found a {a.shape} and b {b.shape}."
+            )
+    m, k, r = a.shape
+    q = b.shape[1]
+    a_pad = jnp.concatenate([a, jnp.zeros((m, q, r))], axis=1)
+    b_pad = jnp.concatenate([jnp.zeros((m, k, r)), b], axis=1)
+    U = 0.5 * jnp.concatenate([a_pad + b_pad, a_pad - b_pad], axis=2)
+    s = jnp.concatenate([jnp.ones((m, r)), -jnp.ones((m, r))], axis=1)
+    return LowRankData(U, s, y)

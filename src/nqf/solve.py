@@ -1,0 +1,383 @@
+"""Solve the closed MSE gradient flow (THEORY Eqs. E8, E9, E13) with diffrax.
+
+`solve_flow` is the one front end: it picks the exact form of the flow that suits the data (see
+`nqf.flow`), integrates it with an adaptive explicit or stiff diffrax solver under PID step-size
+control, and returns a `FlowSolution`. Repeated solves with new values of the same shapes reuse the
+compiled program (the data set is a pytree argument, not a constant).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._checks import as_array, check_positive, check_psd, check_symmetric, shape_str
+from .data import AbstractData, CommutingData, LowRankData
+from .flow import RHS, check_form, glv_z
+from .glv import excess_loss as _excess_loss
+from .glv import glv_equilibrium
+
+__all__ = ["solve_flow", "FlowSolution", "MaxStepsReached", "SOLVERS"]
+
+SOLVERS = {
+    "tsit5": diffrax.Tsit5,
+    "dopri5": diffrax.Dopri5,
+    "dopri8": diffrax.Dopri8,
+    "kvaerno3": diffrax.Kvaerno3,
+    "kvaerno5": diffrax.Kvaerno5,
+}
+
+
+class MaxStepsReached(RuntimeError):
+    """The solver used up `max_steps` before reaching `t1`."""
+
+
+def _make_solver(solver, stiff: bool):
+    if solver is None:
+        return diffrax.Kvaerno5() if stiff else diffrax.Tsit5()
+    if isinstance(solver, str):
+        try:
+            return SOLVERS[solver.lower()]()
+        except KeyError:
+            raise ValueError(
+                f"`solver` must be a diffrax solver or one of {sorted(SOLVERS)}; found {solver!r}."
+            ) from None
+    if not isinstance(solver, diffrax.AbstractSolver):
+        raise TypeError(f"`solver` must be a diffrax solver or a name; found {type(solver)}.")
+    return solver
+
+
+# Counts traces of the compiled integrator; tests use it to assert that new values of the same
+# shapes do not recompile.
+TRACE_COUNT = [0]
+
+
+@eqx.filter_jit
+def _integrate(rhs, solver, controller, data, y0, args, t0, t1, ts, dt0, max_steps, dense, meter):
+    TRACE_COUNT[0] += 1
+    saveat = diffrax.SaveAt(ts=ts, dense=dense)
+    return diffrax.diffeqsolve(
+        diffrax.ODETerm(rhs),
+        solver,
+        t0,
+        t1,
+        dt0,
+        y0,
+        args=args,
+        saveat=saveat,
+        stepsize_controller=controller,
+        max_steps=max_steps,
+        throw=False,
+        progress_meter=meter,
+    )
+
+
+@eqx.filter_jit
+def _evaluate(sol, t):
+    return jax.vmap(sol.evaluate)(t)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FlowSolution:
+    """Result of `solve_flow`.
+
+    Times are gradient-flow times (t = eta * GD steps). `n` below is the number of saved times.
+
+    **Attributes:**
+
+    - `ts`: saved times, shape (n,).
+    - `form`: the form that was integrated (``"M"``, ``"factor"`` or ``"glv"``).
+    - `ys`: the raw saved state: M (n, p, p), F (n, p, r), or log z (n, p) for ``"glv"``.
+    - `data`: the data set; `stats`: solver statistics (num_steps, num_accepted_steps,
+      num_rejected_steps, max_steps); `result`: diffrax's result message.
+
+    Derived (computed on access): `M` (n, p, p), `W` (n, p, r), `z` (n, p) for commuting data,
+    `loss` (n,), `z_inf` (p,) and `excess_loss` (n,) for commuting data (None otherwise).
+    """
+
+    ts: np.ndarray
+    form: str
+    ys: np.ndarray
+    data: AbstractData
+    init: np.ndarray
+    init_is_factor: bool
+    stats: dict
+    result: str
+    _y0: Any = dataclasses.field(repr=False, default=None)
+    _dfx: Any = dataclasses.field(repr=False, default=None)
+    _mask: Any = dataclasses.field(repr=False, default=None)
+
+    # -- state transforms -------------------------------------------------------------------
+    def _glv_scale(self, logz) -> np.ndarray:
+        """s(t) = sqrt(z(t)/z(0)); M(t) = Q M0 Q and W(t) = Q W0 with Q = P diag(s) P^T
+        (the off-diagonal slaving of Proposition 7), shape (n, p)."""
+        z = np.asarray(glv_z(jnp.atleast_2d(jnp.asarray(logz)), self._mask))
+        z0 = np.asarray(glv_z(jnp.asarray(self._y0), self._mask))
+        return np.sqrt(np.where(z0 > 0, z / np.where(z0 > 0, z0, 1.0), 0.0))
+
+    def _W_from(self, y) -> np.ndarray:
+        if self.form == "factor":
+            return np.asarray(y)
+        if self.form == "glv" and self.init_is_factor:
+            P = None if self.data.P is None else np.asarray(self.data.P)
+            Wb = self.init if P is None else P.T @ self.init
+            out = self._glv_scale(y)[:, :, None] * Wb[None]
+            return out if P is None else np.einsum("ij,njr->nir", P, out)
+        raise ValueError(
+            f"`W` is not available for form={self.form!r} started from M0; use `M`, or solve "
+            "from a factor `W0`."
+        )
+
+    def _M_from(self, y) -> np.ndarray:
+        if self.form == "M":
+            return np.asarray(y)
+        if self.form == "factor" or self.init_is_factor:
+            W = self._W_from(y)
+            return np.einsum("...ir,...jr->...ij", W, W)
+        P = None if self.data.P is None else np.asarray(self.data.P)
+        Mb = self.init if P is None else P.T @ self.init @ P
+        s = self._glv_scale(y)
+        out = s[:, :, None] * Mb[None] * s[:, None, :]
+        return out if P is None else np.einsum("ik,nkl,jl->nij", P, out, P)
+
+    @functools.cached_property
+    def M(self) -> np.ndarray:
+        """Order parameter M(t) = W W^T at the saved times, shape (n, p, p)."""
+        return self._M_from(self.ys)
+
+    @functools.cached_property
+    def W(self) -> np.ndarray:
+        """A factor W(t) with W W^T = M(t), shape (n, p, r). Available for the factor form and,
+        when the initial condition was a factor W0, for the GLV form (W(t) = Q(t) W0)."""
+        return self._W_from(self.ys)
+
+    @functools.cached_property
+    def z(self) -> np.ndarray | None:
+        """Mode strengths z_k(t) = (P^T M(t) P)_kk for commuting data, shape (n, p); else None."""
+        if not isinstance(self.data, CommutingData):
+            return None
+        return self._z_from(self.ys)
+
+    def _z_from(self, y) -> np.ndarray:
+        if self.form == "glv":
+            return np.asarray(glv_z(jnp.asarray(y), self._mask))
+        if self.form == "factor":
+            return np.asarray(jax.vmap(self.data.z_factor)(jnp.asarray(y)))
+        return np.asarray(jax.vmap(self.data.z)(jnp.asarray(y)))
+
+    @functools.cached_property
+    def loss(self) -> np.ndarray:
+        """MSE loss (1/m) sum_mu (Tr[M A_mu] - y_mu)^2 at the saved times, shape (n,)."""
+        d = self.data
+        if self.form == "glv":
+            r = self.z @ np.asarray(d.Lambda).T - np.asarray(d.y)
+        elif self.form == "factor":
+            r = np.asarray(jax.vmap(d.traces_factor)(jnp.asarray(self.ys))) - np.asarray(d.y)
+        else:
+            r = np.asarray(jax.vmap(d.residual)(jnp.asarray(self.ys)))
+        return np.mean(r**2, axis=-1)
+
+    @functools.cached_property
+    def z_inf(self) -> np.ndarray | None:
+        """z(inf), the GLV equilibrium (`nqf.glv_equilibrium`), for commuting data; else None."""
+        if not isinstance(self.data, CommutingData):
+            return None
+        return glv_equilibrium(self.data)
+
+    @functools.cached_property
+    def excess_loss(self) -> np.ndarray | None:
+        """L(t) - L(z_inf) without cancellation (`nqf.excess_loss`), shape (n,); commuting data
+        only, else None (the infimum of the loss over PSD M is not known in closed form)."""
+        if self.z is None:
+            return None
+        return _excess_loss(self.data, self.z, self.z_inf)
+
+    # -- dense output -----------------------------------------------------------------------
+    def evaluate(self, t) -> np.ndarray:
+        """Raw state at time(s) t by diffrax's dense interpolation; shape (len(t), ...)."""
+        if self._dfx is None or self._dfx.interpolation is None:
+            raise ValueError("This solution has no dense output; solve with `dense=True`.")
+        t = jnp.atleast_1d(jnp.asarray(t, dtype=jnp.float64))
+        return np.asarray(_evaluate(self._dfx, t))
+
+    def z_at(self, t) -> np.ndarray:
+        """z(t) from dense interpolation for commuting data, shape (len(t), p)."""
+        if not isinstance(self.data, CommutingData):
+            raise ValueError("`z_at` needs commuting data (a `CommutingData`).")
+        return self._z_from(self.evaluate(t))
+
+    def M_at(self, t) -> np.ndarray:
+        """M(t) from dense interpolation, shape (len(t), p, p)."""
+        return self._M_from(self.evaluate(t))
+
+    @property
+    def step_times(self) -> np.ndarray:
+        """Times of the accepted solver steps (from the dense interpolation), shape (steps + 1,)."""
+        if self._dfx is None or self._dfx.interpolation is None:
+            raise ValueError("This solution has no dense output; solve with `dense=True`.")
+        ts = np.asarray(self._dfx.interpolation.ts)
+        return ts[np.isfinite(ts)]
+
+
+def _initial_state(data: AbstractData, M0, W0, form: str):
+    p = data.p
+    if (M0 is None) == (W0 is None):
+        raise ValueError("Give exactly one initial condition: `M0` (p, p) or `W0` (p, d).")
+    if M0 is not None:
+        M0 = as_array(M0, "M0", ndim=2)
+        if M0.shape != (p, p):
+            raise ValueError(f"`M0` must have shape ({p}, {p}) to match the data; found {shape_str(M0.shape)}.")
+        check_symmetric(M0, "M0")
+        check_psd(M0, "M0")
+        init, is_factor = np.asarray(M0), False
+    else:
+        W0 = as_array(W0, "W0", ndim=2)
+        if W0.shape[0] != p:
+            raise ValueError(
+                f"`W0` must have shape ({p}, d) (one column per neuron) to match the data; found "
+                f"{shape_str(W0.shape)}."
+            )
+        init, is_factor = np.asarray(W0), True
+
+    if form == "auto":
+        if isinstance(data, CommutingData):
+            form = "glv"
+        elif is_factor or isinstance(data, LowRankData):
+            form = "factor"
+        else:
+            form = "M"
+    check_form(form, data)
+
+    mask = None
+    if form == "M":
+        y0 = init @ init.T if is_factor else init
+    elif form == "factor":
+        if is_factor:
+            y0 = init
+        else:
+            ev, V = np.linalg.eigh(init)
+            keep = ev > 1e-14 * max(ev.max(initial=0.0), 1e-300)
+            y0 = V[:, keep] * np.sqrt(ev[keep]) if keep.any() else np.zeros((p, 1))
+    else:
+        z0 = np.asarray(data.z_factor(jnp.asarray(init)) if is_factor else data.z(jnp.asarray(init)))
+        mask = z0 > 0
+        y0 = np.where(mask, np.log(np.where(mask, z0, 1.0)), 0.0)
+    return form, jnp.asarray(y0), init, is_factor, mask
+
+
+def solve_flow(
+    data: AbstractData,
+    *,
+    M0=None,
+    W0=None,
+    t1,
+    t0: float = 0.0,
+    ts=None,
+    form: str = "auto",
+    solver=None,
+    stiff: bool = False,
+    rtol: float = 1e-10,
+    atol: float | None = None,
+    pcoeff: float | None = None,
+    icoeff: float | None = None,
+    dt0: float | None = None,
+    max_steps: int = 100_000,
+    weight_decay: float = 0.0,
+    dense: bool = True,
+    progress: bool = False,
+) -> FlowSolution:
+    """Integrate the MSE gradient flow M' = Y M + M Y - K(M) M - M K(M) (Eq. E9).
+
+    Time is gradient-flow time t = eta * (GD steps). Weight decay gamma (penalty gamma/2 |W|^2)
+    adds -2 gamma M (H -> H + gamma I, THEORY sec. 4).
+
+    **Arguments:**
+
+    - `data`: an NQF data set (`DenseData`, `CommutingData`, `LowRankData`).
+    - `M0` (p, p) symmetric PSD, or `W0` (p, d) with M0 = W0 W0^T: the initial condition (exactly
+      one). Small initialization W0 = sqrt(eps) I is M0 = eps I.
+    - `t1`, `t0`: time interval; `ts`: times to save (default 201 equally spaced times).
+    - `form`: ``"M"``, ``"factor"``, ``"glv"`` (commuting data) or ``"auto"`` (GLV for
+      commuting data, the factor form for low-rank data or a W0, else M).
+    - `solver`: a diffrax solver or one of ``"tsit5"`` (default), ``"dopri5"``, ``"dopri8"``,
+      ``"kvaerno3"``, ``"kvaerno5"`` (default when `stiff=True`).
+    - `rtol`, `atol`: tolerances of the PID controller. The default `atol` is
+      ``rtol * max|state(0)|`` (``rtol`` for the log-space GLV form), so accuracy is relative to
+      the initial scale while z ~ eps, for eps down to 1e-12.
+    - `pcoeff`, `icoeff`: PID coefficients (default 0, 1 for explicit; 0.3, 0.4 for implicit).
+    - `max_steps`: solver step budget; `weight_decay`: gamma >= 0.
+    - `dense`: keep diffrax's dense interpolant (needed by `evaluate` and ignition times).
+    - `progress`: show diffrax's text progress meter.
+
+    **Returns:** a `FlowSolution`.
+
+    **Raises:** `ValueError` for inconsistent shapes, non-finite or non-PSD initial conditions,
+    non-positive tolerances, bad `ts`; `MaxStepsReached` if `max_steps` is used up before `t1`.
+    """
+    if not isinstance(data, AbstractData):
+        raise TypeError(f"`data` must be an nqf data set (e.g. `DenseData`); found {type(data).__name__}.")
+    form, y0, init, is_factor, mask = _initial_state(data, M0, W0, form)
+    solver = _make_solver(solver, stiff)
+    rtol = check_positive(rtol, "rtol")
+    t0 = float(as_array(t0, "t0", ndim=0))
+    t1 = float(as_array(t1, "t1", ndim=0))
+    if not t1 > t0:
+        raise ValueError(f"`t1` must be greater than `t0` = {t0}; found t1 = {t1}.")
+    if ts is None:
+        ts = np.linspace(t0, t1, 201)
+    ts = np.asarray(as_array(ts, "ts", ndim=1))
+    if ts.size == 0 or np.any(np.diff(ts) < 0) or ts[0] < t0 or ts[-1] > t1:
+        raise ValueError(
+            f"`ts` must be a non-empty non-decreasing array inside [t0, t1] = [{t0}, {t1}]; found "
+            f"range [{ts.min(initial=np.nan)}, {ts.max(initial=np.nan)}]."
+        )
+    gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
+    if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
+        raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
+    if atol is None:
+        scale = float(jnp.max(jnp.abs(y0))) if form != "glv" else 1.0
+        atol = rtol * (scale if scale > 0 else 1.0)
+    atol = check_positive(atol, "atol")
+    implicit = isinstance(solver, diffrax.AbstractImplicitSolver)
+    pcoeff = (0.3 if implicit else 0.0) if pcoeff is None else pcoeff
+    icoeff = (0.4 if implicit else 1.0) if icoeff is None else icoeff
+    f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
+    controller = diffrax.PIDController(
+        rtol=f64(rtol), atol=f64(atol), pcoeff=f64(pcoeff), icoeff=f64(icoeff)
+    )
+    meter = diffrax.TextProgressMeter() if progress else diffrax.NoProgressMeter()
+    mask_arr = None if mask is None else jnp.asarray(mask)
+    args = (data, f64(gamma), mask_arr)
+    sol = _integrate(
+        RHS[form], solver, controller, data, y0, args, f64(t0), f64(t1), f64(ts),
+        None if dt0 is None else f64(dt0), int(max_steps), bool(dense), meter,
+    )
+    if sol.result == diffrax.RESULTS.max_steps_reached:
+        reached = float(np.asarray(sol.interpolation.t1)) if dense else float("nan")
+        raise MaxStepsReached(
+            f"The solver used all max_steps={max_steps} steps before reaching t1={t1}"
+            + (f" (it got to t={reached:.6g})" if dense else "")
+            + ". Increase `max_steps`, loosen `rtol`/`atol`, or, if the problem is stiff (rates "
+            "spanning many decades), pass `stiff=True`."
+        )
+    if sol.result != diffrax.RESULTS.successful:
+        raise RuntimeError(f"The flow solve failed: {sol.result}")
+    ys = np.asarray(sol.ys)
+    if not np.all(np.isfinite(ys)):
+        raise FloatingPointError(
+            "The flow produced non-finite values (the solution blew up); check the sign of the "
+            "labels and the scale of the data, or reduce t1."
+        )
+    stats = {k: int(v) for k, v in sol.stats.items()}
+    stats["max_steps"] = int(max_steps)
+    return FlowSolution(
+        ts=np.asarray(sol.ts), form=form, ys=ys, data=data, init=init, init_is_factor=is_factor,
+        stats=stats, result=str(sol.result), _y0=np.asarray(y0), _dfx=sol if dense else None, _mask=mask_arr,
+    )
