@@ -8,6 +8,7 @@ Importing nqf enables JAX float64 (see `nqf._config`).
 """
 
 from . import _config  # noqa: F401  (enables float64 first)
+from . import datasets
 from .data import AbstractData, CommutingData, DenseData, LowRankData, feedforward_data
 from .glv import excess_loss, glv_equilibrium
 from .ignition import measure_ignition_times, predicted_ignition_times

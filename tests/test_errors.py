@@ -1,0 +1,97 @@
+"""Bad input raises a clear error naming the argument, the expected shape/condition and what was found."""
+
+import jax
+import numpy as np
+import pytest
+
+import nqf
+
+GOOD_A = np.stack([np.eye(3), np.diag([1.0, 2.0, 3.0])])
+Y2 = np.array([1.0, 2.0])
+
+
+@pytest.mark.parametrize(
+    "make, exc, match",
+    [
+        (lambda: nqf.DenseData(np.ones((3, 3)), Y2), ValueError, r"`A` must be a 3-d array.*found shape \(3, 3\)"),
+        (lambda: nqf.DenseData(np.ones((2, 3, 4)), Y2), ValueError, r"`A` must have shape \(m, p, p\); found \(2, 3, 4\)"),
+        (lambda: nqf.DenseData(np.triu(np.ones((2, 3, 3))), Y2), ValueError, r"`A` must be symmetric.*index"),
+        (lambda: nqf.DenseData(np.where(GOOD_A == 2.0, np.nan, GOOD_A), Y2), ValueError, r"`A` must be finite; found 1 non-finite"),
+        (lambda: nqf.DenseData(GOOD_A, [1.0, 2.0, 3.0]), ValueError, r"`y` must hold one label per data matrix: expected shape \(2,\); found \(3,\)"),
+        (lambda: nqf.DenseData(GOOD_A, [1.0, np.inf]), ValueError, r"`y` must be finite"),
+        (lambda: nqf.DenseData(GOOD_A.astype(complex), Y2), TypeError, r"`A` must be real"),
+        (lambda: nqf.DenseData([["a"]], Y2), TypeError, r"`A` must be a numeric array"),
+        (lambda: nqf.CommutingData(np.ones((2, 3)), Y2, P=np.ones((3, 3))), ValueError, r"`P` must be orthogonal.*found max"),
+        (lambda: nqf.CommutingData(np.ones((2, 3)), Y2, P=np.eye(4)), ValueError, r"`P` must have shape \(3, 3\); found \(4, 4\)"),
+        (lambda: nqf.CommutingData.from_dense(np.stack([np.eye(2), np.array([[0, 1.0], [1, 0]]), np.diag([1.0, -1])]), [1, 2, 3]), ValueError, r"do not commute \(Assumption 1 fails\)"),
+        (lambda: nqf.LowRankData(np.ones((2, 3, 2)), np.ones((2, 3)), Y2), ValueError, r"`s` must have shape \(2, 2\); found \(2, 3\)"),
+        (lambda: nqf.feedforward_data(Y2, a=np.ones((2, 3, 1)), b=np.ones((2, 1, 2))), ValueError, r"must agree in m and r"),
+        (lambda: nqf.feedforward_data(Y2), ValueError, r"Give either `C`"),
+        (lambda: nqf.predicted_ignition_times(1.0, 1.0, 1e-3, rho=1.5), ValueError, r"`rho` must lie in \(0, 1\); found 1.5"),
+        (lambda: nqf.predicted_ignition_times(1.0, -1.0, 1e-3), ValueError, r"`C` and `z0` must be >= 0"),
+        (lambda: nqf.datasets.orthogonal_features_data([1.0, 2.0], m=1), ValueError, r"m >= p"),
+    ],
+)
+def test_bad_data(make, exc, match):
+    with pytest.raises(exc, match=match):
+        make()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return nqf.DenseData(GOOD_A, Y2)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(M0=np.eye(4), t1=1.0), ValueError, r"`M0` must have shape \(3, 3\) to match the data; found \(4, 4\)"),
+        (dict(M0=np.diag([1.0, -1.0, 1.0]), t1=1.0), ValueError, r"`M0` must be positive semi-definite.*smallest eigenvalue -1"),
+        (dict(M0=np.triu(np.ones((3, 3))), t1=1.0), ValueError, r"`M0` must be symmetric"),
+        (dict(M0=np.full((3, 3), np.nan), t1=1.0), ValueError, r"`M0` must be finite"),
+        (dict(W0=np.ones((2, 5)), t1=1.0), ValueError, r"`W0` must have shape \(3, d\).*found \(2, 5\)"),
+        (dict(M0=np.eye(3), W0=np.eye(3), t1=1.0), ValueError, r"exactly one initial condition"),
+        (dict(t1=1.0), ValueError, r"exactly one initial condition"),
+        (dict(M0=np.eye(3), t1=1.0, rtol=-1e-8), ValueError, r"`rtol` must be finite and > 0; found -1e-08"),
+        (dict(M0=np.eye(3), t1=1.0, atol=0.0), ValueError, r"`atol` must be finite and > 0"),
+        (dict(M0=np.eye(3), t1=1.0, weight_decay=-0.1), ValueError, r"`weight_decay` must be finite and >= 0"),
+        (dict(M0=np.eye(3), t1=1.0, weight_decay=np.nan), ValueError, r"`weight_decay` must be finite"),
+        (dict(M0=np.eye(3), t1=-1.0), ValueError, r"`t1` must be greater than `t0`"),
+        (dict(M0=np.eye(3), t1=np.inf), ValueError, r"`t1` must be finite"),
+        (dict(M0=np.eye(3), t1=1.0, ts=[0.0, 2.0]), ValueError, r"`ts` must be a non-empty non-decreasing array inside \[t0, t1\]"),
+        (dict(M0=np.eye(3), t1=1.0, ts=[0.5, 0.1]), ValueError, r"`ts` must be a non-empty non-decreasing"),
+        (dict(M0=np.eye(3), t1=1.0, form="glv"), ValueError, r"`form='glv'` needs commuting data"),
+        (dict(M0=np.eye(3), t1=1.0, form="Z"), ValueError, r"`form` must be one of"),
+        (dict(M0=np.eye(3), t1=1.0, solver="euler9"), ValueError, r"`solver` must be a diffrax solver or one of"),
+        (dict(M0=np.eye(3), t1=1.0, max_steps=0), ValueError, r"`max_steps` must be a positive integer"),
+    ],
+)
+def test_bad_solve_arguments(data, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        nqf.solve_flow(data, **kwargs)
+
+
+def test_bad_data_argument():
+    with pytest.raises(TypeError, match=r"`data` must be an nqf data set.*ndarray"):
+        nqf.solve_flow(np.eye(3), M0=np.eye(3), t1=1.0)
+
+
+def test_max_steps_reached_says_what_to_change():
+    data = nqf.datasets.fig3_data()
+    with pytest.raises(nqf.MaxStepsReached, match=r"max_steps=5 steps before reaching t1=250.*Increase `max_steps`.*stiff=True"):
+        nqf.solve_flow(data, M0=1e-5 * np.eye(5), t1=250.0, max_steps=5)
+
+
+def test_measure_ignition_needs_commuting_data(data):
+    sol = nqf.solve_flow(data, M0=1e-3 * np.eye(3), t1=1.0, ts=[0.0, 1.0])
+    with pytest.raises(ValueError, match="commuting data"):
+        nqf.measure_ignition_times(sol)
+
+
+def test_x64_disabled_raises_instead_of_truncating():
+    jax.config.update("jax_enable_x64", False)
+    try:
+        with pytest.raises(RuntimeError, match="jax_enable_x64"):
+            nqf.DenseData(GOOD_A, Y2)
+    finally:
+        jax.config.update("jax_enable_x64", True)
