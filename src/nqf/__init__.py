@@ -13,5 +13,16 @@ from .data import AbstractData, CommutingData, DenseData, LowRankData, feedforwa
 from .glv import excess_loss, glv_equilibrium
 from .ignition import measure_ignition_times, predicted_ignition_times
 from .solve import SOLVERS, FlowSolution, MaxStepsReached, solve_flow
+from .oracles import (
+    AssumptionError,
+    OracleSolution,
+    proposition7,
+    theorem6,
+    theorem6_rates,
+    theorem7,
+    theorem7_commuting,
+    theorem16,
+)
+from . import validate  # the theorem checks behind `nqf validate`: nqf.validate.validate()
 
 __version__ = "0.1.0"

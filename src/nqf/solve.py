@@ -263,8 +263,7 @@ def _initial_state(data: AbstractData, M0, W0, form: str):
             y0 = init
         else:
             ev, V = np.linalg.eigh(init)
-            keep = ev > 1e-14 * max(ev.max(initial=0.0), 1e-300)
-            y0 = V[:, keep] * np.sqrt(ev[keep]) if keep.any() else np.zeros((p, 1))
+            y0 = V * np.sqrt(np.maximum(ev, 0.0))  # (p, p): the compiled shape never depends on rank
     else:
         z0 = np.asarray(data.z_factor(jnp.asarray(init)) if is_factor else data.z(jnp.asarray(init)))
         mask = z0 > 0

@@ -1,0 +1,619 @@
+"""Exact solutions of the MSE gradient flow (THEORY sec. 6) with checked assumptions.
+
+Each oracle first measures the assumption it rests on, on the data set it is given, as a relative
+residual, and refuses with an `AssumptionError` naming the violated condition if the residual
+exceeds `tol`. Only then does it evaluate the closed form. Time is gradient-flow time
+t = eta * (number of GD steps), the same time as `nqf.solve_flow`.
+
+- `theorem6`: commuting data with orthogonal features (Theorem 6, Eq. E16): every mode is logistic.
+- `theorem7` / `theorem7_commuting`: isotropic samples, K(X) = 4 c X (Theorem 7, Eq. E17).
+- `theorem16`: invariant orthogonal projectors (Theorem 16, Eq. E18), unifying 6 and commuting 7.
+- `proposition7`: the off-diagonal slaving of commuting data (Proposition 7, Eq. E12), given any
+  trajectory of the mode strengths z.
+
+All closed forms are evaluated so that no two large terms cancel (`expm1`, positive sums only), so
+their relative accuracy holds for initial scales z(0) ~ 1e-12 and large growth r t.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._checks import as_array, check_psd, check_symmetric, shape_str
+from .data import AbstractData, CommutingData
+
+__all__ = [
+    "AssumptionError",
+    "OracleSolution",
+    "theorem6_rates",
+    "theorem6",
+    "theorem7",
+    "theorem7_commuting",
+    "theorem16",
+    "proposition7",
+    "logistic",
+    "isotropy",
+    "sym_basis",
+]
+
+_TINY = np.finfo(float).tiny
+
+
+class AssumptionError(ValueError):
+    """An oracle's assumption does not hold on the given data (or initial condition).
+
+    **Attributes:**
+
+    - `theorem`: the result whose assumption failed, e.g. ``"Theorem 6"``.
+    - `condition`: the violated condition in words, prefixed with the theorem, e.g.
+      ``"Theorem 6: orthogonal features sum_mu lambda_{mu,k} lambda_{mu,j} = 0 (k != j)"``.
+    - `residual`: the measured relative residual of that condition (float).
+    - `tol`: the tolerance it was compared with (float).
+    - `where`: where the worst violation sits (e.g. ``"(k, j) = (0, 1)"``), or ``""``.
+    """
+
+    def __init__(self, theorem: str, condition: str, residual: float, tol: float,
+                 where: str = "", detail: str = ""):
+        self.theorem = theorem
+        self.condition = f"{theorem}: {condition}"
+        self.residual = float(residual)
+        self.tol = float(tol)
+        self.where = where
+        msg = (
+            f"{theorem} does not apply to this data: its assumption '{condition}' fails"
+            + (f" at {where}" if where else "")
+            + f"; relative residual {self.residual:.3g} > tol {self.tol:.3g}."
+            + (f" {detail}" if detail else "")
+        )
+        super().__init__(msg)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OracleSolution:
+    """An exact solution evaluated at times `ts`.
+
+    **Attributes:**
+
+    - `theorem`: which result produced it (``"Theorem 6"``, ...).
+    - `ts`: gradient-flow times, shape (n,).
+    - `z`: mode strengths, shape (n, p) (Theorems 6, 7: diagonal of M in `basis`) or (n, n_a)
+      (Theorem 16: coefficients of the projectors).
+    - `basis`: orthogonal (p, p) basis in which `M_basis` is expressed (None: standard basis).
+    - `M_basis`: M(t) in `basis`, shape (n, p, p); small entries keep their relative accuracy here.
+    - `W`: W(t) = Q(t) W0, shape (n, p, d), when the oracle was given a factor W0 (else None).
+
+    `M` (property): M(t) = basis M_basis basis^T in the standard basis, shape (n, p, p).
+    """
+
+    theorem: str
+    ts: np.ndarray
+    z: np.ndarray
+    basis: np.ndarray | None
+    M_basis: np.ndarray = dataclasses.field(repr=False)
+    W: np.ndarray | None = dataclasses.field(repr=False, default=None)
+
+    @functools.cached_property
+    def M(self) -> np.ndarray:
+        """Order parameter M(t) in the standard basis, shape (n, p, p)."""
+        if self.basis is None:
+            return self.M_basis
+        P = self.basis
+        return np.einsum("ik,nkl,jl->nij", P, self.M_basis, P)
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+def _times(ts) -> np.ndarray:
+    ts = np.asarray(as_array(ts, "ts", ndim=1))
+    if ts.size and ts.min() < 0:
+        raise ValueError(
+            f"`ts` must be gradient-flow times >= 0 (the oracles start at t = 0); found min {ts.min()}."
+        )
+    return ts
+
+
+def _initial_M(M0, p: int, name: str = "M0") -> np.ndarray:
+    M0 = as_array(M0, name, ndim=2)
+    if M0.shape != (p, p):
+        raise ValueError(f"`{name}` must have shape ({p}, {p}) to match the data; found {shape_str(M0.shape)}.")
+    check_symmetric(M0, name)
+    check_psd(M0, name)
+    M0 = np.asarray(M0)
+    return 0.5 * (M0 + M0.T)
+
+
+def _check_data(data) -> None:
+    if not isinstance(data, AbstractData):
+        raise TypeError(f"`data` must be an nqf data set (e.g. `DenseData`); found {type(data).__name__}.")
+
+
+def logistic(R, C, z0, ts) -> np.ndarray:
+    """Exact solution of the logistic ODE z' = R z - C z^2, z(0) = z0, C >= 0 (Eqs. E16-E18).
+
+    Evaluated as z0 / (e^{-R t} + C z0 (1 - e^{-R t}) / R) for R > 0 and
+    z0 e^{R t} / (1 + C z0 (e^{R t} - 1) / R) for R < 0 (with `expm1`; R = 0: z0 / (1 + C z0 t)):
+    both denominators are sums of non-negative terms, so the relative accuracy is that of float64
+    for any z0 (down to 1e-12 and below) and any R t.
+
+    **Arguments:** `R`, `C`, `z0` broadcastable, shape (p,); `ts` times, shape (n,).
+
+    **Returns:** z(t), shape (n, p).
+    """
+    R, C, z0 = (np.asarray(v, dtype=float) for v in (R, C, z0))
+    t = np.asarray(ts, dtype=float)[:, None]
+    return z0 * _logistic_ratio(R, C, z0, t)
+
+
+def _logistic_ratio(R, C, z0, t) -> np.ndarray:
+    """z(t)/z(0) for z' = R z - C z^2 (see `logistic`); 1 where z0 = 0 (the mode stays at 0)."""
+    R, C, z0 = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (R, C, z0)))
+    t = np.asarray(t, dtype=float)
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        a = R * t
+        Rs = np.where(R != 0, R, 1.0)
+        # phi_+ = (1 - e^{-a}) / R   (R > 0),   phi_- = (e^{a} - 1) / R   (R < 0),  t (R = 0)
+        pos = 1.0 / (np.exp(-a) + C * z0 * np.where(R != 0, -np.expm1(-a) / Rs, t))
+        neg = np.exp(a) / (1.0 + C * z0 * np.expm1(a) / Rs)
+        ratio = np.where(R < 0, neg, pos)
+    return np.where(z0 > 0, ratio, 1.0)
+
+
+def _commutator_residual(A: np.ndarray) -> tuple[float, tuple[int, int]]:
+    """max_{mu,nu} max|A_mu A_nu - A_nu A_mu| / max|A|^2 and its (mu, nu)."""
+    scale = max(float(np.abs(A).max(initial=0.0)), _TINY)
+    AB = np.einsum("aij,bjk->abik", A, A)
+    comm = np.abs(AB - np.swapaxes(AB, 0, 1)).max(axis=(2, 3), initial=0.0)
+    a, b = np.unravel_index(np.argmax(comm), comm.shape)
+    return float(comm[a, b]) / scale**2, (int(a), int(b))
+
+
+_COMMUTING = "commuting data A_mu A_nu = A_nu A_mu (Assumption 1: a shared eigenbasis P)"
+
+
+def _as_commuting(data: AbstractData, theorem: str, tol: float) -> CommutingData:
+    """`data` as `CommutingData`, converting dense forms; AssumptionError if it does not commute."""
+    _check_data(data)
+    if isinstance(data, CommutingData):
+        return data
+    A = np.asarray(data.dense())
+    res, (a, b) = _commutator_residual(A)
+    if res > tol:
+        raise AssumptionError(theorem, _COMMUTING, res, tol, where=f"(mu, nu) = ({a}, {b})",
+                              detail="Residual: max|A_mu A_nu - A_nu A_mu| / max|A|^2.")
+    try:
+        return CommutingData.from_dense(A, np.asarray(data.y), rtol=max(tol, 1e-14))
+    except ValueError as err:  # joint diagonalization failed
+        raise AssumptionError(theorem, _COMMUTING, float("nan"), tol, detail=str(err)) from None
+
+
+def _orthogonal_features_residual(Lam: np.ndarray) -> tuple[float, tuple[int, int]]:
+    """max_{k != j} |sum_mu lambda_{mu,k} lambda_{mu,j}| / (|lambda_k| |lambda_j|) (a cosine)."""
+    G = Lam.T @ Lam
+    nrm = np.sqrt(np.diag(G))
+    denom = np.maximum(np.outer(nrm, nrm), _TINY)
+    cos = np.abs(G) / denom
+    np.fill_diagonal(cos, 0.0)
+    if cos.size == 0:
+        return 0.0, (0, 0)
+    k, j = np.unravel_index(np.argmax(cos), cos.shape)
+    return float(cos[k, j]), (int(k), int(j))
+
+
+# --------------------------------------------------------------------------------------------
+# Theorem 6
+# --------------------------------------------------------------------------------------------
+_THM6_COND = "orthogonal features sum_mu lambda_{mu,k} lambda_{mu,j} = 0 (k != j)"
+
+
+def theorem6_rates(data: CommutingData) -> tuple[np.ndarray, np.ndarray]:
+    """Growth rates and self-competition of Theorem 6 (Eq. E16).
+
+    r_k = (8/m) sum_mu lambda_{mu,k} y_mu and C_kk = (8/m) sum_mu lambda_{mu,k}^2, each shape (p,),
+    in the shared eigenbasis P of commuting data. (No assumption check; `theorem6` checks.)
+
+    **Raises:** `TypeError` if `data` is not a `CommutingData`.
+    """
+    if not isinstance(data, CommutingData):
+        raise TypeError(
+            "`theorem6_rates` needs commuting data (a `CommutingData`); build it with "
+            f"`CommutingData.from_dense`. Found {type(data).__name__}."
+        )
+    Lam = np.asarray(data.Lambda)
+    y = np.asarray(data.y)
+    m = Lam.shape[0]
+    return 8.0 / m * (Lam.T @ y), 8.0 / m * np.einsum("mk,mk->k", Lam, Lam)
+
+
+def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) -> OracleSolution:
+    """Theorem 6 (Eq. E16): exact flow for commuting data with orthogonal features.
+
+    With A_mu = P diag(lambda_mu) P^T and sum_mu lambda_{mu,k} lambda_{mu,j} = 0 for k != j, every
+    mode strength z_k = (P^T M P)_kk is logistic,
+    z_k(t) = r_k z_k(0) / (C_kk z_k(0) + (r_k - C_kk z_k(0)) exp(-r_k t))  (r_k = 0:
+    z_k(0) / (1 + C_kk z_k(0) t)), with r, C from `theorem6_rates`, and
+    W(t) = Q(t) W(0), M(t) = Q(t) M(0) Q(t), Q = P diag(sqrt(z(t)/z(0))) P^T (for any PSD M(0),
+    off-diagonals included: Proposition 7). Modes with z_k(0) = 0 stay at 0.
+
+    **Arguments:**
+
+    - `data`: a `CommutingData`, or any data set whose matrices commute (converted with
+      `CommutingData.from_dense`; then `z` is in that conversion's basis, returned as `basis`).
+    - `ts`: gradient-flow times t = eta * steps, shape (n,), >= 0.
+    - `M0` (p, p) symmetric PSD, or `W0` (p, d) with M0 = W0 W0^T (exactly one).
+    - `tol`: tolerance of the assumption checks (relative residuals).
+
+    **Returns:** `OracleSolution` with `z` (n, p), `basis` = P, `M` (n, p, p) and, given `W0`,
+    `W` (n, p, d).
+
+    **Raises:** `AssumptionError` if the data does not commute (residual
+    max|[A_mu, A_nu]| / max|A|^2) or the features are not orthogonal (residual: the largest cosine
+    |sum_mu lambda_{mu,k} lambda_{mu,j}| / (|lambda_k| |lambda_j|), k != j); `ValueError` for bad
+    shapes, non-finite input, a non-PSD `M0`, negative times.
+    """
+    theorem = "Theorem 6"
+    cdata = _as_commuting(data, theorem, tol)
+    Lam = np.asarray(cdata.Lambda)
+    res, (k, j) = _orthogonal_features_residual(Lam)
+    if res > tol:
+        raise AssumptionError(
+            theorem, _THM6_COND, res, tol, where=f"(k, j) = ({k}, {j})",
+            detail="Residual: |sum_mu lambda_{mu,k} lambda_{mu,j}| / (|lambda_k| |lambda_j|).",
+        )
+    p = cdata.p
+    ts = _times(ts)
+    if (M0 is None) == (W0 is None):
+        raise ValueError("Give exactly one initial condition: `M0` (p, p) or `W0` (p, d).")
+    if W0 is not None:
+        W0 = np.asarray(as_array(W0, "W0", ndim=2))
+        if W0.shape[0] != p:
+            raise ValueError(f"`W0` must have shape ({p}, d) to match the data; found {shape_str(W0.shape)}.")
+        M0 = W0 @ W0.T
+    else:
+        M0 = _initial_M(M0, p)
+    P = np.eye(p) if cdata.P is None else np.asarray(cdata.P)
+    Mb0 = P.T @ M0 @ P
+    z0 = np.maximum(np.diag(Mb0), 0.0)
+    r, C = theorem6_rates(cdata)
+    ratio = _logistic_ratio(r, C, z0, ts[:, None])  # (n, p)
+    s = np.sqrt(ratio)
+    z = z0 * ratio
+    Mb = s[:, :, None] * Mb0[None] * s[:, None, :]
+    np.einsum("nkk->nk", Mb)[...] = z  # diagonal exactly z (no rounding from s^2)
+    W = None
+    if W0 is not None:
+        W = np.einsum("ik,nk,kd->nid", P, s, P.T @ W0)
+    return OracleSolution(theorem, ts, z, P, Mb, W)
+
+
+# --------------------------------------------------------------------------------------------
+# Theorem 7
+# --------------------------------------------------------------------------------------------
+_THM7_COND = "isotropic samples K(X) = 4 c X for every symmetric X"
+
+
+def sym_basis(p: int) -> np.ndarray:
+    """Orthonormal basis of Sym(p) under <X, Y> = Tr[X Y]: E_ii and (E_ij + E_ji)/sqrt 2, i < j.
+
+    Returns shape (p (p + 1) / 2, p, p).
+    """
+    out = []
+    for i in range(p):
+        for j in range(i, p):
+            B = np.zeros((p, p))
+            if i == j:
+                B[i, i] = 1.0
+            else:
+                B[i, j] = B[j, i] = np.sqrt(0.5)
+            out.append(B)
+    return np.asarray(out).reshape(-1, p, p)
+
+
+def isotropy(data: AbstractData) -> tuple[float, float, np.ndarray]:
+    """Measure Theorem 7's assumption: the matrix of K on an orthonormal basis of Sym(p).
+
+    K_ab = <B_a, K(B_b)> = (4/m) sum_mu <A_mu, B_a> <A_mu, B_b> (a PSD matrix of size
+    p (p + 1) / 2); isotropy is K = 4 c I.
+
+    **Returns:** `(c, residual, eigenvalues)`: c = Tr K / (4 dim Sym(p)), the relative residual
+    max_i |kappa_i - 4 c| / max_i kappa_i over the eigenvalues kappa of K (0 when K = 0), and the
+    eigenvalues.
+    """
+    _check_data(data)
+    p = data.p
+    B = jnp.asarray(sym_basis(p))
+    T = np.asarray(jax.vmap(data.traces)(B))  # (n_s, m)
+    Kmat = 4.0 / data.m * (T @ T.T)
+    kappa = np.linalg.eigvalsh(Kmat)
+    c = float(np.trace(Kmat)) / (4.0 * Kmat.shape[0])
+    top = float(np.abs(kappa).max(initial=0.0))
+    res = float(np.abs(kappa - 4.0 * c).max(initial=0.0)) / top if top > 0 else 0.0
+    return c, res, kappa
+
+
+def _check_isotropic(data: AbstractData, tol: float, theorem: str = "Theorem 7") -> float:
+    c, res, kappa = isotropy(data)
+    if res > tol:
+        p, m = data.p, data.m
+        ns = p * (p + 1) // 2
+        detail = (
+            f"Residual: max|kappa - 4c| / max kappa over the eigenvalues kappa of K on Sym({p}) "
+            f"(they span [{kappa.min():.4g}, {kappa.max():.4g}], 4c = {4 * c:.4g})."
+        )
+        if m < ns:
+            detail += f" Isotropy needs m >= p(p+1)/2 = {ns} samples; found m = {m}."
+        raise AssumptionError(theorem, _THM7_COND, res, tol, detail=detail)
+    return c
+
+
+def _log_psi(g, t):
+    """log Psi, Psi = (1 - exp(-2 g t)) / (2 g) = exp(-2 g t) int_0^t exp(2 g s) ds (t for g = 0),
+    for t > 0, without overflow: for g < 0 it is 2|g| t + log(1 - e^{-2|g| t}) - log(2|g|)."""
+    a = np.abs(g)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a_s = np.where(a > 0, a, 1.0)
+        core = np.log(-np.expm1(-2.0 * a_s * t)) - np.log(2.0 * a_s)
+        return np.where(g > 0, core, np.where(g < 0, 2.0 * a * t + core, np.log(t + 0.0 * g)))
+
+
+def _riccati_isotropic(g, c: float, Mb0, ts) -> np.ndarray:
+    """M~(t) = E M~0 [I + 8 c Phi M~0]^{-1} E in Y's eigenbasis (E = diag(e^{g t}),
+    Phi = diag(phi), phi_k = int_0^t e^{2 g_k s} ds), evaluated without overflow or loss of the
+    small modes' relative accuracy.
+
+    On the range of M~0 (orthonormal basis Q, rank r, restricted M_R = Q^T M~0 Q) E17 reads
+    M~ = E Q (M_R^{-1} + 8 c Q^T Phi Q)^{-1} Q^T E (the information form N' = -Y N - N Y + 8 c I).
+    Sort the modes by decreasing g (so by decreasing phi, for every t > 0) and rotate Q so that
+    its sorted rows are lower trapezoidal (an LQ factorization, Q_sorted = L O^T): then
+    A = O^T M_R^{-1} O + 8 c L^T Phi L is graded (entry (i, j) of the Phi part involves only rows
+    with phi <= phi_i, phi_j), and after the symmetric scaling A = S Ahat S (unit diagonal, built
+    in log space) its Cholesky solve is accurate; M~ = (E L S^{-1}) Ahat^{-1} (E L S^{-1})^T.
+    """
+    p = g.shape[0]
+    n = ts.shape[0]
+    out = np.zeros((n, p, p))
+    ev, U = np.linalg.eigh(Mb0)
+    keep = ev > 10.0 * p * np.finfo(float).eps * max(float(ev.max(initial=0.0)), 0.0)
+    r = int(keep.sum())
+    if r == 0:
+        return out
+    if c == 0:  # K = 0: M(t) = E M0 E
+        E = np.exp(np.outer(ts, g))
+        return E[:, :, None] * Mb0[None] * E[:, None, :]
+    live = ts > 0
+    out[~live] = Mb0
+    if not live.any():
+        return out
+    t = ts[live][:, None]  # (n', 1)
+    order = np.argsort(-g, kind="stable")
+    Qs = U[:, keep][order]  # (p, r), rows sorted by decreasing g
+    O_, Lt = np.linalg.qr(Qs.T)  # Qs^T = O Lt  =>  Qs = Lt^T O^T, L = Lt^T lower trapezoidal
+    L = Lt.T  # (p, r)
+    Ninv = (O_.T * (1.0 / ev[keep])) @ O_  # O^T M_R^{-1} O, (r, r)
+    gs = g[order]
+    logphi = 2.0 * gs[None, :] * t + _log_psi(gs[None, :], t)  # (n', p)
+    with np.errstate(divide="ignore"):
+        logL = np.log(np.abs(L))  # (p, r), -inf for zeros
+    sgnL = np.sign(L)
+    log8c = np.log(8.0 * c)
+    # terms[n, k, i, j] = log(8 c phi_k |L_ki| |L_kj|)
+    with np.errstate(invalid="ignore", under="ignore"):
+        lt = log8c + logphi[:, :, None, None] + logL[None, :, :, None] + logL[None, :, None, :]
+        # log of the diagonal of A: logsumexp over k and the Ninv diagonal
+        diag_terms = np.concatenate(
+            [np.broadcast_to(np.log(np.diag(Ninv))[None, None, :], (t.shape[0], 1, r)),
+             np.einsum("nkii->nki", lt)], axis=1)  # (n', p + 1, r)
+        mx = diag_terms.max(axis=1, keepdims=True)
+        logS2 = (mx + np.log(np.exp(diag_terms - mx).sum(axis=1, keepdims=True)))[:, 0, :]  # (n', r)
+        half = 0.5 * logS2
+        scale = half[:, :, None] + half[:, None, :]  # log(S_i S_j)
+        Ahat = Ninv[None] * np.exp(-scale)
+        Ahat = Ahat + np.einsum("nkij->nij", sgnL[None, :, :, None] * sgnL[None, :, None, :]
+                                * np.exp(lt - scale[:, None]))
+        # G = E L S^{-1}: G_ki = sign(L_ki) exp(g_k t + log|L_ki| - log S_i)
+        G = sgnL[None] * np.exp(gs[None, :, None] * t[:, :, None] + logL[None] - half[:, None, :])
+    Ahat = 0.5 * (Ahat + np.swapaxes(Ahat, 1, 2))
+    Ch = np.linalg.cholesky(Ahat)  # (n', r, r)
+    H = np.swapaxes(np.linalg.solve(Ch, np.swapaxes(G, 1, 2)), 1, 2)  # G Ch^{-T}, (n', p, r)
+    Ms = H @ np.swapaxes(H, 1, 2)  # sorted order
+    inv = np.argsort(order)
+    out[live] = Ms[:, inv][:, :, inv]
+    return out
+
+
+def theorem7(data: AbstractData, ts, *, M0, tol: float = 1e-10) -> OracleSolution:
+    """Theorem 7 (Eq. E17): exact flow for isotropic samples, K(X) = 4 c X.
+
+    M(t) = exp(Y t) M0 [I + 8 c Phi(t) M0]^{-1} exp(Y t), Phi(t) = int_0^t exp(2 Y s) ds,
+    Y = (4/m) sum_mu y_mu A_mu. Evaluated in the eigenbasis V of Y (Y = V diag(g) V^T) from a
+    graded information form on the range of M0 (see `_riccati_isotropic`), never forming the
+    ill-conditioned I + 8 c Phi M0: valid for any PSD M0 (singular included; eigenvalues below
+    ~1e-15 of the largest are treated as zero), no overflow, and the small modes keep their
+    relative accuracy for z(0) down to 1e-12 and large |g| t.
+
+    **Arguments:** `data` (any representation), `ts` gradient-flow times (n,) >= 0, `M0` (p, p)
+    symmetric PSD, `tol` for the isotropy check.
+
+    **Returns:** `OracleSolution` with `basis` = V (eigenvectors of Y, ascending eigenvalues),
+    `M_basis` = V^T M(t) V, `z` = its diagonal (n, p) (the z_k of `theorem7_commuting` when M0
+    commutes with Y), and `M` (n, p, p).
+
+    **Raises:** `AssumptionError` if K is not 4 c I on Sym(p) (which needs m >= p(p+1)/2);
+    `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times;
+    `FloatingPointError` if exp(g t) overflows.
+    """
+    theorem = "Theorem 7"
+    _check_data(data)
+    c = _check_isotropic(data, tol, theorem)
+    p = data.p
+    ts = _times(ts)
+    M0 = _initial_M(M0, p)
+    g, V = np.linalg.eigh(np.asarray(data.Y()))
+    Mb0 = V.T @ M0 @ V
+    with np.errstate(over="ignore", invalid="ignore"):
+        Mb = _riccati_isotropic(g, c, 0.5 * (Mb0 + Mb0.T), ts)
+    if not np.all(np.isfinite(Mb)):
+        raise FloatingPointError(
+            "Theorem 7 oracle overflowed (g_max t = "
+            f"{float(np.abs(g).max(initial=0.0) * ts.max(initial=0.0)):.4g}); use smaller times."
+        )
+    Mb = 0.5 * (Mb + np.swapaxes(Mb, 1, 2))
+    z = np.einsum("nkk->nk", Mb).copy()
+    return OracleSolution(theorem, ts, z, V, Mb)
+
+
+def theorem7_commuting(g, c, z0, ts) -> np.ndarray:
+    """Theorem 7 when M0 commutes with Y (Eq. E17, eigenvalue form).
+
+    z_k(t) = g_k z_k(0) / (4 c z_k(0) + (g_k - 4 c z_k(0)) exp(-2 g_k t)); g_k = 0:
+    z_k(0) / (1 + 8 c z_k(0) t). This is the logistic z' = 2 g z - 8 c z^2, evaluated with
+    `logistic` (relative accuracy for any z0 and g t).
+
+    **Arguments:** `g` eigenvalues of Y (p,), `c` >= 0 the isotropy constant, `z0` (p,) >= 0 the
+    eigenvalues of M0 in Y's eigenbasis, `ts` gradient-flow times (n,).
+
+    **Returns:** z(t), shape (n, p).
+
+    **Raises:** `ValueError` for negative c, z0 or times, or non-finite input.
+    """
+    g = np.asarray(as_array(g, "g", ndim=1))
+    z0 = np.asarray(as_array(z0, "z0"))
+    c = float(as_array(c, "c", ndim=0))
+    if c < 0 or np.any(z0 < 0):
+        raise ValueError("`c` and `z0` must be >= 0.")
+    ts = _times(ts)
+    return logistic(2.0 * g, 8.0 * c, np.broadcast_to(z0, g.shape), ts)
+
+
+# --------------------------------------------------------------------------------------------
+# Theorem 16
+# --------------------------------------------------------------------------------------------
+def _spec(X) -> float:
+    return float(np.abs(np.linalg.eigvalsh(0.5 * (X + X.T))).max(initial=0.0))
+
+
+def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> OracleSolution:
+    """Theorem 16 (Eq. E18): exact flow in the span of invariant orthogonal projectors.
+
+    Assumptions (each measured as a relative residual and checked against `tol`):
+
+    1. Pi_a symmetric: |Pi_a - Pi_a^T|_F / |Pi_a|_F.
+    2. Pi_a Pi_b = delta_ab Pi_a: |Pi_a Pi_b - delta_ab Pi_a|_F / max(|Pi_a|_F, |Pi_b|_F).
+    3. Y Pi_a + Pi_a Y = 2 g_a Pi_a, g_a = Tr[Y Pi_a] / Tr Pi_a:
+       |Y Pi_a + Pi_a Y - 2 g_a Pi_a|_F / (2 |Y|_2 |Pi_a|_F).
+    4. K(Pi_b) Pi_a + Pi_a K(Pi_b) = 2 k_a delta_ab Pi_a, k_a = Tr[K(Pi_a) Pi_a] / Tr Pi_a:
+       |K(Pi_b) Pi_a + Pi_a K(Pi_b) - 2 k_a delta_ab Pi_a|_F / (2 |K(Pi_b)|_2 |Pi_a|_F).
+    5. M0 = sum_a z_a(0) Pi_a, z_a(0) = Tr[M0 Pi_a] / Tr Pi_a: |M0 - sum_a z_a(0) Pi_a|_F / |M0|_F.
+
+    Then M(t) = sum_a z_a(t) Pi_a with the logistic z_a' = 2 g_a z_a - 2 k_a z_a^2:
+    z_a(t) = g_a z_a(0) / (k_a z_a(0) + (g_a - k_a z_a(0)) exp(-2 g_a t));
+    g_a = 0: z_a(0) / (1 + 2 k_a z_a(0) t).
+
+    **Arguments:** `data` (any representation), `projectors` (n_a, p, p), `ts` gradient-flow times
+    (n,) >= 0, `M0` (p, p) symmetric PSD, `tol`.
+
+    **Returns:** `OracleSolution` with `z` (n, n_a), `M` (n, p, p) (standard basis).
+
+    **Raises:** `AssumptionError` naming the first violated condition above (and (a, b));
+    `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, a zero projector, negative times.
+    """
+    theorem = "Theorem 16"
+    _check_data(data)
+    p = data.p
+    Pi = np.asarray(as_array(projectors, "projectors", ndim=3, shape=(None, p, p)))
+    n_a = Pi.shape[0]
+    if n_a == 0:
+        raise ValueError("`projectors` must hold at least one projector; found shape (0, p, p).")
+    ts = _times(ts)
+    M0 = _initial_M(M0, p)
+    nrm = np.linalg.norm(Pi, axis=(1, 2))
+    tr = np.einsum("aii->a", Pi)
+    if np.any(tr < 0.5):
+        a = int(np.argmin(tr))
+        raise ValueError(f"`projectors[{a}]` has trace {tr[a]:.3g}; each projector must be nonzero (rank >= 1).")
+
+    def worst(res, name, where_fmt, detail=""):
+        res = np.asarray(res)
+        idx = np.unravel_index(np.argmax(res), res.shape)
+        if res[idx] > tol:
+            raise AssumptionError(theorem, name, float(res[idx]), tol,
+                                  where=where_fmt.format(*[int(i) for i in idx]), detail=detail)
+
+    # 1. symmetric
+    worst(np.linalg.norm(Pi - np.swapaxes(Pi, 1, 2), axis=(1, 2)) / nrm,
+          "symmetric projectors Pi_a = Pi_a^T", "a = {}")
+    # 2. orthogonal projectors
+    prod = np.einsum("aij,bjk->abik", Pi, Pi)
+    prod -= np.eye(n_a)[:, :, None, None] * Pi[:, None]
+    worst(np.linalg.norm(prod, axis=(2, 3)) / np.maximum.outer(nrm, nrm),
+          "orthogonal projectors Pi_a Pi_b = delta_ab Pi_a", "(a, b) = ({}, {})")
+    # 3. Y condition
+    Y = np.asarray(data.Y())
+    g = np.einsum("ij,aji->a", Y, Pi) / tr
+    YP = np.einsum("ij,ajk->aik", Y, Pi)
+    R = YP + np.swapaxes(YP, 1, 2) - 2.0 * g[:, None, None] * Pi
+    ys = max(_spec(Y), _TINY)
+    worst(np.linalg.norm(R, axis=(1, 2)) / (2.0 * ys * nrm),
+          "Y Pi_a + Pi_a Y = 2 g_a Pi_a", "a = {}")
+    # 4. K condition
+    KP = np.asarray(jax.vmap(data.K)(jnp.asarray(Pi)))  # K(Pi_b), (n_a, p, p)
+    k = np.einsum("aij,aji->a", KP, Pi) / tr
+    KbPa = np.einsum("bij,ajk->abik", KP, Pi)  # K(Pi_b) Pi_a, indexed [a, b]
+    R = KbPa + np.swapaxes(KbPa, 2, 3) - 2.0 * (np.eye(n_a) * k[:, None])[:, :, None, None] * Pi[:, None]
+    ks = np.maximum(np.array([_spec(K) for K in KP]), _TINY)
+    worst(np.linalg.norm(R, axis=(2, 3)) / (2.0 * ks[None, :] * nrm[:, None]),
+          "K(Pi_b) Pi_a + Pi_a K(Pi_b) = 2 k_a delta_ab Pi_a", "(a, b) = ({}, {})")
+    # 5. initial condition in the span
+    z0 = np.maximum(np.einsum("ij,aji->a", M0, Pi) / tr, 0.0)
+    m0n = float(np.linalg.norm(M0))
+    res = float(np.linalg.norm(M0 - np.einsum("a,aij->ij", z0, Pi))) / m0n if m0n > 0 else 0.0
+    worst([res], "initial condition M0 = sum_a z_a(0) Pi_a", "")
+    z = logistic(2.0 * g, 2.0 * k, z0, ts)  # (n, n_a)
+    M = np.einsum("na,aij->nij", z, Pi)
+    return OracleSolution(theorem, ts, z, None, M)
+
+
+# --------------------------------------------------------------------------------------------
+# Proposition 7
+# --------------------------------------------------------------------------------------------
+def proposition7(data: CommutingData, M0, z, *, tol: float = 1e-10) -> np.ndarray:
+    """Proposition 7 (Eq. E12): off-diagonal slaving of commuting data.
+
+    In the shared eigenbasis P, M~ = P^T M P obeys M~_ij(t) = M~_ij(0) sqrt(z_i z_j / (z_i0 z_j0))
+    for any trajectory z(t) of the mode strengths z_k = M~_kk (from a GLV solve, `theorem6`, ...),
+    with z_0 = diag(P^T M0 P); the diagonal is z itself. Rows with z_i0 = 0 are zero (M0 PSD).
+
+    **Arguments:** `data` a `CommutingData` (z is indexed in its basis P), `M0` (p, p) symmetric
+    PSD, `z` (n, p) >= 0, `tol` for the commutativity check of non-`CommutingData` input.
+
+    **Returns:** M(t) in the standard basis, shape (n, p, p).
+
+    **Raises:** `AssumptionError` if `data` is not commuting (residual max|[A_mu, A_nu]| / max|A|^2);
+    `TypeError` if it commutes but is not given as `CommutingData` (z's basis would be undefined:
+    convert with `CommutingData.from_dense`); `ValueError` for bad shapes, non-finite or negative z,
+    or a non-PSD `M0`.
+    """
+    cdata = _as_commuting(data, "Proposition 7", tol)
+    if cdata is not data:
+        raise TypeError(
+            "`proposition7` needs the data as a `CommutingData` so that the basis of `z` is defined; "
+            "convert it with `CommutingData.from_dense(A, y)` and solve for z with that object."
+        )
+    p = cdata.p
+    M0 = _initial_M(M0, p)
+    z = np.asarray(as_array(z, "z", ndim=2, shape=(None, p)))
+    if np.any(z < 0):
+        raise ValueError(f"`z` must be >= 0 (mode strengths); found min {z.min():.3g}.")
+    P = np.eye(p) if cdata.P is None else np.asarray(cdata.P)
+    Mb0 = P.T @ M0 @ P
+    z0 = np.diag(Mb0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.where(z0 > 0, np.sqrt(z / np.where(z0 > 0, z0, 1.0)), 0.0)
+    Mb = s[:, :, None] * Mb0[None] * s[:, None, :]
+    np.einsum("nkk->nk", Mb)[...] = np.where(z0 > 0, z, 0.0)
+    return np.einsum("ik,nkl,jl->nij", P, Mb, P)

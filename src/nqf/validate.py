@@ -1,0 +1,274 @@
+"""Validate the flow solver against the paper's exact solutions (the `nqf validate` report).
+
+`validate` runs every check in the registry `CHECKS` and returns one record per measurement:
+``{"name": str, "value": float, "bound": float, "passed": bool}``. The built-in checks
+
+- integrate the flow (`nqf.solve_flow`) on generated data that satisfies Theorem 6, Theorem 7,
+  Theorem 16 and Proposition 7, for each initial scale eps, and record the maximum relative error
+  against the oracle over the whole trajectory (bound `FLOW_BOUND` = 1e-8);
+- give each oracle a data set that violates its assumption and record the measured residual
+  (bound: the oracle's `tol`); the check passes if the oracle refused with `AssumptionError`.
+
+Extending: append a function ``check(eps_values: tuple[float, ...]) -> list[dict]`` to `CHECKS`
+(or decorate it with `register`); build records with `record`. A check that raises is reported as
+one failed record naming the exception, so one broken check never hides the others.
+
+Error measures (all maxima over the saved times):
+
+- `relative_error(x, ref)`: max |x - ref| / |ref| elementwise (mode strengths z).
+- `matrix_relative_error(M, ref)`: max_ij |M_ij - ref_ij| / sqrt(ref_ii ref_jj), the entrywise
+  error in the natural scale of a PSD matrix (small modes keep their own scale); for matrices in
+  the basis where they are computed.
+- `norm_relative_error(M, ref)`: max_t |M(t) - ref(t)|_F / |ref(t)|_F (basis-independent; used
+  where the flow's state mixes modes of very different size, e.g. a rotated basis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from . import datasets
+from .data import CommutingData
+from .oracles import AssumptionError, proposition7, theorem6, theorem7, theorem7_commuting, theorem16
+from .solve import solve_flow
+
+__all__ = [
+    "validate",
+    "CHECKS",
+    "register",
+    "record",
+    "FLOW_BOUND",
+    "relative_error",
+    "matrix_relative_error",
+    "norm_relative_error",
+    "generic_commuting_data",
+]
+
+FLOW_BOUND = 1e-8
+"""Bound on the maximum relative error of the flow against an oracle."""
+
+# Solver settings of the built-in checks: relative control everywhere (atol far below any state),
+# GLV form in log space (its own default atol), 201 saved times (one compiled program per form).
+_RTOL = 1e-11
+_ATOL_TINY = 1e-250
+_NT = 201
+
+CHECKS: list[Callable[[tuple[float, ...]], list[dict]]] = []
+"""Registry of checks run by `validate`; each maps the eps values to a list of records."""
+
+
+def register(fn: Callable[[tuple[float, ...]], list[dict]]):
+    """Append `fn` to `CHECKS` (usable as a decorator); returns `fn`."""
+    CHECKS.append(fn)
+    return fn
+
+
+def record(name: str, value: float, bound: float, passed: bool | None = None) -> dict:
+    """One result: ``{"name", "value", "bound", "passed"}``; `passed` defaults to value <= bound
+    (False for NaN)."""
+    value = float(value)
+    bound = float(bound)
+    if passed is None:
+        passed = bool(value <= bound)
+    return {"name": name, "value": value, "bound": bound, "passed": bool(passed)}
+
+
+# --------------------------------------------------------------------------------------------
+# error measures
+# --------------------------------------------------------------------------------------------
+_TINY = np.finfo(float).tiny
+
+
+def relative_error(x, ref) -> float:
+    """max |x - ref| / |ref| elementwise (entries where ref = 0 must match exactly)."""
+    x, ref = np.asarray(x, float), np.asarray(ref, float)
+    err = np.abs(x - ref)
+    return float(np.max(np.where(err == 0, 0.0, err / np.maximum(np.abs(ref), _TINY)), initial=0.0))
+
+
+def matrix_relative_error(M, ref, basis=None) -> float:
+    """max_ij |M_ij - ref_ij| / sqrt(ref_ii ref_jj) over a stack (n, p, p) of PSD matrices, after
+    an optional change of basis X -> basis^T X basis."""
+    M, ref = np.asarray(M, float), np.asarray(ref, float)
+    if basis is not None:
+        B = np.asarray(basis, float)
+        M = np.einsum("ki,nkl,lj->nij", B, M, B)
+        ref = np.einsum("ki,nkl,lj->nij", B, ref, B)
+    d = np.sqrt(np.maximum(np.einsum("nii->ni", ref), 0.0))
+    scale = d[:, :, None] * d[:, None, :]
+    err = np.abs(M - ref)
+    return float(np.max(np.where(err == 0, 0.0, err / np.maximum(scale, _TINY)), initial=0.0))
+
+
+def norm_relative_error(M, ref) -> float:
+    """max over the stack of |M - ref|_F / |ref|_F."""
+    M, ref = np.asarray(M, float), np.asarray(ref, float)
+    num = np.linalg.norm((M - ref).reshape(M.shape[0], -1), axis=1)
+    den = np.linalg.norm(ref.reshape(ref.shape[0], -1), axis=1)
+    return float(np.max(np.where(num == 0, 0.0, num / np.maximum(den, _TINY)), initial=0.0))
+
+
+# --------------------------------------------------------------------------------------------
+# test beds (shared shapes: one compiled flow per form)
+# --------------------------------------------------------------------------------------------
+THM6_R = (1.0, 0.5, 0.0, -0.25, 0.125)
+THM6_C = (1.0, 2.0, 0.5, 1.0, 1.5)
+
+
+def generic_commuting_data(p: int = 5, m: int = 5, *, seed: int = 0, rotate_basis: bool = False) -> CommutingData:
+    """Commuting data without orthogonal features (a genuine GLV, Eq. E13) for Proposition 7:
+    Lambda (m, p) standard normal, labels y = Lambda z* with z* = 2^-k (k = 0..p-1) plus noise."""
+    rng = np.random.default_rng(seed)
+    Lam = rng.standard_normal((m, p))
+    y = Lam @ (2.0 ** -np.arange(p)) + 0.1 * rng.standard_normal(m)
+    P = datasets._random_orthogonal(p, rng) if rotate_basis else None
+    return CommutingData(Lam, y, P)
+
+
+def _random_psd(p: int, eps: float, seed: int) -> np.ndarray:
+    W = np.random.default_rng(seed).standard_normal((p, p))
+    return eps * (W @ W.T) / p
+
+
+def _fmt(eps: float) -> str:
+    return f"eps={eps:.0e}"
+
+
+@register
+def check_theorem6(eps_values):
+    """Theorem 6 on orthogonal-features data with r = 0 and r < 0 modes, non-diagonal M0."""
+    data = datasets.orthogonal_features_data(THM6_R, THM6_C, seed=1)
+    T = 250.0
+    ts = np.linspace(0.0, T, _NT)
+    out = []
+    for eps in eps_values:
+        M0 = _random_psd(data.p, eps, seed=11)
+        orc = theorem6(data, ts, M0=M0)
+        glv = solve_flow(data, M0=M0, t1=T, ts=ts, form="glv", rtol=_RTOL)
+        out.append(record(f"theorem6 glv {_fmt(eps)}: max rel err z", relative_error(glv.z, orc.z), FLOW_BOUND))
+        out.append(record(f"theorem6 glv {_fmt(eps)}: max rel err M", matrix_relative_error(glv.M, orc.M), FLOW_BOUND))
+        Mf = solve_flow(data, M0=M0, t1=T, ts=ts, form="M", rtol=_RTOL, atol=_ATOL_TINY)
+        out.append(record(f"theorem6 M-form {_fmt(eps)}: max rel err M", matrix_relative_error(Mf.M, orc.M), FLOW_BOUND))
+    return out
+
+
+@register
+def check_theorem7(eps_values):
+    """Theorem 7 on exactly isotropic data (p = 3), growing and decaying modes, M0 not
+    commuting with Y; plus agreement of E17 with its eigenvalue form for M0 = eps I."""
+    data = datasets.isotropic_data(3, 0.5, g=(1.0, 0.5, -0.4), seed=1)
+    T = 60.0
+    ts = np.linspace(0.0, T, _NT)
+    out = []
+    for eps in eps_values:
+        M0 = _random_psd(data.p, eps, seed=7)
+        orc = theorem7(data, ts, M0=M0)
+        Mf = solve_flow(data, M0=M0, t1=T, ts=ts, form="M", rtol=_RTOL, atol=_ATOL_TINY)
+        out.append(record(f"theorem7 M-form {_fmt(eps)}: max rel err |M|_F", norm_relative_error(Mf.M, orc.M), FLOW_BOUND))
+        g = np.linalg.eigvalsh(np.asarray(data.Y()))
+        zc = theorem7_commuting(g, 0.5, np.full(3, eps), ts)
+        z7 = theorem7(data, ts, M0=eps * np.eye(3)).z
+        out.append(record(f"theorem7 E17 vs eigenvalue form {_fmt(eps)}: max rel err z", relative_error(z7, zc), FLOW_BOUND))
+    return out
+
+
+@register
+def check_theorem16(eps_values):
+    """Theorem 16 on projector data (blocks 2, 1, 2: Theorem 6 does not apply)."""
+    data, Pi = datasets.projector_data((2, 1, 2), (1.0, 0.4, -0.2), (1.0, 2.0, 0.5), m=5, seed=2,
+                                       rotate_basis=False)
+    blocks = np.repeat(np.arange(3), (2, 1, 2))
+    T = 120.0
+    ts = np.linspace(0.0, T, _NT)
+    out = []
+    for eps in eps_values:
+        M0 = np.einsum("a,aij->ij", eps * np.array([1.0, 2.0, 0.5]), Pi)
+        orc = theorem16(data, Pi, ts, M0=M0)
+        glv = solve_flow(data, M0=M0, t1=T, ts=ts, form="glv", rtol=_RTOL)
+        out.append(record(f"theorem16 glv {_fmt(eps)}: max rel err z", relative_error(glv.z, orc.z[:, blocks]), FLOW_BOUND))
+        Mf = solve_flow(data, M0=M0, t1=T, ts=ts, form="M", rtol=_RTOL, atol=_ATOL_TINY)
+        out.append(record(f"theorem16 M-form {_fmt(eps)}: max rel err M", matrix_relative_error(Mf.M, orc.M), FLOW_BOUND))
+    return out
+
+
+@register
+def check_proposition7(eps_values):
+    """Proposition 7: off-diagonals of the M-form flow vs slaving to the GLV solution z(t)."""
+    data = generic_commuting_data(seed=3)
+    T = 100.0
+    ts = np.linspace(0.0, T, _NT)
+    out = []
+    for eps in eps_values:
+        M0 = _random_psd(data.p, eps, seed=5)
+        glv = solve_flow(data, M0=M0, t1=T, ts=ts, form="glv", rtol=_RTOL)
+        Mp = proposition7(data, M0, glv.z)
+        Mf = solve_flow(data, M0=M0, t1=T, ts=ts, form="M", rtol=_RTOL, atol=_ATOL_TINY)
+        out.append(record(f"proposition7 M-form vs slaved GLV {_fmt(eps)}: max rel err M", matrix_relative_error(Mf.M, Mp), FLOW_BOUND))
+    return out
+
+
+def _refusal(name: str, fn) -> dict:
+    """Run `fn`, which must raise AssumptionError; record its residual against its tol."""
+    try:
+        fn()
+    except AssumptionError as err:
+        return record(f"{name} [{err.condition}]", err.residual, err.tol, passed=not err.residual <= err.tol)
+    return record(f"{name}: oracle did NOT refuse", 0.0, 0.0, passed=False)
+
+
+@register
+def check_refusals(eps_values):
+    """Each oracle refuses a data set that violates its assumption (independent of eps)."""
+    ts = np.linspace(0.0, 1.0, 3)
+    proj, Pi = datasets.projector_data((2, 1, 2), (1.0, 0.4, -0.2), m=5, seed=2)
+    iso = datasets.isotropic_data(3, 0.5, seed=1)
+    fig3 = datasets.fig3_data()
+    # Wrong projectors for `proj`: merge two blocks' directions into one split that the data do not respect.
+    P = np.asarray(proj.P)
+    bad = np.stack([P[:, :3] @ P[:, :3].T, P[:, 3:] @ P[:, 3:].T])
+    return [
+        _refusal("theorem6 refuses repeated features (projector data)",
+                 lambda: theorem6(proj, ts, M0=np.eye(5))),
+        _refusal("theorem7 refuses non-isotropic data (Fig. 3 data)",
+                 lambda: theorem7(fig3, ts, M0=np.eye(5))),
+        _refusal("theorem16 refuses projectors that are not invariant",
+                 lambda: theorem16(proj, bad, ts, M0=bad[0] + bad[1])),
+        _refusal("theorem16 refuses M0 outside the span of the projectors",
+                 lambda: theorem16(proj, Pi, ts, M0=np.eye(5) + 0.1 * np.ones((5, 5)))),
+        _refusal("proposition7 refuses non-commuting (isotropic) data",
+                 lambda: proposition7(iso, np.eye(3), np.ones((2, 3)))),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+def validate(eps_values=(1e-3, 1e-6, 1e-12), *, progress: Callable[[dict], None] | None = None) -> list[dict]:
+    """Run every check in `CHECKS` and return the records.
+
+    **Arguments:**
+
+    - `eps_values`: initial scales eps (M0 ~ eps) of the flow-vs-oracle checks; each > 0.
+    - `progress`: optional callable, called with each record as soon as it is measured.
+
+    **Returns:** a list of ``{"name": str, "value": float, "bound": float, "passed": bool}``:
+    flow-vs-oracle maximum relative errors over the whole trajectory (bound 1e-8) and, per oracle,
+    the residual of a violated assumption (bound: the oracle's tol; passed if it refused).
+
+    **Raises:** `ValueError` for an empty `eps_values` or a non-positive or non-finite eps.
+    """
+    eps_values = tuple(float(e) for e in np.atleast_1d(np.asarray(eps_values, dtype=float)))
+    if not eps_values or not all(np.isfinite(e) and e > 0 for e in eps_values):
+        raise ValueError(f"`eps_values` must be a non-empty list of finite values > 0; found {eps_values}.")
+    results = []
+    for check in list(CHECKS):
+        try:
+            recs = list(check(eps_values))
+        except Exception as err:  # report, never hide the other checks
+            recs = [record(f"{getattr(check, '__name__', check)}: raised {type(err).__name__}: {err}",
+                           float("nan"), float("nan"), passed=False)]
+        for rec in recs:
+            results.append(rec)
+            if progress is not None:
+                progress(rec)
+    return results
