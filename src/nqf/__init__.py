@@ -11,6 +11,7 @@ from . import _config  # noqa: F401  (enables float64 first)
 from . import datasets
 from .data import AbstractData, CommutingData, DenseData, LowRankData, feedforward_data
 from .glv import excess_loss, glv_equilibrium
+from .model import NQFModel
 from .ignition import measure_ignition_times, predicted_ignition_times
 from .solve import SOLVERS, FlowSolution, MaxStepsReached, solve_flow
 from .oracles import (
