@@ -91,3 +91,10 @@ def check_positive(x, name: str, *, allow_zero: bool = False) -> float:
         cond = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"`{name}` must be finite and {cond}; found {v!r}.")
     return v
+
+
+def check_width(d) -> int:
+    """Return the width d (number of neurons) as int, raising unless it is an integer >= 1."""
+    if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 1:
+        raise ValueError(f"`d` (the number of neurons) must be an integer >= 1; found {d!r}.")
+    return int(d)

@@ -1,6 +1,6 @@
 """Vector fields of the MSE gradient flow on the order parameters (THEORY sec. 4-5).
 
-Time is gradient-flow time: t = eta * (number of GD steps). Three exact forms:
+Time is gradient-flow time: t = eta * (number of GD steps). Four exact forms:
 
 - ``"M"``: M' = -(H M + M H), H = (4/m) sum_mu Delta_mu A_mu + gamma I (Eqs. E8-E9).
 - ``"factor"``: F' = -H F with F F^T = M (exact, PSD by construction; W' = -H W is the factor
@@ -8,6 +8,9 @@ Time is gradient-flow time: t = eta * (number of GD steps). Three exact forms:
 - ``"glv"`` (commuting data only): u = log z, u_k' = -(8/m) sum_mu lambda_{mu,k} Delta_mu - 2 gamma
   (Eq. E13 in log space, which keeps relative accuracy while z ~ eps). Modes with z_k(0) = 0 stay
   at zero and are masked.
+- ``"M-mu"`` (the general model f = f0 + g^T mu + mu^T B mu + Tr[M A], `nqf.NQFModel`): state
+  (M, mu), mu' = -(d v + H mu), M' = -(v mu^T + mu v^T + H M + M H) (Eq. E10, Theorem 2 in the
+  flow limit), v = sum_x l'_x u(x), H = sum_x 2 l'_x A(x) + gamma I, l'_x = (2/m)(f_x - y_x).
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .data import AbstractData, CommutingData
+from .model import NQFModel
 
-FORMS = ("M", "factor", "glv")
+FORMS = ("M", "factor", "glv", "M-mu")
 
 
 def rhs_M(t, M, args):
@@ -43,8 +47,30 @@ def rhs_glv(t, u, args):
     return jnp.where(mask, du, 0.0)
 
 
-# Each right-hand side takes args = (data, gamma, mask); mask is used by the GLV form only.
-RHS = {"M": rhs_M, "factor": rhs_factor, "glv": rhs_glv}
+def rhs_M_mu(t, state, args):
+    """Eq. E10 with weight decay: state = (M (p, p), mu (p,)), args = (model or data, gamma, d).
+
+    The third slot of `args` carries the width d (a float64 scalar) instead of a GLV mask. A bare
+    data set is the model with g = B = f0 = 0 (then u = 0 and mu' = -H mu).
+    """
+    M, mu = state
+    model, gamma, d = args
+    data = model.data if isinstance(model, NQFModel) else model
+    f = model.outputs(M, mu) if isinstance(model, NQFModel) else data.traces(M)
+    delta = f - data.y
+    HX = data.apply(4.0 / data.m * delta, jnp.concatenate([M, mu[:, None]], axis=1))
+    H_M = HX[:, :-1] + gamma * M
+    H_mu = HX[:, -1] + gamma * mu
+    if isinstance(model, NQFModel) and model.has_mean_field:
+        v = (2.0 / data.m * delta) @ model.u(mu)
+        vmu = jnp.outer(v, mu)
+        return -(H_M + H_M.T + vmu + vmu.T), -(d * v + H_mu)
+    return -(H_M + H_M.T), -H_mu
+
+
+# Each right-hand side takes args = (data, gamma, mask); mask is used by the GLV form only, and
+# the "M-mu" form takes (model or data, gamma, d).
+RHS = {"M": rhs_M, "factor": rhs_factor, "glv": rhs_glv, "M-mu": rhs_M_mu}
 
 
 def check_form(form: str, data: AbstractData) -> None:

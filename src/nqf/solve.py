@@ -1,9 +1,12 @@
-"""Solve the closed MSE gradient flow (THEORY Eqs. E8, E9, E13) with diffrax.
+"""Solve the closed MSE gradient flow (THEORY Eqs. E8, E9, E10, E13) with diffrax.
 
 `solve_flow` is the one front end: it picks the exact form of the flow that suits the data (see
 `nqf.flow`), integrates it with an adaptive explicit or stiff diffrax solver under PID step-size
 control, and returns a `FlowSolution`. Repeated solves with new values of the same shapes reuse the
 compiled program (the data set is a pytree argument, not a constant).
+
+The general model with a linear and mean-field term (`nqf.NQFModel` with g or B, Eq. E2) is solved
+in the ``"M-mu"`` form on the pair (M, mu) (Eq. E10); the width d enters its mu equation.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import as_array, check_positive, check_psd, check_symmetric, shape_str
+from ._checks import as_array, check_positive, check_psd, check_symmetric, check_width, shape_str
 from .data import AbstractData, CommutingData, LowRankData
 from .flow import RHS, check_form, glv_z
 from .glv import excess_loss as _excess_loss
 from .glv import glv_equilibrium
+from .model import NQFModel
 
 __all__ = ["solve_flow", "FlowSolution", "MaxStepsReached", "SOLVERS"]
 
@@ -93,13 +97,19 @@ class FlowSolution:
     **Attributes:**
 
     - `ts`: saved times, shape (n,).
-    - `form`: the form that was integrated (``"M"``, ``"factor"`` or ``"glv"``).
-    - `ys`: the raw saved state: M (n, p, p), F (n, p, r), or log z (n, p) for ``"glv"``.
-    - `data`: the data set; `stats`: solver statistics (num_steps, num_accepted_steps,
-      num_rejected_steps, max_steps); `result`: diffrax's result message.
+    - `form`: the form that was integrated (``"M"``, ``"factor"``, ``"glv"`` or ``"M-mu"``).
+    - `ys`: the raw saved state: M (n, p, p), F (n, p, r), log z (n, p) for ``"glv"``, or the
+      pair (M (n, p, p), mu (n, p)) for ``"M-mu"``.
+    - `data`: the data set whose flow was integrated (for an `NQFModel` with f0 but no g, B solved
+      in another form: its data with labels y - f0, the same flow); `stats`: solver statistics
+      (num_steps, num_accepted_steps, num_rejected_steps, max_steps); `result`: diffrax's result
+      message.
+    - `model`: the `NQFModel` that was passed (None for a bare data set); `d`: the width used by
+      the ``"M-mu"`` form (None for the other forms).
 
-    Derived (computed on access): `M` (n, p, p), `W` (n, p, r), `z` (n, p) for commuting data,
-    `loss` (n,), `z_inf` (p,) and `excess_loss` (n,) for commuting data (None otherwise).
+    Derived (computed on access): `M` (n, p, p), `mu` (n, p) (``"M-mu"`` only, else None),
+    `W` (n, p, r), `z` (n, p) for commuting data, `loss` (n,) (from the model outputs f_x),
+    `z_inf` (p,) and `excess_loss` (n,) for commuting data without g, B, f0 (None otherwise).
     """
 
     ts: np.ndarray
@@ -113,6 +123,14 @@ class FlowSolution:
     _y0: Any = dataclasses.field(repr=False, default=None)
     _dfx: Any = dataclasses.field(repr=False, default=None)
     _mask: Any = dataclasses.field(repr=False, default=None)
+    model: NQFModel | None = None
+    d: int | None = None
+
+    @property
+    def _general(self) -> bool:
+        """True if the outputs are not Tr[M A] alone (M-mu form of a model with g, B or f0)."""
+        m = self.model
+        return self.form == "M-mu" and m is not None and (m.has_mean_field or m.f0 is not None)
 
     # -- state transforms -------------------------------------------------------------------
     def _glv_scale(self, logz) -> np.ndarray:
@@ -123,6 +141,11 @@ class FlowSolution:
         return np.sqrt(np.where(z0 > 0, z / np.where(z0 > 0, z0, 1.0), 0.0))
 
     def _W_from(self, y) -> np.ndarray:
+        if self.form == "M-mu":
+            raise ValueError(
+                "`W` is not available for form='M-mu': the closed flow (Eq. E10) tracks only "
+                "M = W W^T and mu = W 1; use `M` and `mu`, or simulate in weight space."
+            )
         if self.form == "factor":
             return np.asarray(y)
         if self.form == "glv" and self.init_is_factor:
@@ -138,6 +161,8 @@ class FlowSolution:
     def _M_from(self, y) -> np.ndarray:
         if self.form == "M":
             return np.asarray(y)
+        if self.form == "M-mu":
+            return np.asarray(y[0])
         if self.form == "factor" or self.init_is_factor:
             W = self._W_from(y)
             return np.einsum("...ir,...jr->...ij", W, W)
@@ -151,6 +176,12 @@ class FlowSolution:
     def M(self) -> np.ndarray:
         """Order parameter M(t) = W W^T at the saved times, shape (n, p, p)."""
         return self._M_from(self.ys)
+
+    @functools.cached_property
+    def mu(self) -> np.ndarray | None:
+        """Order parameter mu(t) = W 1 at the saved times, shape (n, p) (``"M-mu"`` form only;
+        None for the other forms)."""
+        return np.asarray(self.ys[1]) if self.form == "M-mu" else None
 
     @functools.cached_property
     def W(self) -> np.ndarray:
@@ -170,13 +201,19 @@ class FlowSolution:
             return np.asarray(glv_z(jnp.asarray(y), self._mask))
         if self.form == "factor":
             return np.asarray(jax.vmap(self.data.z_factor)(jnp.asarray(y)))
-        return np.asarray(jax.vmap(self.data.z)(jnp.asarray(y)))
+        return np.asarray(jax.vmap(self.data.z)(jnp.asarray(self._M_from(y))))
 
     @functools.cached_property
     def loss(self) -> np.ndarray:
-        """MSE loss (1/m) sum_mu (Tr[M A_mu] - y_mu)^2 at the saved times, shape (n,)."""
+        """MSE loss (1/m) sum_x (f_x - y_x)^2 at the saved times, shape (n,); f_x = Tr[M A_x]
+        or, for the ``"M-mu"`` form of a model, the model outputs (Eq. E2)."""
         d = self.data
-        if self.form == "glv":
+        if self._general:
+            f = jax.vmap(self.model.outputs)(jnp.asarray(self.ys[0]), jnp.asarray(self.ys[1]))
+            r = np.asarray(f) - np.asarray(d.y)
+        elif self.form == "M-mu":
+            r = np.asarray(jax.vmap(d.residual)(jnp.asarray(self.ys[0])))
+        elif self.form == "glv":
             r = self.z @ np.asarray(d.Lambda).T - np.asarray(d.y)
         elif self.form == "factor":
             r = np.asarray(jax.vmap(d.traces_factor)(jnp.asarray(self.ys))) - np.asarray(d.y)
@@ -186,8 +223,9 @@ class FlowSolution:
 
     @functools.cached_property
     def z_inf(self) -> np.ndarray | None:
-        """z(inf), the GLV equilibrium (`nqf.glv_equilibrium`), for commuting data; else None."""
-        if not isinstance(self.data, CommutingData):
+        """z(inf), the GLV equilibrium (`nqf.glv_equilibrium`), for commuting data without g, B,
+        f0; else None."""
+        if not isinstance(self.data, CommutingData) or self._general:
             return None
         return glv_equilibrium(self.data)
 
@@ -195,7 +233,7 @@ class FlowSolution:
     def excess_loss(self) -> np.ndarray | None:
         """L(t) - L(z_inf) without cancellation (`nqf.excess_loss`), shape (n,); commuting data
         only, else None (the infimum of the loss over PSD M is not known in closed form)."""
-        if self.z is None:
+        if self.z is None or self.z_inf is None:
             return None
         return _excess_loss(self.data, self.z, self.z_inf)
 
@@ -205,7 +243,7 @@ class FlowSolution:
         if self._dfx is None or self._dfx.interpolation is None:
             raise ValueError("This solution has no dense output; solve with `dense=True`.")
         t = jnp.atleast_1d(jnp.asarray(t, dtype=jnp.float64))
-        return np.asarray(_evaluate(self._dfx, t))
+        return jax.tree.map(np.asarray, _evaluate(self._dfx, t))
 
     def z_at(self, t) -> np.ndarray:
         """z(t) from dense interpolation for commuting data, shape (len(t), p)."""
@@ -216,6 +254,12 @@ class FlowSolution:
     def M_at(self, t) -> np.ndarray:
         """M(t) from dense interpolation, shape (len(t), p, p)."""
         return self._M_from(self.evaluate(t))
+
+    def mu_at(self, t) -> np.ndarray:
+        """mu(t) from dense interpolation, shape (len(t), p) (``"M-mu"`` form only)."""
+        if self.form != "M-mu":
+            raise ValueError(f"`mu_at` needs the 'M-mu' form; this solution is form={self.form!r}.")
+        return np.asarray(self.evaluate(t)[1])
 
     @property
     def step_times(self) -> np.ndarray:
@@ -271,11 +315,51 @@ def _initial_state(data: AbstractData, M0, W0, form: str):
     return form, jnp.asarray(y0), init, is_factor, mask
 
 
+def _initial_state_mu(data: AbstractData, M0, W0, mu0, d):
+    """Initial (M, mu) and width d of the "M-mu" form: from W0 (mu0 = W0 1, d = W0.shape[1]) or
+    from M0 with explicit mu0 and d."""
+    p = data.p
+    if (M0 is None) == (W0 is None):
+        raise ValueError("Give exactly one initial condition: `M0` (p, p) with `mu0` and `d`, or `W0` (p, d).")
+    if W0 is not None:
+        if mu0 is not None or d is not None:
+            raise ValueError(
+                "`mu0` and `d` are derived from `W0` (mu0 = W0 1, d = W0.shape[1]); give them only "
+                "with `M0`."
+            )
+        W0 = as_array(W0, "W0", ndim=2)
+        if W0.shape[0] != p:
+            raise ValueError(
+                f"`W0` must have shape ({p}, d) (one column per neuron) to match the data; found "
+                f"{shape_str(W0.shape)}."
+            )
+        init = np.asarray(W0)
+        return (jnp.asarray(init @ init.T), jnp.asarray(init.sum(axis=1))), init, True, init.shape[1]
+    if mu0 is None or d is None:
+        raise ValueError(
+            "The 'M-mu' form (Eq. E10; 'auto' for a model with g or B) needs `mu0` (p,) and the width `d` "
+            "together with `M0`, or a factor `W0` (p, d) from which both are derived; found "
+            f"mu0={'given' if mu0 is not None else 'None'}, d={d!r}."
+        )
+    M0 = as_array(M0, "M0", ndim=2)
+    if M0.shape != (p, p):
+        raise ValueError(f"`M0` must have shape ({p}, {p}) to match the data; found {shape_str(M0.shape)}.")
+    check_symmetric(M0, "M0")
+    check_psd(M0, "M0")
+    mu0 = as_array(mu0, "mu0", shape=(p,))
+    d = check_width(d)
+    # Realizability by some W (p, d): M0 - mu0 mu0^T / d = W (I - 1 1^T / d) W^T is PSD.
+    check_psd(np.asarray(M0) - np.outer(mu0, mu0) / d, "M0 - mu0 mu0^T / d")
+    return (M0, mu0), np.asarray(M0), False, d
+
+
 def solve_flow(
-    data: AbstractData,
+    data: AbstractData | NQFModel,
     *,
     M0=None,
     W0=None,
+    mu0=None,
+    d: int | None = None,
     t1,
     t0: float = 0.0,
     ts=None,
@@ -292,24 +376,38 @@ def solve_flow(
     dense: bool = True,
     progress: bool = False,
 ) -> FlowSolution:
-    """Integrate the MSE gradient flow M' = Y M + M Y - K(M) M - M K(M) (Eq. E9).
+    """Integrate the MSE gradient flow M' = Y M + M Y - K(M) M - M K(M) (Eq. E9), or for a
+    general model the (M, mu) flow of Eq. E10.
 
-    Time is gradient-flow time t = eta * (GD steps). Weight decay gamma (penalty gamma/2 |W|^2)
-    adds -2 gamma M (H -> H + gamma I, THEORY sec. 4).
+    Time is gradient-flow time t = eta * (GD steps); the loss is L = (1/m) sum_x (f_x - y_x)^2.
+    Weight decay gamma (penalty gamma/2 |W|^2) adds -2 gamma M (H -> H + gamma I, THEORY sec. 4;
+    in Eq. E10 also mu' gets -gamma mu).
+
+    With an `NQFModel` f = f0 + g^T mu + mu^T B mu + Tr[M A] that has g or B, the state is
+    (M, mu) and (Eq. E10, l'_x = (2/m)(f_x - y_x))
+
+        mu' = -(d v + H mu),  M' = -(v mu^T + mu v^T + H M + M H),
+        v = sum_x l'_x u(x),  u(x) = g(x) + 2 B(x) mu,  H = sum_x 2 l'_x A(x) + gamma I.
 
     **Arguments:**
 
-    - `data`: an NQF data set (`DenseData`, `CommutingData`, `LowRankData`).
+    - `data`: an NQF data set (`DenseData`, `CommutingData`, `LowRankData`) or an `NQFModel`. A
+      model without g, B is solved exactly as its data set (with labels y - f0 if it has f0).
     - `M0` (p, p) symmetric PSD, or `W0` (p, d) with M0 = W0 W0^T: the initial condition (exactly
       one). Small initialization W0 = sqrt(eps) I is M0 = eps I.
+    - `mu0` (p,) and `d` (integer >= 1, the width): with `M0`, the rest of the initial state of
+      the ``"M-mu"`` form (required there; derived from `W0` as mu0 = W0 1, d = W0.shape[1]).
+      M0 - mu0 mu0^T / d must be PSD (necessary for some W (p, d) to realize them).
     - `t1`, `t0`: time interval; `ts`: times to save (default 201 equally spaced times).
-    - `form`: ``"M"``, ``"factor"``, ``"glv"`` (commuting data) or ``"auto"`` (GLV for
-      commuting data, the factor form for low-rank data or a W0, else M).
+    - `form`: ``"M"``, ``"factor"``, ``"glv"`` (commuting data), ``"M-mu"`` (Eq. E10; any data
+      or model) or ``"auto"`` (``"M-mu"`` for a model with g or B; otherwise GLV for commuting
+      data, the factor form for low-rank data or a W0, else M).
     - `solver`: a diffrax solver or one of ``"tsit5"`` (default), ``"dopri5"``, ``"dopri8"``,
       ``"kvaerno3"``, ``"kvaerno5"`` (default when `stiff=True`).
     - `rtol`, `atol`: tolerances of the PID controller. The default `atol` is
-      ``rtol * max|state(0)|`` (``rtol`` for the log-space GLV form), so accuracy is relative to
-      the initial scale while z ~ eps, for eps down to 1e-12.
+      ``rtol * max|state(0)|`` (``rtol`` for the log-space GLV form; max over M and mu for
+      ``"M-mu"``), so accuracy is relative to the initial scale while z ~ eps, for eps down to
+      1e-12.
     - `pcoeff`, `icoeff`: PID coefficients (default 0, 1 for explicit; 0.3, 0.4 for implicit).
     - `max_steps`: solver step budget; `weight_decay`: gamma >= 0.
     - `dense`: keep diffrax's dense interpolant (needed by `evaluate` and ignition times).
@@ -317,12 +415,42 @@ def solve_flow(
 
     **Returns:** a `FlowSolution`.
 
-    **Raises:** `ValueError` for inconsistent shapes, non-finite or non-PSD initial conditions,
-    non-positive tolerances, bad `ts`; `MaxStepsReached` if `max_steps` is used up before `t1`.
+    **Raises:** `TypeError` if `data` is neither a data set nor an `NQFModel`; `ValueError` for
+    inconsistent shapes, non-finite or non-PSD initial conditions, a model with g or B solved in
+    a form other than ``"M-mu"``, ``"M-mu"`` from `M0` without `mu0` and `d` (or `mu0`/`d`
+    with `W0` or with another form), `d` not an integer >= 1, non-positive tolerances, bad `ts`;
+    `MaxStepsReached` if `max_steps` is used up before `t1`.
     """
-    if not isinstance(data, AbstractData):
-        raise TypeError(f"`data` must be an nqf data set (e.g. `DenseData`); found {type(data).__name__}.")
-    form, y0, init, is_factor, mask = _initial_state(data, M0, W0, form)
+    model = data if isinstance(data, NQFModel) else None
+    if model is not None:
+        data = model.data
+    elif not isinstance(data, AbstractData):
+        raise TypeError(
+            "`data` must be an nqf data set (e.g. `DenseData`) or an `NQFModel`; found "
+            f"{type(data).__name__}."
+        )
+    if form != "auto":
+        check_form(form, data)
+    elif model is not None and model.has_mean_field:
+        form = "M-mu"
+    width = None
+    if form == "M-mu":
+        y0, init, is_factor, width = _initial_state_mu(data, M0, W0, mu0, d)
+        mask = None
+    else:
+        if model is not None and model.has_mean_field:
+            raise ValueError(
+                f"`form={form!r}` tracks M only and ignores the model's g and B; use form='M-mu' "
+                "(or 'auto') for a model with g or B (Eq. E10)."
+            )
+        if mu0 is not None or d is not None:
+            raise ValueError(
+                "`mu0` and `d` are used only by form='M-mu' (Eq. E10); pass form='M-mu' to track "
+                f"mu, or drop them (form={form!r})."
+            )
+        if model is not None and model.f0 is not None:  # f0 shifts the labels: same flow
+            data = eqx.tree_at(lambda x: x.y, data, data.y - model.f0)
+        form, y0, init, is_factor, mask = _initial_state(data, M0, W0, form)
     solver = _make_solver(solver, stiff)
     rtol = check_positive(rtol, "rtol")
     t0 = float(as_array(t0, "t0", ndim=0))
@@ -341,7 +469,7 @@ def solve_flow(
     if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
         raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
     if atol is None:
-        scale = float(jnp.max(jnp.abs(y0))) if form != "glv" else 1.0
+        scale = max(float(jnp.max(jnp.abs(leaf))) for leaf in jax.tree.leaves(y0)) if form != "glv" else 1.0
         atol = rtol * (scale if scale > 0 else 1.0)
     atol = check_positive(atol, "atol")
     implicit = isinstance(solver, diffrax.AbstractImplicitSolver)
@@ -353,7 +481,10 @@ def solve_flow(
     )
     meter = diffrax.TextProgressMeter() if progress else diffrax.NoProgressMeter()
     mask_arr = None if mask is None else jnp.asarray(mask)
-    args = (data, f64(gamma), mask_arr)
+    if form == "M-mu":  # the third slot carries the width d (see `nqf.flow.rhs_M_mu`)
+        args = (data if model is None else model, f64(gamma), f64(width))
+    else:
+        args = (data, f64(gamma), mask_arr)
     sol = _integrate(
         RHS[form], solver, controller, data, y0, args, f64(t0), f64(t1), f64(ts),
         None if dt0 is None else f64(dt0), int(max_steps), bool(dense), meter,
@@ -368,8 +499,8 @@ def solve_flow(
         )
     if sol.result != diffrax.RESULTS.successful:
         raise RuntimeError(f"The flow solve failed: {sol.result}")
-    ys = np.asarray(sol.ys)
-    if not np.all(np.isfinite(ys)):
+    ys = jax.tree.map(np.asarray, sol.ys)
+    if not all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(ys)):
         raise FloatingPointError(
             "The flow produced non-finite values (the solution blew up); check the sign of the "
             "labels and the scale of the data, or reduce t1."
@@ -378,5 +509,6 @@ def solve_flow(
     stats["max_steps"] = int(max_steps)
     return FlowSolution(
         ts=np.asarray(sol.ts), form=form, ys=ys, data=data, init=init, init_is_factor=is_factor,
-        stats=stats, result=str(sol.result), _y0=np.asarray(y0), _dfx=sol if dense else None, _mask=mask_arr,
+        stats=stats, result=str(sol.result), _y0=jax.tree.map(np.asarray, y0), _dfx=sol if dense else None,
+        _mask=mask_arr, model=model, d=width,
     )

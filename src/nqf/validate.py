@@ -7,7 +7,10 @@
   Theorem 16 and Proposition 7, for each initial scale eps, and record the maximum relative error
   against the oracle over the whole trajectory (bound `FLOW_BOUND` = 1e-8);
 - give each oracle a data set that violates its assumption and record the measured residual
-  (bound: the oracle's `tol`); the check passes if the oracle refused with `AssumptionError`.
+  (bound: the oracle's `tol`); the check passes if the oracle refused with `AssumptionError`;
+- compare the NTK of Proposition 8 (`nqf.ntk`, Eq. E25) with J J^T of the weight-space model by
+  autodiff (bound `NTK_BOUND` = 1e-12), and the (M, mu) flow of the general model (Eq. E10) with
+  the weight-space gradient flow W' = -grad_W L integrated by scipy (bound `FLOW_BOUND`).
 
 Extending: append a function ``check(eps_values: tuple[float, ...]) -> list[dict]`` to `CHECKS`
 (or decorate it with `register`); build records with `record`. A check that raises is reported as
@@ -27,10 +30,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+import scipy.integrate
 
 from . import datasets
-from .data import CommutingData
+from .data import CommutingData, DenseData, feedforward_data
+from .model import NQFModel
+from .ntk import ntk
 from .oracles import AssumptionError, proposition7, theorem6, theorem7, theorem7_commuting, theorem16
 from .solve import solve_flow
 
@@ -40,6 +48,7 @@ __all__ = [
     "register",
     "record",
     "FLOW_BOUND",
+    "NTK_BOUND",
     "relative_error",
     "matrix_relative_error",
     "norm_relative_error",
@@ -48,6 +57,9 @@ __all__ = [
 
 FLOW_BOUND = 1e-8
 """Bound on the maximum relative error of the flow against an oracle."""
+
+NTK_BOUND = 1e-12
+"""Bound on the relative error max|Theta - J J^T| / max|J J^T| of the NTK (Eq. E25)."""
 
 # Solver settings of the built-in checks: relative control everywhere (atol far below any state),
 # GLV form in log space (its own default atol), 201 saved times (one compiled program per form).
@@ -240,6 +252,73 @@ def check_refusals(eps_values):
         _refusal("proposition7 refuses non-commuting (isotropic) data",
                  lambda: proposition7(iso, np.eye(3), np.ones((2, 3)))),
     ]
+
+
+def _general_model(data, rng) -> NQFModel:
+    """`data` with random g (m, p), symmetric B (m, p, p) and f0 (m,) (Eq. E2)."""
+    m, p = data.m, data.p
+    B = rng.standard_normal((m, p, p))
+    return NQFModel(data, g=rng.standard_normal((m, p)), B=0.25 * (B + np.swapaxes(B, 1, 2)),
+                    f0=0.3 * rng.standard_normal(m))
+
+
+def _wspace_outputs(model: NQFModel, W):
+    """f_x(W) = f0 + g^T W1 + (W1)^T B (W1) + Tr[W^T A W] from the dense A (Eq. E2), shape (m,)."""
+    mu = W.sum(axis=1)
+    return (model.f0 + model.g @ mu + jnp.einsum("i,mij,j->m", mu, model.B, mu)
+            + jnp.einsum("mij,ia,ja->m", model.data.dense(), W, W))
+
+
+_wspace_jacobian = jax.jit(jax.jacrev(lambda model, W: _wspace_outputs(model, W), argnums=1))
+"""d f_x / d W by reverse-mode autodiff, shape (m, p, d)."""
+
+
+@register
+def check_ntk(eps_values):
+    """Proposition 8 (Eq. E25) on feed-forward (low-rank) data with g and B: `nqf.ntk` between
+    two input sets vs J(x) J(x')^T, J = d f / d vec(W) by `jax.jacrev`, at random W of width
+    d = 1, 3, 50 (independent of eps)."""
+    rng = np.random.default_rng(8)
+    k, q = 3, 2
+    mx = _general_model(feedforward_data(np.zeros(5), rng.standard_normal((5, k, q))), rng)
+    mxp = _general_model(feedforward_data(np.zeros(4), rng.standard_normal((4, k, q))), rng)
+    worst = 0.0
+    for d in (1, 3, 50):
+        W = rng.standard_normal((k + q, d)) / np.sqrt(d)
+        J1, J2 = (np.asarray(_wspace_jacobian(mod, jnp.asarray(W))).reshape(mod.m, -1) for mod in (mx, mxp))
+        ref = J1 @ J2.T
+        theta = np.asarray(ntk(mx, mxp, M=W @ W.T, mu=W.sum(axis=1), d=d))
+        worst = max(worst, float(np.abs(theta - ref).max() / np.abs(ref).max()))
+    return [record("ntk: E25 vs autodiff", worst, NTK_BOUND)]
+
+
+@register
+def check_flow_general(eps_values):
+    """Eq. E10 (Theorem 2 in the flow limit) on dense data with g, B, f0 and weight decay: the
+    "M-mu" flow vs M = W W^T, mu = W 1 of the weight-space gradient flow W' = -grad_W L (autodiff
+    gradient, scipy DOP853 at rtol 1e-13), width d = 3; max relative error |.|_F over the saved
+    times of M and of mu (independent of eps)."""
+    rng = np.random.default_rng(9)
+    m, p, d, gamma, T = 6, 4, 3, 0.1, 2.0
+    A = rng.standard_normal((m, p, p))
+    model = _general_model(DenseData(A + np.swapaxes(A, 1, 2), rng.standard_normal(m)), rng)
+    W0 = 0.5 * rng.standard_normal((p, d))
+    ts = np.linspace(0.0, T, 11)
+    sol = solve_flow(model, W0=W0, t1=T, ts=ts, rtol=_RTOL, weight_decay=gamma, dense=False)
+
+    def loss(w):
+        f = _wspace_outputs(model, w.reshape(p, d))
+        return jnp.mean((f - model.y) ** 2) + gamma / 2 * jnp.sum(w**2)
+
+    grad = jax.jit(jax.grad(loss))
+    ref = scipy.integrate.solve_ivp(lambda t, w: -np.asarray(grad(w)), (0.0, T), W0.ravel(), "DOP853",
+                                    t_eval=ts, rtol=1e-13, atol=1e-15 * np.abs(W0).max())
+    if not ref.success:
+        raise RuntimeError(f"scipy W-space reference failed: {ref.message}")
+    Ws = ref.y.T.reshape(-1, p, d)
+    err = max(norm_relative_error(sol.M, Ws @ np.swapaxes(Ws, 1, 2)),
+              norm_relative_error(sol.mu, Ws.sum(axis=2)))
+    return [record("flow E10 vs W-space", err, FLOW_BOUND)]
 
 
 # --------------------------------------------------------------------------------------------
