@@ -39,6 +39,12 @@ SOLVERS = {
 }
 
 
+_NO_DENSE = (
+    "This solution has no dense output; solve with `dense=True` (the default keeps it only when "
+    "state size x max_steps <= 2^22; lower `max_steps` or pass dense=True explicitly)."
+)
+
+
 class MaxStepsReached(RuntimeError):
     """The solver used up `max_steps` before reaching `t1`."""
 
@@ -57,6 +63,10 @@ def _make_solver(solver, stiff: bool):
         raise TypeError(f"`solver` must be a diffrax solver or a name; found {type(solver)}.")
     return solver
 
+
+# Largest state size x max_steps for which dense output is kept by default (it is allocated for all
+# max_steps up front: about 8 values per step and state entry for Tsit5).
+DENSE_BUDGET = 2**22
 
 # Counts traces of the compiled integrator; tests use it to assert that new values of the same
 # shapes do not recompile.
@@ -241,7 +251,7 @@ class FlowSolution:
     def evaluate(self, t) -> np.ndarray:
         """Raw state at time(s) t by diffrax's dense interpolation; shape (len(t), ...)."""
         if self._dfx is None or self._dfx.interpolation is None:
-            raise ValueError("This solution has no dense output; solve with `dense=True`.")
+            raise ValueError(_NO_DENSE)
         t = jnp.atleast_1d(jnp.asarray(t, dtype=jnp.float64))
         return jax.tree.map(np.asarray, _evaluate(self._dfx, t))
 
@@ -265,7 +275,7 @@ class FlowSolution:
     def step_times(self) -> np.ndarray:
         """Times of the accepted solver steps (from the dense interpolation), shape (steps + 1,)."""
         if self._dfx is None or self._dfx.interpolation is None:
-            raise ValueError("This solution has no dense output; solve with `dense=True`.")
+            raise ValueError(_NO_DENSE)
         ts = np.asarray(self._dfx.interpolation.ts)
         return ts[np.isfinite(ts)]
 
@@ -373,7 +383,7 @@ def solve_flow(
     dt0: float | None = None,
     max_steps: int = 100_000,
     weight_decay: float = 0.0,
-    dense: bool = True,
+    dense: bool | None = None,
     progress: bool = False,
 ) -> FlowSolution:
     """Integrate the MSE gradient flow M' = Y M + M Y - K(M) M - M K(M) (Eq. E9), or for a
@@ -410,7 +420,9 @@ def solve_flow(
       1e-12.
     - `pcoeff`, `icoeff`: PID coefficients (default 0, 1 for explicit; 0.3, 0.4 for implicit).
     - `max_steps`: solver step budget; `weight_decay`: gamma >= 0.
-    - `dense`: keep diffrax's dense interpolant (needed by `evaluate` and ignition times).
+    - `dense`: keep diffrax's dense interpolant (needed by `evaluate` and ignition times). It
+      reserves memory for `max_steps` steps up front, so the default (None) keeps it only when
+      state size x `max_steps` <= 2^22 (about 300 MB): always for small problems such as Fig. 3.
     - `progress`: show diffrax's text progress meter.
 
     **Returns:** a `FlowSolution`.
@@ -479,6 +491,9 @@ def solve_flow(
     controller = diffrax.PIDController(
         rtol=f64(rtol), atol=f64(atol), pcoeff=f64(pcoeff), icoeff=f64(icoeff)
     )
+    if dense is None:
+        state_size = sum(int(np.size(leaf)) for leaf in jax.tree.leaves(y0))
+        dense = state_size * int(max_steps) <= DENSE_BUDGET
     meter = diffrax.TextProgressMeter() if progress else diffrax.NoProgressMeter()
     mask_arr = None if mask is None else jnp.asarray(mask)
     if form == "M-mu":  # the third slot carries the width d (see `nqf.flow.rhs_M_mu`)

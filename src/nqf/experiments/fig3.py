@@ -1,0 +1,221 @@
+"""Fig. 3 (left, middle) of the paper: sudden learning in a solvable NQF (Theorem 6).
+
+Setting (THEORY sec. 11): m = p = 5 commuting data with orthogonal features (`fig3_data`),
+r = (1, 1/2, 1/4, 1/8, 1/16), C_kk = 1, small initialization W(0) = sqrt(eps) I with eps = 1e-5,
+gradient-flow time t in [0, 250]; the paper's full-batch GD (lr 0.01, t = 0.01 * steps) for
+comparison.
+
+What is measured (all in gradient-flow time):
+
+- the flow (`nqf.solve_flow`, GLV form in log z) against the closed form of Theorem 6
+  (`nqf.oracles.theorem6`): maximum relative error of every z_k over a dense grid of times;
+- ignition times t*_k (z_k reaches z_k(inf) / 2), measured by root finding on the solver's dense
+  output (`nqf.measure_ignition_times`) against Eq. E19 (`nqf.predicted_ignition_times` with
+  r, C from `nqf.oracles.theorem6_rates`, rho = 1/2);
+- the same two at eps = 1e-12 on [0, 600] (ignition times grow like ln(1/eps));
+- GD in weight space (`nqf.gd.gradient_descent`) against the flow: maximum relative deviation of
+  z_k at the saved GD steps. GD is a first-order discretization: in the exponential phase its
+  ln z_k lags by about lr r_k^2 t / 4, i.e. ~3% for mode 1 at its ignition (t ~ 11.5), hence the
+  bound 0.05 of that check.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import datasets
+from ..gd import gradient_descent
+from ..glv import excess_loss
+from ..ignition import measure_ignition_times, predicted_ignition_times
+from ..oracles import theorem6, theorem6_rates
+from ..solve import solve_flow
+from ._common import COLORS, check, max_rel_error, new_figure, prepare_out_dir, write_outputs
+
+NAME = "fig3"
+TITLE = "Fig. 3 left/middle: sudden learning (m = p = 5, eps = 1e-5), flow vs Theorem 6 vs GD"
+
+EPS = 1e-5
+T1 = 250.0
+EPS_SMALL = 1e-12
+T1_SMALL = 600.0
+LR = 0.01
+RTOL = 1e-11
+ORACLE_BOUND = 1e-8
+IGNITION_BOUND = 1e-3
+GD_BOUND = 0.05
+
+
+def _flow_vs_oracle(data, eps: float, t1: float, n_times: int) -> dict:
+    """Solve the flow from W0 = sqrt(eps) I and compare it with Theorem 6 and Eq. E19."""
+    p = data.p
+    W0 = np.sqrt(eps) * np.eye(p)
+    ts = np.linspace(0.0, t1, n_times)
+    t0 = time.perf_counter()
+    sol = solve_flow(data, W0=W0, t1=t1, ts=ts, rtol=RTOL)
+    wall = time.perf_counter() - t0
+    oracle = theorem6(data, ts, W0=W0)
+    r, C = theorem6_rates(data)
+    z0 = np.asarray(data.z_factor(W0))
+    predicted = predicted_ignition_times(r, C, z0, rho=0.5)
+    measured = measure_ignition_times(sol, rho=0.5)
+    rel = np.abs(measured - predicted) / predicted
+    return {
+        "sol": sol,
+        "oracle": oracle,
+        "W0": W0,
+        "summary": {
+            "eps": eps,
+            "t1": t1,
+            "n_times": n_times,
+            "max_rel_error_vs_oracle": max_rel_error(sol.z, oracle.z),
+            "ignition_times": {
+                "predicted": predicted,
+                "measured": measured,
+                "rel_error": rel,
+                "max_rel_error": float(np.max(rel)),
+            },
+            "solver_stats": dict(sol.stats, form=sol.form, solver="tsit5", rtol=RTOL),
+            "wall_time_s": wall,
+        },
+    }
+
+
+def run(out_dir, quick: bool = False) -> dict:
+    """Fig. 3 left/middle: sudden learning, flow vs Theorem 6 vs GD (m = p = 5, eps = 1e-5).
+
+    Writes `out_dir/fig3.png` (three panels: z_k(t); excess loss with the predicted ignition
+    times; relative error of the flow against Theorem 6) and `out_dir/fig3.json`, and returns the
+    JSON dict. `quick` uses coarser time grids (1001 instead of 5001 times) and saves GD less
+    often; every check still runs.
+
+    JSON keys: ``settings``, ``ignition_times`` {predicted, measured, rel_error, max_rel_error},
+    ``max_rel_error_vs_oracle``, ``gd_vs_flow_max_rel_deviation``, ``solver_stats``,
+    ``eps_1e-12`` (the same measurements at eps = 1e-12 on [0, 600]), ``wall_time_s``,
+    ``checks`` (list of {name, value, bound, passed}).
+    """
+    t_start = time.perf_counter()
+    out = prepare_out_dir(out_dir)
+    data = datasets.fig3_data()
+    n_times = 1001 if quick else 5001
+
+    base = _flow_vs_oracle(data, EPS, T1, n_times)
+    small = _flow_vs_oracle(data, EPS_SMALL, T1_SMALL, n_times)
+    sol, oracle, W0 = base["sol"], base["oracle"], base["W0"]
+
+    # The paper's GD: lr = 0.01, t = lr * steps.
+    gd_steps = int(round(T1 / LR))
+    save_every = 100 if quick else 20
+    t0 = time.perf_counter()
+    steps, W = gradient_descent(data, W0, lr=LR, steps=gd_steps, save_every=save_every)
+    gd_wall = time.perf_counter() - t0
+    t_gd = LR * steps
+    z_gd = np.asarray(jax.vmap(data.z_factor)(jnp.asarray(W)))  # z_k = (P^T W W^T P)_kk
+    # The GD save times are on the flow's saved grid (spacing T1 / (n_times - 1) divides
+    # LR * save_every), so the flow is compared at its own saved points.
+    idx = np.rint(t_gd / (T1 / (n_times - 1))).astype(int)
+    assert np.allclose(sol.ts[idx], t_gd, rtol=0, atol=1e-9)
+    z_flow_at_gd = sol.z[idx]
+    gd_dev = max_rel_error(z_gd, z_flow_at_gd)
+    E_gd = data_excess_loss(sol, z_gd)
+
+    m, s = base["summary"], small["summary"]
+    r, C = theorem6_rates(data)
+    checks = [check("fig3 eps=1e-5: flow vs Theorem 6, max rel error of z over t in [0, 250]",
+                    m["max_rel_error_vs_oracle"], ORACLE_BOUND)]
+    for k, e in enumerate(m["ignition_times"]["rel_error"]):
+        checks.append(check(f"fig3 eps=1e-5: ignition time t*_{k + 1} measured vs E19, rel error",
+                            e, IGNITION_BOUND))
+    checks.append(check("fig3 eps=1e-12: flow vs Theorem 6, max rel error of z over t in [0, 600]",
+                        s["max_rel_error_vs_oracle"], ORACLE_BOUND))
+    for k, e in enumerate(s["ignition_times"]["rel_error"]):
+        checks.append(check(f"fig3 eps=1e-12: ignition time t*_{k + 1} measured vs E19, rel error",
+                            e, IGNITION_BOUND))
+    checks.append(check("fig3 eps=1e-5: GD (lr 0.01) vs flow, max rel deviation of z", gd_dev, GD_BOUND))
+
+    fig = _plot(data, sol, oracle, small, t_gd, z_gd, E_gd, m["ignition_times"]["predicted"], quick)
+    summary = {
+        "name": NAME,
+        "title": TITLE,
+        "quick": bool(quick),
+        "settings": {
+            "m": data.m, "p": data.p, "eps": EPS, "t1": T1, "n_times": n_times,
+            "W0": "sqrt(eps) I", "r": r, "C": C,
+            "solver": "tsit5 (GLV form, log z)", "rtol": RTOL,
+            "gd": {"lr": LR, "steps": gd_steps, "save_every": save_every, "time": "t = lr * steps"},
+            "ignition_rho": 0.5,
+        },
+        "ignition_times": m["ignition_times"],
+        "max_rel_error_vs_oracle": m["max_rel_error_vs_oracle"],
+        "gd_vs_flow_max_rel_deviation": gd_dev,
+        "solver_stats": m["solver_stats"],
+        "eps_1e-12": {k: v for k, v in s.items() if k != "wall_time_s"},
+        "wall_time_s": {
+            "flow_eps_1e-5": m["wall_time_s"], "flow_eps_1e-12": s["wall_time_s"], "gd": gd_wall,
+            "total": time.perf_counter() - t_start,
+        },
+        "checks": checks,
+    }
+    return write_outputs(out, NAME, fig, summary)
+
+
+def data_excess_loss(sol, z) -> np.ndarray:
+    """Excess loss L(z) - L(z_inf) of mode strengths z (n, p) on the solution's data."""
+    return excess_loss(sol.data, z, sol.z_inf)
+
+
+def _plot(data, sol, oracle, small, t_gd, z_gd, E_gd, t_pred, quick):
+    fig, (ax_z, ax_e, ax_r) = new_figure(3, width=5.0, height=4.0)
+    p = data.p
+    mark = slice(None, None, max(1, int(round(len(t_gd) / 50))))  # ~50 GD markers per curve
+    for k in range(p):
+        c = COLORS[k % len(COLORS)]
+        ax_z.plot(sol.ts, sol.z[:, k], color=c, lw=1.8, label=f"$z_{k + 1}$ flow")
+        ax_z.plot(oracle.ts, oracle.z[:, k], color="k", lw=0.9, ls="--",
+                  label="Theorem 6" if k == 0 else None)
+        ax_z.plot(t_gd[mark], z_gd[mark, k], ls="none", marker="o", ms=3.5, mfc="none", mec=c,
+                  mew=0.9, label="GD (lr 0.01)" if k == 0 else None)
+    ax_z.set_xlabel("gradient-flow time $t$ (= lr $\\times$ steps)")
+    ax_z.set_ylabel("eigenvalues $z_k$ of $WW^\\top$")
+    ax_z.set_title("Mode strengths ($\\epsilon = 10^{-5}$)")
+    ax_z.set_xlim(0, sol.ts[-1])
+    ax_z.legend(fontsize=7, ncol=2, loc="center right", bbox_to_anchor=(1.0, 0.74))
+
+    E = sol.excess_loss
+    ax_e.semilogy(sol.ts, E, color="k", lw=1.8, label="flow")
+    E_or = data_excess_loss(sol, oracle.z)
+    ax_e.semilogy(oracle.ts, E_or, color="tab:orange", lw=1.0, ls="--", label="Theorem 6")
+    ax_e.semilogy(t_gd[mark], E_gd[mark], ls="none", marker="o", ms=3.5, mfc="none", mec="tab:blue",
+                  mew=0.9, label="GD (lr 0.01)")
+    for k, t in enumerate(t_pred):
+        ax_e.axvline(t, color=COLORS[k % len(COLORS)], ls=":", lw=1.2,
+                     label="predicted $t^*_k$ (E19)" if k == 0 else None)
+    ax_e.set_xlabel("gradient-flow time $t$")
+    ax_e.set_ylabel("excess loss $L(t) - L(\\infty)$")
+    ax_e.set_title("Excess loss: sequential plateaus")
+    ax_e.set_xlim(0, sol.ts[-1])
+    ax_e.set_ylim(max(E.min(), 1e-12) * 0.3, E.max() * 3)
+    ax_e.legend(fontsize=7, loc="lower left")
+
+    tiny = np.finfo(float).tiny
+    for k in range(p):
+        rel = np.abs(sol.z[:, k] / oracle.z[:, k] - 1.0)
+        ax_r.semilogy(sol.ts[1:], np.maximum(rel[1:], tiny), color=COLORS[k % len(COLORS)], lw=0.9,
+                      label=f"$k={k + 1}$, $\\epsilon=10^{{-5}}$")
+    s_sol, s_or = small["sol"], small["oracle"]
+    rel_s = np.abs(s_sol.z / s_or.z - 1.0).max(axis=1)
+    ax_r.semilogy(s_sol.ts[1:], np.maximum(rel_s[1:], tiny), color="k", lw=0.7, alpha=0.6,
+                  label="max$_k$, $\\epsilon=10^{-12}$")
+    ax_r.axhline(ORACLE_BOUND, color="r", ls="--", lw=1.0, label="bound $10^{-8}$")
+    ax_r.set_xlabel("gradient-flow time $t$")
+    ax_r.set_ylabel("$|z_k^{\\rm flow} / z_k^{\\rm Thm 6} - 1|$")
+    ax_r.set_title("Flow vs Theorem 6: relative error")
+    ax_r.set_xlim(0, s_sol.ts[-1])
+    ax_r.set_ylim(1e-17, 1e-6)
+    ax_r.legend(fontsize=6.5, loc="upper left", ncol=2)
+    fig.suptitle("NQF sudden learning (paper Fig. 3 left/middle): m = p = 5, $W_0=\\sqrt{\\epsilon} I$"
+                 + (" [quick]" if quick else ""), fontsize=11)
+    return fig
