@@ -12,6 +12,11 @@ from . import datasets
 from .data import AbstractData, CommutingData, DenseData, LowRankData, feedforward_data
 from .glv import excess_loss, glv_equilibrium
 from .model import NQFModel
+from .ntk import ntk
+from .losses import PerSampleLoss, mse
+from .batches import batch_indices, batch_weights
+from .maps import MapTrajectory, closed_map, closed_sgd
+from .wspace import WTrajectory, train_w
 from .ignition import measure_ignition_times, predicted_ignition_times
 from .solve import SOLVERS, FlowSolution, MaxStepsReached, solve_flow
 from .oracles import (

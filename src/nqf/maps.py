@@ -1,0 +1,546 @@
+"""Exact discrete training maps on the order parameters (M, mu) (Theorem 2, Corollary 2).
+
+For the general NQF model f_x(W) = f0(x) + g(x)^T mu + mu^T B(x) mu + Tr[M A(x)] (Eq. E2,
+`nqf.NQFModel`), the batch loss L = sum_x w_x ell(f_x, y_x) (`nqf.losses`, `nqf.batches`) and
+weight decay gamma (penalty gamma/2 |W|^2) have the weight gradient
+
+    grad_W (L + gamma/2 |W|^2) = v 1^T + (H + gamma I) W,                                   (E4)
+    v = sum_x l'_x u(x),  u(x) = g(x) + 2 B(x) mu,  H = sum_x 2 l'_x A(x),  l'_x = dL/df_x.
+
+Weight decay changes only H (v does not involve W's individual columns). One SGD step
+W+ = W - eta grad therefore maps (M, mu) to (M+, mu+) exactly (E5-E6 with H -> H + gamma I),
+whatever the width d, which enters only as a number:
+
+    mu+ = mu - eta (d v + H mu)
+    M+  = M - eta (v mu^T + mu v^T + H M + M H) + eta^2 (d v v^T + v mu^T H + H mu v^T + H M H).
+
+Momentum (Corollary 2): every update that combines past gradients and past weights with scalar
+coefficients keeps W_t = P_t W_0 + Q_t 1^T, with P_t (p, p) and Q_t (p,); the gradient of E4 is
+(H P) W_0 + (v + H Q) 1^T in this representation. With the velocity V_t = VP_t W_0 + VQ_t 1^T,
+heavy ball (`torch.optim.SGD` form: V <- beta V + grad, W <- W - eta V; equivalently
+W+ = W - eta grad + beta (W - W_prev)) and Nesterov (W <- W - eta (grad + beta V)) act on
+(P, Q, VP, VQ), and (M, mu) follow from E7:
+
+    mu_t = P_t mu_0 + d Q_t,
+    M_t  = P_t M_0 P_t^T + P_t mu_0 Q_t^T + Q_t mu_0^T P_t^T + d Q_t Q_t^T.
+
+**Two exact forms** (`form=`), equal in exact arithmetic:
+
+- ``"factor"`` (default): the centered factor. Write W = mu 1^T / d + L Z with Z (r, d) fixed
+  (orthonormal rows, Z 1 = 0) and C = M - mu mu^T / d = L L^T (rank <= d - 1). The gradient is
+  (d v + H mu) 1^T / d + (H L) Z, so every update above acts on (L, mu) (and velocities (VL,
+  Vmu)) by p x p left multiplications: L+ = L - eta H L, mu+ = mu - eta (d v + H mu) for SGD, and
+  M = L L^T + mu mu^T / d. Expanding M+ = L+ L+^T + mu+ mu+^T / d reproduces E6 term by term,
+  and V-form momentum on (L, mu) reproduces E7. L starts as a p x p factor of C_0 (QR of the
+  centered W_0, or eigh of M_0 - mu_0 mu_0^T / d keeping at most d - 1 modes).
+- ``"M"``: E5-E6 literally on (M, mu), and E7 with (P, Q) for momentum.
+
+Both are exact, but they differ in floating point when C is rank-deficient (d <= p, or a
+low-rank W_0) and H has negative eigenvalues along directions no neuron occupies (a saddle of
+the rank-constrained problem): E6 on M does not preserve rank(C), so rounding errors there grow
+like (1 - eta lambda_min(H))^(2n), and P_t in E7 grows along them and cancels catastrophically in
+P_t W_0. Measured (p = 5, d = 1, 500 steps, vs `nqf.train_w`): "M" 1e-13 to 1e-8 relative
+without momentum and up to O(1) with momentum 0.9; "factor" at most 1e-15 in every case. The
+factor form keeps the rank of C exactly, like W-space does, and is never slower (p x p products
+either way).
+
+Adam is not closed on (M, mu): its per-coordinate normalization 1/sqrt(v_hat) acts on individual
+entries of W, which M = W W^T and mu = W 1 do not determine. Only the W-space simulation
+`nqf.train_w(..., optimizer="adam")` is exact for it; `closed_map(optimizer="adam")` raises.
+
+**Cost per step** (independent of d): two or three dense p x p products, O(p^3) (two for SGD in
+either form, three for "M" with momentum), plus the data operations `traces` and `weighted_sum`
+over the m training inputs (O(m p^2) for dense A, O(m p^2 r) for rank-r `LowRankData`) and
+O(m p^2) for B. A W-space step costs O(p^2 d) on top of the same data operations (forming W W^T
+and the gradient through it), so the closed map's advantage grows linearly with d once p^2 d
+exceeds the data cost. A minibatch step evaluates only its b rows (`nqf.batches.restrict`), so m
+becomes the batch size b above (for the dense, low-rank and commuting representations; any other
+representation weights all m samples). Measured (`benchmarks/bench_maps.py`: MLP
+data p = 65, m = 600, rank-2 A, batch 64, 1000 steps, 2-core CPU): the closed map takes ~0.2 s
+at every d; W-space speed-up 1.3x, 6.8x, 47x at d = 10^2, 10^3, 10^4.
+
+Time: step n is gradient-flow time t = eta * n; as eta -> 0 at fixed t the map converges to the
+gradient flow (Eq. E10) at first order in eta.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._checks import as_array, check_symmetric, shape_str
+from ._train_args import (
+    as_model,
+    check_count,
+    check_lr,
+    check_momentum,
+    check_weight_decay,
+    first_nonfinite_step,
+    loop_counts,
+    parse_optimizer,
+    resolve_batches,
+    save_schedule,
+)
+from .batches import batch_weights, restrict
+from .losses import PerSampleLoss, as_loss
+from .model import NQFModel
+
+__all__ = ["MapTrajectory", "closed_sgd", "closed_map", "gradient_terms"]
+
+# Counts traces of the compiled map; tests assert that new values of the same shapes (including
+# a new width d, learning rate, momentum or weight decay) do not recompile.
+TRACE_COUNT = [0]
+
+FORMS = ("factor", "M")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class MapTrajectory:
+    """Result of `closed_sgd` / `closed_map`. `n` is the number of saved steps.
+
+    **Attributes:**
+
+    - `steps`: saved step numbers, int array (n,); `t`: gradient-flow times lr * steps, (n,).
+    - `M`: M = W W^T after those steps, (n, p, p).
+    - `mu`: mu = W 1, (n, p); None for a plain model (g = B = 0) started without `mu0`.
+    - `outputs`: f_x on all m training inputs, (n, m).
+    - `loss`: full-training-set loss (1/m) sum_mu ell(f_mu, y_mu), without the weight-decay
+      penalty, (n,).
+    - `L`: the centered factor, L_t L_t^T = M_t - mu_t mu_t^T / d (= M_t without `mu0`),
+      (n, p, p), for ``form="factor"``: W_t = mu_t 1^T / d + L_t Z for one Z (p, d) fixed by
+      W_0; None for ``form="M"``.
+    - `P`, `Q`: the Corollary 2 representation W_t = P_t W_0 + Q_t 1^T, (n, p, p) and (n, p),
+      for ``form="M"`` with momentum; None otherwise.
+    - `d`: the width (None if it was not needed); `lr`: the learning rate; `form`.
+    """
+
+    steps: np.ndarray
+    t: np.ndarray
+    M: np.ndarray
+    mu: np.ndarray | None
+    outputs: np.ndarray
+    loss: np.ndarray
+    L: np.ndarray | None
+    P: np.ndarray | None
+    Q: np.ndarray | None
+    d: int | None
+    lr: float
+    form: str
+
+
+def gradient_terms(model: NQFModel, w, loss: PerSampleLoss, M, mu, gamma):
+    """(v, H + gamma I) of Eq. E4 for per-sample weights `w` (one per sample of `model`, e.g. a
+    minibatch restricted with `nqf.batches.restrict`): shapes (p,) and (p, p).
+
+    l'_mu = w_mu ell'(f_mu, y_mu); v = sum_mu l'_mu (g_mu + 2 B_mu mu); H = sum_mu 2 l'_mu A_mu.
+    """
+    f = model.outputs(M, mu)
+    lp = w * loss.grad(f, model.y)
+    H = model.data.weighted_sum(2.0 * lp) + gamma * jnp.eye(model.p)
+    v = jnp.zeros(model.p)
+    if model.g is not None:
+        v = v + lp @ model.g
+    if model.B is not None:
+        v = v + 2.0 * jnp.einsum("m,mij,j->i", lp, model.B, mu)
+    return v, H
+
+
+def _sym(X):
+    return 0.5 * (X + X.T)
+
+
+class _EMap(eqx.Module):
+    """Theorem 2's maps E5-E6 literally, on the state (M, mu) (``form="M"``, no momentum)."""
+
+    model: NQFModel
+    loss: PerSampleLoss
+    lr: jax.Array
+    d: jax.Array
+    gamma: jax.Array
+
+    def init(self, M0, mu0, L0):
+        return (M0, mu0)
+
+    def order_params(self, state):
+        return state
+
+    def extras(self, state):
+        return {}
+
+    def step(self, state, batch):
+        M, mu = state
+        lr, d = self.lr, self.d
+        v, H = gradient_terms(*batch, self.loss, M, mu, self.gamma)
+        HM = H @ M
+        Hmu = H @ mu
+        vmu = jnp.outer(v, mu)
+        vHmu = jnp.outer(v, Hmu)
+        first = vmu + vmu.T + HM + HM.T
+        second = d * jnp.outer(v, v) + vHmu + vHmu.T + HM @ H
+        return (_sym(M - lr * first + lr**2 * second), mu - lr * (d * v + Hmu))
+
+
+class _PQMap(eqx.Module):
+    """Corollary 2 with E7 on the state (P, Q, VP, VQ): W = P W0 + Q 1^T, velocity
+    VP W0 + VQ 1^T (``form="M"`` with momentum)."""
+
+    model: NQFModel
+    loss: PerSampleLoss
+    lr: jax.Array
+    d: jax.Array
+    gamma: jax.Array
+    beta: jax.Array
+    M0: jax.Array
+    mu0: jax.Array
+    nesterov: bool = eqx.field(static=True)
+
+    def init(self, M0, mu0, L0):
+        p = self.model.p
+        return (jnp.eye(p), jnp.zeros(p), jnp.zeros((p, p)), jnp.zeros(p))
+
+    def order_params(self, state):
+        P, Q, _, _ = state
+        Pmu = P @ self.mu0
+        PQ = jnp.outer(Pmu, Q)
+        M = P @ self.M0 @ P.T + PQ + PQ.T + self.d * jnp.outer(Q, Q)
+        return (_sym(M), Pmu + self.d * Q)
+
+    def extras(self, state):
+        return {"P": state[0], "Q": state[1]}
+
+    def step(self, state, batch):
+        P, Q, VP, VQ = state
+        M, mu = self.order_params(state)
+        v, H = gradient_terms(*batch, self.loss, M, mu, self.gamma)
+        gP, gQ = H @ P, v + H @ Q
+        VP, VQ = self.beta * VP + gP, self.beta * VQ + gQ
+        if self.nesterov:
+            sP, sQ = gP + self.beta * VP, gQ + self.beta * VQ
+        else:
+            sP, sQ = VP, VQ
+        return (P - self.lr * sP, Q - self.lr * sQ, VP, VQ)
+
+
+class _FactorMap(eqx.Module):
+    """The same maps on the centered factor (``form="factor"``, the default).
+
+    W = mu 1^T / d + L Z with Z (r, d) fixed (orthonormal rows, Z 1 = 0): the gradient of E4 is
+    (d v + H mu) 1^T / d + (H L) Z, so SGD and momentum act on (L, mu) (and the velocities
+    (VL, Vmu)) by p x p left multiplications, and M = L L^T + mu mu^T / d. Expanding M+ gives
+    E6 term by term; unlike iterating E6 on M, the rank of C = M - mu mu^T / d (at most d - 1)
+    is kept exactly, so rounding cannot grow along directions that no neuron occupies.
+    """
+
+    model: NQFModel
+    loss: PerSampleLoss
+    lr: jax.Array
+    d: jax.Array
+    gamma: jax.Array
+    beta: jax.Array
+    momentum: bool = eqx.field(static=True)
+    nesterov: bool = eqx.field(static=True)
+
+    def init(self, M0, mu0, L0):
+        if self.momentum:
+            return (L0, mu0, jnp.zeros_like(L0), jnp.zeros_like(mu0))
+        return (L0, mu0)
+
+    def order_params(self, state):
+        L, mu = state[0], state[1]
+        return (_sym(L @ L.T + jnp.outer(mu, mu) / self.d), mu)
+
+    def extras(self, state):
+        return {"L": state[0]}
+
+    def step(self, state, batch):
+        L, mu = state[0], state[1]
+        M, _ = self.order_params(state)
+        v, H = gradient_terms(*batch, self.loss, M, mu, self.gamma)
+        gL, gmu = H @ L, self.d * v + H @ mu
+        if not self.momentum:
+            return (L - self.lr * gL, mu - self.lr * gmu)
+        VL, Vmu = self.beta * state[2] + gL, self.beta * state[3] + gmu
+        if self.nesterov:
+            sL, smu = gL + self.beta * VL, gmu + self.beta * Vmu
+        else:
+            sL, smu = VL, Vmu
+        return (L - self.lr * sL, mu - self.lr * smu, VL, Vmu)
+
+
+@eqx.filter_jit
+def _run(stepper, M0, mu0, L0, idx, n_saves: int, save_every, remainder, has_remainder: bool):
+    TRACE_COUNT[0] += 1
+    model = stepper.model
+    m = model.m
+
+    def batch(k):
+        """(model restricted to step k's batch, per-sample weights)."""
+        if idx is None:
+            return model, jnp.full(m, 1.0 / m)
+        rows = jax.lax.dynamic_index_in_dim(idx, k, keepdims=False)
+        sub = restrict(model, rows)
+        if sub is None:  # unknown data representation: weight all m samples
+            return model, batch_weights(rows, m)
+        return sub, jnp.full(rows.shape[0], 1.0 / rows.shape[0])
+
+    def block(carry, n):
+        def body(_, carry):
+            state, k = carry
+            return stepper.step(state, batch(k)), k + 1
+
+        return jax.lax.fori_loop(0, n, body, carry)
+
+    def observe(state):
+        return stepper.order_params(state), stepper.extras(state)
+
+    def scan_body(carry, _):
+        carry = block(carry, save_every)
+        return carry, observe(carry[0])
+
+    carry0 = (stepper.init(M0, mu0, L0), jnp.asarray(0, dtype=jnp.int32))
+    carry, saved = jax.lax.scan(scan_body, carry0, None, length=n_saves)
+    parts = [jax.tree.map(lambda x: x[None], observe(carry0[0])), saved]
+    if has_remainder:
+        parts.append(jax.tree.map(lambda x: x[None], observe(block(carry, remainder)[0])))
+    (Ms, mus), extras = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)
+    outputs = jax.vmap(model.outputs)(Ms, mus)
+    losses = jnp.mean(jax.vmap(stepper.loss.value, in_axes=(0, None))(outputs, model.y), axis=1)
+    return Ms, mus, outputs, losses, extras
+
+
+def _check_width(d, name="d") -> int:
+    if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 1:
+        raise ValueError(f"`{name}` (the number of neurons) must be an integer >= 1; found {d!r}.")
+    return int(d)
+
+
+def _check_realizable(M0: np.ndarray, mu0: np.ndarray | None, d: int | None, rtol=1e-8) -> None:
+    """Raise unless (M0, mu0) = (W W^T, W 1) for some W of shape (p, d).
+
+    That holds iff C = M0 - mu0 mu0^T / d = W (I - 1 1^T / d) W^T is PSD of rank <= d - 1
+    (mu0 = None: M0 PSD of rank <= d), checked to relative `rtol` of max(|M0|, |mu0|^2 / d).
+    """
+    C = M0 if mu0 is None or d is None else M0 - np.outer(mu0, mu0) / d
+    ev = np.linalg.eigvalsh(C)[::-1]
+    scale = max(float(np.abs(np.linalg.eigvalsh(M0)).max(initial=0.0)), np.finfo(float).tiny)
+    if mu0 is not None and d is not None:
+        scale = max(scale, float(mu0 @ mu0) / d)
+    tol = rtol * scale
+    what = "M0" if mu0 is None or d is None else "M0 - mu0 mu0^T / d"
+    if ev.size and ev[-1] < -tol:
+        raise ValueError(
+            f"`M0` is not realizable: {what} must be positive semi-definite (it equals "
+            f"W (I - 1 1^T/d) W^T); found eigenvalue {ev[-1]:.3g} (scale {scale:.3g})."
+        )
+    if d is None:
+        return
+    max_rank = d - 1 if mu0 is not None else d
+    if max_rank < ev.size and ev[max_rank] > tol:
+        raise ValueError(
+            f"(`M0`, `mu0`) cannot come from d={d} neurons: {what} must have rank <= {max_rank}, "
+            f"but its eigenvalue #{max_rank + 1} is {ev[max_rank]:.3g} (scale {scale:.3g}). "
+            "Check `d` (or pass `W0`)."
+        )
+
+
+def _centered_factor_from_W(W0: np.ndarray) -> np.ndarray:
+    """L0 (p, p) with L0 L0^T = R0 R0^T, R0 = W0 (I - 1 1^T / d), by QR (exact rank, no eigh)."""
+    p, d = W0.shape
+    L0 = np.zeros((p, p))
+    if d > 1:
+        R0 = W0 - W0.mean(axis=1, keepdims=True)
+        r = np.linalg.qr(R0.T, mode="r")  # (min(d, p), p), R0^T = Q r
+        L0[:, : r.shape[0]] = r.T
+    return L0
+
+
+def _centered_factor_from_M(M0: np.ndarray, mu0: np.ndarray | None, d: int | None) -> np.ndarray:
+    """L0 (p, p) with L0 L0^T = C0 = M0 - mu0 mu0^T / d (M0 if mu0 is None), keeping the
+    min(p, max rank) largest eigenvalues (max rank d - 1, or d without mu0) clipped at 0."""
+    p = M0.shape[0]
+    C = M0 if mu0 is None else M0 - np.outer(mu0, mu0) / d
+    ev, V = np.linalg.eigh(0.5 * (C + C.T))
+    keep = p if d is None else min(p, d - 1 if mu0 is not None else d)
+    ev[: p - keep] = 0.0
+    return V * np.sqrt(np.maximum(ev, 0.0))
+
+
+def _initial_order_params(model: NQFModel, M0, mu0, d, W0):
+    """Validate the initial condition; return (M0, mu0 or None, d or None, L0) as numpy arrays,
+    L0 (p, p) the centered factor (L0 L0^T = M0 - mu0 mu0^T / d)."""
+    p = model.p
+    if W0 is not None:
+        if M0 is not None or mu0 is not None:
+            raise ValueError("Give either `W0` or (`M0`, `mu0`, `d`), not both.")
+        W0 = np.asarray(as_array(W0, "W0", ndim=2))
+        if W0.shape[0] != p:
+            raise ValueError(
+                f"`W0` must have shape ({p}, d) (one column per neuron) to match the data; found "
+                f"{shape_str(W0.shape)}."
+            )
+        if d is not None and _check_width(d) != W0.shape[1]:
+            raise ValueError(
+                f"`d` = {d} is inconsistent with `W0` of shape {shape_str(W0.shape)} "
+                f"(d = {W0.shape[1]} neurons)."
+            )
+        return W0 @ W0.T, W0.sum(axis=1), W0.shape[1], _centered_factor_from_W(W0)
+    if M0 is None:
+        raise ValueError(
+            "Give the initial condition: `W0` (p, d), or `M0` (p, p) with `mu0` (p,) and `d`."
+        )
+    M0 = as_array(M0, "M0", ndim=2)
+    if M0.shape != (p, p):
+        raise ValueError(
+            f"`M0` must have shape ({p}, {p}) to match the data; found {shape_str(M0.shape)}."
+        )
+    check_symmetric(M0, "M0")
+    M0 = np.asarray(M0)
+    if mu0 is not None:
+        mu0 = np.asarray(as_array(mu0, "mu0", ndim=1))
+        if mu0.shape != (p,):
+            raise ValueError(f"`mu0` must have shape ({p},) to match the data; found {mu0.shape}.")
+    if d is not None:
+        d = _check_width(d)
+    if model.has_mean_field and (mu0 is None or d is None):
+        raise ValueError(
+            "This model has g or B (mu enters the dynamics): give `mu0` (p,) and the width `d`, "
+            "or `W0` (p, d)."
+        )
+    if mu0 is not None and d is None:
+        raise ValueError("`mu0` needs the width `d` (mu = W 1 sums d neurons).")
+    _check_realizable(M0, mu0, d)
+    return M0, mu0, d, _centered_factor_from_M(M0, mu0, d)
+
+
+def closed_sgd(
+    model,
+    *,
+    W0=None,
+    M0=None,
+    mu0=None,
+    d=None,
+    lr,
+    steps: int,
+    batch_indices=None,
+    batch_size: int | None = None,
+    key=None,
+    weight_decay: float = 0.0,
+    momentum: float = 0.0,
+    nesterov: bool = False,
+    loss=None,
+    save_every: int = 1,
+    form: str = "factor",
+) -> MapTrajectory:
+    """Train an NQF with (minibatch) SGD, weight decay and momentum, exactly on (M, mu).
+
+    Iterates Theorem 2's update maps E5-E6 (no momentum) and Corollary 2 / E7 (momentum) as one
+    compiled `lax.scan`, in the centered-factor form (default) or literally on (M, mu)
+    (``form="M"``); see the module docstring for both and why the factor form is the default.
+    The trajectory equals that of W-space training (`nqf.train_w`) from any W0 with
+    W0 W0^T = M0, W0 1 = mu0, to rounding, for every width d. New values of the same shapes
+    (including a new `d`, `lr`, `momentum`, `weight_decay`, labels, batches, and a new `steps`
+    with the same number of saves) reuse the compiled program. Cost per step: two or three
+    p x p products plus the data operations (module docstring); it does not depend on d.
+
+    **Arguments:**
+
+    - `model`: an `nqf.NQFModel` (any data representation; g, B, f0 optional) or a bare data set
+      (the plain model f = Tr[M A]).
+    - Initial condition: `W0` (p, d), or `M0` (p, p) symmetric, `mu0` (p,) and the width `d`
+      (an integer >= 1). For a plain model (g = B = 0) mu does not affect M and `mu0`, `d` may be
+      omitted (then `mu` is not reported).
+    - `lr`: learning rate eta > 0; step n is gradient-flow time t = eta * n.
+    - `steps`: number of steps (integer >= 1); `save_every`: save every this many steps (step 0
+      and the last step are always saved).
+    - Batches: full batch by default; or `batch_indices` (steps, b) integer array shared with
+      `nqf.train_w`; or `batch_size` b with a `key` (PRNG key or int seed, default 0), drawn by
+      `nqf.batch_indices` (identical to what `train_w` draws from the same key). The step loss
+      is L = (1/b) sum_{j} ell(f_{idx_j}, y_{idx_j}).
+    - `weight_decay`: gamma >= 0, penalty gamma/2 |W|^2 (H -> H + gamma I; v unchanged).
+    - `momentum`: beta in [0, 1) (heavy ball, `torch.optim.SGD` convention); `nesterov`: Nesterov
+      momentum instead.
+    - `loss`: per-sample loss, ``"mse"`` (default, (f - y)^2) or a callable ell(f, y) -> scalar
+      (see `nqf.losses`).
+    - `form`: ``"factor"`` (default: (L, mu) with M = L L^T + mu mu^T / d; rank-preserving) or
+      ``"M"`` (E5-E6 on (M, mu), E7 with (P, Q) for momentum).
+
+    **Returns:** a `MapTrajectory` with M (n, p, p), mu (n, p), outputs (n, m), loss (n,), and
+    L (``"factor"``) or (P, Q) (``"M"`` with momentum).
+
+    **Raises:** `ValueError` for shapes inconsistent with the model (W0, M0, mu0), a width d that
+    is not an integer >= 1 or cannot produce (M0, mu0) (M0 - mu0 mu0^T/d must be PSD of rank
+    <= d - 1) or disagrees with W0, an unknown `form`, lr <= 0 or not finite, momentum outside
+    [0, 1), weight_decay < 0, a batch schedule of the wrong shape, out-of-range indices or a
+    batch size outside [1, m], steps/save_every not integers >= 1; `TypeError` for a bad model
+    or loss; `FloatingPointError` if the iteration diverges (reduce `lr`).
+    """
+    model = as_model(model)
+    lr = check_lr(lr)
+    steps = check_count(steps, "steps")
+    save_every = check_count(save_every, "save_every")
+    gamma = check_weight_decay(weight_decay)
+    beta = check_momentum(momentum)
+    if not isinstance(nesterov, (bool, np.bool_)):
+        raise TypeError(f"`nesterov` must be True or False; found {nesterov!r}.")
+    if form not in FORMS:
+        raise ValueError(f"`form` must be one of {FORMS}; found {form!r}.")
+    loss = as_loss(loss)
+    M0, mu0, d, L0 = _initial_order_params(model, M0, mu0, d, W0)
+    idx = resolve_batches(batch_indices, batch_size, key, model.m, steps)
+    saved, n_saves, remainder = save_schedule(steps, save_every)
+
+    f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
+    mu0_arr = f64(np.zeros(model.p) if mu0 is None else mu0)
+    d_arr = f64(1.0 if d is None else d)
+    common = dict(model=model, loss=loss, lr=f64(lr), d=d_arr, gamma=f64(gamma))
+    if form == "factor":
+        stepper = _FactorMap(**common, beta=f64(beta), momentum=beta > 0.0, nesterov=bool(nesterov))
+    elif beta > 0.0:
+        stepper = _PQMap(**common, beta=f64(beta), M0=f64(M0), mu0=mu0_arr, nesterov=bool(nesterov))
+    else:
+        stepper = _EMap(**common)
+    Ms, mus, outputs, losses, extras = _run(
+        stepper, f64(M0), mu0_arr, f64(L0), idx, n_saves, *loop_counts(save_every, remainder)
+    )
+    Ms = np.asarray(Ms)
+    bad = first_nonfinite_step(saved, Ms)
+    if bad is not None:
+        raise FloatingPointError(
+            f"The closed map diverged: non-finite M by step {bad} (lr={lr:g}). Reduce `lr`."
+        )
+    extras = {k: np.asarray(v) for k, v in extras.items()}
+    return MapTrajectory(
+        steps=saved, t=lr * saved, M=Ms, mu=None if mu0 is None else np.asarray(mus),
+        outputs=np.asarray(outputs), loss=np.asarray(losses), L=extras.get("L"),
+        P=extras.get("P"), Q=extras.get("Q"), d=d, lr=lr, form=form,
+    )
+
+
+def closed_map(
+    model, *, optimizer: str = "sgd", momentum=None, nesterov: bool = False, **kwargs
+) -> MapTrajectory:
+    """`closed_sgd` selected by optimizer name, mirroring `nqf.train_w`.
+
+    **Arguments:** `optimizer`: ``"sgd"`` (momentum default 0), ``"momentum"`` (heavy ball,
+    default 0.9), ``"nesterov"`` (default 0.9); `momentum`: beta in [0, 1) or None for the
+    default; every other keyword goes to `closed_sgd`.
+
+    **Raises:** `ValueError` for ``"adam"``: Adam has no closed map on (M, mu) (its
+    per-coordinate normalization depends on the individual weights, which (M, mu) do not
+    determine); simulate it in weight space with `nqf.train_w(..., optimizer="adam")`. Also
+    `ValueError` for an unknown optimizer name and everything `closed_sgd` raises.
+    """
+    if isinstance(optimizer, str) and optimizer.lower() == "adam":
+        raise ValueError(
+            "Adam has no closed map on (M, mu): its update divides each weight's step by a "
+            "running RMS of that weight's own gradient, which depends on individual entries of W "
+            "that M = W W^T and mu = W 1 do not determine (Theorem 2 / Corollary 2 cover updates "
+            "linear in past gradients and weights only). Simulate Adam in weight space with "
+            "`nqf.train_w(model, W0, optimizer='adam', ...)`."
+        )
+    _, beta, nesterov = parse_optimizer(optimizer, momentum, nesterov)
+    return closed_sgd(model, momentum=beta, nesterov=nesterov, **kwargs)
