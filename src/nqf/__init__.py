@@ -29,6 +29,19 @@ from .oracles import (
     theorem7_commuting,
     theorem16,
 )
+from . import modules, structure  # the architecture dictionary (THEORY sec. 2) and W-space modules
+from .extract import ExtractionError, SmoothnessError, SymmetryError, ZGZWarning, extract, extract_report
+from .samplewise import (
+    SampleOracleSolution,
+    measure_sample_ignition_times,
+    sample_ignition_times,
+    samplewise_rates,
+    staircase_limit,
+    theorem4,
+    theorem5,
+)
+from .powerlaw import PowerLawFit, fit_power_law
+from . import powerlaw, samplewise
 from . import validate  # the theorem checks behind `nqf validate`: nqf.validate.validate()
 
 __version__ = "0.1.0"

@@ -171,3 +171,231 @@ def projector_data(block_sizes, g, k=1.0, *, m: int | None = None, seed: int = 0
     P = _random_orthogonal(p, rng) if rotate_basis else np.eye(p)
     Pi = np.stack([P[:, block == a] @ P[:, block == a].T for a in range(n_b)])
     return CommutingData(Lam, y, P if rotate_basis else None), Pi
+
+
+# --------------------------------------------------------------------------------------------
+# Low-rank test beds for compression (Theorem 3): MLP, phase retrieval, matrix completion.
+# Each can confine its structure matrices to a subspace, so that k_V < p.
+# --------------------------------------------------------------------------------------------
+__all__ += ["mlp_data", "phase_retrieval_data", "matrix_completion_data"]
+
+
+def _subspace_vectors(rng, n: int, dim: int, rank: int | None) -> np.ndarray:
+    """n Gaussian vectors in R^dim (rows), confined to a random rank-`rank` subspace if given."""
+    if rank is None or rank >= dim:
+        return rng.standard_normal((n, dim))
+    if rank < 1:
+        raise ValueError(f"`rank` must be >= 1; found {rank}.")
+    Q = _random_orthogonal(dim, rng)[:, :rank]
+    return rng.standard_normal((n, rank)) @ Q.T
+
+
+def mlp_data(m: int, k: int, *, rank: int | None = None, width: int = 4, seed: int = 0):
+    """Two-layer MLP data f = sum_i v_i tanh(u_i^T x) (Prop. 1): A(x) = 1/2 [[0, x], [x^T, 0]]
+    (phi'(0) = 1), neurons w = [u (k); v (1)], p = k + 1, as `LowRankData` (rank 2 per sample).
+
+    Inputs x ~ N(0, I_k) (confined to a random `rank`-dimensional subspace if `rank` < k, so
+    that k_V = rank + 1); labels from a teacher tanh MLP of `width` units with N(0, 1/k) first
+    and N(0, 1/width) second-layer weights, standardized to unit variance.
+
+    **Raises:** `ValueError` for m, k < 1 or rank < 1.
+    """
+    from .data import feedforward_data
+
+    m, k = int(m), int(k)
+    if m < 1 or k < 1:
+        raise ValueError(f"`m` and `k` must be >= 1; found m={m}, k={k}.")
+    rng = np.random.default_rng(seed)
+    X = _subspace_vectors(rng, m, k, rank)
+    U = rng.standard_normal((width, k)) / np.sqrt(k)
+    v = rng.standard_normal(width) / np.sqrt(width)
+    y = np.tanh(X @ U.T) @ v
+    y = (y - y.mean()) / max(y.std(), 1e-300)
+    return feedforward_data(y, a=X[:, :, None], b=np.ones((m, 1, 1)))
+
+
+def phase_retrieval_data(m: int, p: int, *, rank: int | None = None, teacher_rank: int = 1,
+                         seed: int = 0):
+    """Phase retrieval y = a^T M* a with A(a) = a a^T (THEORY sec. 2) as `LowRankData`.
+
+    Sensing vectors a ~ N(0, I_p / p) (in a random `rank`-dimensional subspace if given, so
+    k_V = rank); teacher M* = W* W*^T with W* (p, teacher_rank) standard normal / sqrt(p).
+
+    **Raises:** `ValueError` for m, p < 1 or rank < 1.
+    """
+    from .data import LowRankData
+
+    m, p = int(m), int(p)
+    if m < 1 or p < 1:
+        raise ValueError(f"`m` and `p` must be >= 1; found m={m}, p={p}.")
+    rng = np.random.default_rng(seed)
+    a = _subspace_vectors(rng, m, p, rank) / np.sqrt(p)
+    Ws = rng.standard_normal((p, teacher_rank)) / np.sqrt(p)
+    y = np.sum((a @ Ws) ** 2, axis=1)
+    return LowRankData(a[:, :, None], np.ones((m, 1)), y)
+
+
+def matrix_completion_data(n_rows: int, n_cols: int, n_observed: int, *, rank: int = 1,
+                           active_rows: int | None = None, active_cols: int | None = None,
+                           seed: int = 0):
+    """Matrix completion R_ij = u_i^T v_j (THEORY sec. 2): A = 1/2 [[0, e_i e_j^T],
+    [e_j e_i^T, 0]], neurons w = [u (n_rows); v (n_cols)], p = n_rows + n_cols, as
+    feed-forward `LowRankData` (rank 2 per sample).
+
+    `n_observed` distinct entries (i, j) are drawn uniformly from the first `active_rows` rows
+    and `active_cols` columns (default: all); the other rows/columns are never observed (cold
+    start), so k_V = (rows observed) + (columns observed). Labels: the entries of a rank-`rank`
+    teacher U* V*^T with standard normal factors / rank^(1/4).
+
+    **Raises:** `ValueError` if `n_observed` exceeds active_rows * active_cols or sizes are < 1.
+    """
+    from .data import feedforward_data
+
+    n_rows, n_cols = int(n_rows), int(n_cols)
+    ar = n_rows if active_rows is None else int(active_rows)
+    ac = n_cols if active_cols is None else int(active_cols)
+    if min(n_rows, n_cols, ar, ac, int(n_observed)) < 1 or ar > n_rows or ac > n_cols:
+        raise ValueError(
+            f"need 1 <= active_rows <= n_rows, 1 <= active_cols <= n_cols, n_observed >= 1; found "
+            f"n_rows={n_rows}, n_cols={n_cols}, active_rows={ar}, active_cols={ac}, "
+            f"n_observed={n_observed}."
+        )
+    if n_observed > ar * ac:
+        raise ValueError(
+            f"`n_observed` must be <= active_rows * active_cols = {ar * ac} (distinct entries); "
+            f"found {n_observed}."
+        )
+    rng = np.random.default_rng(seed)
+    flat = rng.choice(ar * ac, size=int(n_observed), replace=False)
+    i, j = np.divmod(flat, ac)
+    Us = rng.standard_normal((n_rows, rank)) / rank**0.25
+    Vs = rng.standard_normal((n_cols, rank)) / rank**0.25
+    y = np.sum(Us[i] * Vs[j], axis=1)
+    a = np.eye(n_rows)[i][:, :, None]
+    b = np.eye(n_cols)[j][:, :, None]
+    return feedforward_data(y, a=a, b=b)
+
+
+# --------------------------------------------------------------------------------------------
+# Theorems 4, 5 and 10 (sample-wise); the Fourier MLP of Fig. 5 (`nqf.samplewise`, fig4, fig5)
+# --------------------------------------------------------------------------------------------
+__all__ += [
+    "proportional_data",
+    "orthogonal_samples_data",
+    "FIG4_Y",
+    "FIG4_BLOCK",
+    "fig4_data",
+    "samplewise_powerlaw_data",
+    "fourier_mlp_data",
+]
+
+
+def proportional_data(lam, c, y, *, rotate_basis: bool = True, seed: int = 0) -> CommutingData:
+    """Proportional samples (Theorem 4): A_mu = c_mu A, A = P diag(lam) P^T.
+
+    **Arguments:** `lam` (p,) eigenvalues of A; `c` (m,) proportionality constants; `y` (m,)
+    labels; `rotate_basis`: P a random orthogonal matrix (else the identity); `seed`.
+
+    **Returns:** a `CommutingData` with Lambda = outer(c, lam) (rank 1).
+    """
+    lam = np.asarray(as_array(lam, "lam", ndim=1))
+    c = np.asarray(as_array(c, "c", ndim=1))
+    P = _random_orthogonal(lam.shape[0], np.random.default_rng(seed)) if rotate_basis else None
+    return CommutingData(np.outer(c, lam), y, P)
+
+
+def orthogonal_samples_data(blocks, y, *, rotate_basis: bool = False, seed: int = 0) -> CommutingData:
+    """Orthogonal samples (Theorem 5): A_mu A_nu = 0 for mu != nu.
+
+    Sample mu owns the modes mu K .. mu K + K - 1 (p = m K): A_mu = P diag(lambda_mu) P^T with
+    lambda_mu zero outside its block and equal to `blocks[mu]` on it.
+
+    **Arguments:** `blocks` (m, K) the eigenvalues of each sample on its own block; `y` (m,);
+    `rotate_basis`: P a random orthogonal matrix (else the identity: diagonal A_mu); `seed`.
+
+    **Raises:** `ValueError` for bad shapes or non-finite values.
+    """
+    blocks = np.asarray(as_array(blocks, "blocks", ndim=2))
+    m, K = blocks.shape
+    p = m * K
+    Lam = np.zeros((m, p))
+    for mu in range(m):
+        Lam[mu, mu * K:(mu + 1) * K] = blocks[mu]
+    P = _random_orthogonal(p, np.random.default_rng(seed)) if rotate_basis else None
+    return CommutingData(Lam, y, P)
+
+
+FIG4_BLOCK = (1.0, 1.5, 2.0)
+"""The three nonzero eigenvalues of every A_mu in the paper's Fig. 4 (Appendix C)."""
+
+FIG4_Y = (1.0, 0.5, 0.25, 0.125)
+"""Labels chosen for Fig. 4 (the paper does not give them): y_mu = 2^-mu, so that
+zeta_mu = (8/m) 2 y_mu = (4, 2, 1, 1/2) are distinct and the plateaus are equally spaced in
+log time, and the staircase levels (1/m) sum_{nu > mu} y_nu^2 drop by factors ~4."""
+
+
+def fig4_data(y=FIG4_Y) -> CommutingData:
+    """The paper's Fig. 4 setting (THEORY sec. 11): m = 4, K = 3, p = 12, diagonal A_mu with
+    nonzeros (1, 1.5, 2) on the block [mu K, mu K + K - 1]; labels `y` (default `FIG4_Y`)."""
+    y = np.asarray(as_array(y, "y", ndim=1))
+    return orthogonal_samples_data(np.tile(FIG4_BLOCK, (y.shape[0], 1)), y)
+
+
+def samplewise_powerlaw_data(m: int, g1: float, g2: float, *, ratios=(0.5, 0.75, 1.0),
+                             c_zeta: float = 1.0) -> CommutingData:
+    """Orthogonal samples with power-law growth rates and labels (Theorem 10, Eq. E23).
+
+    y_mu = mu^-g1 and zeta_mu = (8/m) lambda*_mu y_mu = c_zeta mu^-g2 (mu = 1..m), so
+    lambda*_mu = m c_zeta mu^-g2 / (8 y_mu); sample mu owns K = len(ratios) diagonal modes with
+    eigenvalues lambda*_mu * ratios (the largest ratio must be 1; Fig. 4's 1 : 1.5 : 2 is
+    (0.5, 0.75, 1)), so every sample has subdominant eigenvalues and the data are genuinely of
+    Theorem 5's kind (features within a block are parallel, so Theorem 6 does not apply).
+
+    **Raises:** `ValueError` for m < 1, g1 <= 1/2, g2 <= 0, c_zeta <= 0, ratios not in (0, 1]
+    with maximum 1.
+    """
+    m = int(m)
+    ratios = np.asarray(as_array(ratios, "ratios", ndim=1))
+    if m < 1 or not g1 > 0.5 or not g2 > 0 or not c_zeta > 0:
+        raise ValueError(f"Need m >= 1, g1 > 1/2, g2 > 0, c_zeta > 0; found m={m}, g1={g1}, g2={g2}, "
+                         f"c_zeta={c_zeta}.")
+    if np.any(ratios <= 0) or ratios.max() != 1.0:
+        raise ValueError(f"`ratios` must lie in (0, 1] with maximum 1; found {ratios}.")
+    mu = np.arange(1, m + 1, dtype=float)
+    y = mu**-g1
+    lam_star = m * c_zeta * mu**-g2 / (8.0 * y)
+    return orthogonal_samples_data(lam_star[:, None] * ratios[None, :], y)
+
+
+def fourier_mlp_data(P: int = 64, M: int = 256, *, beta: float = 1.5, theta: float = 0.0) -> CommutingData:
+    """The NQF of the paper's Fourier MLP (Fig. 5, THEORY sec. 11).
+
+    f(x) = P^-1/2 sum_k W_k tanh(s_k a_k psi_k(x)), psi_k(x) = sqrt(2) cos(2 pi k x) on the grid
+    x in {0, 1/M, ..., (M-1)/M}, s_k = k^-theta; target y = sum_k b_k psi_k, b_k = k^-beta.
+    Its NQF (tanh'(0) = 1) is f = Tr[w w^T A(x)] with one neuron (d = 1) w = [a_1..a_P, W_1..W_P]
+    (p = 2P) and A(x) block diagonal over units: A_k(x) = s_k/(2 sqrt P) [[0, psi_k], [psi_k, 0]] on
+    (a_k, W_k). In the eigenbasis P_basis (column k: (e_{a_k} + e_{W_k})/sqrt 2, column P + k:
+    (e_{a_k} - e_{W_k})/sqrt 2) the eigenvalues are +-lambda_{x,k}, lambda_{x,k} = s_k psi_k(x) /
+    (2 sqrt P). Under the mean-MSE flow r_k = 4 s_k b_k / sqrt P, C_kk = 2 s_k^2 / P and
+    V_k = r_k^2 / (8 C_kk) = b_k^2 (so a1 = 2 beta, a2 = theta + beta).
+
+    **Returns:** `CommutingData` with Lambda (M, 2P), labels y (M,), basis P_basis (2P, 2P).
+
+    **Raises:** `ValueError` unless 1 <= P < M/2 (the Fourier modes are then orthogonal on the grid).
+    """
+    P, M = int(P), int(M)
+    if not (1 <= P and 2 * P < M):
+        raise ValueError(f"Need 1 <= P < M/2 for orthogonal Fourier modes on the grid; found P={P}, M={M}.")
+    k = np.arange(1, P + 1, dtype=float)
+    x = np.arange(M) / M
+    psi = np.sqrt(2.0) * np.cos(2.0 * np.pi * np.outer(x, k))  # (M, P)
+    lam = psi * k**-float(theta) / (2.0 * np.sqrt(P))
+    y = psi @ k**-float(beta)
+    Q = np.zeros((2 * P, 2 * P))
+    idx = np.arange(P)
+    h = np.sqrt(0.5)
+    Q[idx, idx] = h
+    Q[P + idx, idx] = h
+    Q[idx, P + idx] = h
+    Q[P + idx, P + idx] = -h
+    return CommutingData(np.concatenate([lam, -lam], axis=1), y, Q)

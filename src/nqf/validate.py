@@ -351,3 +351,71 @@ def validate(eps_values=(1e-3, 1e-6, 1e-12), *, progress: Callable[[dict], None]
             if progress is not None:
                 progress(rec)
     return results
+
+
+# --------------------------------------------------------------------------------------------
+# architecture dictionary (nqf.structure, THEORY sec. 2) vs the autodiff extractor (nqf.extract)
+# --------------------------------------------------------------------------------------------
+DICTIONARY_BOUND = 1e-10
+"""Bound on max |A_closed - A_autodiff| / max(1, max |A|) of the dictionary-vs-autodiff checks."""
+
+
+@register
+def check_dictionary_vs_autodiff(eps_values):
+    """Closed-form A(x) of the MLP (3 outputs), CNN (stride 2, padding 1, 2 outputs), single-head
+    QK logits, QK heads and multi-head attention (2 outputs) against `nqf.extract` applied to the
+    W-space modules (`nqf.modules`) on 3 random inputs; one record per architecture (independent
+    of eps). For MHA the Q, K rows of the extracted A must be exactly zero (else value = inf)."""
+    from .extract import extract
+    from .modules import CNN, MHA, MLP, QKAttention
+
+    rng = np.random.default_rng(11)
+    m, D, N = 3, 3, 4
+    xq, X = rng.standard_normal((m, D)), rng.standard_normal((m, D, N))
+    c = jnp.asarray(rng.standard_normal((D, 2)))
+    cases = [
+        ("MLP 5-3 tanh", MLP(5, 3), rng.standard_normal((m, 5))),
+        ("CNN 2x5x6, kernel 3x2, stride 2, pad 1", CNN((2, 5, 6), (3, 2), n_out=2, stride=2, padding=1),
+         rng.standard_normal((m, 2, 5, 6))),
+        ("QK logits (rows as neurons)", QKAttention(D, 2, c), (xq, X)),
+        ("QK-only heads", QKAttention(D, 2, c, heads=True), (xq, X)),
+        ("MHA (d_k = d_v = 2)", MHA(D, 2, 2, n_out=2), (xq, X)),
+    ]
+    out = []
+    for name, mod, xs in cases:
+        rep = extract(mod, xs, mod.p)
+        A_auto = np.asarray((rep.data if isinstance(rep, NQFModel) else rep).dense())
+        A_closed = np.asarray(mod.structure(xs).dense())
+        err = float(np.abs(A_closed - A_auto).max()) / max(1.0, float(np.abs(A_closed).max()))
+        if isinstance(mod, MHA):
+            nqk = 2 * mod.d_k * mod.D
+            if np.any(A_auto[:, :nqk, :] != 0.0) or np.any(A_closed[:, :nqk, :] != 0.0):
+                err = float("inf")
+        out.append(record(f"dictionary vs autodiff: {name}", err, DICTIONARY_BOUND))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Theorems 4 and 5 and Theorem 10's sample-wise staircase (`nqf.samplewise`)
+# --------------------------------------------------------------------------------------------
+from ._samplewise_checks import check_samplewise_staircase, check_theorem4, check_theorem5  # noqa: E402
+
+for _check in (check_theorem4, check_theorem5, check_samplewise_staircase):
+    register(_check)
+del _check
+
+
+# --------------------------------------------------------------------------------------------
+# Compression and multi-layer NQFs: Theorems 3, 14, 15 and Corollary 3 (`nqf.compress`,
+# `nqf.multilayer`)
+# --------------------------------------------------------------------------------------------
+from ._compress_checks import (  # noqa: E402
+    check_corollary3,
+    check_theorem3,
+    check_theorem14,
+    check_theorem15,
+)
+
+for _check in (check_theorem3, check_corollary3, check_theorem14, check_theorem15):
+    register(_check)
+del _check

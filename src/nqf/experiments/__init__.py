@@ -8,30 +8,53 @@ reduces the work (coarser grids, smaller problems) but still runs every check.
 
 `EXPERIMENTS` maps the names accepted by ``nqf reproduce NAME`` to these functions:
 
+- ``fig2``: Fig. 2, module vs NQF for MLP, CNN, QK attention, MHA x GD, momentum, Adam
+  (`nqf.experiments.fig2`).
 - ``fig3``: Fig. 3 left/middle, sudden learning, flow vs Theorem 6 vs GD (`nqf.experiments.fig3`).
 - ``fig3-powerlaw``: Fig. 3 right, the excess-loss power law and its slope
   (`nqf.experiments.fig3_powerlaw`).
+- ``fig4``: Fig. 4, sample-wise sudden learning, flow vs Theorem 5 vs GD, t*_mu
+  (`nqf.experiments.fig4`).
+- ``fig4-powerlaw``: the sample-wise power law of Theorem 10 (E23) (`nqf.experiments.fig4_powerlaw`).
+- ``fig5``: Fig. 5, power law of the Fourier MLP and its NQF vs (2 beta - 1)/(theta + beta), raw-input
+  MLP baseline (`nqf.experiments.fig5`).
+- ``fig8``: Fig. 8, a 4-layer MLP and a 2-layer attention vs their 2-layer and 1-layer NQFs
+  (Theorem 14; `nqf.experiments.fig8`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import fig3, fig3_powerlaw
+from . import fig2, fig3, fig3_powerlaw
+from . import fig4, fig4_powerlaw, fig5
 
 __all__ = ["EXPERIMENTS", "TITLES", "run"]
 
 EXPERIMENTS: dict[str, Callable[..., dict]] = {
+    fig2.NAME: fig2.run,
     fig3.NAME: fig3.run,
     fig3_powerlaw.NAME: fig3_powerlaw.run,
+    fig4.NAME: fig4.run,
+    fig4_powerlaw.NAME: fig4_powerlaw.run,
+    fig5.NAME: fig5.run,
 }
 """Name -> ``run(out_dir, quick=False) -> dict`` for every reproducible figure."""
 
 TITLES: dict[str, str] = {
+    fig2.NAME: fig2.TITLE,
     fig3.NAME: fig3.TITLE,
     fig3_powerlaw.NAME: fig3_powerlaw.TITLE,
+    fig4.NAME: fig4.TITLE,
+    fig4_powerlaw.NAME: fig4_powerlaw.TITLE,
+    fig5.NAME: fig5.TITLE,
 }
 """Name -> one-line description (shown by ``nqf list``)."""
+
+from . import fig8  # noqa: E402
+
+EXPERIMENTS[fig8.NAME] = fig8.run
+TITLES[fig8.NAME] = fig8.TITLE
 
 
 def run(name: str, out_dir, quick: bool = False) -> dict:

@@ -1,0 +1,345 @@
+"""Fig. 8 of the paper: deep models vs their 2-layer and 1-layer NQFs (Theorem 14).
+
+Setting (paper Appendix C; THEORY sec. 11; choices the paper leaves open are marked *):
+
+- Teacher-student regression, inputs N(0, I), 200 training / 1000 test samples, MSE
+  L = mean (f - y)^2, full-batch gradient descent with the same learning rate (LR = 0.05*) for all
+  three models, STEPS = 2000* steps (flow time t = LR * steps = 100), from the same initial
+  weights. Teacher*: the same architecture with LeCun-normal weights N(0, 1/fan_in); targets
+  divided by their training-set standard deviation.
+- 4-layer MLP x (8) -> 16 -> 16 -> 16 -> 1, tanh, no biases: f = w4^T tanh(W3 tanh(W2 tanh(W1 x))).
+  Init N(0, 0.05) (small) vs N(0, 0.5) (large).
+- 2-layer single-head attention*, model dim 8, length 10, d_k = d_v = 8: layer 1
+  Y = softmax_rows(X W_Q1^T (X W_K1^T)^T / sqrt 8) X W_V1^T W_O1^T (tokens as rows); layer 2
+  f = v^T W_V2 Y^T a, a = softmax(Y W_K2^T W_Q2 ybar / sqrt 8), ybar the mean token. Init N(0, 0.1)
+  vs N(0, 1).
+
+The NQFs (Props. 1 and 2 per module; Theorem 14 for the stack), trained by `closed_deep_sgd`:
+
+- 2-layer NQF. MLP: module (W1, W2) -> layer 1 with neurons [W1[i, :]; W2[:, i]] (p = 24,
+  d = 16), h1_j = Tr[M1 A_j(x)], A_j(x) = 1/2 [[0, x e_j^T], [e_j x^T, 0]]; module (W3, w4) ->
+  layer 2 with neurons [W3[j, :]; w4_j] (p = 17, d = 16), f = Tr[M2 A(tanh h1)], A(z) =
+  1/2 [[0, z], [z^T, 0]]: the tanh between the modules is kept. Attention: (W_V1, W_O1) -> layer 1
+  on the token mean xbar (uniform attention at leading order; Q and K enter at 4th order and are
+  absent), then (W_V2, v) -> layer 2 on h1 (p = 16 and 9, d = 8).
+- 1-layer NQF*: the paper does not define it; here it is Theorem 1 applied to the LAST module's
+  neurons with the earlier layers frozen at the common initialization: f = Tr[M A(z0(x))] with
+  the exact features z0 of the initial network (MLP: tanh(W2(0) tanh(W1(0) x)); attention: the
+  mean token of layer 1's output at init). It shares the initial weights and learning rate of
+  the neurons it has; the earlier layers do not train.
+
+Measured (each NQF against the original, train and test losses at the saved steps):
+
+- ``gap_max`` = max_t |L_nqf(t) - L_orig(t)| / L_orig(0) over the whole run (and ``gap_final``
+  at the last step, same normalization); ``log_gap_final`` = |ln(L_nqf / L_orig)| at the end;
+- ``gap_max_early``: the same max over the first EARLY_STEPS steps (flow time 10, the initial
+  learning phase);
+- ``tracking_steps``: the last saved step before the train-loss gap first exceeds
+  TRACK_REL = 10% of the original's current loss (the whole run if never);
+- ``diverged_at``: first saved step with a non-finite loss (None if none).
+
+Checks (small initialization, each architecture), bounds fixed before measuring:
+
+- "2-layer tracks": gap_max of the 2-layer NQF <= TRACK_BOUND = 0.1 (train and test);
+- "1-layer does not, relatively": gap_max(2-layer) / gap_max(1-layer) <= GAP_RATIO_BOUND = 0.5
+  (train and test), and tracking_steps(1-layer) / tracking_steps(2-layer) <= 1/3.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import multilayer as ml
+from ._common import check, prepare_out_dir, write_outputs
+
+NAME = "fig8"
+TITLE = "Fig. 8: 4-layer MLP and 2-layer attention vs their 2-layer / 1-layer NQFs (Theorem 14)"
+
+N_TRAIN, N_TEST = 200, 1000
+D_IN, HID = 8, 16
+N_TOK, DM = 10, 8
+LR = {"mlp": {"small": 0.05, "large": 0.005}, "attention": {"small": 0.05, "large": 1e-4}}
+STEPS, STEPS_QUICK = 2000, 500
+N_SAVES, N_SAVES_QUICK = 200, 50
+EARLY_STEPS = 200
+TRACK_REL = 0.1
+TRACK_BOUND = 0.1
+GAP_RATIO_BOUND = 0.5
+TRACK_RATIO_BOUND = 1.0 / 3.0
+INITS = {"mlp": {"small": 0.05, "large": 0.5}, "attention": {"small": 0.1, "large": 1.0}}
+SEED = 0
+
+MLP_SHAPES = [(HID, D_IN), (HID, HID), (HID, HID), (HID,)]
+ATT_SHAPES = [(DM, DM)] * 7 + [(DM,)]  # Q1, K1, V1, O1, Q2, K2, V2, v
+
+
+# ------------------------------------------------------------------------------------------
+# the original models
+# ------------------------------------------------------------------------------------------
+def mlp_forward(P, X):
+    """4-layer tanh MLP, X (n, 8) -> (n,)."""
+    W1, W2, W3, w4 = P
+    return jnp.tanh(jnp.tanh(jnp.tanh(X @ W1.T) @ W2.T) @ W3.T) @ w4
+
+
+def _attention_layer1(P, x):
+    Q1, K1, V1, O1 = P[:4]
+    S = jax.nn.softmax((x @ Q1.T) @ (x @ K1.T).T / jnp.sqrt(Q1.shape[0]), axis=1)
+    return S @ (x @ V1.T @ O1.T)
+
+
+def attention_forward(P, X):
+    """2-layer single-head attention, X (n, 10, 8) -> (n,)."""
+    Q2, K2, V2, v = P[4:]
+
+    def one(x):
+        Y = _attention_layer1(P, x)
+        a = jax.nn.softmax((Y @ K2.T) @ (Q2 @ Y.mean(axis=0)) / jnp.sqrt(Q2.shape[0]))
+        return v @ (V2 @ (a @ Y))
+
+    return jax.vmap(one)(X)
+
+
+FORWARD = {"mlp": mlp_forward, "attention": attention_forward}
+
+
+@jax.jit
+def _features_attention(P, X):
+    """Mean token of layer 1's output, X (n, 10, 8) -> (n, 8) (the 1-layer NQF's frozen input)."""
+    return jax.vmap(lambda x: _attention_layer1(P, x).mean(axis=0))(X)
+
+
+@jax.jit
+def _features_mlp(P, X):
+    """tanh(W2 tanh(W1 x)), X (n, 8) -> (n, 16) (the 1-layer NQF's frozen input)."""
+    return jnp.tanh(jnp.tanh(X @ P[0].T) @ P[1].T)
+
+
+@functools.partial(jax.jit, static_argnames=("arch", "n_saves", "every"))
+def _train_original(arch, P0, X, y, Xt, yt, lr, n_saves: int, every: int):
+    """Full-batch GD on the original model; train and test loss at n_saves + 1 saved steps."""
+    fwd = FORWARD[arch]
+    loss = lambda P, X, y: jnp.mean((fwd(P, X) - y) ** 2)  # noqa: E731
+    grad = jax.grad(loss)
+
+    def block(P, _):
+        P = jax.lax.fori_loop(0, every, lambda i, P: jax.tree.map(lambda a, g: a - lr * g, P, grad(P, X, y)), P)
+        return P, (loss(P, X, y), loss(P, Xt, yt))
+
+    _, (tr, te) = jax.lax.scan(block, P0, None, length=n_saves)
+    return (jnp.concatenate([loss(P0, X, y)[None], tr]), jnp.concatenate([loss(P0, Xt, yt)[None], te]))
+
+
+# ------------------------------------------------------------------------------------------
+# data and the NQF layers (created once, so that compiled programs are reused)
+# ------------------------------------------------------------------------------------------
+@functools.cache
+def _layers():
+    return {
+        "mlp": (ml.feedforward_layer(D_IN, HID), ml.feedforward_layer(HID, 1, transform=jnp.tanh),
+                ml.feedforward_layer(HID, 1)),
+        "attention": (ml.feedforward_layer(DM, DM), ml.feedforward_layer(DM, 1),
+                      ml.feedforward_layer(DM, 1)),
+    }
+
+
+def _lecun(rng, shapes):
+    return [rng.standard_normal(s) / np.sqrt(s[-1]) for s in shapes]
+
+
+def make_data(arch: str, seed: int = SEED):
+    """(X_train, y_train, X_test, y_test) of the teacher-student task (module docstring)."""
+    rng = np.random.default_rng(seed)
+    n = N_TRAIN + N_TEST
+    if arch == "mlp":
+        X = rng.standard_normal((n, D_IN))
+        teacher = _lecun(rng, MLP_SHAPES)
+    else:
+        X = rng.standard_normal((n, N_TOK, DM))
+        teacher = _lecun(rng, ATT_SHAPES)
+    y = np.array(jax.jit(FORWARD[arch])([jnp.asarray(t) for t in teacher], jnp.asarray(X)))
+    y /= y[:N_TRAIN].std()
+    return X[:N_TRAIN], y[:N_TRAIN], X[N_TRAIN:], y[N_TRAIN:]
+
+
+def nqf_models(arch: str, P0, Xtr, ytr, Xte):
+    """The 2-layer and 1-layer NQFs of the original with initial weights P0 (module docstring):
+    {name: (DeepNQF on the training set, W0 list, test inputs of its first layer)}."""
+    lay1, lay2, lay_single = _layers()[arch]
+    P = [np.asarray(p) for p in P0]
+    if arch == "mlp":
+        W1, W2, W3, w4 = P
+        W0_2 = [np.vstack([W1.T, W2]), np.vstack([W3.T, w4[None]])]
+        x_tr, x_te = Xtr, Xte
+        z0 = lambda X: np.asarray(_features_mlp(P0, jnp.asarray(X)))  # noqa: E731
+    else:
+        _, _, V1, O1, _, _, V2, v = P
+        W0_2 = [np.vstack([V1.T, O1]), np.vstack([V2.T, v[None]])]
+        x_tr, x_te = Xtr.mean(axis=1), Xte.mean(axis=1)
+        z0 = lambda X: np.asarray(_features_attention(P0, jnp.asarray(X)))  # noqa: E731
+    return {
+        "nqf2": (ml.DeepNQF([lay1, lay2], x_tr, ytr), W0_2, x_te),
+        "nqf1": (ml.DeepNQF([lay_single], z0(Xtr), ytr), [W0_2[1]], z0(Xte)),
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# measurements
+# ------------------------------------------------------------------------------------------
+def _gaps(L, L_ref, steps) -> dict:
+    L, L_ref = np.asarray(L, float), np.asarray(L_ref, float)
+    finite = np.isfinite(L)
+    diverged_at = None if finite.all() else int(steps[np.argmax(~finite)])
+    diff = np.where(finite, np.abs(L - L_ref), np.inf)
+    early = steps <= EARLY_STEPS
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_final = float(abs(np.log(L[-1] / L_ref[-1]))) if finite[-1] else float("inf")
+    return {
+        "gap_max": float(diff.max() / L_ref[0]),
+        "gap_max_early": float(diff[early].max() / L_ref[0]),
+        "gap_final": float(diff[-1] / L_ref[0]),
+        "log_gap_final": log_final,
+        "diverged_at": diverged_at,
+    }
+
+
+def _tracking_steps(L, L_ref, steps) -> int:
+    off = ~(np.abs(np.asarray(L) - L_ref) <= TRACK_REL * L_ref)   # NaN counts as off
+    if not off.any():
+        return int(steps[-1])
+    first = int(np.argmax(off))
+    return int(steps[first - 1]) if first > 0 else 0
+
+
+def run_case(arch: str, init: str, *, steps: int, n_saves: int, seed: int = SEED) -> dict:
+    """Train the original, its 2-layer and its 1-layer NQF from the same init; losses and gaps."""
+    Xtr, ytr, Xte, yte = make_data(arch, seed)
+    var = INITS[arch][init]
+    rng = np.random.default_rng(seed + 1)
+    shapes = MLP_SHAPES if arch == "mlp" else ATT_SHAPES
+    P0 = [jnp.asarray(np.sqrt(var) * rng.standard_normal(s)) for s in shapes]
+    every = steps // n_saves
+    saved = np.arange(n_saves + 1) * every
+    t0 = time.perf_counter()
+    lr = LR[arch][init]
+    tr, te = _train_original(arch, P0, jnp.asarray(Xtr), jnp.asarray(ytr), jnp.asarray(Xte),
+                             jnp.asarray(yte), lr, n_saves, every)
+    curves = {"original": {"train": np.asarray(tr), "test": np.asarray(te)}}
+    wall = {"original": time.perf_counter() - t0}
+    for name, (deep, W0, x_te) in nqf_models(arch, P0, Xtr, ytr, Xte).items():
+        t0 = time.perf_counter()
+        traj = ml.closed_deep_sgd(deep, W0, lr=lr, steps=steps, save_every=every, allow_nonfinite=True)
+        with np.errstate(all="ignore"):
+            out = ml.deep_outputs(deep, traj, x_te)[..., 0]
+            test = np.mean((out - yte) ** 2, axis=1)
+        curves[name] = {"train": np.where(np.isfinite(traj.loss), traj.loss, np.nan),
+                        "test": np.where(np.isfinite(test), test, np.nan)}
+        wall[name] = time.perf_counter() - t0
+    res = {"arch": arch, "init": init, "init_variance": var, "lr": lr, "steps": saved, "curves": curves,
+           "wall_time_s": wall}
+    for name in ("nqf2", "nqf1"):
+        res[name] = {split: _gaps(curves[name][split], curves["original"][split], saved)
+                     for split in ("train", "test")}
+        res[name]["tracking_steps"] = _tracking_steps(curves[name]["train"],
+                                                      curves["original"]["train"], saved)
+    res["final_loss"] = {n: {s: float(c[s][-1]) for s in c} for n, c in curves.items()}
+    return res
+
+
+def _checks(cases) -> list:
+    out = []
+    for arch in INITS:
+        c = cases[(arch, "small")]
+        for split in ("train", "test"):
+            g2, g1 = c["nqf2"][split]["gap_max"], c["nqf1"][split]["gap_max"]
+            out.append(check(f"fig8 {arch} small init: 2-layer NQF tracks, max |{split} loss gap| / L(0)",
+                             g2, TRACK_BOUND))
+            out.append(check(f"fig8 {arch} small init: {split} gap 2-layer / 1-layer NQF",
+                             g2 / g1 if g1 > 0 else float("inf"), GAP_RATIO_BOUND))
+        t2, t1 = c["nqf2"]["tracking_steps"], c["nqf1"]["tracking_steps"]
+        out.append(check(f"fig8 {arch} small init: tracking steps 1-layer / 2-layer NQF",
+                         t1 / t2 if t2 > 0 else float("inf"), TRACK_RATIO_BOUND))
+    return out
+
+
+def _plot(cases, quick: bool):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 8), layout="constrained")
+    axes = fig.subplots(2, 2)
+    colors = {"original": "k", "nqf2": "tab:blue", "nqf1": "tab:red"}
+    labels = {"original": "original", "nqf2": "2-layer NQF", "nqf1": "1-layer NQF"}
+    for i, arch in enumerate(INITS):
+        for j, init in enumerate(("small", "large")):
+            ax = axes[i, j]
+            c = cases[(arch, init)]
+            for name, curve in c["curves"].items():
+                ax.semilogy(c["steps"], curve["train"], color=colors[name], lw=1.6,
+                            label=f"{labels[name]} train")
+                ax.semilogy(c["steps"], curve["test"], color=colors[name], lw=1.0, ls="--",
+                            label=f"{labels[name]} test")
+            note = []
+            for name in ("nqf2", "nqf1"):
+                g = c[name]
+                dv = g["train"]["diverged_at"]
+                note.append(f"{labels[name]}: gap tr {g['train']['gap_max']:.3g}, te {g['test']['gap_max']:.3g}"
+                            + (f", diverged @ {dv}" if dv is not None else ""))
+            ax.text(0.02, 0.02, "\n".join(note), transform=ax.transAxes, fontsize=7, va="bottom")
+            ax.set_title(f"{'4-layer MLP' if arch == 'mlp' else '2-layer attention'}, init variance "
+                         f"{c['init_variance']:g} ({init})", fontsize=10)
+            ax.set_xlabel(f"GD step (lr {c['lr']:g}; flow time = lr x steps)")
+            ax.set_ylabel("MSE loss")
+            if i == 0 and j == 0:
+                ax.legend(fontsize=7, ncol=3, loc="upper right")
+    fig.suptitle("Deep models vs their 2-layer and 1-layer NQFs (paper Fig. 8)"
+                 + (" [quick]" if quick else ""), fontsize=11)
+    return fig
+
+
+def run(out_dir, quick: bool = False) -> dict:
+    """Fig. 8: train a 4-layer MLP and a 2-layer attention at small and large init with their
+    2-layer and 1-layer NQFs (module docstring), write `out_dir/fig8.png` (loss curves, 2 x 2
+    panels) and `out_dir/fig8.json`, return the JSON dict. `quick`: 500 instead of 2000 steps and
+    50 instead of 200 saved steps; every check still runs.
+
+    JSON keys: ``settings``; ``cases``: one per (architecture, init) with ``steps``,
+    ``curves`` {original, nqf2, nqf1: {train, test}}, per NQF {train, test: gap_max,
+    gap_max_early, gap_final, log_gap_final, diverged_at; tracking_steps}, ``final_loss``;
+    ``gaps`` (the headline numbers); ``wall_time_s``; ``checks``.
+    """
+    t_start = time.perf_counter()
+    out = prepare_out_dir(out_dir)
+    steps = STEPS_QUICK if quick else STEPS
+    n_saves = N_SAVES_QUICK if quick else N_SAVES
+    cases = {(a, i): run_case(a, i, steps=steps, n_saves=n_saves) for a in INITS for i in ("small", "large")}
+    checks = _checks(cases)
+    gaps = {f"{a} {i}": {n: {"train_gap_max": c[n]["train"]["gap_max"], "test_gap_max": c[n]["test"]["gap_max"],
+                             "train_gap_final": c[n]["train"]["gap_final"],
+                             "test_gap_final": c[n]["test"]["gap_final"],
+                             "tracking_steps": c[n]["tracking_steps"],
+                             "diverged_at": c[n]["train"]["diverged_at"]}
+                         for n in ("nqf2", "nqf1")}
+            for (a, i), c in cases.items()}
+    fig = _plot(cases, quick)
+    summary = {
+        "name": NAME, "title": TITLE, "quick": bool(quick),
+        "settings": {
+            "n_train": N_TRAIN, "n_test": N_TEST, "lr": LR, "steps": steps, "n_saves": n_saves,
+            "optimizer": "full-batch GD, MSE mean (f - y)^2", "init_variance": INITS,
+            "mlp": "8-16-16-16-1 tanh, no biases", "attention": "2 layers, dim 8, length 10, d_k = d_v = 8",
+            "teacher": "same architecture, LeCun-normal weights N(0, 1/fan_in); targets / train std",
+            "early_steps": EARLY_STEPS, "track_rel": TRACK_REL, "seed": SEED,
+            "one_layer_nqf": "last module's NQF on the initial network's frozen features",
+        },
+        "gaps": gaps,
+        "cases": {f"{a} {i}": {k: v for k, v in c.items() if k not in ("arch", "init")}
+                  for (a, i), c in cases.items()},
+        "wall_time_s": {"total": time.perf_counter() - t_start},
+        "checks": checks,
+    }
+    return write_outputs(out, NAME, fig, summary)

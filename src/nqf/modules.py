@@ -1,0 +1,267 @@
+"""Weight-space JAX implementations of the modules of the dictionary (MLP, CNN, QK attention,
+multi-head attention), to train side by side with their NQFs.
+
+Each module is a small frozen dataclass with
+
+- ``p``: parameters per neuron; ``__call__(W, x)``: the module's outputs (k,) for one input x,
+  with W of shape (p, d) (one column per neuron, any width d) in the layout of `nqf.structure`;
+- ``apply(W, xs)``: outputs for a batch, shape (m, k);
+- ``structure(xs, y=None)``: the closed-form NQF data (`nqf.structure`) for a batch;
+- ``f0(xs, d)``: the module's outputs at W = 0 for width d, flattened (m k,) like the data;
+- ``effective_map(W)``: the learned linear map E of the NQF (the matrix whose singular values the
+  paper's Fig. 2 tracks), computed from the weights;
+- ``nqf_features(xs, d)`` and ``nqf_apply(W, feats)``: the NQF of the module evaluated in its
+  feed-forward form f0 + a^T E(W) b, equal to f0 + Tr[W W^T A_o(x)] with the closed-form A
+  (tests/test_structure.py) but with no per-sample p x p work (MHA at p = 880).
+
+Nothing here uses the closed forms: `__call__` is the network itself (tanh, a convolution by
+`jax.lax.conv_general_dilated`, softmax attention), so `nqf.extract` on it is an independent
+check of `nqf.structure` (tests/test_extract.py).
+
+Inputs: MLP x (n,); CNN x (H, W) or (C, H, W); attention x = (x_q (D,), X (D, N)) (a tuple;
+a batch is a tuple of arrays with leading axis m).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import structure
+
+__all__ = ["MLP", "CNN", "QKAttention", "MHA", "unvec"]
+
+
+def unvec(v, rows: int, cols: int):
+    """Inverse of the column-stacking vec: v (rows cols,) -> (rows, cols), v[a + rows c] = Q[a, c]."""
+    return v.reshape(cols, rows).T
+
+
+class _Features(NamedTuple):
+    """Precomputed inputs of the NQF in feed-forward form: F[mu, o] = f0[mu, o] + a_mu^T E(W) b_mu[:, o]
+    with E = `effective_map(W)`; a (m, n_a), b (m, n_b, k), f0 (m, k) or None."""
+
+    a: jax.Array
+    b: jax.Array
+    f0: jax.Array | None
+
+
+def _eye_b(m: int, k: int):
+    return jnp.broadcast_to(jnp.eye(k), (m, k, k))
+
+
+class _Module:
+    def nqf_apply(self, W, feats: "_Features"):
+        """The NQF's outputs f0 + Tr[W W^T A_o(x)] for a batch, shape (m, k), in the feed-forward
+        form a^T E(W) b (Eq. E3: Tr[M A] = <M_12, C>, C_o = a b_o^T); `feats` from
+        `nqf_features(xs, d)`. Costs O(p^2 d + m n_a n_b k): no (m, p, p) tensor."""
+        F = jnp.einsum("ma,ab,mbk->mk", feats.a, self.effective_map(W), feats.b)
+        return F if feats.f0 is None else F + feats.f0
+
+    def apply(self, W, xs):
+        """Outputs for a batch of inputs, shape (m, k)."""
+        return jax.vmap(lambda x: self(W, x))(xs)
+
+    def f0(self, xs, d: int):
+        """Outputs at W = 0 of width d, flattened input-major, shape (m k,)."""
+        return self.apply(jnp.zeros((self.p, d)), xs).reshape(-1)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class MLP(_Module):
+    """Two-layer bias-free MLP f_o(x) = sum_i v_io phi(u_i^T x) (Proposition 1).
+    Neuron w_i = [u_i (n_in); v_i (n_out)]."""
+
+    n_in: int
+    n_out: int = 1
+    phi: Callable = jnp.tanh
+
+    @property
+    def p(self) -> int:
+        return self.n_in + self.n_out
+
+    def __call__(self, W, x):
+        U, V = W[: self.n_in], W[self.n_in:]
+        return V @ self.phi(U.T @ x)
+
+    def phi_prime0(self) -> float:
+        with jax.ensure_compile_time_eval():  # a constant even when called under a trace
+            return float(jax.grad(self.phi)(0.0))
+
+    def structure(self, xs, y=None):
+        return structure.mlp(xs, y, n_outputs=self.n_out, phi_prime0=self.phi_prime0())
+
+    def effective_map(self, W):
+        """phi'(0) U V^T (n_in, n_out): the NQF is F(x) = (phi'(0) U V^T)^T x."""
+        return self.phi_prime0() * W[: self.n_in] @ W[self.n_in:].T
+
+    def nqf_features(self, xs, d: int = 1):
+        return _Features(a=jnp.asarray(xs), b=_eye_b(xs.shape[0], self.n_out), f0=None)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CNN(_Module):
+    """One-layer CNN with global sum pooling f_o = sum_i v_io sum_P phi(kern_i^T x_P)
+    (Proposition 16). Neuron w_i = [kern_i (C kh kw, (c, i, j) row-major); v_i (n_out)]."""
+
+    input_shape: tuple  # (H, W) or (C, H, W)
+    kernel_shape: tuple  # (kh, kw)
+    n_out: int = 1
+    stride: int = 1
+    padding: int = 0
+    phi: Callable = jnp.tanh
+
+    @property
+    def channels(self) -> int:
+        return 1 if len(self.input_shape) == 2 else int(self.input_shape[0])
+
+    @property
+    def n_kernel(self) -> int:
+        return self.channels * int(np.prod(self.kernel_shape))
+
+    @property
+    def p(self) -> int:
+        return self.n_kernel + self.n_out
+
+    def __call__(self, W, x):
+        x = x.reshape((1, self.channels) + tuple(x.shape[-2:]))
+        d = W.shape[1]
+        kern = W[: self.n_kernel].T.reshape((d, self.channels) + tuple(self.kernel_shape))
+        pad = [(self.padding, self.padding)] * 2
+        z = jax.lax.conv_general_dilated(x, kern, (self.stride, self.stride), pad)  # (1, d, oh, ow)
+        h = jnp.sum(self.phi(z), axis=(0, 2, 3))  # (d,)
+        return W[self.n_kernel:] @ h
+
+    def phi_prime0(self) -> float:
+        with jax.ensure_compile_time_eval():  # a constant even when called under a trace
+            return float(jax.grad(self.phi)(0.0))
+
+    def structure(self, xs, y=None):
+        return structure.cnn(xs, self.kernel_shape, y, stride=self.stride, padding=self.padding,
+                             n_outputs=self.n_out, phi_prime0=self.phi_prime0())
+
+    def effective_map(self, W):
+        """phi'(0) K V^T (C kh kw, n_out): the NQF is F(X) = (phi'(0) K V^T)^T s(X)."""
+        return self.phi_prime0() * W[: self.n_kernel] @ W[self.n_kernel:].T
+
+    def nqf_features(self, xs, d: int = 1):
+        s = structure.cnn_patch_sum(xs, self.kernel_shape, stride=self.stride, padding=self.padding)
+        return _Features(a=jnp.asarray(s), b=_eye_b(s.shape[0], self.n_out), f0=None)
+
+
+def _softmax_readout(X, logits, readout):
+    return readout @ (X @ jax.nn.softmax(logits))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class QKAttention(_Module):
+    """Query-key attention with a fixed readout c (D, n_out).
+
+    - ``heads=False`` (single head, Sec. 3 "single-head attention logits"): neurons are the rows
+      q_i, k_i of W^Q, W^K (d = d_k), w_i = [q_i (D); k_i (D)], p = 2 D;
+      f_o = c_o^T X softmax(X^T W^K^T W^Q x / sqrt d_k) with d_k = d (the width).
+    - ``heads=True`` (Proposition 3): neurons are heads, w_i = [vec W^Q_i; vec W^K_i] (d_k D
+      each), f_o = sum_i c_o^T X softmax(X^T W^K_i^T W^Q_i x / sqrt d_k).
+    """
+
+    D: int
+    d_k: int
+    c: jax.Array  # (D, n_out)
+    heads: bool = False
+
+    @property
+    def n_out(self) -> int:
+        return int(jnp.atleast_2d(self.c.T).shape[0])
+
+    @property
+    def p(self) -> int:
+        return 2 * self.D * (self.d_k if self.heads else 1)
+
+    def _c(self):
+        return self.c.reshape(self.D, -1)
+
+    def __call__(self, W, x):
+        xq, X = x
+        c = self._c().T  # (k, D)
+        if not self.heads:
+            Q, K = W[: self.D].T, W[self.D:].T  # (d_k, D)
+            return _softmax_readout(X, X.T @ K.T @ (Q @ xq) / np.sqrt(self.d_k), c)
+        n = self.d_k * self.D
+
+        def head(w):
+            Q, K = unvec(w[:n], self.d_k, self.D), unvec(w[n:], self.d_k, self.D)
+            return _softmax_readout(X, X.T @ K.T @ (Q @ xq) / np.sqrt(self.d_k), c)
+
+        return jnp.sum(jax.vmap(head, in_axes=1)(W), axis=0)
+
+    def structure(self, xs, y=None):
+        xq, X = xs
+        fn = structure.qk_heads if self.heads else structure.attention_logits
+        return fn(xq, X, self._c(), y, d_k=self.d_k)
+
+    def f0(self, xs, d: int):
+        return structure.attention_f0(xs[1], self._c()) * (d if self.heads else 1)
+
+    def effective_map(self, W):
+        """W^Q^T W^K / sqrt d_k (D, D) (single head; for heads, sum_i of the same): the NQF is
+        f_o = f0 + x^T [W^Q^T W^K / sqrt d_k] u_o, u_o = Sigma_X c_o."""
+        if not self.heads:
+            return W[: self.D] @ W[self.D:].T / np.sqrt(self.d_k)
+        n = self.d_k * self.D
+        Qs = W[:n].T.reshape(-1, self.D, self.d_k)  # (d, D, d_k) = Q_i^T
+        Ks = W[n:].T.reshape(-1, self.D, self.d_k)
+        return jnp.einsum("icq,ieq->ce", Qs, Ks) / np.sqrt(self.d_k)
+
+    def nqf_features(self, xs, d: int = 1):
+        xq, X = xs
+        u = structure.sigma_c(np.asarray(X), np.asarray(self._c()))  # (m, D, k)
+        f0 = np.asarray(self.f0(xs, d)).reshape(u.shape[0], -1)
+        return _Features(a=jnp.asarray(xq), b=jnp.asarray(u), f0=jnp.asarray(f0))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class MHA(_Module):
+    """Multi-head attention with one neuron per head (Proposition 2):
+    f_o = sum_i v_i[:, o]^T W^V_i X softmax(X^T W^K_i^T W^Q_i x / sqrt d_k),
+    w_i = [vec W^Q_i (d_k D); vec W^K_i (d_k D); vec W^V_i (d_v D); vec v_i (d_v n_out)]."""
+
+    D: int
+    d_k: int
+    d_v: int
+    n_out: int = 1
+
+    @property
+    def p(self) -> int:
+        return 2 * self.d_k * self.D + self.d_v * self.D + self.d_v * self.n_out
+
+    def __call__(self, W, x):
+        xq, X = x
+        n, nv = self.d_k * self.D, self.d_v * self.D
+
+        def head(w):
+            Q, K = unvec(w[:n], self.d_k, self.D), unvec(w[n: 2 * n], self.d_k, self.D)
+            WV = unvec(w[2 * n: 2 * n + nv], self.d_v, self.D)
+            v = unvec(w[2 * n + nv:], self.d_v, self.n_out)
+            att = jax.nn.softmax(X.T @ K.T @ (Q @ xq) / np.sqrt(self.d_k))
+            return v.T @ (WV @ (X @ att))
+
+        return jnp.sum(jax.vmap(head, in_axes=1)(W), axis=0)
+
+    def structure(self, xs, y=None):
+        return structure.mha(xs[1], y, d_k=self.d_k, d_v=self.d_v, n_outputs=self.n_out)
+
+    def effective_map(self, W):
+        """sum_i W^V_i^T v_i (D, n_out): the NQF is F(X) = (sum_i W^V_i^T v_i)^T x_avg."""
+        n, nv = self.d_k * self.D, self.d_v * self.D
+        WV = W[2 * n: 2 * n + nv].T.reshape(-1, self.D, self.d_v)  # (d, D, d_v) = W^V_i^T
+        v = W[2 * n + nv:].T.reshape(-1, self.n_out, self.d_v)  # (d, n_out, d_v) = v_i^T
+        return jnp.einsum("icv,iov->co", WV, v)
+
+    def nqf_features(self, xs, d: int = 1):
+        X = xs[1]
+        return _Features(a=jnp.mean(jnp.asarray(X), axis=-1), b=_eye_b(X.shape[0], self.n_out), f0=None)

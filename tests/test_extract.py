@@ -1,0 +1,108 @@
+"""The autodiff extractor (nqf.extract): assumption checks and the general (g, B) form."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import nqf
+from nqf.extract import (
+    SmoothnessError,
+    SymmetryError,
+    ZGZWarning,
+    extract,
+    extract_report,
+)
+from nqf.modules import MLP
+
+M, N_IN = 3, 4
+
+
+@pytest.fixture
+def xs(rng):
+    return rng.standard_normal((M, N_IN))
+
+
+def test_relu_not_c3(xs):
+    mod = MLP(N_IN, 1, phi=jax.nn.relu)
+    with pytest.raises(SmoothnessError, match="C\\^3 smoothness at W = 0 fails.*ReLU"):
+        extract(mod, xs, mod.p)
+    # the same compiled programs again (cached): the report with on_error="warn"
+    with pytest.warns(UserWarning, match="C\\^3"):
+        _, rep = extract_report(mod, xs, mod.p, on_error="warn")
+    assert "smoothness" in rep.failed and rep.order < 2.5 and rep.parity > 0.1
+
+
+def test_non_symmetric(xs):
+    def f(W, x):  # neuron i weighted by i + 1: relabeling changes f
+        w = jnp.arange(1, W.shape[1] + 1.0)
+        return jnp.sum(w * W[N_IN] * jnp.tanh(W[:N_IN].T @ x))
+
+    with pytest.raises(SymmetryError, match="Permutation symmetry fails"):
+        extract(f, xs, N_IN + 1)
+
+
+def test_bias_inside_nonlinearity(xs):
+    """f = sum_i v_i tanh(u_i^T x + 0.5): g = tanh(0.5) on the v entry; the returned general model
+    reproduces f to O(|W|^3)."""
+
+    def f(W, x):
+        return W[N_IN] @ jnp.tanh(W[:N_IN].T @ x + 0.5)
+
+    with pytest.warns(ZGZWarning, match="ZGZ fails: the gradient of a neuron at W = 0 is nonzero"):
+        model, rep = extract_report(f, xs, N_IN + 1)
+    assert isinstance(model, nqf.NQFModel) and rep.failed == ("zgz",)
+    np.testing.assert_allclose(np.asarray(model.g)[:, N_IN], np.tanh(0.5), atol=1e-15)
+    _check_model_matches(model, f, xs, N_IN + 1, order=3)
+
+
+def test_mean_field_B(xs, rng):
+    """Nonlinearity after summing the neurons: f = tanh(sum_i a^T w_i)^2 + sum_i w_i^T S w_i has
+    H_12 = 2 a a^T != 0 (B != 0, ZGZ fails); the NQFModel (B convention of nqf.model) matches."""
+    a = jnp.asarray(rng.standard_normal(N_IN))
+
+    def f(W, x):
+        return jnp.tanh(a @ W.sum(axis=1)) ** 2 + jnp.sum(x[:, None] * W**2)
+
+    with pytest.warns(ZGZWarning, match="neurons couple at second order"):
+        model = extract(f, xs, N_IN)
+    np.testing.assert_allclose(np.asarray(model.B)[0], np.outer(a, a), atol=1e-14)
+    _check_model_matches(model, f, xs, N_IN, order=4)
+
+
+def _check_model_matches(model, f, xs, p, order):
+    rng = np.random.default_rng(5)
+    W = rng.standard_normal((p, 3))
+    errs = []
+    for eps in (1e-2, 5e-3):
+        We = eps * W
+        ref = np.asarray(jax.vmap(lambda x: f(jnp.asarray(We), x))(xs))
+        out = np.asarray(model.outputs(We @ We.T, We.sum(axis=1)))
+        errs.append(np.abs(out - ref).max())
+    assert np.log2(errs[0] / errs[1]) >= order - 0.2, errs
+
+
+def test_smooth_exact_quadratic_passes(xs):
+    model, rep = extract_report(lambda W, x: x @ W @ W.T @ x, xs, N_IN)
+    assert isinstance(model, nqf.DenseData) and rep.order == float("inf") and rep.failed == ()
+
+
+def test_argument_errors(xs):
+    with pytest.raises(ValueError, match="`p`"):
+        extract(lambda W, x: 0.0, xs, 0)
+    with pytest.raises(ValueError, match="leading batch axis"):
+        extract(lambda W, x: 0.0, (xs, xs[:2]), N_IN)
+    with pytest.raises(ValueError, match="on_error"):
+        extract(lambda W, x: 0.0, xs, N_IN, on_error="ignore")
+
+
+def test_wide_module_uses_two_neurons(rng):
+    """p = 200: the extractor works with (2p)^2 second derivatives, never (p d)^2."""
+    mod = MLP(199, 1)
+    xs = rng.standard_normal((2, 199))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        data = extract(mod, xs, mod.p)
+    np.testing.assert_allclose(np.asarray(data.dense()), np.asarray(mod.structure(xs).dense()), atol=1e-14)
