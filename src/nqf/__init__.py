@@ -42,6 +42,9 @@ from .samplewise import (
 )
 from .powerlaw import PowerLawFit, fit_power_law
 from . import powerlaw, samplewise
+from . import compress, multilayer  # Theorems 3, 15, Corollary 3 (E24); Theorem 14
+from .compress import Compression, compression_report, corollary3, data_span, k_V, theorem3
+from .multilayer import DeepNQF, closed_deep_sgd, compress_deep, train_deep_w
 from . import validate  # the theorem checks behind `nqf validate`: nqf.validate.validate()
 
 __version__ = "0.1.0"

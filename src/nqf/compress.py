@@ -487,12 +487,28 @@ class _Direction(eqx.Module):
         return 0.5 * (GM + GM.T), -(self.d * v + Hmu)
 
 
+def _power_norm(fwd, bwd, n_in: int, n_iter: int, key):
+    """sigma_max of a linear map given as (fwd, its transpose bwd) by n_iter power iterations on
+    bwd o fwd from a random start (a lower estimate that converges to sigma_max)."""
+    v = jax.random.normal(key, (n_in,))
+    v = v / jnp.linalg.norm(v)
+
+    def body(_, v):
+        w = bwd(fwd(v))
+        nw = jnp.linalg.norm(w)
+        return jnp.where(nw > 0, w / jnp.where(nw > 0, nw, 1.0), v)
+
+    v = jax.lax.fori_loop(0, n_iter, body, v)
+    return jnp.linalg.norm(fwd(v))
+
+
 @eqx.filter_jit
-def _lipschitz_run(G: _Direction, Ma, mua, Mb, mub, idx, iu, w):
+def _lipschitz_run(G: _Direction, Ma, mua, Mb, mub, idx, iu, w, method: str, n_iter: int):
     model = G.model
     m = model.m
     p = model.p
     iu0, iu1 = iu
+    n_sym = iu0.shape[0]
 
     def batch(k):
         if idx is None:
@@ -512,22 +528,49 @@ def _lipschitz_run(G: _Direction, Ma, mua, Mb, mub, idx, iu, w):
 
     def one(k):
         sub, wt = batch(k)
+        eta = G.lr
 
         def F(c, mu):
             GM, Gmu = G(sub, wt, to_M(c), mu)
             return coords(GM), Gmu
 
-        def opnorms(M, mu):
-            """Sum-norm operator bounds of dG and of dPhi = I + eta dG at (M, mu)."""
-            (JMM, JMmu), (JmuM, Jmumu) = jax.jacfwd(F, argnums=(0, 1))(coords(M), mu)
-            n2 = lambda J: jnp.linalg.norm(J, ord=2)  # noqa: E731
-            g = jnp.maximum(n2(JMM) + n2(JmuM), n2(JMmu) + n2(Jmumu))
-            eta = G.lr
-            IM, Imu = jnp.eye(JMM.shape[0]), jnp.eye(Jmumu.shape[0])
-            phi = jnp.maximum(n2(IM + eta * JMM) + eta * n2(JmuM),
-                              eta * n2(JMmu) + n2(Imu + eta * Jmumu))
+        def combine(nMM, nMmu, nmuM, nmumu, nMM_phi, nmumu_phi):
+            g = jnp.maximum(nMM + nmuM, nMmu + nmumu)
+            phi = jnp.maximum(nMM_phi + eta * nmuM, eta * nMmu + nmumu_phi)
             return jnp.stack([g, phi])
 
+        def opnorms_dense(M, mu):
+            """Sum-norm operator bounds of dG and of dPhi = I + eta dG at (M, mu) (exact block
+            spectral norms from the dense Jacobian)."""
+            (JMM, JMmu), (JmuM, Jmumu) = jax.jacfwd(F, argnums=(0, 1))(coords(M), mu)
+            n2 = lambda J: jnp.linalg.norm(J, ord=2)  # noqa: E731
+            return combine(n2(JMM), n2(JMmu), n2(JmuM), n2(Jmumu),
+                           n2(jnp.eye(n_sym) + eta * JMM), n2(jnp.eye(p) + eta * Jmumu))
+
+        def opnorms_power(M, mu):
+            """The same bounds with block norms by power iteration on jvp / transposed jvp."""
+            x = (coords(M), mu)
+            _, lin = jax.linearize(F, *x)
+            lin_t = jax.linear_transpose(lin, *x)
+            zM, zmu = jnp.zeros(n_sym), jnp.zeros(p)
+            keys = jax.random.split(jax.random.fold_in(jax.random.key(0), k), 6)
+            MM = (lambda v: lin(v, zmu)[0], lambda u: lin_t((u, zmu))[0])
+            Mmu = (lambda v: lin(zM, v)[0], lambda u: lin_t((u, zmu))[1])
+            muM = (lambda v: lin(v, zmu)[1], lambda u: lin_t((zM, u))[0])
+            mumu = (lambda v: lin(zM, v)[1], lambda u: lin_t((zM, u))[1])
+
+            def phi(block):
+                f, b = block
+                return (lambda v: v + eta * f(v), lambda u: u + eta * b(u))
+
+            return combine(_power_norm(*MM, n_sym, n_iter, keys[0]),
+                           _power_norm(*Mmu, p, n_iter, keys[1]),
+                           _power_norm(*muM, n_sym, n_iter, keys[2]),
+                           _power_norm(*mumu, p, n_iter, keys[3]),
+                           _power_norm(*phi(MM), n_sym, n_iter, keys[4]),
+                           _power_norm(*phi(mumu), p, n_iter, keys[5]))
+
+        opnorms = opnorms_dense if method == "dense" else opnorms_power
         a = (Ma[k], mua[k])
         b = (Mb[k], mub[k])
         mid = (0.5 * (a[0] + b[0]), 0.5 * (a[1] + b[1]))
@@ -542,8 +585,12 @@ def _lipschitz_run(G: _Direction, Ma, mua, Mb, mub, idx, iu, w):
     return jax.lax.map(one, jnp.arange(Ma.shape[0]))
 
 
+DENSE_JACOBIAN_MAX = 400
+"""`lipschitz_along(method="auto")` uses dense Jacobians while p (p + 1) / 2 + p <= this."""
+
+
 def lipschitz_along(model, *, lr, d, M, mu, M_c, mu_c, batch_indices=None, loss=None,
-                    weight_decay: float = 0.0):
+                    weight_decay: float = 0.0, method: str = "auto", n_iter: int = 50):
     """Local Lipschitz estimates of the SGD update along two trajectories (E24's L).
 
     G_B(M, mu) = (Phi_B(M, mu) - (M, mu)) / eta, Phi_B the exact step E5-E6 of the width-d model
@@ -559,6 +606,12 @@ def lipschitz_along(model, *, lr, d, M, mu, M_c, mu_c, batch_indices=None, loss=
       estimate; 0 where the states coincide);
     - `map_L[k]`: the same three-point estimate for the step map Phi = I + eta G (|I + eta dG|),
       which can be < 1 where the dynamics contracts (a sharper, still Jacobian-based, bound).
+
+    Block spectral norms: ``method="dense"`` forms the (n, n) Jacobian, n = p (p + 1)/2 + p, by
+    forward-mode autodiff and takes exact spectral norms (cost O(n) evaluations of G plus SVDs of
+    n x n blocks per point); ``"power"`` runs `n_iter` power iterations per block on
+    jvp / transposed-jvp products (cost O(n_iter) evaluations; each norm is a lower estimate that
+    converges to the exact one); ``"auto"``: dense while n <= `DENSE_JACOBIAN_MAX`.
 
     **Arguments:** `model` (original, width `d`), `lr` = eta, stacks `M`, `M_c` (n, p, p) and
     `mu`, `mu_c` (n, p) saved at EVERY step 0..n-1 (the compressed one lifted to the original's
@@ -594,9 +647,16 @@ def lipschitz_along(model, *, lr, d, M, mu, M_c, mu_c, batch_indices=None, loss=
     f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
     G = _Direction(model, f64(lr), f64(d), f64(gamma), as_loss(loss))
     iu, w = _sym_coords(p)
+    if method not in ("auto", "dense", "power"):
+        raise ValueError(f"`method` must be 'auto', 'dense' or 'power'; found {method!r}.")
+    if method == "auto":
+        method = "dense" if iu[0].size + p <= DENSE_JACOBIAN_MAX else "power"
+    if isinstance(n_iter, (bool, np.bool_)) or not isinstance(n_iter, (int, np.integer)) or n_iter < 1:
+        raise ValueError(f"`n_iter` must be an integer >= 1; found {n_iter!r}.")
     sl = slice(0, n - 1)
     Lj, ratio, Lphi = _lipschitz_run(G, f64(M[sl]), f64(mu[sl]), f64(M_c[sl]), f64(mu_c[sl]), idx,
-                                     (jnp.asarray(iu[0]), jnp.asarray(iu[1])), f64(w))
+                                     (jnp.asarray(iu[0]), jnp.asarray(iu[1])), f64(w), method,
+                                     int(n_iter))
     return {"L": np.asarray(Lj), "realized": np.asarray(ratio), "map_L": np.asarray(Lphi)}
 
 

@@ -531,6 +531,10 @@ def layer_spans(deep: DeepNQF, traj: DeepTrajectory, *, rtol: float = DEFAULT_RT
     at the inputs only). Rank tolerance as `nqf.compress.data_span` (rows normalized per
     sample-output pair, sigma_i > rtol sigma_1).
 
+    Theorem 15 needs the span over every step that will be trained: use a trajectory of the
+    original covering the whole run (and `every` = 1 unless the span is known to saturate);
+    beyond it the compressed model is exact only if h^(l-1) stays in the sampled span.
+
     **Returns:** list of `Span`, one per layer.
     """
     f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731

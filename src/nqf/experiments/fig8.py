@@ -3,10 +3,12 @@
 Setting (paper Appendix C; THEORY sec. 11; choices the paper leaves open are marked *):
 
 - Teacher-student regression, inputs N(0, I), 200 training / 1000 test samples, MSE
-  L = mean (f - y)^2, full-batch gradient descent with the same learning rate (LR = 0.05*) for all
-  three models, STEPS = 2000* steps (flow time t = LR * steps = 100), from the same initial
-  weights. Teacher*: the same architecture with LeCun-normal weights N(0, 1/fan_in); targets
-  divided by their training-set standard deviation.
+  L = mean (f - y)^2, full-batch gradient descent for STEPS = 2000* steps from the same initial
+  weights, with the same learning rate for the three models at a given (model, init): LR* =
+  0.05 at small init (flow time lr * steps = 100); 0.005 (MLP) and 1e-4 (attention) at large
+  init, where 0.05 makes the original (attention: already 0.005) diverge. Teacher*: the same
+  architecture with LeCun-normal weights N(0, 1/fan_in); targets divided by their training-set
+  standard deviation.
 - 4-layer MLP x (8) -> 16 -> 16 -> 16 -> 1, tanh, no biases: f = w4^T tanh(W3 tanh(W2 tanh(W1 x))).
   Init N(0, 0.05) (small) vs N(0, 0.5) (large).
 - 2-layer single-head attention*, model dim 8, length 10, d_k = d_v = 8: layer 1
