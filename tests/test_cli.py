@@ -102,3 +102,12 @@ def test_validate_bad_eps_is_a_usage_error(capsys):
         main(["validate", "--eps", "-1"])
     assert exc.value.code == 2
     assert "eps" in capsys.readouterr().err
+
+
+def test_bad_out_dir_is_a_usage_error(tmp_path, capsys):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    with pytest.raises(SystemExit) as exc:
+        main(["reproduce", "fig3", "--quick", "--out", str(f)])
+    assert exc.value.code == 2
+    assert "--out" in capsys.readouterr().err

@@ -183,3 +183,16 @@ def test_factor_form_stays_psd(rng):
     A = A + np.swapaxes(A, 1, 2)
     sol = nqf.solve_flow(nqf.DenseData(A, rng.standard_normal(5)), W0=0.1 * rng.standard_normal((4, 2)), t1=2.0, form="factor")
     assert np.linalg.eigvalsh(sol.M).min() > -1e-14
+
+
+def test_lazy_dense_output_repeats_the_same_solve():
+    """By default dense output is built on first use by repeating the solve with room for the steps
+    taken: same steps, same interpolant as dense=True."""
+    data = nqf.datasets.fig3_data()
+    kw = dict(M0=1e-5 * np.eye(5), t1=50.0, ts=np.linspace(0, 50, 6))
+    lazy = nqf.solve_flow(data, **kw)
+    eager = nqf.solve_flow(data, dense=True, **kw)
+    t = np.linspace(0.0, 50.0, 37)
+    np.testing.assert_array_equal(lazy.step_times, eager.step_times)
+    np.testing.assert_allclose(lazy.z_at(t), eager.z_at(t), rtol=1e-14)
+    np.testing.assert_array_equal(lazy.ys, eager.ys)

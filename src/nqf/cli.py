@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -59,7 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
             "                 (within 0.1%), GD at lr 0.01 as markers.\n"
             "  fig3-powerlaw  Fig. 3 right: m = p = 1000 power-law spectrum; slope of the excess\n"
             "                 loss in log-log vs the predicted -1.25 and its finite-eps form.\n"
-            "                 (~1 min on a laptop CPU; --quick uses p = 300.)"
+            "                 (~1 min on a laptop CPU; --quick uses p = 300.)\n"
+            "  fig4           Fig. 4: sample-wise plateaus, flow vs Theorem 5, t*_mu vs prediction.\n"
+            "  fig4-powerlaw  sample-wise power law (Theorem 10, E23).\n"
+            "  fig5           Fig. 5: Fourier-MLP power law vs its NQF, raw-input MLP baseline.\n"
+            "  fig2           Fig. 2: MLP, CNN, attention, MHA vs their NQFs (GD, momentum, Adam).\n"
+            "  fig8           Fig. 8: deep MLP / attention vs 2-layer and 1-layer NQFs."
         ),
     )
     lst.set_defaults(handler=_cmd_list, subparser=lst)
@@ -162,6 +168,12 @@ def _cmd_reproduce(args, parser) -> int:
     if args.name not in experiments:
         parser.error(f"unknown figure {args.name!r}; valid names: {', '.join(experiments)} "
                      "(see 'nqf list').")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"--out: {args.out!r} exists and is not a directory.")
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as err:
+        parser.error(f"--out: cannot create output directory {args.out!r}: {err.strerror}.")
     print(f"nqf reproduce {args.name}{' --quick' if args.quick else ''} -> {args.out}", flush=True)
     t0 = time.perf_counter()
     result = experiments[args.name](args.out, quick=args.quick)
@@ -180,7 +192,7 @@ def _cmd_validate(args, parser) -> int:
     try:
         checks = validate(**kwargs)
     except ValueError as err:
-        parser.error(str(err))
+        parser.error(f"--eps: {err}")
     print(format_checks(checks))
     if args.json:
         with open(args.json, "w") as fh:

@@ -38,6 +38,8 @@ __all__ = [
 
 def _check_labels(y, m: int):
     y = as_array(y, "y", ndim=1)
+    if m < 1:
+        raise ValueError("An NQF data set needs at least one data matrix (m >= 1); found m = 0.")
     if y.shape[0] != m:
         raise ValueError(
             f"`y` must hold one label per data matrix: expected shape ({m},); found {y.shape}."

@@ -37,8 +37,9 @@ def predicted_ignition_times(zeta, C, z0, *, rho: float = 0.5, a: float = 1.0) -
         raise ValueError(f"`rho` must lie in (0, 1); found {rho!r}.")
     if not a > 0:
         raise ValueError(f"`a` must be > 0 (1 for Theorem 6, 2 for Theorem 7); found {a!r}.")
-    if np.any(C < 0) or np.any(z0 < 0):
-        raise ValueError("`C` and `z0` must be >= 0 (self-competition, mode strength).")
+    for v, n, what in ((C, "C", "self-competition"), (z0, "z0", "initial mode strength")):
+        if np.any(v < 0):
+            raise ValueError(f"`{n}` ({what}) must be >= 0; found minimum {v.min():.3g}.")
     ignites = (zeta > 0) & (C > 0) & (z0 > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         arg = (zeta - C * z0) * rho / (C * z0 * (1.0 - rho))

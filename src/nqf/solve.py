@@ -39,10 +39,7 @@ SOLVERS = {
 }
 
 
-_NO_DENSE = (
-    "This solution has no dense output; solve with `dense=True` (the default keeps it only when "
-    "state size x max_steps <= 2^22; lower `max_steps` or pass dense=True explicitly)."
-)
+_NO_DENSE = "This solution has no dense output: it was solved with `dense=False`."
 
 
 class MaxStepsReached(RuntimeError):
@@ -63,10 +60,6 @@ def _make_solver(solver, stiff: bool):
         raise TypeError(f"`solver` must be a diffrax solver or a name; found {type(solver)}.")
     return solver
 
-
-# Largest state size x max_steps for which dense output is kept by default (it is allocated for all
-# max_steps up front: about 8 values per step and state entry for Tsit5).
-DENSE_BUDGET = 2**22
 
 # Counts traces of the compiled integrator; tests use it to assert that new values of the same
 # shapes do not recompile.
@@ -132,6 +125,7 @@ class FlowSolution:
     result: str
     _y0: Any = dataclasses.field(repr=False, default=None)
     _dfx: Any = dataclasses.field(repr=False, default=None)
+    _redo: Any = dataclasses.field(repr=False, default=None)
     _mask: Any = dataclasses.field(repr=False, default=None)
     model: NQFModel | None = None
     d: int | None = None
@@ -250,10 +244,8 @@ class FlowSolution:
     # -- dense output -----------------------------------------------------------------------
     def evaluate(self, t) -> np.ndarray:
         """Raw state at time(s) t by diffrax's dense interpolation; shape (len(t), ...)."""
-        if self._dfx is None or self._dfx.interpolation is None:
-            raise ValueError(_NO_DENSE)
         t = jnp.atleast_1d(jnp.asarray(t, dtype=jnp.float64))
-        return jax.tree.map(np.asarray, _evaluate(self._dfx, t))
+        return jax.tree.map(np.asarray, _evaluate(self._interp, t))
 
     def z_at(self, t) -> np.ndarray:
         """z(t) from dense interpolation for commuting data, shape (len(t), p)."""
@@ -271,12 +263,18 @@ class FlowSolution:
             raise ValueError(f"`mu_at` needs the 'M-mu' form; this solution is form={self.form!r}.")
         return np.asarray(self.evaluate(t)[1])
 
+    @functools.cached_property
+    def _interp(self):
+        if self._dfx is not None:
+            return self._dfx
+        if self._redo is None:
+            raise ValueError(_NO_DENSE)
+        return self._redo()
+
     @property
     def step_times(self) -> np.ndarray:
         """Times of the accepted solver steps (from the dense interpolation), shape (steps + 1,)."""
-        if self._dfx is None or self._dfx.interpolation is None:
-            raise ValueError(_NO_DENSE)
-        ts = np.asarray(self._dfx.interpolation.ts)
+        ts = np.asarray(self._interp.interpolation.ts)
         return ts[np.isfinite(ts)]
 
 
@@ -420,9 +418,11 @@ def solve_flow(
       1e-12.
     - `pcoeff`, `icoeff`: PID coefficients (default 0, 1 for explicit; 0.3, 0.4 for implicit).
     - `max_steps`: solver step budget; `weight_decay`: gamma >= 0.
-    - `dense`: keep diffrax's dense interpolant (needed by `evaluate` and ignition times). It
-      reserves memory for `max_steps` steps up front, so the default (None) keeps it only when
-      state size x `max_steps` <= 2^22 (about 300 MB): always for small problems such as Fig. 3.
+    - `dense`: diffrax's dense interpolant (needed by `evaluate`, `z_at`, `M_at` and ignition
+      times). diffrax reserves it for all `max_steps` steps up front, which costs memory and time,
+      so by default (None) the solve runs without it and the first use of dense output repeats
+      the same solve (same steps) with room for just the steps taken (one extra compile). True
+      keeps it from the start; False never builds it.
     - `progress`: show diffrax's text progress meter.
 
     **Returns:** a `FlowSolution`.
@@ -472,10 +472,14 @@ def solve_flow(
     if ts is None:
         ts = np.linspace(t0, t1, 201)
     ts = np.asarray(as_array(ts, "ts", ndim=1))
-    if ts.size == 0 or np.any(np.diff(ts) < 0) or ts[0] < t0 or ts[-1] > t1:
+    if ts.size == 0:
+        raise ValueError("`ts` must be a non-empty array of save times; found an empty array.")
+    if np.any(np.diff(ts) < 0):
+        i = int(np.argmax(np.diff(ts) < 0))
+        raise ValueError(f"`ts` must be non-decreasing; found ts[{i}] = {ts[i]} > ts[{i + 1}] = {ts[i + 1]}.")
+    if ts[0] < t0 or ts[-1] > t1:
         raise ValueError(
-            f"`ts` must be a non-empty non-decreasing array inside [t0, t1] = [{t0}, {t1}]; found "
-            f"range [{ts.min(initial=np.nan)}, {ts.max(initial=np.nan)}]."
+            f"`ts` must lie inside [t0, t1] = [{t0}, {t1}]; found range [{ts.min()}, {ts.max()}]."
         )
     gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
     if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
@@ -491,26 +495,22 @@ def solve_flow(
     controller = diffrax.PIDController(
         rtol=f64(rtol), atol=f64(atol), pcoeff=f64(pcoeff), icoeff=f64(icoeff)
     )
-    if dense is None:
-        state_size = sum(int(np.size(leaf)) for leaf in jax.tree.leaves(y0))
-        dense = state_size * int(max_steps) <= DENSE_BUDGET
     meter = diffrax.TextProgressMeter() if progress else diffrax.NoProgressMeter()
     mask_arr = None if mask is None else jnp.asarray(mask)
     if form == "M-mu":  # the third slot carries the width d (see `nqf.flow.rhs_M_mu`)
         args = (data if model is None else model, f64(gamma), f64(width))
     else:
         args = (data, f64(gamma), mask_arr)
-    sol = _integrate(
-        RHS[form], solver, controller, data, y0, args, f64(t0), f64(t1), f64(ts),
-        None if dt0 is None else f64(dt0), int(max_steps), bool(dense), meter,
-    )
+    problem = (RHS[form], solver, controller, data, y0, args, f64(t0), f64(t1), f64(ts),
+               None if dt0 is None else f64(dt0))
+    sol = _integrate(*problem, int(max_steps), dense is True, meter)
     if sol.result == diffrax.RESULTS.max_steps_reached:
-        reached = float(np.asarray(sol.interpolation.t1)) if dense else float("nan")
         raise MaxStepsReached(
             f"The solver used all max_steps={max_steps} steps before reaching t1={t1}"
-            + (f" (it got to t={reached:.6g})" if dense else "")
-            + ". Increase `max_steps`, loosen `rtol`/`atol`, or, if the problem is stiff (rates "
-            "spanning many decades), pass `stiff=True`."
+            + (f" (it got to t={float(np.asarray(sol.interpolation.t1)):.6g})" if dense is True else "")
+            + ". Increase `max_steps` or loosen `rtol`/`atol`"
+            + ("." if isinstance(solver, diffrax.AbstractImplicitSolver) else
+               ", or, if the problem is stiff (rates spanning many decades), pass `stiff=True`.")
         )
     if sol.result != diffrax.RESULTS.successful:
         raise RuntimeError(f"The flow solve failed: {sol.result}")
@@ -522,8 +522,13 @@ def solve_flow(
         )
     stats = {k: int(v) for k, v in sol.stats.items()}
     stats["max_steps"] = int(max_steps)
+    redo = None
+    if dense is None:  # same solve, dense, with room for the steps actually taken
+        room = 1 << int(stats["num_steps"] + 1).bit_length()
+        redo = functools.partial(_integrate, *problem, room, True, diffrax.NoProgressMeter())
     return FlowSolution(
         ts=np.asarray(sol.ts), form=form, ys=ys, data=data, init=init, init_is_factor=is_factor,
-        stats=stats, result=str(sol.result), _y0=jax.tree.map(np.asarray, y0), _dfx=sol if dense else None,
+        stats=stats, result=str(sol.result), _y0=jax.tree.map(np.asarray, y0), _dfx=sol if dense is True else None,
+        _redo=redo,
         _mask=mask_arr, model=model, d=width,
     )
