@@ -50,8 +50,8 @@ def _log(msg: str) -> None:
 
 
 class Fig3NQF:
-    """nqf.solve_flow on fig3, compiled. dense=None is the default call (dense output kept);
-    dense=False drops diffrax's dense interpolant (preallocated for max_steps = 1e5 steps)."""
+    """nqf.solve_flow on fig3, compiled. dense=None is the default call (dense output built lazily
+    on first use); dense=False never builds it."""
 
     params = [FIG3_FORMS, [None, False]]
     param_names = ["form", "dense"]
