@@ -55,27 +55,34 @@ def thm5_data():
     return datasets.orthogonal_samples_data(THM5_DATA["blocks"], THM5_DATA["y"], rotate_basis=True, seed=4)
 
 
-def check_theorem4(eps_values):
-    """Theorem 4 (E14) on rotated proportional data (p = m = 5), random non-diagonal M0: the GLV
-    and M-form flows vs the oracle, the oracle on dense vs commuting input, and a refusal."""
-    data = thm4_data()
+def _flows_vs_sample_oracle(name, oracle, data, eps_values, seed, *, dense_input_check=False):
+    """GLV and M-form (dense data) flows vs a sample-wise oracle from a random non-diagonal M0 of
+    scale eps, t in [0, 40]; optionally the oracle on dense vs commuting input."""
     dense = DenseData(np.asarray(data.dense()), np.asarray(data.y))
     T = 40.0
     ts = np.linspace(0.0, T, _NT)
     out = []
     for eps in eps_values:
-        M0 = _random_psd(data.p, eps, seed=13)
-        orc = theorem4(data, ts, M0=M0)
+        M0 = _random_psd(data.p, eps, seed=seed)
+        orc = oracle(data, ts, M0=M0)
         glv = solve_flow(data, M0=M0, t1=T, ts=ts, form="glv", rtol=_RTOL)
-        out.append(record(f"theorem4 glv {_fmt(eps)}: max rel err z", relative_error(glv.z, orc.z), FLOW_BOUND))
-        out.append(record(f"theorem4 glv {_fmt(eps)}: max rel err |M|_F", norm_relative_error(glv.M, orc.M),
+        out.append(record(f"{name} glv {_fmt(eps)}: max rel err z", relative_error(glv.z, orc.z), FLOW_BOUND))
+        out.append(record(f"{name} glv {_fmt(eps)}: max rel err |M|_F", norm_relative_error(glv.M, orc.M),
                           FLOW_BOUND))
         Mf = solve_flow(dense, M0=M0, t1=T, ts=ts, form="M", rtol=_RTOL, atol=_ATOL_TINY, dense=False)
-        out.append(record(f"theorem4 M-form (dense data) {_fmt(eps)}: max rel err |M|_F",
+        out.append(record(f"{name} M-form (dense data) {_fmt(eps)}: max rel err |M|_F",
                           norm_relative_error(Mf.M, orc.M), FLOW_BOUND))
-        od = theorem4(dense, ts, M0=M0)
-        out.append(record(f"theorem4 dense vs commuting input {_fmt(eps)}: max rel err |M|_F",
-                          norm_relative_error(od.M, orc.M), FLOW_BOUND))
+        if dense_input_check:
+            od = oracle(dense, ts, M0=M0)
+            out.append(record(f"{name} dense vs commuting input {_fmt(eps)}: max rel err |M|_F",
+                              norm_relative_error(od.M, orc.M), FLOW_BOUND))
+    return out, ts
+
+
+def check_theorem4(eps_values):
+    """Theorem 4 (E14) on rotated proportional data (p = m = 5), random non-diagonal M0: the GLV
+    and M-form flows vs the oracle, the oracle on dense vs commuting input, and a refusal."""
+    out, ts = _flows_vs_sample_oracle("theorem4", theorem4, thm4_data(), eps_values, 13, dense_input_check=True)
     out.append(_refusal("theorem4 refuses non-proportional samples (Fig. 4 data)",
                         lambda: theorem4(datasets.fig4_data(), ts[:3], M0=np.eye(12))))
     return out
@@ -84,21 +91,7 @@ def check_theorem4(eps_values):
 def check_theorem5(eps_values):
     """Theorem 5 (E15) on rotated orthogonal-samples data (m = 3, p = 6), random non-diagonal M0:
     the GLV and M-form flows vs the oracle, and a refusal."""
-    data = thm5_data()
-    dense = DenseData(np.asarray(data.dense()), np.asarray(data.y))
-    T = 40.0
-    ts = np.linspace(0.0, T, _NT)
-    out = []
-    for eps in eps_values:
-        M0 = _random_psd(data.p, eps, seed=17)
-        orc = theorem5(data, ts, M0=M0)
-        glv = solve_flow(data, M0=M0, t1=T, ts=ts, form="glv", rtol=_RTOL)
-        out.append(record(f"theorem5 glv {_fmt(eps)}: max rel err z", relative_error(glv.z, orc.z), FLOW_BOUND))
-        out.append(record(f"theorem5 glv {_fmt(eps)}: max rel err |M|_F", norm_relative_error(glv.M, orc.M),
-                          FLOW_BOUND))
-        Mf = solve_flow(dense, M0=M0, t1=T, ts=ts, form="M", rtol=_RTOL, atol=_ATOL_TINY, dense=False)
-        out.append(record(f"theorem5 M-form (dense data) {_fmt(eps)}: max rel err |M|_F",
-                          norm_relative_error(Mf.M, orc.M), FLOW_BOUND))
+    out, ts = _flows_vs_sample_oracle("theorem5", theorem5, thm5_data(), eps_values, 17)
     out.append(_refusal("theorem5 refuses samples that are not orthogonal (proportional data)",
                         lambda: theorem5(thm4_data(), ts[:3], M0=np.eye(5))))
     return out
