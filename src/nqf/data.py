@@ -7,6 +7,8 @@ the data is given that way:
 - `DenseData`: A of shape (m, p, p), the fallback.
 - `CommutingData`: A_mu = P diag(Lambda_mu) P^T with Lambda of shape (m, p) and an optional
   orthogonal P (p, p) shared by all samples (Assumption 1 of the paper).
+- `DiagonalData`: one feature per sample, A_k = lam_k e_k e_k^T (m = p), stored as the vector
+  lam (p,): the Fig. 3 right power-law setting at any p (10^6 and beyond) in O(p) memory.
 - `LowRankData`: A_mu = sum_j s_{mu j} u_{mu j} u_{mu j}^T with U of shape (m, p, r) and s of
   shape (m, r). Feed-forward data A = 1/2 [[0, C], [C^T, 0]] (Eq. E3) is built with
   `feedforward_data`; an MLP's structure matrix is rank 2.
@@ -30,7 +32,9 @@ from ._checks import as_array, check_symmetric, is_traced
 __all__ = [
     "AbstractData",
     "DenseData",
+    "AbstractCommutingData",
     "CommutingData",
+    "DiagonalData",
     "LowRankData",
     "feedforward_data",
 ]
@@ -146,7 +150,43 @@ class DenseData(AbstractData):
         return self.A
 
 
-class CommutingData(AbstractData):
+class AbstractCommutingData(AbstractData):
+    """Commuting data (Assumption 1): A_mu = P diag(Lambda[mu]) P^T with a shared orthogonal P.
+
+    The GLV form of the flow (Eq. E13) needs only the maps z -> Lambda z (the outputs
+    f_mu = sum_k lambda_{mu,k} z_k) and delta -> Lambda^T delta, which subclasses implement
+    without forming p x p objects: `CommutingData` (dense Lambda (m, p)) and `DiagonalData`
+    (Lambda = diag(lam), m = p).
+    """
+
+    @property
+    @abc.abstractmethod
+    def P(self) -> Float[Array, "p p"] | None:
+        """Shared orthogonal eigenbasis (p, p); None means the identity."""
+
+    @abc.abstractmethod
+    def outputs_z(self, z: Float[Array, "... p"]) -> Float[Array, "... m"]:
+        """f = Lambda z: the outputs Tr[M A_mu] of every M with P^T M P = diag(z) (batched over
+        leading axes)."""
+
+    @abc.abstractmethod
+    def pullback(self, delta: Float[Array, "... m"]) -> Float[Array, "... p"]:
+        """Lambda^T delta (batched over leading axes)."""
+
+    @abc.abstractmethod
+    def feature_norms(self) -> Float[Array, " p"]:
+        """sum_mu lambda_{mu,k}^2 for every mode k, shape (p,)."""
+
+    @abc.abstractmethod
+    def z(self, M: Float[Array, "p p"]) -> Float[Array, " p"]:
+        """z_k = (P^T M P)_kk, the mode strengths of the GLV form (Eq. E11)."""
+
+    @abc.abstractmethod
+    def z_factor(self, F: Float[Array, "p r"]) -> Float[Array, " p"]:
+        """z_k = (P^T F F^T P)_kk without forming F F^T."""
+
+
+class CommutingData(AbstractCommutingData):
     """Commuting data (Assumption 1): A_mu = P diag(Lambda[mu]) P^T.
 
     **Arguments:**
@@ -163,7 +203,7 @@ class CommutingData(AbstractData):
 
     Lambda: Float[Array, "m p"]
     y: Float[Array, " m"]
-    P: Float[Array, "p p"] | None
+    P: Float[Array, "p p"] | None = None
 
     def __init__(self, Lambda, y, P=None):
         self.Lambda = as_array(Lambda, "Lambda", ndim=2)
@@ -254,6 +294,90 @@ class CommutingData(AbstractData):
     def competition(self) -> Float[Array, "p p"]:
         """C' = Lambda^T Lambda, the GLV competition matrix (Eq. E13), shape (p, p)."""
         return self.Lambda.T @ self.Lambda
+
+    def outputs_z(self, z):
+        return z @ self.Lambda.T
+
+    def pullback(self, delta):
+        return delta @ self.Lambda
+
+    def feature_norms(self):
+        return jnp.sum(self.Lambda**2, axis=0)
+
+
+class DiagonalData(AbstractCommutingData):
+    """One feature per sample: m = p, A_k = lam_k e_k e_k^T, label y_k (THEORY sec. 11, Fig. 3
+    right), i.e. `CommutingData(diag(lam), y)` stored in O(p) memory.
+
+    Every GLV quantity is elementwise: f = lam * z, Lambda^T delta = lam * delta, so the GLV
+    flow (Eq. E13) costs O(p) per evaluation and its Jacobian is diagonal (`nqf.stiff`). The
+    Theorem 6 rates are r_k = (8/p) lam_k y_k and C_kk = (8/p) lam_k^2.
+
+    **Arguments:**
+
+    - `lam`: the nonzero entry of each A_k, shape (p,).
+    - `y`: labels, shape (p,).
+
+    `Lambda` (the dense (p, p) matrix diag(lam)) and `dense()` exist for small p only (O(p^2) and
+    O(p^3) memory); the flow, `glv_equilibrium`, `excess_loss` and `theorem6_rates` never form them.
+
+    **Raises:** `ValueError` on wrong shapes or non-finite values.
+    """
+
+    lam: Float[Array, " p"]
+    y: Float[Array, " m"]
+
+    def __init__(self, lam, y):
+        self.lam = as_array(lam, "lam", ndim=1)
+        self.y = _check_labels(y, self.lam.shape[0])
+
+    @property
+    def p(self) -> int:
+        return self.lam.shape[0]
+
+    @property
+    def P(self) -> None:
+        return None
+
+    @property
+    def Lambda(self) -> Float[Array, "p p"]:
+        """diag(lam), shape (p, p) (materialized: small p only)."""
+        return jnp.diag(self.lam)
+
+    def z(self, M):
+        return jnp.diagonal(M)
+
+    def z_factor(self, F):
+        return jnp.sum(F**2, axis=1)
+
+    def outputs_z(self, z):
+        return self.lam * z
+
+    def pullback(self, delta):
+        return self.lam * delta
+
+    def feature_norms(self):
+        return self.lam**2
+
+    def traces(self, X):
+        return self.lam * jnp.diagonal(X)
+
+    def traces_factor(self, F):
+        return self.lam * self.z_factor(F)
+
+    def apply(self, c, X):
+        return (c * self.lam)[:, None] * X
+
+    def weighted_sum(self, c):
+        return jnp.diag(c * self.lam)
+
+    def dense(self):
+        k = jnp.arange(self.p)
+        return jnp.zeros((self.p, self.p, self.p)).at[k, k, k].set(self.lam)
+
+    def competition(self) -> Float[Array, "p p"]:
+        """C' = diag(lam^2), shape (p, p) (materialized: small p only)."""
+        return jnp.diag(self.lam**2)
 
 
 class LowRankData(AbstractData):

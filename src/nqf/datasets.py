@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import as_array
-from .data import CommutingData, DenseData
+from .data import CommutingData, DenseData, DiagonalData
 
 __all__ = [
     "orthogonal_features_data",
@@ -65,13 +65,23 @@ def fig3_data(seed: int = 0) -> CommutingData:
     return orthogonal_features_data(FIG3_R, 1.0, seed=seed)
 
 
-def powerlaw_data(p: int = 1000, *, a1: float = 2.0, a2: float = 0.8) -> CommutingData:
-    """The paper's Fig. 3 right setting (THEORY sec. 11): m = p, A_k = A_kk e_k e_k^T with
-    r_k = k^-a2 and V_k = r_k^2 / (8 C_kk) = k^-a1, so C_kk = k^(a1 - 2 a2) / 8."""
+def powerlaw_data(p: int = 1000, *, a1: float = 2.0, a2: float = 0.8) -> DiagonalData:
+    """The paper's Fig. 3 right setting (THEORY sec. 11): m = p, A_k = lam_k e_k e_k^T with
+    r_k = k^-a2 and V_k = r_k^2 / (8 C_kk) = k^-a1, so C_kk = k^(a1 - 2 a2) / 8.
+
+    Returned as `DiagonalData` (O(p) memory: p = 10^6 and beyond): lam_k = sqrt(C_kk p / 8),
+    y_k = p r_k / (8 lam_k), so that r_k = (8/p) lam_k y_k and C_kk = (8/p) lam_k^2 (Eq. E16).
+
+    **Raises:** `ValueError` if p < 1.
+    """
+    p = int(p)
+    if p < 1:
+        raise ValueError(f"`p` must be >= 1; found {p}.")
     k = np.arange(1, p + 1, dtype=float)
     r = k**-a2
     C = r**2 / (8.0 * k**-a1)
-    return orthogonal_features_data(r, C, mix_samples=False)
+    lam = np.sqrt(C * p / 8.0)
+    return DiagonalData(lam, p * r / (8.0 * lam))
 
 
 def isotropic_data(p: int, c: float = 1.0, *, y=None, g=None, m: int | None = None,

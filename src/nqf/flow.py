@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .data import AbstractData, CommutingData
+from .data import AbstractCommutingData, AbstractData
 from .model import NQFModel
 
 FORMS = ("M", "factor", "glv", "M-mu")
@@ -42,8 +42,8 @@ def glv_z(u, mask):
 
 def rhs_glv(t, u, args):
     data, gamma, mask = args
-    delta = data.Lambda @ glv_z(u, mask) - data.y
-    du = -(8.0 / data.m) * (delta @ data.Lambda) - 2.0 * gamma
+    delta = data.outputs_z(glv_z(u, mask)) - data.y
+    du = -(8.0 / data.m) * data.pullback(delta) - 2.0 * gamma
     return jnp.where(mask, du, 0.0)
 
 
@@ -76,9 +76,9 @@ RHS = {"M": rhs_M, "factor": rhs_factor, "glv": rhs_glv, "M-mu": rhs_M_mu}
 def check_form(form: str, data: AbstractData) -> None:
     if form not in FORMS:
         raise ValueError(f"`form` must be one of {FORMS} or 'auto'; found {form!r}.")
-    if form == "glv" and not isinstance(data, CommutingData):
+    if form == "glv" and not isinstance(data, AbstractCommutingData):
         raise ValueError(
-            "`form='glv'` needs commuting data (a `CommutingData`); found "
+            "`form='glv'` needs commuting data (a `CommutingData` or `DiagonalData`); found "
             f"{type(data).__name__}. Use form='M' or 'factor', or build the data with "
             "`CommutingData.from_dense`."
         )

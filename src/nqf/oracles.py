@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._checks import as_array, check_psd, check_symmetric, shape_str
-from .data import AbstractData, CommutingData
+from .data import AbstractCommutingData, AbstractData, CommutingData
 
 __all__ = [
     "AssumptionError",
@@ -179,7 +179,7 @@ _COMMUTING = "commuting data A_mu A_nu = A_nu A_mu (Assumption 1: a shared eigen
 def _as_commuting(data: AbstractData, theorem: str, tol: float) -> CommutingData:
     """`data` as `CommutingData`, converting dense forms; AssumptionError if it does not commute."""
     _check_data(data)
-    if isinstance(data, CommutingData):
+    if isinstance(data, AbstractCommutingData):
         return data
     A = np.asarray(data.dense())
     res, (a, b) = _commutator_residual(A)
@@ -211,23 +211,21 @@ def _orthogonal_features_residual(Lam: np.ndarray) -> tuple[float, tuple[int, in
 _THM6_COND = "orthogonal features sum_mu lambda_{mu,k} lambda_{mu,j} = 0 (k != j)"
 
 
-def theorem6_rates(data: CommutingData) -> tuple[np.ndarray, np.ndarray]:
+def theorem6_rates(data: AbstractCommutingData) -> tuple[np.ndarray, np.ndarray]:
     """Growth rates and self-competition of Theorem 6 (Eq. E16).
 
     r_k = (8/m) sum_mu lambda_{mu,k} y_mu and C_kk = (8/m) sum_mu lambda_{mu,k}^2, each shape (p,),
     in the shared eigenbasis P of commuting data. (No assumption check; `theorem6` checks.)
 
-    **Raises:** `TypeError` if `data` is not a `CommutingData`.
+    **Raises:** `TypeError` if `data` is not commuting (`CommutingData` or `DiagonalData`).
     """
-    if not isinstance(data, CommutingData):
+    if not isinstance(data, AbstractCommutingData):
         raise TypeError(
             "`theorem6_rates` needs commuting data (a `CommutingData`); build it with "
             f"`CommutingData.from_dense`. Found {type(data).__name__}."
         )
-    Lam = np.asarray(data.Lambda)
     y = np.asarray(data.y)
-    m = Lam.shape[0]
-    return 8.0 / m * (Lam.T @ y), 8.0 / m * np.einsum("mk,mk->k", Lam, Lam)
+    return 8.0 / data.m * np.asarray(data.pullback(y)), 8.0 / data.m * np.asarray(data.feature_norms())
 
 
 def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) -> OracleSolution:

@@ -22,11 +22,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._checks import as_array, check_positive, check_psd, check_symmetric, check_width, shape_str
-from .data import AbstractData, CommutingData, LowRankData
+from .data import AbstractCommutingData, AbstractData, LowRankData
 from .flow import RHS, check_form, glv_z
 from .glv import excess_loss as _excess_loss
 from .glv import glv_equilibrium
 from .model import NQFModel
+from .stiff import glv_root_finder
 
 __all__ = ["solve_flow", "FlowSolution", "MaxStepsReached", "SOLVERS"]
 
@@ -46,16 +47,21 @@ class MaxStepsReached(RuntimeError):
     """The solver used up `max_steps` before reaching `t1`."""
 
 
-def _make_solver(solver, stiff: bool):
+def _make_solver(solver, stiff: bool, data=None, form=None, mask=None):
+    """A diffrax solver from a name (None: Tsit5, or Kvaerno5 if `stiff`). Implicit solvers named
+    here get the structured Newton solve of `nqf.stiff` for the GLV form."""
     if solver is None:
-        return diffrax.Kvaerno5() if stiff else diffrax.Tsit5()
+        solver = "kvaerno5" if stiff else "tsit5"
     if isinstance(solver, str):
         try:
-            return SOLVERS[solver.lower()]()
+            cls = SOLVERS[solver.lower()]
         except KeyError:
             raise ValueError(
                 f"`solver` must be a diffrax solver or one of {sorted(SOLVERS)}; found {solver!r}."
             ) from None
+        if issubclass(cls, diffrax.AbstractImplicitSolver) and form == "glv":
+            return cls(root_finder=glv_root_finder(data, mask))
+        return cls()
     if not isinstance(solver, diffrax.AbstractSolver):
         raise TypeError(f"`solver` must be a diffrax solver or a name; found {type(solver)}.")
     return solver
@@ -66,10 +72,38 @@ def _make_solver(solver, stiff: bool):
 TRACE_COUNT = [0]
 
 
+def _saved_losses(t, y, args, *, form, z_star, grad):
+    """SaveAt function of ``save="loss"``: the loss and, for commuting data, the excess loss
+    (the cancellation-free KKT form of `nqf.excess_loss`) from the state y of any form."""
+    data, _, third = args
+    model = data if isinstance(data, NQFModel) else None
+    data = data.data if model is not None else data
+    if form == "glv":
+        z = glv_z(y, third)
+        f = data.outputs_z(z)
+    elif form == "factor":
+        f = data.traces_factor(y)
+        z = data.z_factor(y) if z_star is not None else None
+    elif form == "M":
+        f = data.traces(y)
+        z = data.z(y) if z_star is not None else None
+    else:
+        f = model.outputs(*y) if model is not None else data.traces(y[0])
+        z = None
+    out = {"loss": jnp.mean((f - data.y) ** 2)}
+    if z_star is not None:
+        dz = z - z_star
+        lin = jnp.sum(jnp.where(z_star == 0, jnp.maximum(grad, 0.0) * z, 0.0))
+        out["excess_loss"] = jnp.sum(data.outputs_z(dz) ** 2) / data.m + lin
+    return out
+
+
 @eqx.filter_jit
-def _integrate(rhs, solver, controller, data, y0, args, t0, t1, ts, dt0, max_steps, dense, meter):
+def _integrate(rhs, solver, controller, data, y0, args, t0, t1, ts, dt0, max_steps, dense, meter,
+               saver=None):
     TRACE_COUNT[0] += 1
-    saveat = diffrax.SaveAt(ts=ts, dense=dense)
+    saveat = diffrax.SaveAt(ts=ts, dense=dense, fn=saver) if saver is not None else \
+        diffrax.SaveAt(ts=ts, dense=dense)
     return diffrax.diffeqsolve(
         diffrax.ODETerm(rhs),
         solver,
@@ -83,6 +117,7 @@ def _integrate(rhs, solver, controller, data, y0, args, t0, t1, ts, dt0, max_ste
         max_steps=max_steps,
         throw=False,
         progress_meter=meter,
+        adjoint=diffrax.ForwardMode(),  # plain while loops: no checkpoint copies of the state
     )
 
 
@@ -129,6 +164,17 @@ class FlowSolution:
     _mask: Any = dataclasses.field(repr=False, default=None)
     model: NQFModel | None = None
     d: int | None = None
+    init_is_z: bool = False
+    save: str = "state"
+
+    def _state(self):
+        if self.save != "state":
+            raise ValueError(
+                f"This solution was solved with save={self.save!r}: only `loss` and "
+                "`excess_loss` were saved. Solve with save='state' for the state, or use the dense "
+                "output (`evaluate`, `z_at`, `M_at`)."
+            )
+        return self.ys
 
     @property
     def _general(self) -> bool:
@@ -152,6 +198,9 @@ class FlowSolution:
             )
         if self.form == "factor":
             return np.asarray(y)
+        if self.form == "glv" and self.init_is_z:  # W = P diag(sqrt(z)): a factor of M
+            W = np.sqrt(self._z_from(y))[:, None, :] * np.eye(self.data.p)
+            return W if self.data.P is None else np.einsum("ij,njr->nir", np.asarray(self.data.P), W)
         if self.form == "glv" and self.init_is_factor:
             P = None if self.data.P is None else np.asarray(self.data.P)
             Wb = self.init if P is None else P.T @ self.init
@@ -167,7 +216,7 @@ class FlowSolution:
             return np.asarray(y)
         if self.form == "M-mu":
             return np.asarray(y[0])
-        if self.form == "factor" or self.init_is_factor:
+        if self.form == "factor" or self.init_is_factor or self.init_is_z:
             W = self._W_from(y)
             return np.einsum("...ir,...jr->...ij", W, W)
         P = None if self.data.P is None else np.asarray(self.data.P)
@@ -179,26 +228,26 @@ class FlowSolution:
     @functools.cached_property
     def M(self) -> np.ndarray:
         """Order parameter M(t) = W W^T at the saved times, shape (n, p, p)."""
-        return self._M_from(self.ys)
+        return self._M_from(self._state())
 
     @functools.cached_property
     def mu(self) -> np.ndarray | None:
         """Order parameter mu(t) = W 1 at the saved times, shape (n, p) (``"M-mu"`` form only;
         None for the other forms)."""
-        return np.asarray(self.ys[1]) if self.form == "M-mu" else None
+        return np.asarray(self._state()[1]) if self.form == "M-mu" else None
 
     @functools.cached_property
     def W(self) -> np.ndarray:
         """A factor W(t) with W W^T = M(t), shape (n, p, r). Available for the factor form and,
         when the initial condition was a factor W0, for the GLV form (W(t) = Q(t) W0)."""
-        return self._W_from(self.ys)
+        return self._W_from(self._state())
 
     @functools.cached_property
     def z(self) -> np.ndarray | None:
         """Mode strengths z_k(t) = (P^T M(t) P)_kk for commuting data, shape (n, p); else None."""
-        if not isinstance(self.data, CommutingData):
+        if not isinstance(self.data, AbstractCommutingData):
             return None
-        return self._z_from(self.ys)
+        return self._z_from(self._state())
 
     def _z_from(self, y) -> np.ndarray:
         if self.form == "glv":
@@ -212,13 +261,15 @@ class FlowSolution:
         """MSE loss (1/m) sum_x (f_x - y_x)^2 at the saved times, shape (n,); f_x = Tr[M A_x]
         or, for the ``"M-mu"`` form of a model, the model outputs (Eq. E2)."""
         d = self.data
+        if self.save == "loss":
+            return self.ys["loss"]
         if self._general:
             f = jax.vmap(self.model.outputs)(jnp.asarray(self.ys[0]), jnp.asarray(self.ys[1]))
             r = np.asarray(f) - np.asarray(d.y)
         elif self.form == "M-mu":
             r = np.asarray(jax.vmap(d.residual)(jnp.asarray(self.ys[0])))
         elif self.form == "glv":
-            r = self.z @ np.asarray(d.Lambda).T - np.asarray(d.y)
+            r = np.asarray(d.outputs_z(self.z)) - np.asarray(d.y)
         elif self.form == "factor":
             r = np.asarray(jax.vmap(d.traces_factor)(jnp.asarray(self.ys))) - np.asarray(d.y)
         else:
@@ -229,7 +280,7 @@ class FlowSolution:
     def z_inf(self) -> np.ndarray | None:
         """z(inf), the GLV equilibrium (`nqf.glv_equilibrium`), for commuting data without g, B,
         f0; else None."""
-        if not isinstance(self.data, CommutingData) or self._general:
+        if not isinstance(self.data, AbstractCommutingData) or self._general:
             return None
         return glv_equilibrium(self.data)
 
@@ -237,6 +288,8 @@ class FlowSolution:
     def excess_loss(self) -> np.ndarray | None:
         """L(t) - L(z_inf) without cancellation (`nqf.excess_loss`), shape (n,); commuting data
         only, else None (the infimum of the loss over PSD M is not known in closed form)."""
+        if self.save == "loss":
+            return self.ys.get("excess_loss")
         if self.z is None or self.z_inf is None:
             return None
         return _excess_loss(self.data, self.z, self.z_inf)
@@ -249,7 +302,7 @@ class FlowSolution:
 
     def z_at(self, t) -> np.ndarray:
         """z(t) from dense interpolation for commuting data, shape (len(t), p)."""
-        if not isinstance(self.data, CommutingData):
+        if not isinstance(self.data, AbstractCommutingData):
             raise ValueError("`z_at` needs commuting data (a `CommutingData`).")
         return self._z_from(self.evaluate(t))
 
@@ -278,10 +331,43 @@ class FlowSolution:
         return ts[np.isfinite(ts)]
 
 
-def _initial_state(data: AbstractData, M0, W0, form: str):
+def _make_saver(save: str, form: str, data: AbstractData, model):
+    """None for ``save="state"``; else the SaveAt function computing the loss (and excess loss)."""
+    if save == "state":
+        return None
+    if save != "loss":
+        raise ValueError(f"`save` must be 'state' or 'loss'; found {save!r}.")
+    general = model is not None and (model.has_mean_field or model.f0 is not None) and form == "M-mu"
+    z_star = grad = None
+    if isinstance(data, AbstractCommutingData) and not general and form != "M-mu":
+        z_star = glv_equilibrium(data)
+        grad = 2.0 / data.m * np.asarray(data.pullback(np.asarray(data.outputs_z(z_star)) - np.asarray(data.y)))
+        z_star, grad = jnp.asarray(z_star), jnp.asarray(grad)
+    return eqx.Partial(_saved_losses, form=form, z_star=z_star, grad=grad)
+
+
+def _initial_state(data: AbstractData, M0, W0, form: str, z0=None):
     p = data.p
-    if (M0 is None) == (W0 is None):
-        raise ValueError("Give exactly one initial condition: `M0` (p, p) or `W0` (p, d).")
+    if sum(x is not None for x in (M0, W0, z0)) != 1:
+        raise ValueError(
+            "Give exactly one initial condition: `M0` (p, p), `W0` (p, d) or, for commuting data, "
+            "`z0` (p,)."
+        )
+    if z0 is not None:
+        if not isinstance(data, AbstractCommutingData):
+            raise ValueError(
+                "`z0` (mode strengths) needs commuting data (`CommutingData` or `DiagonalData`); "
+                f"found {type(data).__name__}. Give `M0` or `W0`."
+            )
+        if form not in ("auto", "glv"):
+            raise ValueError(f"`z0` is the initial state of the GLV form; found form={form!r}.")
+        z0 = np.asarray(as_array(z0, "z0", shape=(p,)))
+        if np.any(z0 < 0):
+            k = int(np.argmin(z0))
+            raise ValueError(f"`z0` must be >= 0 (z_k = (P^T M P)_kk); found z0[{k}] = {z0[k]:.3g}.")
+        mask = z0 > 0
+        y0 = np.where(mask, np.log(np.where(mask, z0, 1.0)), 0.0)
+        return "glv", jnp.asarray(y0), z0, False, mask
     if M0 is not None:
         M0 = as_array(M0, "M0", ndim=2)
         if M0.shape != (p, p):
@@ -299,7 +385,7 @@ def _initial_state(data: AbstractData, M0, W0, form: str):
         init, is_factor = np.asarray(W0), True
 
     if form == "auto":
-        if isinstance(data, CommutingData):
+        if isinstance(data, AbstractCommutingData):
             form = "glv"
         elif is_factor or isinstance(data, LowRankData):
             form = "factor"
@@ -366,6 +452,7 @@ def solve_flow(
     *,
     M0=None,
     W0=None,
+    z0=None,
     mu0=None,
     d: int | None = None,
     t1,
@@ -382,6 +469,7 @@ def solve_flow(
     max_steps: int = 100_000,
     weight_decay: float = 0.0,
     dense: bool | None = None,
+    save: str = "state",
     progress: bool = False,
 ) -> FlowSolution:
     """Integrate the MSE gradient flow M' = Y M + M Y - K(M) M - M K(M) (Eq. E9), or for a
@@ -401,8 +489,10 @@ def solve_flow(
 
     - `data`: an NQF data set (`DenseData`, `CommutingData`, `LowRankData`) or an `NQFModel`. A
       model without g, B is solved exactly as its data set (with labels y - f0 if it has f0).
-    - `M0` (p, p) symmetric PSD, or `W0` (p, d) with M0 = W0 W0^T: the initial condition (exactly
-      one). Small initialization W0 = sqrt(eps) I is M0 = eps I.
+    - `M0` (p, p) symmetric PSD, or `W0` (p, d) with M0 = W0 W0^T, or (commuting data, GLV form)
+      `z0` (p,) >= 0, i.e. M0 = P diag(z0) P^T: the initial condition (exactly one). Small
+      initialization W0 = sqrt(eps) I is M0 = eps I (z0 = eps). `z0` never forms a p x p matrix,
+      so the GLV form runs at any p (e.g. `DiagonalData` with p = 10^6).
     - `mu0` (p,) and `d` (integer >= 1, the width): with `M0`, the rest of the initial state of
       the ``"M-mu"`` form (required there; derived from `W0` as mu0 = W0 1, d = W0.shape[1]).
       M0 - mu0 mu0^T / d must be PSD (necessary for some W (p, d) to realize them).
@@ -411,7 +501,10 @@ def solve_flow(
       or model) or ``"auto"`` (``"M-mu"`` for a model with g or B; otherwise GLV for commuting
       data, the factor form for low-rank data or a W0, else M).
     - `solver`: a diffrax solver or one of ``"tsit5"`` (default), ``"dopri5"``, ``"dopri8"``,
-      ``"kvaerno3"``, ``"kvaerno5"`` (default when `stiff=True`).
+      ``"kvaerno3"``, ``"kvaerno5"`` (default when `stiff=True`). Implicit solvers given by name
+      solve the GLV form's Newton systems with its structure (`nqf.stiff`: diagonal for
+      `DiagonalData`, identity + rank m (Woodbury) for `CommutingData` with m < p/2), never a
+      dense p x p Jacobian; a solver instance is used as given.
     - `rtol`, `atol`: tolerances of the PID controller. The default `atol` is
       ``rtol * max|state(0)|`` (``rtol`` for the log-space GLV form; max over M and mu for
       ``"M-mu"``), so accuracy is relative to the initial scale while z ~ eps, for eps down to
@@ -423,6 +516,10 @@ def solve_flow(
       so by default (None) the solve runs without it and the first use of dense output repeats
       the same solve (same steps) with room for just the steps taken (one extra compile). True
       keeps it from the start; False never builds it.
+    - `save`: ``"state"`` (default) saves the state at `ts`; ``"loss"`` saves only the loss and,
+      for commuting data without g, B, f0, the excess loss (n,) each, computed inside the solve:
+      O(n) memory instead of O(n p) (use it at p = 10^6). `M`, `W`, `z` then raise; dense output
+      still works.
     - `progress`: show diffrax's text progress meter.
 
     **Returns:** a `FlowSolution`.
@@ -447,6 +544,8 @@ def solve_flow(
         form = "M-mu"
     width = None
     if form == "M-mu":
+        if z0 is not None:
+            raise ValueError("`z0` is the initial state of the GLV form; form='M-mu' needs `M0` or `W0`.")
         y0, init, is_factor, width = _initial_state_mu(data, M0, W0, mu0, d)
         mask = None
     else:
@@ -462,8 +561,8 @@ def solve_flow(
             )
         if model is not None and model.f0 is not None:  # f0 shifts the labels: same flow
             data = eqx.tree_at(lambda x: x.y, data, data.y - model.f0)
-        form, y0, init, is_factor, mask = _initial_state(data, M0, W0, form)
-    solver = _make_solver(solver, stiff)
+        form, y0, init, is_factor, mask = _initial_state(data, M0, W0, form, z0)
+    solver = _make_solver(solver, stiff, data, form, mask)
     rtol = check_positive(rtol, "rtol")
     t0 = float(as_array(t0, "t0", ndim=0))
     t1 = float(as_array(t1, "t1", ndim=0))
@@ -501,9 +600,10 @@ def solve_flow(
         args = (data if model is None else model, f64(gamma), f64(width))
     else:
         args = (data, f64(gamma), mask_arr)
+    saver = _make_saver(save, form, data, model)
     problem = (RHS[form], solver, controller, data, y0, args, f64(t0), f64(t1), f64(ts),
                None if dt0 is None else f64(dt0))
-    sol = _integrate(*problem, int(max_steps), dense is True, meter)
+    sol = _integrate(*problem, int(max_steps), dense is True, meter, saver)
     if sol.result == diffrax.RESULTS.max_steps_reached:
         raise MaxStepsReached(
             f"The solver used all max_steps={max_steps} steps before reaching t1={t1}"
@@ -525,10 +625,10 @@ def solve_flow(
     redo = None
     if dense is None:  # same solve, dense, with room for the steps actually taken
         room = 1 << int(stats["num_steps"] + 1).bit_length()
-        redo = functools.partial(_integrate, *problem, room, True, diffrax.NoProgressMeter())
+        redo = functools.partial(_integrate, *problem, room, True, diffrax.NoProgressMeter(), saver)
     return FlowSolution(
         ts=np.asarray(sol.ts), form=form, ys=ys, data=data, init=init, init_is_factor=is_factor,
         stats=stats, result=str(sol.result), _y0=jax.tree.map(np.asarray, y0), _dfx=sol if dense is True else None,
         _redo=redo,
-        _mask=mask_arr, model=model, d=width,
+        _mask=mask_arr, model=model, d=width, init_is_z=z0 is not None, save=save,
     )

@@ -83,6 +83,48 @@ def slope_E22_as_written(zeta, C, eps: float, a1: float = A1, a2: float = A2):
     return -(a1 - 1.0) / (a2 - (a1 - a2) / np.log(zeta / (C * eps)))
 
 
+def slope_analysis(ts, E, p: int, *, eps: float = EPS, a1: float = A1, a2: float = A2,
+                   b: float = B) -> dict:
+    """Measured and predicted slopes of the excess loss E(t) of the power-law problem
+    (`nqf.datasets.powerlaw_data(p)` from z_k(0) = eps k^-b), by the rules of this module's
+    docstring (fit window [t*_5, t*_{p/20}], predictions averaged over the window).
+
+    **Arguments:** `ts` (n,) times, `E` (n,) excess loss at those times, `p`, and the parameters.
+
+    **Returns:** dict with ``measured``, ``predicted``, ``finite_eps_predicted``,
+    ``finite_size_predicted``, ``E22_as_written``, ``t_min``, ``t_max``, ``k_lo``, ``k_hi``,
+    ``fit`` (the polyfit coefficients), ``selected`` (bool mask of the fitted times).
+
+    **Raises:** `ValueError` if fewer than 3 saved times fall in the fit window.
+    """
+    ts, E = np.asarray(ts, dtype=float), np.asarray(E, dtype=float)
+    k = np.arange(1, p + 1, dtype=float)
+    zeta, C, c = k**-a2, k ** (a1 - 2 * a2) / 8.0, k**-b
+    tstar = predicted_ignition_times(zeta, C, eps * c, rho=0.5)
+    k_lo = K_LO
+    k_hi = int(np.floor(p * CUTOFF_FRACTION ** (1.0 / (a1 - 1.0))))
+    t_min, t_max = float(tstar[k_lo - 1]), float(tstar[k_hi - 1])
+    sel = (ts >= t_min) & (ts <= t_max)
+    if sel.sum() < 3:
+        raise ValueError(
+            f"the fit window [{t_min:.4g}, {t_max:.4g}] holds {int(sel.sum())} saved times; save "
+            "more log-spaced times inside it."
+        )
+    fit = np.polyfit(np.log(ts[sel]), np.log(E[sel]), 1)
+    t_avg = np.geomspace(t_min, t_max, N_AVERAGE)
+    k_t = np.exp(np.interp(np.log(t_avg), np.log(tstar), np.log(k)))
+    zeta_t, C_t, c_t = k_t**-a2, k_t ** (a1 - 2 * a2) / 8.0, k_t**-b
+    s_eps = slope_eps(k_t, zeta_t, C_t, c_t, eps, a1, a2, b)
+    return {
+        "measured": float(fit[0]),
+        "predicted": -(a1 - 1.0) / a2,
+        "finite_eps_predicted": float(np.mean(s_eps)),
+        "finite_size_predicted": float(np.mean(s_eps / (1.0 - (k_t / p) ** (a1 - 1.0)))),
+        "E22_as_written": float(np.mean(slope_E22_as_written(zeta_t, C_t, eps, a1, a2))),
+        "t_min": t_min, "t_max": t_max, "k_lo": k_lo, "k_hi": k_hi, "fit": fit, "selected": sel,
+    }
+
+
 def run(out_dir, quick: bool = False) -> dict:
     """Fig. 3 right: excess-loss power law, measured slope vs Theorem 9 and its finite-eps form.
 
@@ -101,8 +143,7 @@ def run(out_dir, quick: bool = False) -> dict:
     n_times = 1000 if quick else 3000
     data = datasets.powerlaw_data(p, a1=A1, a2=A2)
     k = np.arange(1, p + 1, dtype=float)
-    c = k**-B
-    z0 = EPS * c
+    z0 = EPS * k**-B
     r, C = theorem6_rates(data)
     V = r**2 / (8.0 * C)
     tstar = predicted_ignition_times(r, C, z0, rho=0.5)
@@ -110,29 +151,14 @@ def run(out_dir, quick: bool = False) -> dict:
     ts = np.concatenate([[0.0], np.geomspace(1.0, t1, n_times)])
 
     t0 = time.perf_counter()
-    sol = solve_flow(data, M0=np.diag(z0), t1=t1, ts=ts, rtol=RTOL, max_steps=100_000, dense=False)
+    sol = solve_flow(data, z0=z0, t1=t1, ts=ts, rtol=RTOL, max_steps=100_000, dense=False,
+                     save="loss")
     solve_wall = time.perf_counter() - t0
     E = sol.excess_loss
-
-    # Fit window (see the module docstring for the rule).
-    k_lo = K_LO
-    k_hi = int(np.floor(p * CUTOFF_FRACTION ** (1.0 / (A1 - 1.0))))
-    t_min, t_max = float(tstar[k_lo - 1]), float(tstar[k_hi - 1])
-    sel = (sol.ts >= t_min) & (sol.ts <= t_max)
-    fit = np.polyfit(np.log(sol.ts[sel]), np.log(E[sel]), 1)
-    measured = float(fit[0])
-
-    # Predictions averaged over the window at the mode k(t) igniting at log-spaced t.
-    t_avg = np.geomspace(t_min, t_max, N_AVERAGE)
-    k_t = np.exp(np.interp(np.log(t_avg), np.log(tstar), np.log(k)))
-    zeta_t, C_t, c_t = k_t**-A2, k_t ** (A1 - 2 * A2) / 8.0, k_t**-B
-    s_eps = slope_eps(k_t, zeta_t, C_t, c_t, EPS)
-    s_size = s_eps / (1.0 - (k_t / p) ** (A1 - 1.0))
-    s_e22 = slope_E22_as_written(zeta_t, C_t, EPS)
-    predicted = -(A1 - 1.0) / A2
-    finite_eps = float(np.mean(s_eps))
-    finite_size = float(np.mean(s_size))
-    e22 = float(np.mean(s_e22))
+    sl = slope_analysis(sol.ts, E, p)
+    measured, finite_eps, finite_size = sl["measured"], sl["finite_eps_predicted"], sl["finite_size_predicted"]
+    predicted, e22, fit = sl["predicted"], sl["E22_as_written"], sl["fit"]
+    t_min, t_max, k_lo, k_hi, sel = sl["t_min"], sl["t_max"], sl["k_lo"], sl["k_hi"], sl["selected"]
 
     # Consistency of the data with the power-law parameters used by the predictions.
     param_err = float(max(np.max(np.abs(r / k**-A2 - 1)), np.max(np.abs(V / k**-A1 - 1)),
@@ -157,7 +183,7 @@ def run(out_dir, quick: bool = False) -> dict:
             "m": data.m, "p": p, "a1": A1, "a2": A2, "b": B, "eps": EPS,
             "z0": "eps * k^-b", "t1": t1, "t1_rule": "5 * t*_p (slowest mode's ignition time)",
             "n_times": n_times, "times": "0 and log-spaced in [1, t1]",
-            "solver": "tsit5 (GLV form, log z)", "rtol": RTOL,
+            "solver": "tsit5 (GLV form, log z; DiagonalData, save='loss')", "rtol": RTOL,
         },
         "slope": {
             "measured": measured,

@@ -1,0 +1,172 @@
+"""Structured Newton solves for the stiff (implicit) GLV path (THEORY Eq. E13, E21).
+
+Power-law spectra (Eq. E21) give rates spanning many decades, so explicit solvers are limited by
+stability, not accuracy, once the fast modes have saturated. diffrax's implicit solvers (Kvaerno)
+solve, at every stage, k - f(y + a h k) = 0 with a chord (frozen-Jacobian) Newton method
+(`diffrax.VeryChord`), whose linear system has the operator O = I - a h J_f. By default lineax
+materializes O (p x p) and LU-factorizes it: O(p^2) memory and O(p^3) time per step.
+
+For the GLV form in log space, u' = -(8/m) Lambda^T (Lambda e^u - y) - 2 gamma (masked modes
+frozen), the Jacobian is J_f = -(8/m) D_mask Lambda^T Lambda diag(z): its range lies in the span
+of the columns of U = D_mask Lambda^T (p x m). With Q (p x r) an orthonormal basis of that span
+(computed once per data set from the eigendecomposition of U^T U, eigenvalues below
+`rtol * max` dropped, so rank-deficient Lambda is fine), O = I + Q S with S = Q^T (O - I), and the
+Woodbury identity gives
+
+    O^{-1} b = b - Q (I_r + S Q)^{-1} S b.                                                (*)
+
+S (r x p) comes from r products with the transposed operator, S^T = O^T Q - Q: O(p m r) per
+Jacobian (once per step under the chord method), and each solve costs O(p r) plus an r x r LU
+solve, instead of O(p^3) and O(p^2). `WoodburySolver` implements (*) as a lineax solver that only
+calls the operator's (transposed) `mv`, so it works on the linearized Jacobian operator diffrax
+builds, with no knowledge of the step size or the stage coefficient; it is exact (not
+iterative) whenever the range of O - I lies in the span of Q.
+
+For `DiagonalData` (m = p, A_k = lam_k e_k e_k^T) the Jacobian is diagonal; `DiagonalSolver`
+reads the diagonal of O with one product O 1 and divides: O(p) per step.
+
+`glv_root_finder(data, mask)` returns the chord root finder with the right linear solver; it is
+what `solve_flow(..., stiff=True)` uses for the GLV form (and for "kvaerno3"/"kvaerno5" by name).
+The other forms keep lineax's dense default (their Jacobians act on p x p states).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import lineax as lx
+import numpy as np
+from jaxtyping import Array, Float
+
+from .data import AbstractCommutingData, CommutingData, DiagonalData
+
+__all__ = ["WoodburySolver", "DiagonalSolver", "glv_root_finder"]
+
+
+def _check_vector_operator(operator: lx.AbstractLinearOperator, p: int, name: str) -> None:
+    struct = operator.in_structure()
+    if not (isinstance(struct, jax.ShapeDtypeStruct) and struct.shape == (p,)):
+        raise ValueError(
+            f"`{name}` solves systems on vectors of shape ({p},); the operator acts on {struct}."
+        )
+
+
+class WoodburySolver(lx.AbstractLinearSolver):
+    """Solve O x = b for O = I + U S' with U (p, m) known and S' unknown, by Eq. (*) above.
+
+    Exact (not iterative) whenever the range of O - I lies in the column span of U; `init` costs
+    r transposed products with O (r = rank U) and a solve O(p r).
+
+    **Arguments:**
+
+    - `U`: spanning columns, shape (p, m); for the GLV Jacobian U = D_mask Lambda^T.
+    - `rtol`: relative eigenvalue cutoff for the rank of U^T U (default 1e-12).
+
+    **Raises:** `ValueError` if U is not a finite 2-D array, or (in `init`) if the operator does
+    not act on vectors of shape (p,).
+    """
+
+    Q: Float[Array, "p r"]
+
+    def __init__(self, U, *, rtol: float = 1e-12):
+        U = np.asarray(U, dtype=float)
+        if U.ndim != 2 or not np.all(np.isfinite(U)):
+            raise ValueError(f"`U` must be a finite (p, m) array; found shape {U.shape}.")
+        ev, V = np.linalg.eigh(U.T @ U)
+        keep = ev > rtol * max(float(ev.max(initial=0.0)), np.finfo(float).tiny)
+        if not np.any(keep):  # U = 0, so O = I: one zero column keeps the shapes non-empty
+            self.Q = jnp.zeros((U.shape[0], 1))
+        else:  # Q = U V s^-1/2: orthonormal columns spanning the range of U
+            self.Q = jnp.asarray(U @ (V[:, keep] / np.sqrt(ev[keep])))
+
+    def init(self, operator, options: dict[str, Any]):
+        del options
+        _check_vector_operator(operator, self.Q.shape[0], "WoodburySolver")
+        Q = self.Q
+        # O - I = Q S with S = Q^T (O - I): r transposed products give S^T = O^T Q - Q.
+        S = (jax.vmap(operator.transpose().mv, in_axes=1, out_axes=1)(Q) - Q).T
+        return S, jsl.lu_factor(jnp.eye(Q.shape[1]) + S @ Q)
+
+    def compute(self, state, vector, options: dict[str, Any]):
+        del options
+        S, lu = state
+        x = vector - self.Q @ jsl.lu_solve(lu, S @ vector)  # Woodbury: (I + Q S)^{-1}
+        ok = jnp.all(jnp.isfinite(x))
+        return x, lx.RESULTS.where(ok, lx.RESULTS.successful, lx.RESULTS.singular), {}
+
+    def transpose(self, state, options: dict[str, Any]):
+        raise NotImplementedError("`WoodburySolver` does not support transposed solves.")
+
+    def conj(self, state, options: dict[str, Any]):
+        raise NotImplementedError("`WoodburySolver` does not support conjugated solves.")
+
+    def assume_full_rank(self) -> bool:
+        return True
+
+
+class DiagonalSolver(lx.AbstractLinearSolver):
+    """Solve O x = b for a diagonal operator O of unknown diagonal, read as O 1 (one `mv`).
+
+    Exact when O is diagonal (the GLV Jacobian of `DiagonalData`); O(p) per `init` and solve.
+    """
+
+    def init(self, operator, options: dict[str, Any]):
+        del options
+        struct = operator.in_structure()
+        if not isinstance(struct, jax.ShapeDtypeStruct) or len(struct.shape) != 1:
+            raise ValueError(f"`DiagonalSolver` needs an operator on vectors; found {struct}.")
+        return operator.mv(jnp.ones(struct.shape, struct.dtype))
+
+    def compute(self, state, vector, options: dict[str, Any]):
+        del options
+        x = vector / state
+        ok = jnp.all(jnp.isfinite(x))
+        return x, lx.RESULTS.where(ok, lx.RESULTS.successful, lx.RESULTS.singular), {}
+
+    def transpose(self, state, options: dict[str, Any]):
+        return state, {}
+
+    def conj(self, state, options: dict[str, Any]):
+        return state, {}
+
+    def assume_full_rank(self) -> bool:
+        return True
+
+
+def glv_linear_solver(data: AbstractCommutingData, mask=None) -> lx.AbstractLinearSolver:
+    """The linear solver for the chord step of the GLV form (Eq. E13) on `data`.
+
+    `DiagonalSolver` for `DiagonalData`; `WoodburySolver(D_mask Lambda^T)` for `CommutingData`
+    with m < p / 2 (O(p m^2) per Jacobian); lineax's dense LU otherwise (m >= p / 2, where the
+    low-rank form saves nothing). `mask` (p,) bool marks the live modes (default: all).
+    """
+    if isinstance(data, DiagonalData):
+        return DiagonalSolver()
+    if not isinstance(data, CommutingData):
+        raise TypeError(f"`data` must be commuting data; found {type(data).__name__}.")
+    m, p = data.Lambda.shape
+    if 2 * m >= p:
+        return lx.AutoLinearSolver(well_posed=None)
+    U = np.asarray(data.Lambda).T
+    if mask is not None:
+        U = U * np.asarray(mask, dtype=float)[:, None]
+    return WoodburySolver(U)
+
+
+def glv_root_finder(data: AbstractCommutingData, mask=None) -> diffrax.VeryChord:
+    """diffrax's chord root finder (tolerances from the step-size controller) with the
+    structured linear solver of `glv_linear_solver` (`data`, `mask` as there)."""
+    return diffrax.with_stepsize_controller_tols(diffrax.VeryChord)(
+        linear_solver=glv_linear_solver(data, mask)
+    )
+
+
+def is_structured(solver: Any) -> bool:
+    """True if `solver` is an implicit diffrax solver whose root finder uses a structured solve."""
+    rf = getattr(solver, "root_finder", None)
+    return isinstance(getattr(rf, "linear_solver", None), (WoodburySolver, DiagonalSolver))
+
