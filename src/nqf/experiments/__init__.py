@@ -18,6 +18,10 @@ reduces the work (coarser grids, smaller problems) but still runs every check.
 - ``fig4-powerlaw``: the sample-wise power law of Theorem 10 (E23) (`nqf.experiments.fig4_powerlaw`).
 - ``fig5``: Fig. 5, power law of the Fourier MLP and its NQF vs (2 beta - 1)/(theta + beta), raw-input
   MLP baseline (`nqf.experiments.fig5`).
+- ``fig6``: Fig. 6, online SGD teacher-student (MLP 20-100-1, QK attention) vs their NQFs: the step at
+  which the trajectories separate (`nqf.experiments.fig6`).
+- ``digits``: the Fig. 7 idea on scikit-learn's 8x8 digits (odd vs even): MLP, CNN, attention vs their
+  NQFs with Adam full batch (`nqf.experiments.digits`; needs the ``digits`` extra).
 - ``fig8``: Fig. 8, a 4-layer MLP and a 2-layer attention vs their 2-layer and 1-layer NQFs
   (Theorem 14; `nqf.experiments.fig8`).
 """
@@ -28,6 +32,7 @@ from collections.abc import Callable
 
 from . import fig2, fig3, fig3_powerlaw
 from . import fig4, fig4_powerlaw, fig5, fig8
+from . import digits, fig6
 
 __all__ = ["EXPERIMENTS", "TITLES", "run"]
 
@@ -38,6 +43,8 @@ EXPERIMENTS: dict[str, Callable[..., dict]] = {
     fig4.NAME: fig4.run,
     fig4_powerlaw.NAME: fig4_powerlaw.run,
     fig5.NAME: fig5.run,
+    fig6.NAME: fig6.run,
+    digits.NAME: digits.run,
     fig8.NAME: fig8.run,
 }
 """Name -> ``run(out_dir, quick=False) -> dict`` for every reproducible figure."""
@@ -49,6 +56,8 @@ TITLES: dict[str, str] = {
     fig4.NAME: fig4.TITLE,
     fig4_powerlaw.NAME: fig4_powerlaw.TITLE,
     fig5.NAME: fig5.TITLE,
+    fig6.NAME: fig6.TITLE,
+    digits.NAME: digits.TITLE,
     fig8.NAME: fig8.TITLE,
 }
 """Name -> one-line description (shown by ``nqf list``)."""
