@@ -9,7 +9,15 @@ Importing nqf enables JAX float64 (see `nqf._config`).
 
 from . import _config  # noqa: F401  (enables float64 first)
 from . import datasets
-from .data import AbstractData, CommutingData, DenseData, LowRankData, feedforward_data
+from .data import (
+    AbstractCommutingData,
+    AbstractData,
+    CommutingData,
+    DenseData,
+    DiagonalData,
+    LowRankData,
+    feedforward_data,
+)
 from .glv import excess_loss, glv_equilibrium
 from .model import NQFModel
 from .ntk import ntk
@@ -46,5 +54,10 @@ from . import compress, multilayer  # Theorems 3, 15, Corollary 3 (E24); Theorem
 from .compress import Compression, compression_report, corollary3, data_span, k_V, theorem3
 from .multilayer import DeepNQF, closed_deep_sgd, compress_deep, train_deep_w
 from . import validate  # the theorem checks behind `nqf validate`: nqf.validate.validate()
+from . import kernels  # numba GLV kernels for very large p (issue 7); JAX reference inside
+from .kernels import GLVTrajectory, glv_gd, glv_rhs
+from .sweep import SweepSolution, solve_sweep  # batched sweeps (vmap, sharding over devices)
+from .cache import enable_compilation_cache  # JAX's persistent compilation cache (first-call latency)
+from . import stiff  # structured Newton solves (diagonal, Woodbury) for the stiff GLV path
 
 __version__ = "0.1.0"

@@ -20,3 +20,22 @@ def require_x64() -> None:
             "`import nqf`). Re-enable it with `jax.config.update('jax_enable_x64', True)`; nqf "
             "does not truncate float64 input to float32."
         )
+
+
+# Persistent compilation cache at import (NQF_COMPILATION_CACHE=1 or a directory; see nqf.cache).
+def _enable_cache_from_env() -> None:
+    import os
+
+    if os.environ.get("NQF_COMPILATION_CACHE"):
+        import sys
+
+        # diffrax/equinox runtime checks are host callbacks, and JAX never persists a program
+        # with host callbacks; EQX_ON_ERROR=nan (read when equinox is imported) removes them.
+        if "equinox" not in sys.modules:
+            os.environ.setdefault("EQX_ON_ERROR", "nan")
+        from .cache import _enable_from_env
+
+        _enable_from_env()
+
+
+_enable_cache_from_env()

@@ -4,6 +4,13 @@
     nqf reproduce NAME [--out DIR] [--quick]   write DIR/NAME.png and DIR/NAME.json
     nqf validate [--json FILE] [--eps ...]     flow vs the exact solutions (Theorems 6, 7, 16, Prop. 7)
     nqf compress DATA [--d-prime N] [...]      k_V, d' and the Corollary 3 bound (Theorem 3)
+    nqf info [--json]                          versions, JAX devices, float64, compilation cache
+
+`reproduce` and `validate` print a progress line to stderr: on by default when stderr is a
+terminal, off with ``--no-progress`` or the environment variable ``NQF_PROGRESS=0``, forced on
+with ``--progress`` (or ``NQF_PROGRESS=1``). An experiment ``run(out_dir, quick=False,
+progress=None)`` that accepts a `progress` callable reports its stages through it
+(``progress(stage, info=None)``); the CLI prints one line per stage.
 
 Exit status: 0 if every check passed, 1 if any check failed, 2 for a usage error (e.g. an
 unknown figure name).
@@ -12,12 +19,14 @@ unknown figure name).
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
+import textwrap
 import time
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "info", "progress_enabled"]
 
 _DESCRIPTION = """\
 Training dynamics of Neural Quadratic Forms (Ziyin, Xu, Poggio, Chuang, arXiv 2608.13335).
@@ -32,14 +41,136 @@ def _experiments():
     return EXPERIMENTS, TITLES
 
 
+class _Parser(argparse.ArgumentParser):
+    """An `ArgumentParser` whose description may be computed when help is shown
+    (`lazy_description`): ``nqf reproduce --help`` lists the figures of the registry without
+    importing the experiments for every other command."""
+
+    lazy_description = None
+
+    def format_help(self):
+        if self.lazy_description is not None:
+            self.description, self.lazy_description = self.lazy_description(), None
+        return super().format_help()
+
+
+_REPRODUCE_HEAD = """\
+Run the experiment behind a figure of the paper, write OUT/NAME.png and OUT/NAME.json, and
+print its checks (measured vs predicted, with bounds) and key numbers. Exit status 1 if any
+check fails, 2 for an unknown NAME. --quick reduces the work (coarser grids, smaller
+problems; seconds to a minute per figure on a laptop CPU) but runs every check; the full runs
+take from ~20 s (fig3) to several minutes (fig2, fig5).
+
+A progress line goes to stderr (default: on if stderr is a terminal; --no-progress or
+NQF_PROGRESS=0 turns it off, --progress turns it on).
+
+Figures (NAME, from 'nqf list'):
+"""
+
+
+def _reproduce_description() -> str:
+    try:
+        _, titles = _experiments()
+    except Exception as err:  # a broken experiment must not break the help of the others
+        return _REPRODUCE_HEAD + f"  (figure list unavailable: {type(err).__name__}: {err})"
+    width = max((len(n) for n in titles), default=0)
+    lines = []
+    for name, title in titles.items():
+        wrapped = textwrap.wrap(title, width=max(40, 88 - width)) or [""]
+        lines.append(f"  {name.ljust(width)}  {wrapped[0]}")
+        lines += [f"  {' ' * width}  {w}" for w in wrapped[1:]]
+    return _REPRODUCE_HEAD + "\n".join(lines)
+
+
+def _add_progress_options(parser) -> None:
+    grp = parser.add_mutually_exclusive_group()
+    grp.add_argument("--progress", dest="progress", action="store_true", default=None,
+                     help="print a progress line to stderr (default: only if stderr is a terminal; "
+                          "env NQF_PROGRESS=0/1 sets the default)")
+    grp.add_argument("--no-progress", dest="progress", action="store_false",
+                     help="no progress line")
+
+
+def progress_enabled(flag: bool | None = None, stream=None) -> bool:
+    """Whether the CLI prints progress: `flag` (``--progress`` / ``--no-progress``) if given,
+    else the environment variable ``NQF_PROGRESS`` (``0``/``false``/``no``/``off`` or
+    ``1``/``true``/``yes``/``on``) if set, else whether `stream` (default stderr) is a terminal."""
+    if flag is not None:
+        return bool(flag)
+    env = os.environ.get("NQF_PROGRESS", "").strip().lower()
+    if env in ("0", "false", "no", "off"):
+        return False
+    if env in ("1", "true", "yes", "on"):
+        return True
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Progress:
+    """Progress lines ``[TAG] message (elapsed)`` on stderr; a no-op when disabled. On a terminal
+    `status` lines overwrite each other (one live line); elsewhere every line is kept."""
+
+    def __init__(self, tag: str, enabled: bool, stream=None):
+        self.tag, self.enabled = tag, enabled
+        self.stream = sys.stderr if stream is None else stream
+        self.t0 = time.perf_counter()
+        try:
+            self.tty = bool(self.stream.isatty())
+        except (AttributeError, ValueError):
+            self.tty = False
+        self._live = False
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def _write(self, text: str, live: bool) -> None:
+        if not self.enabled:
+            return
+        if self.tty:
+            if live:  # one terminal row, or the carriage return cannot replace it
+                import shutil
+
+                cols = shutil.get_terminal_size((100, 24)).columns
+                text = text if len(text) < cols else text[: max(cols - 4, 10)] + "..."
+            if self._live:
+                text = "\r\033[K" + text  # replace the live line
+            self.stream.write(text if live else text + "\n")
+            self._live = live
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def line(self, msg: str) -> None:
+        """A line that stays."""
+        self._write(f"[{self.tag}] {msg}", live=False)
+
+    def status(self, msg: str) -> None:
+        """A line that the next one replaces on a terminal."""
+        self._write(f"[{self.tag}] {msg} ({self.elapsed():.1f} s)", live=True)
+
+    def close(self, msg: str) -> None:
+        self.line(f"{msg} in {self.elapsed():.1f} s")
+
+    def stage(self, stage, info=None) -> None:
+        """The ``progress(stage, info=None)`` callable handed to experiments."""
+        self.line(f"{stage} ({self.elapsed():.1f} s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``nqf`` (subcommands ``list``, ``reproduce``, ``validate``)."""
-    parser = argparse.ArgumentParser(
+    """The argument parser of ``nqf`` (subcommands ``list``, ``reproduce``, ``validate``,
+    ``compress``, ``info``)."""
+    parser = _Parser(
         prog="nqf", description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Run 'nqf COMMAND --help' for the options of a command.",
+        epilog=("Run 'nqf COMMAND --help' for the options of a command. Start with\n"
+                "'nqf reproduce fig3' (a figure and its checks, ~20 s) and 'nqf validate'\n"
+                "(every theorem check, ~1-2 min). Documentation: 'mkdocs serve' in the repository."),
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
     lst = sub.add_parser(
         "list", help="list the reproducible figures",
@@ -50,24 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser(
         "reproduce", help="reproduce a paper figure (PNG + JSON with checks)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=(
-            "Run the experiment behind a figure of the paper, write OUT/NAME.png and\n"
-            "OUT/NAME.json, and print its checks (measured vs predicted, with bounds) and\n"
-            "key numbers. Exit status 1 if any check fails, 2 for an unknown NAME.\n\n"
-            "Figures:\n"
-            "  fig3           Fig. 3 left/middle: m = p = 5, eps = 1e-5; flow vs Theorem 6 (max\n"
-            "                 relative error <= 1e-8, also at eps = 1e-12), ignition times vs E19\n"
-            "                 (within 0.1%), GD at lr 0.01 as markers.\n"
-            "  fig3-powerlaw  Fig. 3 right: m = p = 1000 power-law spectrum; slope of the excess\n"
-            "                 loss in log-log vs the predicted -1.25 and its finite-eps form.\n"
-            "                 (~1 min on a laptop CPU; --quick uses p = 300.)\n"
-            "  fig4           Fig. 4: sample-wise plateaus, flow vs Theorem 5, t*_mu vs prediction.\n"
-            "  fig4-powerlaw  sample-wise power law (Theorem 10, E23).\n"
-            "  fig5           Fig. 5: Fourier-MLP power law vs its NQF, raw-input MLP baseline.\n"
-            "  fig2           Fig. 2: MLP, CNN, attention, MHA vs their NQFs (GD, momentum, Adam).\n"
-            "  fig8           Fig. 8: deep MLP / attention vs 2-layer and 1-layer NQFs."
-        ),
+        description=_REPRODUCE_HEAD,
+        epilog="Example: nqf reproduce fig3 --out nqf-out   (writes nqf-out/fig3.png, nqf-out/fig3.json)",
     )
+    rep.lazy_description = _reproduce_description
     lst.set_defaults(handler=_cmd_list, subparser=lst)
     rep.set_defaults(handler=_cmd_reproduce, subparser=rep)
     rep.add_argument("name", metavar="NAME", help="figure to reproduce (see 'nqf list')")
@@ -75,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="output directory, created if missing (default: ./nqf-out)")
     rep.add_argument("--quick", action="store_true",
                      help="reduced work (coarser grids, smaller problems); every check still runs")
+    _add_progress_options(rep)
 
     val = sub.add_parser(
         "validate", help="check the flow solver against the exact solutions",
@@ -84,14 +202,30 @@ def build_parser() -> argparse.ArgumentParser:
             "relative error over the whole trajectory <= 1e-8); each oracle refusing data that "
             "violates its assumption; the NTK of Eq. E25 against autodiff (<= 1e-12); the (M, mu) "
             "flow of Eq. E10 against weight space; and the checks later modules register. Prints a "
-            "table name/value/bound/passed; exit status 1 if any check fails."
+            "table name/value/bound/passed; exit status 1 if any check fails. Takes 1-2 minutes on "
+            "a laptop CPU; a progress line goes to stderr (default: on if stderr is a terminal; "
+            "--no-progress or NQF_PROGRESS=0 turns it off, --progress turns it on)."
         ),
     )
     val.set_defaults(handler=_cmd_validate, subparser=val)
     val.add_argument("--json", metavar="FILE", help='also write {"checks": [...]} to FILE')
     val.add_argument("--eps", metavar="EPS", type=float, nargs="+", default=None,
                      help="initial scales to test (default: 1e-3 1e-6 1e-12)")
+    _add_progress_options(val)
     _add_compress_parser(sub)
+
+    inf = sub.add_parser(
+        "info", help="versions, JAX backend and devices, float64, compilation cache",
+        description=(
+            "Print what nqf runs on: the versions of nqf, Python and its numerical dependencies "
+            "(numpy, scipy, jax, jaxlib, diffrax, equinox, numba, matplotlib), the JAX backend "
+            "and devices, whether float64 is enabled (nqf needs it), and the persistent JAX "
+            "compilation cache (environment variable NQF_COMPILATION_CACHE, JAX's "
+            "jax_compilation_cache_dir). Paste its output into bug reports."
+        ),
+    )
+    inf.set_defaults(handler=_cmd_info, subparser=inf)
+    inf.add_argument("--json", action="store_true", help="print the same as one JSON object")
     return parser
 
 
@@ -176,7 +310,15 @@ def _cmd_reproduce(args, parser) -> int:
         parser.error(f"--out: cannot create output directory {args.out!r}: {err.strerror}.")
     print(f"nqf reproduce {args.name}{' --quick' if args.quick else ''} -> {args.out}", flush=True)
     t0 = time.perf_counter()
-    result = experiments[args.name](args.out, quick=args.quick)
+    run = experiments[args.name]
+    prog = _Progress(args.name, progress_enabled(args.progress))
+    prog.line(f"running{' (quick)' if args.quick else ''} ...")
+    kwargs = {"quick": args.quick}
+    if prog.enabled and _accepts_progress(run):
+        kwargs["progress"] = prog.stage
+    result = run(args.out, **kwargs)
+    n_fail = sum(not c["passed"] for c in result["checks"])
+    prog.close(f"done, {len(result['checks']) - n_fail}/{len(result['checks'])} checks passed,")
     for line in _key_numbers(result):
         print(line)
     print(format_checks(result["checks"]))
@@ -184,15 +326,36 @@ def _cmd_reproduce(args, parser) -> int:
     return 0 if all(c["passed"] for c in result["checks"]) else 1
 
 
+def _accepts_progress(fn) -> bool:
+    """Whether an experiment's ``run`` takes a `progress` keyword (its stage reporter)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "progress" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 def _cmd_validate(args, parser) -> int:
     from .experiments._common import jsonable
     from .validate import validate
 
     kwargs = {} if args.eps is None else {"eps_values": tuple(args.eps)}
+    prog = _Progress("validate", progress_enabled(args.progress))
+    counts = {"n": 0, "failed": 0}
+
+    def on_record(rec):
+        counts["n"] += 1
+        counts["failed"] += not rec["passed"]
+        name = rec["name"] if len(rec["name"]) <= 70 else rec["name"][:67] + "..."
+        prog.status(f"{counts['n']} checks, {counts['failed']} failed: {name}")
+
+    if prog.enabled:
+        kwargs["progress"] = on_record
     try:
         checks = validate(**kwargs)
     except ValueError as err:
         parser.error(f"--eps: {err}")
+    prog.close(f"{counts['n']} checks, {counts['failed']} failed,")
     print(format_checks(checks))
     if args.json:
         with open(args.json, "w") as fh:
@@ -304,6 +467,77 @@ def _cmd_compress(args, parser) -> int:
         print(f"wrote {args.json}")
     ok = rep["max_output_rel_error"] <= 1e-10 if rep["kind"] == "theorem3" else rep["holds"]
     return 0 if ok else 1
+
+
+def _version() -> str:
+    try:
+        from . import __version__
+
+        return __version__
+    except ImportError:  # pragma: no cover
+        return "unknown"
+
+
+_INFO_PACKAGES = ("numpy", "scipy", "jax", "jaxlib", "diffrax", "equinox", "numba", "matplotlib")
+
+
+def info() -> dict:
+    """What ``nqf info`` prints, as a dict: versions (nqf, python, the numerical dependencies;
+    None if a package is missing), platform, JAX backend and devices, float64 status and the
+    persistent compilation cache (``NQF_COMPILATION_CACHE``, ``jax_compilation_cache_dir``)."""
+    import importlib.metadata
+    import platform
+
+    versions = {"nqf": _version(), "python": platform.python_version()}
+    for name in _INFO_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    out = {"versions": versions, "platform": platform.platform(), "cpu_count": os.cpu_count()}
+    try:
+        import jax
+
+        out["jax_backend"] = jax.default_backend()
+        out["jax_devices"] = [f"{d.platform}:{d.id} ({getattr(d, 'device_kind', '?')})" for d in jax.devices()]
+        out["float64"] = bool(jax.config.jax_enable_x64)
+        cache_dir = getattr(jax.config, "jax_compilation_cache_dir", None)
+    except Exception as err:  # report, do not crash: this is the command for bug reports
+        out["jax_error"] = f"{type(err).__name__}: {err}"
+        cache_dir = None
+    env = os.environ.get("NQF_COMPILATION_CACHE")
+    out["compilation_cache"] = {"NQF_COMPILATION_CACHE": env, "jax_compilation_cache_dir": cache_dir,
+                                "enabled": bool(cache_dir)}
+    out["progress_default"] = progress_enabled()
+    return out
+
+
+def _cmd_info(args, parser) -> int:
+    rep = info()
+    if args.json:
+        print(json.dumps(rep, indent=2))
+        return 0
+    v = rep["versions"]
+    print(f"nqf {v['nqf']} (python {v['python']}, {rep['platform']}, {rep['cpu_count']} CPUs)")
+    print("versions: " + ", ".join(f"{k} {v[k] or 'not installed'}" for k in _INFO_PACKAGES))
+    if "jax_error" in rep:
+        print(f"JAX: unavailable ({rep['jax_error']})")
+    else:
+        print(f"JAX backend: {rep['jax_backend']}; devices: {', '.join(rep['jax_devices'])}")
+        print(f"float64 (jax_enable_x64): {'enabled' if rep['float64'] else 'DISABLED (nqf needs it)'}")
+    cc = rep["compilation_cache"]
+    env = cc["NQF_COMPILATION_CACHE"]
+    if cc["enabled"]:
+        where = cc["jax_compilation_cache_dir"]
+        print(f"persistent compilation cache: {where}" + (f" (NQF_COMPILATION_CACHE={env})" if env else ""))
+    elif env:
+        print(f"persistent compilation cache: NQF_COMPILATION_CACHE={env} is set, but JAX's "
+              "jax_compilation_cache_dir is not (not applied by this version of nqf)")
+    else:
+        print("persistent compilation cache: off (turn it on with NQF_COMPILATION_CACHE=1 or =DIR)")
+    print(f"progress lines: {'on' if rep['progress_default'] else 'off'} by default here "
+          "(NQF_PROGRESS=0/1, --progress/--no-progress)")
+    return 0
 
 
 def main(argv=None) -> int:

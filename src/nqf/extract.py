@@ -20,7 +20,7 @@ Checks (each names what failed; see `extract`):
   permutation Pi, and H_12 = H_12^T at d = 2;
 - **ZGZ** (the zero-gradient condition of Theorem 1): g = 0 and B = 0. A fixed bias inside the
   nonlinearity gives g != 0; a nonlinearity applied after summing the neurons gives B != 0;
-- **C^3 at W = 0**: the remainder r(t) = f(tW) - [quadratic model](tW) must be O(t^3). A ReLU
+- **C^3 at W = 0**: the remainder r(t) = f(tW) - q(tW) (q the quadratic model) must be O(t^3). A ReLU
   (positively homogeneous, f(tW) = t^2 f(W) for t > 0) leaves r(t) ~ t^2: the measured order
   log2 |r(t)| / |r(t/2)| falls below 3 (bound 2.5), and its t^2 part is also odd in t
   (f(tW) != f(-tW)).
