@@ -5,12 +5,14 @@ Members are compared with their own `solve_flow` calls at the same tolerances (b
 
 - mode="vmap" (lockstep): vmap rounds some batched kernels differently from the single program,
   so a member can take a step or two more or fewer than its single solve; observed <= 5.5e-10
-  relative on M at rtol = 1e-10 over 64 fig3 members (4.1e-10 on the 4 members here).
+  relative on M at rtol = 1e-10 over 64 fig3 members (4.3e-10 on the 4 members here).
 - mode="joint" (shared steps, the default where one atol serves all members): every member takes
   the steps of the most demanding one (max over members of the per-member RMS error), so it is
   at least as accurate as its single solve; the difference is the single solve's own error:
-  observed 1.25e-9 relative on M over 64 fig3 members (822 shared steps against 264-456 single),
-  <= 7e-10 on the 4 members here; joint vs vmap: 1.25e-9 (64 members).
+  observed 1.25e-9 relative on M over 64 fig3 members (822 shared steps against 264-456 single;
+  the worst member's single solve is 4.7e-9 off a rtol = 1e-13 reference per saved time, the
+  joint one 2.9e-10), 2.8e-10 on the 4 members here (620 shared steps against 265-435); joint
+  vs vmap: 1.25e-9 (64 members), 1.6e-10 (4 members).
 
 Sharded and unsharded sweeps run the same per-member arithmetic (joint: the error norm's max is
 taken across devices, exact in any order) and are compared for exact equality.

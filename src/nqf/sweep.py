@@ -44,11 +44,14 @@ host devices).
 **Measured** (2 shared CPU cores, float64; `benchmarks/bench_sweep.py`, docs/performance.md):
 a 64-member eps sweep of the Fig. 3 problem (GLV form, eps = 1e-12 .. 1e-2, rtol 1e-10, 201
 saved times) in one call, against 64 calls of the compiled `solve_flow` (best of 7
-interleaved): joint mode ~10x (32 ms against 328 ms; 822 shared steps, single solves take
-264-456), vmap mode ~5-6x (53 ms). Members agree with their single solves to 1.25e-9 relative
-on M (joint: the single solves' own error; vmap: 5.5e-10). The sweep sharded over 2 host
-devices equals the unsharded one exactly (both modes); on 2 shared cores it is slower (the joint
-mode's per-step collective). The first call (trace + compile) of such a sweep takes ~3.5-3.8 s.
+interleaved, 3 plain-script runs and asv): joint mode 7.4-10x (~32 ms against 237-328 ms;
+822 shared steps, single solves take 264-456), vmap mode 4.6-6.2x (~51-53 ms). Members agree
+with their single solves to 1.25e-9 relative on M (joint; normwise per saved time 5.0e-9, which
+is the single solve's own error: against a rtol = 1e-13 reference that member's single solve is
+off 4.7e-9, the joint one 2.9e-10) and 5.5e-10 (vmap). The sweep sharded over 2 host devices
+equals the unsharded one exactly (both modes); on 2 shared cores it is slower (unsharded /
+sharded 0.58 for the joint mode: one collective per step). The first call (trace + compile)
+of such a sweep, joint mode, takes ~2.4-2.5 s in a fresh process (cold cache).
 """
 
 from __future__ import annotations
