@@ -146,3 +146,25 @@ def test_save_loss_equals_state_losses(form):
 def test_save_rejects_unknown_value():
     with pytest.raises(ValueError, match="`save` must be 'state' or 'loss'; found 'z'"):
         nqf.solve_flow(nqf.datasets.fig3_data(), M0=np.eye(5), t1=1.0, save="z")
+
+
+def test_dense_output_refuses_times_outside_the_solve():
+    sol = nqf.solve_flow(nqf.datasets.fig3_data(), M0=1e-5 * np.eye(5), t1=50.0)
+    for t in (100.0, -1.0):
+        with pytest.raises(ValueError, match=r"`t` must lie in the solved interval \[t0, t1\] = \[0, 50\]"):
+            sol.z_at(t)
+
+
+def test_ignition_times_from_a_loss_only_solution():
+    data = nqf.datasets.fig3_data()
+    full = nqf.solve_flow(data, M0=1e-5 * np.eye(5), t1=250.0)
+    lossy = nqf.solve_flow(data, M0=1e-5 * np.eye(5), t1=250.0, save="loss")
+    np.testing.assert_allclose(nqf.measure_ignition_times(lossy), nqf.measure_ignition_times(full), rtol=1e-12)
+    never = nqf.solve_flow(data, M0=1e-5 * np.eye(5), t1=250.0, save="loss", dense=False)
+    with pytest.raises(ValueError, match="dense=False, so it has no dense output"):
+        never.z
+
+
+def test_powerlaw_data_rejects_non_integer_p():
+    with pytest.raises(ValueError, match=r"`p` must be an integer >= 1; found 2.5"):
+        nqf.datasets.powerlaw_data(2.5)

@@ -12,7 +12,9 @@ def is_traced(x) -> bool:
 
 
 def shape_str(shape) -> str:
-    return "(" + ", ".join(str(s) for s in shape) + ")"
+    """A shape as Python writes it: (5,) for one axis, (2, 3) for two."""
+    parts = [str(s) for s in shape]
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
 def as_array(x, name: str, *, ndim: int | None = None, shape=None, finite: bool = True):

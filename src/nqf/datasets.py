@@ -74,9 +74,8 @@ def powerlaw_data(p: int = 1000, *, a1: float = 2.0, a2: float = 0.8) -> Diagona
 
     **Raises:** `ValueError` if p < 1.
     """
-    p = int(p)
-    if p < 1:
-        raise ValueError(f"`p` must be >= 1; found {p}.")
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
+        raise ValueError(f"`p` must be an integer >= 1; found {p!r}.")
     k = np.arange(1, p + 1, dtype=float)
     r = k**-a2
     C = r**2 / (8.0 * k**-a1)

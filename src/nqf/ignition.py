@@ -62,7 +62,7 @@ def measure_ignition_times(solution, *, rho: float = 0.5, z_inf=None, xtol: floa
     """
     if not 0.0 < rho < 1.0:
         raise ValueError(f"`rho` must lie in (0, 1); found {rho!r}.")
-    if solution.z is None:
+    if solution.z_inf is None and z_inf is None:
         raise ValueError("Ignition times need commuting data (mode strengths z_k).")
     z_inf = solution.z_inf if z_inf is None else np.asarray(as_array(z_inf, "z_inf", ndim=1))
     grid = solution.step_times

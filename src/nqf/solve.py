@@ -169,10 +169,12 @@ class FlowSolution:
 
     def _state(self):
         if self.save != "state":
+            dense = self._dfx is not None or self._redo is not None
             raise ValueError(
                 f"This solution was solved with save={self.save!r}: only `loss` and "
-                "`excess_loss` were saved. Solve with save='state' for the state, or use the dense "
-                "output (`evaluate`, `z_at`, `M_at`)."
+                "`excess_loss` were saved. Solve with save='state' for the state"
+                + (", or use the dense output (`evaluate`, `z_at`, `M_at`)." if dense else
+                   " (it was also solved with dense=False, so it has no dense output).")
             )
         return self.ys
 
@@ -298,7 +300,15 @@ class FlowSolution:
     def evaluate(self, t) -> np.ndarray:
         """Raw state at time(s) t by diffrax's dense interpolation; shape (len(t), ...)."""
         t = jnp.atleast_1d(jnp.asarray(t, dtype=jnp.float64))
-        return jax.tree.map(np.asarray, _evaluate(self._interp, t))
+        interp = self._interp
+        t0, t1 = float(interp.t0), float(interp.t1)
+        tn = np.asarray(t)
+        if not np.all((tn >= t0) & (tn <= t1)):
+            raise ValueError(
+                f"`t` must lie in the solved interval [t0, t1] = [{t0:g}, {t1:g}]; found range "
+                f"[{tn.min():g}, {tn.max():g}] (dense output does not extrapolate)."
+            )
+        return jax.tree.map(np.asarray, _evaluate(interp, t))
 
     def z_at(self, t) -> np.ndarray:
         """z(t) from dense interpolation for commuting data, shape (len(t), p)."""
