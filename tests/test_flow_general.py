@@ -169,7 +169,7 @@ W3 = np.arange(12.0).reshape(P_, D_) / 10
         (dict(M0=np.eye(P_), d=3), r"needs `mu0`.*mu0=None"),
         (dict(M0=np.eye(P_), mu0=np.zeros(P_), d=0), r"`d` \(the number of neurons\) must be an integer >= 1; found 0"),
         (dict(M0=np.eye(P_), mu0=np.zeros(P_), d=1.5), r"integer >= 1; found 1.5"),
-        (dict(M0=np.eye(P_), mu0=np.zeros(P_ + 1), d=3), r"`mu0` must have shape \(4\); found \(5\)"),
+        (dict(M0=np.eye(P_), mu0=np.zeros(P_ + 1), d=3), r"`mu0` must have shape \(4,\); found \(5,\)"),
         (dict(M0=np.eye(P_), mu0=np.full(P_, 3.0), d=3), r"`M0 - mu0 mu0\^T / d` must be positive semi-definite"),
         (dict(W0=W3, mu0=W3.sum(1)), r"`mu0` and `d` are derived from `W0`"),
         (dict(W0=W3, d=3), r"derived from `W0`"),

@@ -117,7 +117,7 @@ def models():
     "kwargs, exc, match",
     [
         (dict(M=np.eye(P + 1), mu=np.ones(P), d=3), ValueError, r"`M` must have shape \(6, 6\); found \(7, 7\)"),
-        (dict(M=np.eye(P), mu=np.ones(P + 1), d=3), ValueError, r"`mu` must have shape \(6\); found \(7\)"),
+        (dict(M=np.eye(P), mu=np.ones(P + 1), d=3), ValueError, r"`mu` must have shape \(6,\); found \(7,\)"),
         (dict(M=np.triu(np.ones((P, P))), mu=np.ones(P), d=3), ValueError, r"`M` must be symmetric"),
         (dict(M=np.eye(P), mu=np.full(P, np.nan), d=3), ValueError, r"`mu` must be finite"),
         (dict(M=np.eye(P), mu=np.ones(P), d=0), ValueError, r"`d` \(the number of neurons\) must be an integer >= 1; found 0"),

@@ -59,7 +59,7 @@ Run the experiment behind a figure of the paper, write OUT/NAME.png and OUT/NAME
 print its checks (measured vs predicted, with bounds) and key numbers. Exit status 1 if any
 check fails, 2 for an unknown NAME. --quick reduces the work (coarser grids, smaller
 problems; seconds to a minute per figure on a laptop CPU) but runs every check; the full runs
-take from ~20 s (fig3) to several minutes (fig2, fig5).
+take from ~10-20 s (fig3) to several minutes (fig2, fig5).
 
 A progress line goes to stderr (default: on if stderr is a terminal; --no-progress or
 NQF_PROGRESS=0 turns it off, --progress turns it on).
@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nqf", description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=("Run 'nqf COMMAND --help' for the options of a command. Start with\n"
-                "'nqf reproduce fig3' (a figure and its checks, ~20 s) and 'nqf validate'\n"
+                "'nqf reproduce fig3' (a figure and its checks, ~10-20 s) and 'nqf validate'\n"
                 "(every theorem check, ~1-2 min). Documentation: 'mkdocs serve' in the repository."),
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
