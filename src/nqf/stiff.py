@@ -70,7 +70,7 @@ class WoodburySolver(lx.AbstractLinearSolver):
     not act on vectors of shape (p,).
     """
 
-    Q: Float[Array, "p r"]
+    QT: Float[Array, "r p"]
 
     def __init__(self, U, *, rtol: float = 1e-12):
         U = np.asarray(U, dtype=float)
@@ -78,23 +78,28 @@ class WoodburySolver(lx.AbstractLinearSolver):
             raise ValueError(f"`U` must be a finite (p, m) array; found shape {U.shape}.")
         ev, V = np.linalg.eigh(U.T @ U)
         keep = ev > rtol * max(float(ev.max(initial=0.0)), np.finfo(float).tiny)
-        if not np.any(keep):  # U = 0, so O = I: one zero column keeps the shapes non-empty
-            self.Q = jnp.zeros((U.shape[0], 1))
-        else:  # Q = U V s^-1/2: orthonormal columns spanning the range of U
-            self.Q = jnp.asarray(U @ (V[:, keep] / np.sqrt(ev[keep])))
+        if not np.any(keep):  # U = 0, so O = I: one zero row keeps the shapes non-empty
+            self.QT = jnp.zeros((1, U.shape[0]))
+        else:  # Q = U V s^-1/2: orthonormal columns spanning the range of U, stored as Q^T (r, p)
+            self.QT = jnp.asarray((V[:, keep] / np.sqrt(ev[keep])).T @ U.T)
+
+    @property
+    def Q(self) -> Float[Array, "p r"]:
+        """Orthonormal basis of the range of U, shape (p, r)."""
+        return self.QT.T
 
     def init(self, operator, options: dict[str, Any]):
         del options
-        _check_vector_operator(operator, self.Q.shape[0], "WoodburySolver")
-        Q = self.Q
-        # O - I = Q S with S = Q^T (O - I): r transposed products give S^T = O^T Q - Q.
-        S = (jax.vmap(operator.transpose().mv, in_axes=1, out_axes=1)(Q) - Q).T
-        return S, jsl.lu_factor(jnp.eye(Q.shape[1]) + S @ Q)
+        _check_vector_operator(operator, self.QT.shape[1], "WoodburySolver")
+        QT = self.QT
+        # O - I = Q S with S = Q^T (O - I): r transposed products give S = (O^T Q - Q)^T, (r, p).
+        S = jax.vmap(operator.transpose().mv)(QT) - QT
+        return S, jsl.lu_factor(jnp.eye(QT.shape[0]) + S @ QT.T)
 
     def compute(self, state, vector, options: dict[str, Any]):
         del options
         S, lu = state
-        x = vector - self.Q @ jsl.lu_solve(lu, S @ vector)  # Woodbury: (I + Q S)^{-1}
+        x = vector - jsl.lu_solve(lu, S @ vector) @ self.QT  # Woodbury: (I + Q S)^{-1}
         ok = jnp.all(jnp.isfinite(x))
         return x, lx.RESULTS.where(ok, lx.RESULTS.successful, lx.RESULTS.singular), {}
 
