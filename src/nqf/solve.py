@@ -457,6 +457,23 @@ def _initial_state_mu(data: AbstractData, M0, W0, mu0, d):
     return (M0, mu0), np.asarray(M0), False, d
 
 
+def _time_grid(t0, t1, ts):
+    """Checked (t0, t1, ts) of a solve; ts defaults to 201 equally spaced times."""
+    t0 = float(as_array(t0, "t0", ndim=0))
+    t1 = float(as_array(t1, "t1", ndim=0))
+    if not t1 > t0:
+        raise ValueError(f"`t1` must be greater than `t0` = {t0}; found t1 = {t1}.")
+    ts = np.linspace(t0, t1, 201) if ts is None else np.asarray(as_array(ts, "ts", ndim=1))
+    if ts.size == 0:
+        raise ValueError("`ts` must be a non-empty array of save times; found an empty array.")
+    if np.any(np.diff(ts) < 0):
+        i = int(np.argmax(np.diff(ts) < 0))
+        raise ValueError(f"`ts` must be non-decreasing; found ts[{i}] = {ts[i]} > ts[{i + 1}] = {ts[i + 1]}.")
+    if ts[0] < t0 or ts[-1] > t1:
+        raise ValueError(f"`ts` must lie inside [t0, t1] = [{t0}, {t1}]; found range [{ts.min()}, {ts.max()}].")
+    return t0, t1, ts
+
+
 def solve_flow(
     data: AbstractData | NQFModel,
     *,
@@ -574,22 +591,7 @@ def solve_flow(
         form, y0, init, is_factor, mask = _initial_state(data, M0, W0, form, z0)
     solver = _make_solver(solver, stiff, data, form, mask)
     rtol = check_positive(rtol, "rtol")
-    t0 = float(as_array(t0, "t0", ndim=0))
-    t1 = float(as_array(t1, "t1", ndim=0))
-    if not t1 > t0:
-        raise ValueError(f"`t1` must be greater than `t0` = {t0}; found t1 = {t1}.")
-    if ts is None:
-        ts = np.linspace(t0, t1, 201)
-    ts = np.asarray(as_array(ts, "ts", ndim=1))
-    if ts.size == 0:
-        raise ValueError("`ts` must be a non-empty array of save times; found an empty array.")
-    if np.any(np.diff(ts) < 0):
-        i = int(np.argmax(np.diff(ts) < 0))
-        raise ValueError(f"`ts` must be non-decreasing; found ts[{i}] = {ts[i]} > ts[{i + 1}] = {ts[i + 1]}.")
-    if ts[0] < t0 or ts[-1] > t1:
-        raise ValueError(
-            f"`ts` must lie inside [t0, t1] = [{t0}, {t1}]; found range [{ts.min()}, {ts.max()}]."
-        )
+    t0, t1, ts = _time_grid(t0, t1, ts)
     gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
     if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
         raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")

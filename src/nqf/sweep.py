@@ -71,7 +71,7 @@ from ._checks import as_array, check_positive, check_symmetric, shape_str
 from .data import AbstractData, CommutingData
 from .flow import RHS
 from .model import NQFModel
-from .solve import FlowSolution, MaxStepsReached, _initial_state, _integrate, _make_solver
+from .solve import FlowSolution, MaxStepsReached, _initial_state, _integrate, _make_solver, _time_grid
 
 __all__ = ["solve_sweep", "SweepSolution"]
 
@@ -216,22 +216,6 @@ def _states(datas, stacked, data_batched, inits, is_factor, form):
         mask = z0 > 0
         y0 = np.where(mask, np.log(np.where(mask, z0, 1.0)), 0.0)
     return form, y0, mask
-
-
-def _time_grid(t0, t1, ts):
-    t0 = float(as_array(t0, "t0", ndim=0))
-    t1 = float(as_array(t1, "t1", ndim=0))
-    if not t1 > t0:
-        raise ValueError(f"`t1` must be greater than `t0` = {t0}; found t1 = {t1}.")
-    ts = np.linspace(t0, t1, 201) if ts is None else np.asarray(as_array(ts, "ts", ndim=1))
-    if ts.size == 0:
-        raise ValueError("`ts` must be a non-empty array of save times; found an empty array.")
-    if np.any(np.diff(ts) < 0):
-        i = int(np.argmax(np.diff(ts) < 0))
-        raise ValueError(f"`ts` must be non-decreasing; found ts[{i}] = {ts[i]} > ts[{i + 1}] = {ts[i + 1]}.")
-    if ts[0] < t0 or ts[-1] > t1:
-        raise ValueError(f"`ts` must lie inside [t0, t1] = [{t0}, {t1}]; found range [{ts.min()}, {ts.max()}].")
-    return t0, t1, ts
 
 
 def _resolve_devices(devices) -> list | None:
