@@ -251,6 +251,13 @@ def test_enable_compilation_cache_bad_input():
         (dict(eps=[1e-3], devices=["cpu:7"]), ValueError, r"is not available to JAX here.*xla_force_host"),
         (dict(eps=[1e-3], ts=[0.0, 300.0]), ValueError, r"`ts` must lie inside"),
         (dict(eps=[1e-3], mode="shared"), ValueError, r"`mode` must be 'auto', 'joint' or 'vmap'; found 'shared'"),
+        (dict(z0=np.ones(4)), ValueError, r"`z0` must have shape \(5,\) or a batch \(B, 5\); found \(4,\)"),
+        (dict(z0=np.array([[1.0, 1, 1, 1, 1], [1, 1, -2, 1, 1]])), ValueError,
+         r"`z0` must be >= 0.*z0\[1, 2\] = -2"),
+        (dict(z0=np.ones(5), M0=np.eye(5)), ValueError, r"exactly one initial condition"),
+        (dict(z0=np.ones(5), form="M"), ValueError, r"initial state of the GLV form; found form='M'"),
+        (dict(z0=np.ones((2, 5)), eps=[1e-3, 1e-2]), ValueError, r"one base `z0` \(p,\)"),
+        (dict(z0=np.ones(5), eps=[0.0]), ValueError, r"`eps` must be finite and > 0"),
     ],
 )
 def test_bad_inputs(fig3, kwargs, exc, match):
@@ -291,3 +298,28 @@ def test_max_steps_per_member(fig3):
     assert sw.successful.tolist() == [False, True]
     assert "maximum number of solver steps" in sw.results[0]
     assert sw.stats["num_steps"][0] == 300 and sw.stats["num_steps"][1] < 300
+
+
+def test_z0_sweeps_match_solve_flow(fig3):
+    """`z0` batches and eps * z0 (GLV mode strengths) give each member's `solve_flow(z0=...)`;
+    `eps` alone on commuting data is z0 = eps (M0 = eps I) without a p x p matrix."""
+    base = np.array([1e-6, 2e-6, 5e-7, 1e-5, 3e-6])
+    by_eps = nqf.solve_sweep(fig3, eps=[1.0, 10.0], z0=base, t1=T1, ts=TS, rtol=RTOL)
+    batch = nqf.solve_sweep(fig3, z0=np.stack([base, 10.0 * base]), t1=T1, ts=TS, rtol=RTOL)
+    assert by_eps.init_is_z and by_eps.init.shape == (2, 5)
+    for i, scale in enumerate([1.0, 10.0]):
+        one = nqf.solve_flow(fig3, z0=scale * base, t1=T1, ts=TS, rtol=RTOL)
+        assert rel(by_eps.z[i], one.z) < 1e-8 and rel(batch.z[i], one.z) < 1e-8
+        np.testing.assert_allclose(by_eps[i].W[-1] @ by_eps[i].W[-1].T, one.M[-1], rtol=1e-7, atol=1e-14)
+    with pytest.raises(ValueError, match=r"needs commuting data.*DenseData"):
+        nqf.solve_sweep(nqf.DenseData(fig3.dense(), fig3.y), z0=np.ones(5), t1=1.0)
+
+
+def test_eps_sweep_at_large_p_forms_no_p_by_p_matrix():
+    """DiagonalData at p = 2e5 (a p x p matrix would be 320 GB): eps alone is the mode strengths."""
+    data = datasets.powerlaw_data(200_000)
+    sw = nqf.solve_sweep(data, eps=[1e-6, 1e-4], t1=5.0, ts=[0.0, 5.0], stiff=True, rtol=1e-6)
+    assert sw.init.shape == (2, 200_000) and sw.z.shape == (2, 2, 200_000)
+    np.testing.assert_allclose(sw.z[:, 0], [[1e-6], [1e-4]] * np.ones((1, 200_000)), rtol=1e-14)
+    # mode k = 1 (the fastest) grows; the slow tail barely moves
+    assert sw.z[0, 1, 0] > 1e-6 and abs(sw.z[0, 1, -1] / 1e-6 - 1.0) < 1e-3

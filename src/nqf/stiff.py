@@ -47,12 +47,15 @@ from .data import AbstractCommutingData, CommutingData, DiagonalData
 __all__ = ["WoodburySolver", "DiagonalSolver", "glv_root_finder"]
 
 
-def _check_vector_operator(operator: lx.AbstractLinearOperator, p: int, name: str) -> None:
+def _batch_shape(operator: lx.AbstractLinearOperator, p: int, name: str) -> tuple:
+    """() for an operator on vectors (p,); (B,) for one on stacked states (B, p)."""
     struct = operator.in_structure()
-    if not (isinstance(struct, jax.ShapeDtypeStruct) and struct.shape == (p,)):
-        raise ValueError(
-            f"`{name}` solves systems on vectors of shape ({p},); the operator acts on {struct}."
-        )
+    if isinstance(struct, jax.ShapeDtypeStruct) and struct.shape[-1:] == (p,) and len(struct.shape) <= 2:
+        return struct.shape[:-1]
+    raise ValueError(
+        f"`{name}` solves systems on vectors of shape ({p},) or stacked states (B, {p}); the "
+        f"operator acts on {struct}."
+    )
 
 
 class WoodburySolver(lx.AbstractLinearSolver):
@@ -60,6 +63,10 @@ class WoodburySolver(lx.AbstractLinearSolver):
 
     Exact (not iterative) whenever the range of O - I lies in the column span of U; `init` costs
     r transposed products with O (r = rank U) and a solve O(p r).
+
+    The operator may also act on stacked states (B, p) (the joint mode of `nqf.solve_sweep`) if it
+    is block-diagonal over the B members, each block of the form above with the same U: then
+    the same r products give every member's S at once, and each member gets its own r x r LU.
 
     **Arguments:**
 
@@ -90,16 +97,27 @@ class WoodburySolver(lx.AbstractLinearSolver):
 
     def init(self, operator, options: dict[str, Any]):
         del options
-        _check_vector_operator(operator, self.QT.shape[1], "WoodburySolver")
         QT = self.QT
+        r, p = QT.shape
+        batch = _batch_shape(operator, p, "WoodburySolver")
         # O - I = Q S with S = Q^T (O - I): r transposed products give S = (O^T Q - Q)^T, (r, p).
-        S = jax.vmap(operator.transpose().mv)(QT) - QT
-        return S, jsl.lu_factor(jnp.eye(QT.shape[0]) + S @ QT.T)
+        # Stacked (B, p): block-diagonal O, so one product with Q's row j in every block gives
+        # row j of every member's S.
+        E = jnp.broadcast_to(QT[:, None, :], (r,) + batch + (p,)) if batch else QT
+        S = jax.vmap(operator.transpose().mv)(E) - E
+        if batch:
+            S = jnp.moveaxis(S, 0, 1)  # (B, r, p)
+            return S, jax.vmap(jsl.lu_factor)(jnp.eye(r) + S @ QT.T)
+        return S, jsl.lu_factor(jnp.eye(r) + S @ QT.T)
 
     def compute(self, state, vector, options: dict[str, Any]):
         del options
         S, lu = state
-        x = vector - jsl.lu_solve(lu, S @ vector) @ self.QT  # Woodbury: (I + Q S)^{-1}
+        if vector.ndim == 2:  # stacked members (B, p), one LU each
+            c = jax.vmap(jsl.lu_solve)(lu, jnp.einsum("brp,bp->br", S, vector))
+        else:
+            c = jsl.lu_solve(lu, S @ vector)
+        x = vector - c @ self.QT  # Woodbury: (I + Q S)^{-1}
         ok = jnp.all(jnp.isfinite(x))
         return x, lx.RESULTS.where(ok, lx.RESULTS.successful, lx.RESULTS.singular), {}
 
@@ -116,14 +134,17 @@ class WoodburySolver(lx.AbstractLinearSolver):
 class DiagonalSolver(lx.AbstractLinearSolver):
     """Solve O x = b for a diagonal operator O of unknown diagonal, read as O 1 (one `mv`).
 
-    Exact when O is diagonal (the GLV Jacobian of `DiagonalData`); O(p) per `init` and solve.
+    Exact when O is diagonal (the GLV Jacobian of `DiagonalData`, also stacked over the members
+    of a joint `nqf.solve_sweep`: states (B, p)); O(p) per `init` and solve.
     """
 
     def init(self, operator, options: dict[str, Any]):
         del options
         struct = operator.in_structure()
-        if not isinstance(struct, jax.ShapeDtypeStruct) or len(struct.shape) != 1:
-            raise ValueError(f"`DiagonalSolver` needs an operator on vectors; found {struct}.")
+        if not isinstance(struct, jax.ShapeDtypeStruct) or len(struct.shape) not in (1, 2):
+            raise ValueError(
+                f"`DiagonalSolver` needs an operator on vectors (p,) or stacked states (B, p); found {struct}."
+            )
         return operator.mv(jnp.ones(struct.shape, struct.dtype))
 
     def compute(self, state, vector, options: dict[str, Any]):

@@ -4,8 +4,11 @@
 right-hand sides (`nqf.flow`), solver, PID controller and default tolerances as
 `nqf.solve_flow`, in ONE compiled call, and optionally shards the batch over several JAX
 devices. Members are a batch of initial conditions (``eps``: M0 = eps * I, or stacked `M0` /
-`W0`) and/or a batch of data sets of the same type and shapes (seeds, a theta grid), paired
-member by member. Two ways to batch (`mode`):
+`W0`; for commuting data mode strengths ``z0``, and ``eps`` alone means z0 = eps, so no p x p
+matrix is formed) and/or a batch of data sets of the same type and shapes (seeds, a theta
+grid), paired member by member. Implicit solvers get `nqf.stiff`'s structured Newton solve in
+the GLV form (`DiagonalData`, or one shared `CommutingData`), as in `solve_flow`. Two ways to
+batch (`mode`):
 
 **Joint (``mode="joint"``; the default where it applies).** All members form ONE ODE on the
 stacked state Y (B, ...), with the vector field vmapped over members, so there is one adaptive
@@ -68,7 +71,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ._checks import as_array, check_positive, check_symmetric, shape_str
-from .data import AbstractData, CommutingData
+from .data import AbstractCommutingData, AbstractData, CommutingData, DiagonalData
 from .flow import RHS
 from .model import NQFModel
 from .solve import FlowSolution, MaxStepsReached, _initial_state, _integrate, _make_solver, _time_grid
@@ -126,22 +129,53 @@ def _stack_data(data) -> tuple[list[AbstractData], bool]:
     return datas, True
 
 
+def _check_eps(eps) -> np.ndarray:
+    """`eps` as a 0-d or 1-d array of finite values > 0."""
+    e = np.asarray(as_array(eps, "eps", finite=False))
+    if e.ndim > 1:
+        raise ValueError(f"`eps` must be a scalar or a 1-d array; found shape {shape_str(e.shape)}.")
+    if e.size == 0:
+        raise ValueError("`eps` is empty; give at least one value.")
+    bad = ~(np.isfinite(e) & (e > 0))
+    if bad.any():
+        i = int(np.argmax(bad.ravel()))
+        raise ValueError(
+            f"`eps` must be finite and > 0 (M0 = eps * I); found {float(e.ravel()[i])!r} at index {i}."
+        )
+    return e
+
+
+def _initial_z_batch(p: int, eps, z0):
+    """GLV initial mode strengths as a batch (B0, p) and whether it is batched: `z0` ((p,) or
+    (B, p), >= 0), times `eps` if given (z0_i = eps_i z0); `eps` alone is z0 = eps (M0 = eps I)."""
+    if z0 is None:
+        e = _check_eps(eps)
+        return np.broadcast_to(e.reshape(-1)[:, None], (e.size, p)).copy(), e.ndim == 1
+    z = np.asarray(as_array(z0, "z0"))
+    if z.ndim not in (1, 2) or z.shape[-1] != p:
+        raise ValueError(f"`z0` must have shape ({p},) or a batch (B, {p}); found {shape_str(z.shape)}.")
+    if z.shape[0] == 0:
+        raise ValueError("`z0` is an empty batch.")
+    if np.any(z < 0):
+        idx = np.unravel_index(int(np.argmin(z)), z.shape)
+        where = ", ".join(str(int(j)) for j in idx)
+        raise ValueError(f"`z0` must be >= 0 (z_k = (P^T M P)_kk); found z0[{where}] = {z[idx]:.3g}.")
+    batched = z.ndim == 2
+    z = z if batched else z[None]
+    if eps is not None:
+        e = _check_eps(eps)
+        if batched and e.ndim == 1:
+            raise ValueError("Give `eps` (B,) with one base `z0` (p,), or a batch `z0` (B, p) without `eps`.")
+        return e.reshape(-1)[:, None] * z, batched or e.ndim == 1
+    return z, batched
+
+
 def _initial_batch(p: int, eps, M0, W0):
     """Initial conditions as a batch: (inits (B0, ...), is_factor, batched?)."""
     if eps is not None:
         if W0 is not None:
             raise ValueError("Give `eps` alone (M0 = eps * I) or with a base `M0` (M0 = eps * M0), not with `W0`.")
-        e = np.asarray(as_array(eps, "eps", finite=False))
-        if e.ndim > 1:
-            raise ValueError(f"`eps` must be a scalar or a 1-d array; found shape {shape_str(e.shape)}.")
-        if e.size == 0:
-            raise ValueError("`eps` is empty; give at least one value.")
-        bad = ~(np.isfinite(e) & (e > 0))
-        if bad.any():
-            i = int(np.argmax(bad.ravel()))
-            raise ValueError(
-                f"`eps` must be finite and > 0 (M0 = eps * I); found {float(e.ravel()[i])!r} at index {i}."
-            )
+        e = _check_eps(eps)
         base = np.eye(p)
         if M0 is not None:
             base = np.asarray(as_array(M0, "M0", ndim=2))
@@ -353,7 +387,8 @@ class SweepSolution:
     - `ts`: saved times, shape (n,) (shared by all members); `form`: the integrated form.
     - `ys`: the raw batched state (B, n, ...): F (B, n, p, r), log z (B, n, p) or M (B, n, p, p).
     - `data`: the members' data sets (a list of length B; the same object repeated when one data
-      set was swept over initial conditions); `init`: initial conditions (B, ...) (M0 or W0).
+      set was swept over initial conditions); `init`: initial conditions (B, ...) (M0, W0, or
+      the mode strengths z0 (B, p) when `init_is_z`).
     - `stats`: {num_steps, num_accepted_steps, num_rejected_steps: int arrays (B,), max_steps};
       `results`: diffrax's result message per member; `successful`: bool array (B,).
     - `atol`: the absolute tolerance of each member (B,) (`solve_flow`'s default rule, per
@@ -383,6 +418,7 @@ class SweepSolution:
     eps: np.ndarray | None = None
     devices: list | None = None
     mode: str = "vmap"
+    init_is_z: bool = False
     _y0: np.ndarray = dataclasses.field(repr=False, default=None)
     _mask: np.ndarray | None = dataclasses.field(repr=False, default=None)
     _problem: tuple = dataclasses.field(repr=False, default=None)
@@ -423,7 +459,7 @@ class SweepSolution:
             out.append(FlowSolution(
                 ts=self.ts, form=self.form, ys=self.ys[i], data=data, init=self.init[i],
                 init_is_factor=self.init_is_factor, stats=stats, result=self.results[i],
-                _y0=self._y0[i], _redo=redo, _mask=mask,
+                _y0=self._y0[i], _redo=redo, _mask=mask, init_is_z=self.init_is_z,
             ))
         return out
 
@@ -462,6 +498,7 @@ def solve_sweep(
     eps=None,
     M0=None,
     W0=None,
+    z0=None,
     t1,
     t0: float = 0.0,
     ts=None,
@@ -494,7 +531,11 @@ def solve_sweep(
       into one batched pytree.
     - Initial conditions, exactly one of: `eps` (scalar or (B,)): M0 = eps * I (small
       initialization W0 = sqrt(eps) I), or with a base `M0` (p, p): M0_i = eps_i * M0; `M0`
-      (p, p) or a batch (B, p, p); `W0` (p, d) or a batch (B, p, d). An unbatched initial
+      (p, p) or a batch (B, p, p); `W0` (p, d) or a batch (B, p, d); for commuting data (GLV
+      form) `z0` (p,) or a batch (B, p) of mode strengths >= 0, alone or with `eps` (B,)
+      (z0_i = eps_i z0). With commuting data and the GLV form, `eps` alone is z0 = eps (the
+      mode strengths of M0 = eps I): no p x p matrix is formed, so eps sweeps run at any p
+      (`DiagonalData` at p = 10^6). An unbatched initial
       condition is shared by all data sets; a batched one is paired member by member with a
       sequence of data sets (the sizes must agree). For a full grid (every eps for every seed)
       repeat the data list and tile `eps`.
@@ -502,7 +543,11 @@ def solve_sweep(
       ``"factor"``, ``"glv"``; not ``"M-mu"``), `solver`, `stiff`, `rtol`, `atol`, `pcoeff`,
       `icoeff`, `dt0`, `max_steps`, `weight_decay`: as in `solve_flow`. The default `atol` is
       per member, as `solve_flow` would choose it: ``rtol * max|state_i(0)|`` (``rtol`` for
-      GLV); a given `atol` is a scalar or one value per member (B,).
+      GLV); a given `atol` is a scalar or one value per member (B,). An implicit solver
+      (`stiff=True` or a Kvaerno name) gets `nqf.stiff`'s structured Newton solve in the GLV
+      form, as in `solve_flow`, for `DiagonalData` and for one `CommutingData` shared by all
+      members (Woodbury with one basis, also on the stacked joint state); a batch of different
+      `CommutingData` uses lineax's dense LU (p x p per member).
     - `devices`: None (default: run on JAX's default device, batch not placed), ``"all"``
       (every device in `jax.devices()`), an int n (the first n devices) or a list of devices.
       With more than one device the batch is sharded over a ``"batch"`` mesh axis (padded to a
@@ -531,13 +576,30 @@ def solve_sweep(
     p = datas[0].p
     if form == "M-mu":
         raise ValueError("`solve_sweep` does not support form='M-mu' (Eq. E10); use `solve_flow` per member.")
-    solver = _make_solver(solver, stiff)
+    solver_arg = solver
+    _make_solver(solver, stiff)  # validates the name before the data work below
     rtol = check_positive(rtol, "rtol")
     t0, t1, ts = _time_grid(t0, t1, ts)
     gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
     if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
         raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
-    inits, is_factor, init_batched = _initial_batch(p, eps, M0, W0)
+    commuting = isinstance(datas[0], AbstractCommutingData)
+    is_z = z0 is not None or (eps is not None and M0 is None and W0 is None and commuting
+                              and form in ("auto", "glv"))
+    if is_z:  # GLV mode strengths: no p x p matrix at any p
+        if M0 is not None or W0 is not None:
+            raise ValueError("Give exactly one initial condition: `z0` (with or without `eps`), `M0` or `W0`.")
+        if not commuting:
+            raise ValueError(
+                "`z0` (mode strengths) needs commuting data (`CommutingData` or `DiagonalData`); "
+                f"found {type(datas[0]).__name__}. Give `eps`, `M0` or `W0`."
+            )
+        if form not in ("auto", "glv"):
+            raise ValueError(f"`z0` is the initial state of the GLV form; found form={form!r}.")
+        inits, init_batched = _initial_z_batch(p, eps, z0)
+        is_factor = False
+    else:
+        inits, is_factor, init_batched = _initial_batch(p, eps, M0, W0)
     B = len(datas) if data_batched else inits.shape[0]
     if data_batched and init_batched and inits.shape[0] != len(datas):
         raise ValueError(
@@ -550,7 +612,18 @@ def solve_sweep(
     if not data_batched:
         datas = datas * B
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *datas) if data_batched else datas[0]
-    form, y0, mask = _states(datas, stacked, data_batched, inits, is_factor, form)
+    if is_z:
+        form, mask = "glv", inits > 0
+        y0 = np.where(mask, np.log(np.where(mask, inits, 1.0)), 0.0)
+    else:
+        form, y0, mask = _states(datas, stacked, data_batched, inits, is_factor, form)
+    # Implicit solvers named by string get the structured Newton solve of `nqf.stiff` for the
+    # GLV form, as in `solve_flow`: diagonal for DiagonalData; Woodbury with one shared basis for
+    # a shared CommutingData (the union of the members' live modes spans every member's Jacobian
+    # range). Data sets that differ per member have different bases: lineax's dense LU there.
+    structured = form == "glv" and (isinstance(datas[0], DiagonalData) or not data_batched)
+    solver = _make_solver(solver_arg, stiff, datas[0], form if structured else None,
+                          None if mask is None else mask.any(axis=0))
 
     if atol is None:  # solve_flow's rule, per member
         scale = np.abs(y0).reshape(B, -1).max(axis=1) if form != "glv" else np.ones(B)
@@ -629,6 +702,6 @@ def solve_sweep(
         ts=np.asarray(ts), form=form, ys=ys, data=datas, init=np.asarray(inits),
         init_is_factor=is_factor, stats=stats, results=results, successful=ok, atol=np.asarray(atol),
         eps=None if eps is None else np.broadcast_to(np.asarray(eps, float).reshape(-1), (B,)).copy(),
-        devices=devs, mode=mode, _y0=np.asarray(y0), _mask=None if mask is None else np.asarray(mask),
+        devices=devs, mode=mode, init_is_z=is_z, _y0=np.asarray(y0), _mask=None if mask is None else np.asarray(mask),
         _problem=(rhs, solver, controller_kw, static[5], static[6], static[7], static[8], static[9]),
     )
