@@ -60,24 +60,68 @@ def test_fig4_powerlaw_quick(tmp_path_factory):
 
 
 def test_fig5_quick(tmp_path_factory):
-    """Fig. 5 at quick settings (1 seed, 12000 steps). The NQF follows its finite-(eps, P, lr)
-    prediction and every curve of the Fourier MLP and its NQF is a power law, the raw-input MLP is
-    not. The Fourier MLP's exponent is steeper than (2 beta - 1)/(theta + beta) (tanh saturation of
-    the first units, see the module docstring): those checks are reported, and may fail (exit 1)."""
+    """Fig. 5 at quick settings (1 seed, 12000 steps), target delta y with delta = 1/64 (the
+    NQF-regime rule: every tanh argument of the NQF's fixed point <= 0.5) at lr 0.02/delta. The NQF
+    follows its finite-(eps, P, lr) prediction and tracks the Fourier MLP (exponent and loss curve),
+    every curve of both is a power law, the raw-input MLP is not. At theta = 0 the finite-eps
+    prediction itself lies > 10% above (2 beta - 1)/(theta + beta), so that one check fails (exit 1).
+    (The full run, 8 seeds, also fails the loss-curve gap check, max 0.21 > 1/6 at a sharp ignition:
+    see the module docstring; seed 0 alone stays below it.)"""
     rc, out, stdout, res = quick_run("fig5", tmp_path_factory)
     assert _png_ok(out, "fig5")
     checks = {c["name"]: c for c in res["checks"]}
     assert rc == (0 if all(c["passed"] for c in checks.values()) else 1)
     for name, c in checks.items():
-        if "NQF exponent vs finite" in name or "fitter calls" in name or "raw-input MLP is NOT" in name:
-            assert c["passed"], name
+        if "theta=0:" in name and "vs (2 beta - 1)" in name:
+            continue  # finite eps: see below
+        assert c["passed"], name
+    assert sum("loss curve gap" in name for name in checks) == 3
+    rule = res["settings"]["nqf_regime_rule"]
+    assert rule["u_max"] == 0.5
+    assert res["settings"]["target_scale"] == pytest.approx(1 / 64)
+    assert res["settings"]["lr"] == pytest.approx(0.02 * 64) and res["settings"]["lr_paper"] == 0.02
     for th, expected in (("0", 4 / 3), ("0.5", 1.0), ("1", 0.8)):
         r = res["thetas"][th]
-        assert r["predictions"]["theory"] == pytest.approx(expected)
-        assert r["exponent_mlp"]["mean"] > r["exponent_nqf"]["mean"]  # saturation steepens the MLP
+        pred = r["predictions"]
+        assert pred["theory"] == pytest.approx(expected)
+        assert r["tanh_argument_at_nqf_fixed_point"]["value"][0] == pytest.approx(0.5)
+        assert r["tanh_argument_mlp_last_step_max"] <= 0.55
+        assert r["rel_gap_exponent_mlp_vs_nqf"] <= 0.03  # the MLP stays in the NQF regime
+        assert r["rel_error_mlp_vs_finite_eps_P_lr"] <= 0.05
+        assert r["rel_loss_gap_max"] <= 2 * 0.5**2 / 3
         assert r["window_steps"]["k_hi"] == 14 and r["window_steps"]["t_max"] <= res["settings"]["steps"]
+    assert res["thetas"]["0"]["predictions"]["finite_eps_P_lr"] > 1.1 * 4 / 3
     assert res["raw_mlp"]["is_power_law"] is False
     assert res["normalization"]["mean_mse_units_ignited_by_step_30000"] == {"0": 6, "0.5": 3, "1": 2}
+
+
+def test_fig5_nqf_regime_rule():
+    """delta = 1/64 puts the largest tanh argument of the NQF's fixed point at 0.5 for every theta,
+    and a trained NQF reaches it: sqrt(2) s_1 |a_1| = 0.5 once unit 1 has converged."""
+    assert fig5.target_scale() == pytest.approx(1 / 64) and fig5.TARGET_SCALE == pytest.approx(1 / 64)
+    assert fig5.LR_RUN == pytest.approx(1.28)
+    for theta in fig5.THETAS:
+        u = fig5.tanh_argument_at_fixed_point(theta, fig5.TARGET_SCALE)
+        assert u.max() == pytest.approx(0.5) and np.argmax(u) == 0
+        np.testing.assert_allclose(fig5.tanh_argument_at_fixed_point(theta, 1.0)[:3],
+                                   4.0 * np.arange(1, 4.0) ** (-(theta + fig5.BETA) / 2), rtol=1e-12)
+    theta = 1.0
+    _, psi, y = fig5.grid_and_target()
+    s = jnp.asarray(np.arange(1, fig5.P + 1.0) ** -theta)
+    a0, W0 = fig5.initial_params(2, fig5.P, 1)
+    _, (a, W) = fig5.train(fig5.fourier_nqf, (a0, W0), (s, jnp.asarray(psi)), jnp.asarray(fig5.TARGET_SCALE * y),
+                           jnp.asarray(fig5.LR_RUN), 600)
+    assert np.sqrt(2.0) * abs(float(a[0, 0])) == pytest.approx(0.5, rel=0.01)
+    # the NQF's symmetry (y, w, eps, lr) -> (delta y, sqrt(delta) w, sqrt(delta) eps, lr / delta):
+    # a run at eps = sqrt(delta) EPS is an exact image of the paper's unit-target run at EPS
+    d = fig5.TARGET_SCALE
+    args = (s, jnp.asarray(psi))
+    L1, (a1, W1) = fig5.train(fig5.fourier_nqf, (a0, W0), args, jnp.asarray(y), jnp.asarray(fig5.LR), 300)
+    ar, Wr = fig5.initial_params(2, fig5.P, 1, eps=fig5.EPS * np.sqrt(d))
+    np.testing.assert_allclose(np.asarray(ar), np.sqrt(d) * np.asarray(a0), rtol=1e-14)
+    Ld, (ad, Wd) = fig5.train(fig5.fourier_nqf, (ar, Wr), args, jnp.asarray(d * y), jnp.asarray(fig5.LR_RUN), 300)
+    np.testing.assert_allclose(np.asarray(Ld), d**2 * np.asarray(L1), rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(ad), np.sqrt(d) * np.asarray(a1), rtol=1e-9, atol=1e-18)
 
 
 def test_fig5_models_match_package_nqf():

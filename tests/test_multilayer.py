@@ -169,6 +169,30 @@ def test_fig8_nqf_matches_original_at_tiny_init(arch):
     assert errs[0] < 1e-2 and 50 < errs[0] / errs[1] < 200, errs
 
 
+@pytest.mark.parametrize("arch", ["mlp", "attention"])
+def test_fig8_one_step_shares_lr_and_loss(arch):
+    """One GD step of the original at learning rate lr, mapped onto the NQF neurons, changes each
+    layer's M = W W^T as one `closed_deep_sgd` step of the 2-layer NQF at the SAME lr does, up to
+    O(init variance): the two share W0, lr and the loss L = mean (f - y)^2 (a factor 2, 1/m or
+    a transposed neuron layout would give an O(1) error)."""
+    Xtr, ytr, Xte, _ = fig8.make_data(arch)
+    shapes = fig8.MLP_SHAPES if arch == "mlp" else fig8.ATT_SHAPES
+    lr = fig8.LR[arch]["small"]
+    fwd = fig8.FORWARD[arch]
+    errs = []
+    for var in (1e-4, 1e-6):
+        rng = np.random.default_rng(2)
+        P0 = [jnp.asarray(np.sqrt(var) * rng.standard_normal(s)) for s in shapes]
+        g = jax.grad(lambda P: jnp.mean((fwd(P, jnp.asarray(Xtr)) - ytr) ** 2))(P0)
+        P1 = [p - lr * gp for p, gp in zip(P0, g)]
+        deep, W0, _ = fig8.nqf_models(arch, P0, Xtr, ytr, Xte)["nqf2"]
+        W1 = fig8.nqf_models(arch, P1, Xtr, ytr, Xte)["nqf2"][1]
+        traj = ml.closed_deep_sgd(deep, W0, lr=lr, steps=1, form="M")
+        errs.append(max(rel(traj.M[l][1] - traj.M[l][0], W1[l] @ W1[l].T - W0[l] @ W0[l].T)
+                        for l in range(2)))
+    assert errs[0] < 1e-2 and 30 < errs[0] / errs[1] < 300, errs
+
+
 def test_fig8_quick(tmp_path_factory):
     rc, out, stdout, res = quick_run("fig8", tmp_path_factory)
     assert res == json.loads((out / "fig8.json").read_text())
@@ -190,6 +214,9 @@ def test_fig8_quick(tmp_path_factory):
     assert fl["nqf1"]["train"] > 1.5 * fl["nqf2"]["train"]
     att = res["gaps"]["attention small"]
     assert att["nqf2"]["train_gap_max"] < att["nqf1"]["train_gap_max"]
+    # the leading-order error at step 0 (variance x fan_in = 0.8 at both small inits)
+    for key in ("mlp small", "attention small"):
+        assert 0.2 < res["gaps"][key]["nqf2"]["init_output_rel_err"] < 0.4
 
 
 @pytest.mark.parametrize(

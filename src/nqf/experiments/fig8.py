@@ -8,7 +8,8 @@ Setting (paper Appendix C; THEORY sec. 11; choices the paper leaves open are mar
   0.05 at small init (flow time lr * steps = 100); 0.005 (MLP) and 1e-4 (attention) at large
   init, where 0.05 makes the original (attention: already 0.005) diverge. Teacher*: the same
   architecture with LeCun-normal weights N(0, 1/fan_in); targets divided by their training-set
-  standard deviation.
+  standard deviation. (The paper's Fig. 6 teachers are standard Gaussian; N(0, 1) here would
+  saturate the tanh teacher, pre-activation std 2.8, and make its attention nearly hard.)
 - 4-layer MLP x (8) -> 16 -> 16 -> 16 -> 1, tanh, no biases: f = w4^T tanh(W3 tanh(W2 tanh(W1 x))).
   Init N(0, 0.05) (small) vs N(0, 0.5) (large).
 - 2-layer single-head attention*, model dim 8, length 10, d_k = d_v = 8: layer 1
@@ -44,7 +45,49 @@ Checks (small initialization, each architecture), bounds fixed before measuring:
 
 - "2-layer tracks": gap_max of the 2-layer NQF <= TRACK_BOUND = 0.1 (train and test);
 - "1-layer does not, relatively": gap_max(2-layer) / gap_max(1-layer) <= GAP_RATIO_BOUND = 0.5
-  (train and test), and tracking_steps(1-layer) / tracking_steps(2-layer) <= 1/3.
+  (train and test), and tracking_steps(1-layer) / tracking_steps(2-layer) <= 1/3 (reported as
+  non-finite, hence failed, when the 2-layer NQF already departs by the first saved step).
+
+Construction verified against the paper (Props. 1, 2, Theorem 14): the layers pair as above,
+the nonlinearity between the MLP's NQF layers is the tanh after W2 (the attention has none at
+leading order); the NQFs' initial W are the original's initial weights in neuron layout, the
+learning rate and the loss mean (f - y)^2 are the same (tests: at init variance 1e-4 / 1e-6 the
+NQF's outputs match to O(variance), and one GD step of the original at lr changes each layer's
+M = W W^T as one `closed_deep_sgd` step at the same lr does, relative error 1.2e-3 / 1.2e-5 (MLP),
+6.5e-4 / 6.5e-6 (attention); with lr doubled on the NQF side it is 1.0). No bug was found.
+
+Measured (full run; identical before and after the last review, 2000 steps, 12-36 s wall on a
+loaded 2-core machine; ``--quick``: 500 steps, 20-25 s, mostly compilation). gap_max train / test,
+1-layer NQF in brackets; ``init_output_rel_err`` = |f_nqf(0) - f(0)| / |f(0)| on the training set:
+
+- MLP small (0.05):        2-layer 0.131 / 0.125 (1-layer 0.190 / 0.261); final train loss
+  original 0.0086, 2-layer 0.0177, 1-layer 0.206; init_output_rel_err 0.28 (1-layer 0.11);
+  tracking_steps 0 (1-layer 10).
+- attention small (0.1):   2-layer 0.136 / 0.193 (1-layer 0.718 / 0.632); final train loss
+  0.0060, 0.155 (the best fit linear in the token mean), 0.182; init_output_rel_err 0.32 (0.08);
+  tracking_steps 20 (20).
+- MLP large (0.5):         2-layer 4.23 / 5.20 (1-layer 3.92 / 4.35); attention large (1):
+  0.94 / 0.95 (0.91 / 0.92): both NQFs depart, as the paper says.
+- Checks: 3 of 10 pass (attention: both gap ratios 0.19 / 0.31; MLP: test gap ratio 0.48);
+  fail: both 2-layer tracking bounds in both models, the MLP train gap ratio 0.69, and both
+  tracking-steps ratios.
+
+Why the 2-layer NQF misses the 0.1 bound at the paper's small init (diagnostics, not used to
+choose any setting). Both small inits have variance x fan_in = 0.8 (0.05 x 16, 0.1 x 8): a
+per-layer gain of 0.89, just under LeCun's 1, so the leading-order error O(variance x fan_in) of
+Props. 1 and 2 is not small: the 2-layer NQF's output is already 28% (MLP) / 32% (attention) off
+at step 0, and it learns faster than the saturating original in the first tens of steps (the MLP's
+max gap is at step 10, the attention's early gap is 0.127 at step ~40). This is a gradient-flow
+property: with lr 0.01 instead of 0.05 (same flow time 20) the gaps are 0.138 / 0.126 (vs 0.137 /
+0.128). The open teacher choice is not what limits it: a near-linear teacher (LeCun weights x 0.1,
+pre-activations in the small-argument regime) removes the attention's late plateau but the early
+gaps stay (0.195 MLP, 0.118 attention); a teacher drawn at the student's small-init variance
+(targets not normalized) gives 0.227 / 0.124. Nor does a smaller init (the paper's variance / 4,
+/ 16): with unit-scale targets the student's weights must grow to O(1), leaving the expansion's
+regime, and the whole-run 2-layer gap grows (MLP 0.16, 0.27; attention 0.29, 0.31) while the
+1-layer's grows faster (MLP 0.68, 0.80; attention 0.81, 0.94), so the 2-layer / 1-layer ratio
+improves (MLP 0.24, 0.33). The checks therefore test the paper's "well approximated" literally
+at the stated variances, where the leading order is only good to ~10-30%; the bounds stay.
 """
 
 from __future__ import annotations
@@ -233,9 +276,12 @@ def run_case(arch: str, init: str, *, steps: int, n_saves: int, seed: int = SEED
                              jnp.asarray(yte), lr, n_saves, every)
     curves = {"original": {"train": np.asarray(tr), "test": np.asarray(te)}}
     wall = {"original": time.perf_counter() - t0}
+    f0 = np.asarray(jax.jit(FORWARD[arch])(P0, jnp.asarray(Xtr)))
+    init_err = {}
     for name, (deep, W0, x_te) in nqf_models(arch, P0, Xtr, ytr, Xte).items():
         t0 = time.perf_counter()
         traj = ml.closed_deep_sgd(deep, W0, lr=lr, steps=steps, save_every=every, allow_nonfinite=True)
+        init_err[name] = float(np.linalg.norm(traj.outputs[0, :, 0] - f0) / np.linalg.norm(f0))
         with np.errstate(all="ignore"):
             out = ml.deep_outputs(deep, traj, x_te)[..., 0]
             test = np.mean((out - yte) ** 2, axis=1)
@@ -249,6 +295,7 @@ def run_case(arch: str, init: str, *, steps: int, n_saves: int, seed: int = SEED
                      for split in ("train", "test")}
         res[name]["tracking_steps"] = _tracking_steps(curves[name]["train"],
                                                       curves["original"]["train"], saved)
+        res[name]["init_output_rel_err"] = init_err[name]
     res["final_loss"] = {n: {s: float(c[s][-1]) for s in c} for n, c in curves.items()}
     return res
 
@@ -311,7 +358,8 @@ def run(out_dir, quick: bool = False) -> dict:
 
     JSON keys: ``settings``; ``cases``: one per (architecture, init) with ``steps``,
     ``curves`` {original, nqf2, nqf1: {train, test}}, per NQF {train, test: gap_max,
-    gap_max_early, gap_final, log_gap_final, diverged_at; tracking_steps}, ``final_loss``;
+    gap_max_early, gap_final, log_gap_final, diverged_at; tracking_steps, init_output_rel_err},
+    ``final_loss``;
     ``gaps`` (the headline numbers); ``wall_time_s``; ``checks``.
     """
     t_start = time.perf_counter()
@@ -324,6 +372,7 @@ def run(out_dir, quick: bool = False) -> dict:
                              "train_gap_final": c[n]["train"]["gap_final"],
                              "test_gap_final": c[n]["test"]["gap_final"],
                              "tracking_steps": c[n]["tracking_steps"],
+                             "init_output_rel_err": c[n]["init_output_rel_err"],
                              "diverged_at": c[n]["train"]["diverged_at"]}
                          for n in ("nqf2", "nqf1")}
             for (a, i), c in cases.items()}
