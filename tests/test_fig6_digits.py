@@ -143,9 +143,12 @@ def test_digits_data():
     x_tr, y_tr, x_te, y_te = digits.load_data()
     assert x_tr.shape == (1200, 64) and x_te.shape == (597, 64)
     assert set(np.unique(y_tr)) == {-1.0, 1.0} and y_te.shape == (597, 1)
-    np.testing.assert_allclose(x_tr.mean(axis=0), 0.0, atol=1e-12)
-    std = x_tr.std(axis=0)
-    assert np.all((np.abs(std - 1) < 1e-12) | (std == 0))
+    # pixels gray level / 16 in [0, 1] (as MNIST's), all 17 levels present
+    assert x_tr.min() == 0.0 and x_tr.max() == 1.0
+    np.testing.assert_array_equal(np.unique(np.concatenate([x_tr, x_te]) * 16), np.arange(17.0))
+    # the readout scale uses the rms norm of a training image row
+    row_rms = np.sqrt(np.mean(np.sum(x_tr.reshape(-1, 8, 8) ** 2, axis=2)))
+    assert row_rms == pytest.approx(digits.ROW_RMS, abs=1e-4)
     X = digits.model_inputs("attention", x_tr[:2])[1]
     np.testing.assert_array_equal(X[0, :, 3], x_tr[0].reshape(8, 8)[3])  # token 3 = image row 3
 
