@@ -152,7 +152,7 @@ def test_factor_form_batch_of_M0_matches_solve_flow():
 
 SHARD_SCRIPT = textwrap.dedent(
     """
-    import sys, numpy as np, jax
+    import json, sys, numpy as np, jax
     import nqf
     assert len(jax.devices()) == 2, jax.devices()
     # The seed sweep of test_data_batch_matches_solve_flow, 3 members padded to 4 on 2 devices.
@@ -162,8 +162,20 @@ SHARD_SCRIPT = textwrap.dedent(
     b = nqf.solve_sweep(datas, **kw)  # joint
     v = nqf.solve_sweep(datas, mode="vmap", **kw)
     assert len(b.devices) == 2 and b.mode == "joint" and v.mode == "vmap"
-    np.savez(sys.argv[1], ys=b.ys, steps=b.stats["num_steps"], ys_v=v.ys, steps_v=v.stats["num_steps"])
-    print("{}")
+    # stiff: DiagonalData shards in both modes; dense-LU and Woodbury-vmap stiff sweeps refuse
+    pl = nqf.datasets.powerlaw_data(30)
+    stiff_kw = dict(eps=[1e-6, 1e-4, 1e-2], t1=50.0, ts=[0.0, 10.0, 50.0], stiff=True, rtol=1e-8)
+    st = {m: nqf.solve_sweep(pl, devices="all", mode=m, **stiff_kw).ys for m in ("joint", "vmap")}
+    refused = []
+    for d, mode in ((nqf.datasets.fig3_data(), "auto"),
+                    (nqf.CommutingData(np.random.default_rng(0).random((2, 12)), [1.0, 0.5]), "vmap")):
+        try:
+            nqf.solve_sweep(d, devices="all", mode=mode, **stiff_kw)
+        except NotImplementedError as err:
+            refused.append(str(err))
+    np.savez(sys.argv[1], ys=b.ys, steps=b.stats["num_steps"], ys_v=v.ys, steps_v=v.stats["num_steps"],
+             stiff_joint=st["joint"], stiff_vmap=st["vmap"])
+    print(json.dumps({"refused": refused}))
     """
 )
 
@@ -184,8 +196,15 @@ def test_sharded_over_two_cpu_devices_is_identical(tmp_path, seed_sweep):
     so all devices take the unsharded solve's steps; padding repeats a member, which leaves the
     max unchanged)."""
     out = tmp_path / "sharded.npz"
-    _run(SHARD_SCRIPT, {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}, tmp_path, str(out))
+    info = _run(SHARD_SCRIPT, {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}, tmp_path, str(out))
     res = np.load(out)
+    pl = datasets.powerlaw_data(30)
+    stiff_kw = dict(eps=[1e-6, 1e-4, 1e-2], t1=50.0, ts=[0.0, 10.0, 50.0], stiff=True, rtol=1e-8)
+    for mode in ("joint", "vmap"):
+        np.testing.assert_array_equal(res[f"stiff_{mode}"], nqf.solve_sweep(pl, mode=mode, **stiff_kw).ys)
+    assert len(info["refused"]) == 2
+    assert "lineax's dense LU in mode='vmap'" in info["refused"][0] and "devices=None" in info["refused"][0]
+    assert "CommutingData in mode='vmap'" in info["refused"][1] and "mode='joint'" in info["refused"][1]
     datas, sw = seed_sweep
     np.testing.assert_array_equal(res["ys"], sw.ys)
     np.testing.assert_array_equal(res["steps"], sw.stats["num_steps"])
@@ -256,7 +275,11 @@ def test_enable_compilation_cache_bad_input():
          r"`z0` must be >= 0.*z0\[1, 2\] = -2"),
         (dict(z0=np.ones(5), M0=np.eye(5)), ValueError, r"exactly one initial condition"),
         (dict(z0=np.ones(5), form="M"), ValueError, r"initial state of the GLV form; found form='M'"),
-        (dict(z0=np.ones((2, 5)), eps=[1e-3, 1e-2]), ValueError, r"one base `z0` \(p,\)"),
+        (dict(z0=np.ones((2, 5)), eps=[1e-3, 1e-2]), ValueError,
+         r"one base `z0` \(5,\).*found `eps` \(2,\) and `z0` \(2, 5\)"),
+        (dict(z0=np.zeros((0, 5))), ValueError, r"`z0` is an empty batch; give shape \(5,\) or \(B, 5\)"),
+        (dict(z0=[[1e-3] * 5, [1e-3] * 4]), ValueError, r"`z0` must be a rectangular numeric array"),
+        (dict(z0=np.ones(5), form="bogus"), ValueError, r"`form` must be one of"),
         (dict(z0=np.ones(5), eps=[0.0]), ValueError, r"`eps` must be finite and > 0"),
     ],
 )
@@ -323,3 +346,30 @@ def test_eps_sweep_at_large_p_forms_no_p_by_p_matrix():
     np.testing.assert_allclose(sw.z[:, 0], [[1e-6], [1e-4]] * np.ones((1, 200_000)), rtol=1e-14)
     # mode k = 1 (the fastest) grows; the slow tail barely moves
     assert sw.z[0, 1, 0] > 1e-6 and abs(sw.z[0, 1, -1] / 1e-6 - 1.0) < 1e-3
+
+
+def test_stiff_woodbury_sweep_with_different_masks_per_member():
+    """Members whose z0 vanish on different modes have Jacobian ranges D_mask Lambda^T that no
+    single mask's basis spans; the sweep's basis spans every distinct mask (a bug found by a
+    new-user trial: the union mask's basis made the Newton iteration fail)."""
+    rng = np.random.default_rng(4)
+    data = nqf.CommutingData(rng.random((1, 12)) + 0.5, [1.0])
+    z0 = np.full((3, 12), 1e-3)
+    z0[1, 2:5] = 0.0
+    z0[2, 7] = 0.0
+    ts = [0.0, 5.0, 50.0]
+    for mode in ("joint", "vmap"):
+        sw = nqf.solve_sweep(data, z0=z0, t1=50.0, ts=ts, stiff=True, rtol=1e-8, mode=mode, max_steps=4000)
+        assert sw.successful.all() and sw._problem[1].root_finder.linear_solver.Q.shape == (12, 3)
+        for i in range(3):
+            one = nqf.solve_flow(data, z0=z0[i], t1=50.0, ts=ts, stiff=True, rtol=1e-8)
+            np.testing.assert_allclose(sw.z[i], one.z, rtol=1e-6, atol=1e-12)
+
+
+def test_stiff_sweep_with_dense_newton_defaults_to_vmap(fig3):
+    """fig3 has m = p (dense LU Newton): the joint mode would factorize a (B p) x (B p) matrix."""
+    sw = nqf.solve_sweep(fig3, eps=[1e-6, 1e-3], t1=20.0, ts=[0.0, 20.0], stiff=True, rtol=1e-8)
+    assert sw.mode == "vmap"
+    for i, e in enumerate([1e-6, 1e-3]):
+        one = nqf.solve_flow(fig3, M0=e * np.eye(5), t1=20.0, ts=[0.0, 20.0], stiff=True, rtol=1e-8)
+        np.testing.assert_allclose(sw.z[i], one.z, rtol=1e-6)

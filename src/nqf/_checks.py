@@ -25,7 +25,10 @@ def as_array(x, name: str, *, ndim: int | None = None, shape=None, finite: bool 
     """
     require_x64()
     if not is_traced(x):
-        arr = np.asarray(x)
+        try:
+            arr = np.asarray(x)
+        except ValueError as err:  # ragged nested sequences
+            raise ValueError(f"`{name}` must be a rectangular numeric array; {err}") from None
         if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
             raise TypeError(f"`{name}` must be a numeric array; found dtype {arr.dtype}.")
         if np.iscomplexobj(arr):

@@ -168,19 +168,20 @@ def glv_linear_solver(data: AbstractCommutingData, mask=None) -> lx.AbstractLine
 
     `DiagonalSolver` for `DiagonalData`; `WoodburySolver(D_mask Lambda^T)` for `CommutingData`
     with m < p / 2 (O(p m^2) per Jacobian); lineax's dense LU otherwise (m >= p / 2, where the
-    low-rank form saves nothing). `mask` (p,) bool marks the live modes (default: all).
+    low-rank form saves nothing). `mask` (p,) bool marks the live modes (default: all); several
+    masks (k, p) (the members of a sweep) give one basis spanning every D_mask Lambda^T, i.e.
+    k m columns (dense LU if k m >= p / 2).
     """
     if isinstance(data, DiagonalData):
         return DiagonalSolver()
     if not isinstance(data, CommutingData):
         raise TypeError(f"`data` must be commuting data; found {type(data).__name__}.")
     m, p = data.Lambda.shape
-    if 2 * m >= p:
+    masks = np.ones((1, p)) if mask is None else np.atleast_2d(np.asarray(mask, dtype=float))
+    if 2 * m * masks.shape[0] >= p:
         return lx.AutoLinearSolver(well_posed=None)
-    U = np.asarray(data.Lambda).T
-    if mask is not None:
-        U = U * np.asarray(mask, dtype=float)[:, None]
-    return WoodburySolver(U)
+    LT = np.asarray(data.Lambda).T
+    return WoodburySolver(np.concatenate([LT * mk[:, None] for mk in masks], axis=1))
 
 
 def glv_root_finder(data: AbstractCommutingData, mask=None) -> diffrax.VeryChord:

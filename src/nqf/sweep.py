@@ -42,7 +42,8 @@ step), so all devices take the same steps as the unsharded solve: a max is exact
 and a padded copy does not change it. The same code runs on one CPU, several CPU devices
 (``XLA_FLAGS=--xla_force_host_platform_device_count=N`` set before JAX is first imported) or
 GPUs; results do not depend on the number of devices (checked bit for bit, both modes, on 2
-host devices).
+host devices, for fig3 and for stiff `DiagonalData` sweeps; a sharded stiff Woodbury sweep
+differs from the unsharded one by rounding, 1.5e-10 measured).
 
 **Measured** (2 shared CPU cores, float64; `benchmarks/bench_sweep.py`, docs/performance.md):
 a 64-member eps sweep of the Fig. 3 problem (GLV form, eps = 1e-12 .. 1e-2, rtol 1e-10, 201
@@ -72,9 +73,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ._checks import as_array, check_positive, check_symmetric, shape_str
 from .data import AbstractCommutingData, AbstractData, CommutingData, DiagonalData
-from .flow import RHS
+from .flow import RHS, check_form
 from .model import NQFModel
 from .solve import FlowSolution, MaxStepsReached, _initial_state, _integrate, _make_solver, _time_grid
+from .stiff import is_structured
 
 __all__ = ["solve_sweep", "SweepSolution"]
 
@@ -155,7 +157,7 @@ def _initial_z_batch(p: int, eps, z0):
     if z.ndim not in (1, 2) or z.shape[-1] != p:
         raise ValueError(f"`z0` must have shape ({p},) or a batch (B, {p}); found {shape_str(z.shape)}.")
     if z.shape[0] == 0:
-        raise ValueError("`z0` is an empty batch.")
+        raise ValueError(f"`z0` is an empty batch; give shape ({p},) or (B, {p}) with B >= 1.")
     if np.any(z < 0):
         idx = np.unravel_index(int(np.argmin(z)), z.shape)
         where = ", ".join(str(int(j)) for j in idx)
@@ -165,7 +167,10 @@ def _initial_z_batch(p: int, eps, z0):
     if eps is not None:
         e = _check_eps(eps)
         if batched and e.ndim == 1:
-            raise ValueError("Give `eps` (B,) with one base `z0` (p,), or a batch `z0` (B, p) without `eps`.")
+            raise ValueError(
+                f"Give `eps` (B,) with one base `z0` ({p},), or a batch `z0` (B, {p}) without `eps` "
+                f"(or with a scalar `eps`); found `eps` {shape_str(e.shape)} and `z0` {shape_str(z.shape)}."
+            )
         return e.reshape(-1)[:, None] * z, batched or e.ndim == 1
     return z, batched
 
@@ -188,7 +193,8 @@ def _initial_batch(p: int, eps, M0, W0):
     if (M0 is None) == (W0 is None):
         raise ValueError(
             "Give exactly one initial condition: `eps` (M0 = eps * I), `M0` ((p, p) or a batch "
-            "(B, p, p)) or `W0` ((p, d) or a batch (B, p, d))."
+            "(B, p, p)), `W0` ((p, d) or a batch (B, p, d)) or, for commuting data, `z0` ((p,) or "
+            "a batch (B, p))."
         )
     name, x = ("M0", M0) if M0 is not None else ("W0", W0)
     x = np.asarray(as_array(x, name))
@@ -535,7 +541,9 @@ def solve_sweep(
       form) `z0` (p,) or a batch (B, p) of mode strengths >= 0, alone or with `eps` (B,)
       (z0_i = eps_i z0). With commuting data and the GLV form, `eps` alone is z0 = eps (the
       mode strengths of M0 = eps I): no p x p matrix is formed, so eps sweeps run at any p
-      (`DiagonalData` at p = 10^6). An unbatched initial
+      (`DiagonalData` at p = 10^6); `init` then holds z0 (B, p) (`init_is_z`), and `W` is the
+      factor P diag(sqrt z) of M, as for `solve_flow(z0=...)` (M, z and the loss are those of
+      M0 = eps I). An unbatched initial
       condition is shared by all data sets; a batched one is paired member by member with a
       sequence of data sets (the sizes must agree). For a full grid (every eps for every seed)
       repeat the data list and tile `eps`.
@@ -546,12 +554,16 @@ def solve_sweep(
       GLV); a given `atol` is a scalar or one value per member (B,). An implicit solver
       (`stiff=True` or a Kvaerno name) gets `nqf.stiff`'s structured Newton solve in the GLV
       form, as in `solve_flow`, for `DiagonalData` and for one `CommutingData` shared by all
-      members (Woodbury with one basis, also on the stacked joint state); a batch of different
-      `CommutingData` uses lineax's dense LU (p x p per member).
+      members (Woodbury with one basis spanning D_mask Lambda^T for each distinct set of live
+      modes among the members, also on the stacked joint state); a batch of different
+      `CommutingData` and the M / factor forms use lineax's dense LU, for which ``mode="auto"``
+      picks the vmap mode (p x p per member; the joint mode would factorize (B p) x (B p)).
     - `devices`: None (default: run on JAX's default device, batch not placed), ``"all"``
       (every device in `jax.devices()`), an int n (the first n devices) or a list of devices.
       With more than one device the batch is sharded over a ``"batch"`` mesh axis (padded to a
-      multiple of the device count, the padding stripped).
+      multiple of the device count, the padding stripped). Stiff sweeps shard for
+      `DiagonalData` (both modes) and for a shared `CommutingData` with the Woodbury solve in
+      the joint mode; other stiff sweeps over several devices raise `NotImplementedError`.
     - `mode`: ``"auto"`` (default: ``"joint"`` when all members have the same atol, as in the
       GLV form or with a scalar `atol`; else ``"vmap"``), ``"joint"`` (one ODE on the stacked
       state, shared steps, error norm = max over members of the per-member RMS; unequal atol by
@@ -566,7 +578,8 @@ def solve_sweep(
     **Raises:** `TypeError` for a non-data `data` (an `NQFModel` included: use its `data`);
     `ValueError` for data sets of different types, structures or shapes, batch sizes that do not
     agree, eps <= 0 or non-finite, bad shapes, non-symmetric / non-PSD M0, bad tolerances or
-    `ts`, form ``"M-mu"``, unavailable devices; `MaxStepsReached` (naming the members) if a
+    `ts`, form ``"M-mu"``, unavailable devices; `NotImplementedError` for a stiff sweep sharded
+    where it is not supported (see `devices`); `MaxStepsReached` (naming the members) if a
     member runs out of steps; `FloatingPointError` if a member blows up.
     """
     if mode not in ("auto", "joint", "vmap"):
@@ -594,6 +607,8 @@ def solve_sweep(
                 "`z0` (mode strengths) needs commuting data (`CommutingData` or `DiagonalData`); "
                 f"found {type(datas[0]).__name__}. Give `eps`, `M0` or `W0`."
             )
+        if form != "auto":
+            check_form(form, datas[0])
         if form not in ("auto", "glv"):
             raise ValueError(f"`z0` is the initial state of the GLV form; found form={form!r}.")
         inits, init_batched = _initial_z_batch(p, eps, z0)
@@ -618,12 +633,13 @@ def solve_sweep(
     else:
         form, y0, mask = _states(datas, stacked, data_batched, inits, is_factor, form)
     # Implicit solvers named by string get the structured Newton solve of `nqf.stiff` for the
-    # GLV form, as in `solve_flow`: diagonal for DiagonalData; Woodbury with one shared basis for
-    # a shared CommutingData (the union of the members' live modes spans every member's Jacobian
-    # range). Data sets that differ per member have different bases: lineax's dense LU there.
+    # GLV form, as in `solve_flow`: diagonal for DiagonalData; Woodbury for a shared CommutingData,
+    # with one basis spanning D_mask Lambda^T for every distinct mask of live modes among the
+    # members (each member's Jacobian range). Data sets that differ per member have different
+    # bases: lineax's dense LU there.
     structured = form == "glv" and (isinstance(datas[0], DiagonalData) or not data_batched)
     solver = _make_solver(solver_arg, stiff, datas[0], form if structured else None,
-                          None if mask is None else mask.any(axis=0))
+                          None if mask is None else np.unique(mask, axis=0))
 
     if atol is None:  # solve_flow's rule, per member
         scale = np.abs(y0).reshape(B, -1).max(axis=1) if form != "glv" else np.ones(B)
@@ -644,8 +660,20 @@ def solve_sweep(
     static = (rhs, solver, controller_kw["rtol"], controller_kw["pcoeff"], controller_kw["icoeff"],
               _f64(gamma), _f64(t0), _f64(t1), _f64(ts), None if dt0 is None else _f64(dt0), int(max_steps))
     uniform = bool(np.all(atol == atol[0]))
+    # An implicit solver with lineax's dense LU would factorize the joint state's (B p) x (B p)
+    # Jacobian in the joint mode (B^3 the work of B separate p x p LUs): vmap mode there.
+    dense_newton = implicit and not is_structured(solver)
     if mode == "auto":
-        mode = "joint" if uniform else "vmap"
+        mode = "joint" if uniform and not dense_newton else "vmap"
+    if devs is not None and len(devs) > 1 and implicit and (dense_newton or mode == "vmap") \
+            and not isinstance(datas[0], DiagonalData):
+        raise NotImplementedError(
+            "Sharding a stiff sweep over several devices is supported for DiagonalData (both modes) "
+            "and for one shared CommutingData with the structured (Woodbury) solve in mode='joint'; "
+            f"found {type(datas[0]).__name__}"
+            + (" with lineax's dense LU" if dense_newton else "") + f" in mode={mode!r}. Use "
+            "devices=None (one device)" + ("" if dense_newton else " or mode='joint'") + "."
+        )
     if mode == "joint":  # one scalar atol; unequal per-member atol by rescaling the states
         atol_ref = float(atol.max())
         scale = None if uniform else _f64(atol / atol_ref)
