@@ -356,6 +356,15 @@ def _make_saver(save: str, form: str, data: AbstractData, model):
     return eqx.Partial(_saved_losses, form=form, z_star=z_star, grad=grad)
 
 
+def _check_mode_strengths(z0: np.ndarray) -> np.ndarray:
+    """Raise unless every mode strength in `z0` (any shape) is >= 0; return `z0`."""
+    if np.any(z0 < 0):
+        idx = np.unravel_index(int(np.argmin(z0)), z0.shape)
+        where = ", ".join(str(int(j)) for j in idx)
+        raise ValueError(f"`z0` must be >= 0 (z_k = (P^T M P)_kk); found z0[{where}] = {z0[idx]:.3g}.")
+    return z0
+
+
 def _initial_state(data: AbstractData, M0, W0, form: str, z0=None):
     p = data.p
     if sum(x is not None for x in (M0, W0, z0)) != 1:
@@ -371,10 +380,7 @@ def _initial_state(data: AbstractData, M0, W0, form: str, z0=None):
             )
         if form not in ("auto", "glv"):
             raise ValueError(f"`z0` is the initial state of the GLV form; found form={form!r}.")
-        z0 = np.asarray(as_array(z0, "z0", shape=(p,)))
-        if np.any(z0 < 0):
-            k = int(np.argmin(z0))
-            raise ValueError(f"`z0` must be >= 0 (z_k = (P^T M P)_kk); found z0[{k}] = {z0[k]:.3g}.")
+        z0 = _check_mode_strengths(np.asarray(as_array(z0, "z0", shape=(p,))))
         mask = z0 > 0
         y0 = np.where(mask, np.log(np.where(mask, z0, 1.0)), 0.0)
         return "glv", jnp.asarray(y0), z0, False, mask

@@ -177,10 +177,12 @@ def glv_linear_solver(data: AbstractCommutingData, mask=None) -> lx.AbstractLine
     if not isinstance(data, CommutingData):
         raise TypeError(f"`data` must be commuting data; found {type(data).__name__}.")
     m, p = data.Lambda.shape
-    masks = np.ones((1, p)) if mask is None else np.atleast_2d(np.asarray(mask, dtype=float))
+    masks = np.ones((1, p), bool) if mask is None else np.atleast_2d(np.asarray(mask, dtype=bool))
     if 2 * m * masks.shape[0] >= p:
         return lx.AutoLinearSolver(well_posed=None)
     LT = np.asarray(data.Lambda).T
+    if masks.shape[0] == 1 and masks.all():  # no copy of the (p, m) Lambda^T at large p
+        return WoodburySolver(LT)
     return WoodburySolver(np.concatenate([LT * mk[:, None] for mk in masks], axis=1))
 
 

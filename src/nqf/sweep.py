@@ -75,7 +75,8 @@ from ._checks import as_array, check_positive, check_symmetric, shape_str
 from .data import AbstractCommutingData, AbstractData, CommutingData, DiagonalData
 from .flow import RHS, check_form
 from .model import NQFModel
-from .solve import FlowSolution, MaxStepsReached, _initial_state, _integrate, _make_solver, _time_grid
+from .solve import (FlowSolution, MaxStepsReached, _initial_state, _integrate, _make_solver, _time_grid,
+                    _check_mode_strengths)
 from .stiff import is_structured
 
 __all__ = ["solve_sweep", "SweepSolution"]
@@ -158,10 +159,7 @@ def _initial_z_batch(p: int, eps, z0):
         raise ValueError(f"`z0` must have shape ({p},) or a batch (B, {p}); found {shape_str(z.shape)}.")
     if z.shape[0] == 0:
         raise ValueError(f"`z0` is an empty batch; give shape ({p},) or (B, {p}) with B >= 1.")
-    if np.any(z < 0):
-        idx = np.unravel_index(int(np.argmin(z)), z.shape)
-        where = ", ".join(str(int(j)) for j in idx)
-        raise ValueError(f"`z0` must be >= 0 (z_k = (P^T M P)_kk); found z0[{where}] = {z[idx]:.3g}.")
+    _check_mode_strengths(z)
     batched = z.ndim == 2
     z = z if batched else z[None]
     if eps is not None:
