@@ -17,11 +17,13 @@ def shape_str(shape) -> str:
     return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
-def as_array(x, name: str, *, ndim: int | None = None, shape=None, finite: bool = True):
-    """Convert `x` to a float64 JAX array, checking rank, shape and finiteness.
+def as_array(x, name: str, *, ndim: int | None = None, shape=None, finite: bool = True,
+             host: bool = False):
+    """Convert `x` to a float64 JAX array (a numpy array with `host=True`), checking rank, shape
+    and finiteness.
 
     `shape` may hold None for free axes, e.g. ``(None, p, p)``. Traced values (inside jit/vmap)
-    are shape-checked only.
+    are shape-checked only and returned as they are with `host=True`.
     """
     require_x64()
     if not is_traced(x):
@@ -53,6 +55,8 @@ def as_array(x, name: str, *, ndim: int | None = None, shape=None, finite: bool 
                 f"`{name}` must be finite; found {int(bad.sum())} non-finite entries "
                 f"(first at index {idx}: {x[idx]})."
             )
+    if host:
+        return x if is_traced(x) else np.asarray(x, dtype=np.float64)
     return jnp.asarray(x, dtype=jnp.float64)
 
 

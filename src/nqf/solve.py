@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import diffrax
 import equinox as eqx
@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import as_array, check_positive, check_psd, check_symmetric, check_width, shape_str
+from ._checks import (as_array, check_positive, check_psd, check_symmetric, check_width, is_traced,
+                      shape_str)
 from .data import AbstractCommutingData, AbstractData, LowRankData
 from .flow import RHS, check_form, glv_z
 from .glv import excess_loss as _excess_loss
@@ -61,10 +62,30 @@ def _make_solver(solver, stiff: bool, data=None, form=None, mask=None):
             ) from None
         if issubclass(cls, diffrax.AbstractImplicitSolver) and form == "glv":
             return cls(root_finder=glv_root_finder(data, mask))
-        return cls()
+        return _default_instance(cls)
     if not isinstance(solver, diffrax.AbstractSolver):
         raise TypeError(f"`solver` must be a diffrax solver or a name; found {type(solver)}.")
     return solver
+
+
+_DEFAULT_SOLVERS: dict = {}  # class -> (shared default instance, its eqx.partition)
+
+
+def _default_instance(cls) -> diffrax.AbstractSolver:
+    """One shared default instance per solver class (solvers are immutable), so that its
+    partition into arrays and static parts is computed once (`_partition_solver`)."""
+    if cls not in _DEFAULT_SOLVERS:
+        solver = cls()
+        _DEFAULT_SOLVERS[cls] = (solver, eqx.partition(solver, eqx.is_array))
+    return _DEFAULT_SOLVERS[cls][0]
+
+
+def _partition_solver(solver) -> tuple:
+    """(arrays, static) halves of `solver` (cached for the shared default instances)."""
+    default = _DEFAULT_SOLVERS.get(type(solver))
+    if default is not None and default[0] is solver:
+        return default[1]
+    return eqx.partition(solver, eqx.is_array)
 
 
 # Counts traces of the compiled integrator; tests use it to assert that new values of the same
@@ -119,6 +140,101 @@ def _integrate(rhs, solver, controller, data, y0, args, t0, t1, ts, dt0, max_ste
         progress_meter=meter,
         adjoint=diffrax.ForwardMode(),  # plain while loops: no checkpoint copies of the state
     )
+
+
+_RESULT_STR = {int(item._value): str(item) for item in diffrax.RESULTS._name_to_item.values()}
+_MAX_STEPS_CODE = int(diffrax.RESULTS.max_steps_reached._value)
+_SUCCESS_CODE = int(diffrax.RESULTS.successful._value)
+
+
+class _FlowConfig(NamedTuple):
+    """The static (hashable) half of a flow solve: everything that decides the compiled program.
+    The dynamic half is a dict of arrays (see `_solve_core`)."""
+
+    form: str  # "M", "factor", "glv" or "M-mu"
+    init: str  # what `dyn["init"]` holds: "W" (p, d), "M" (p, p), "z" (p,) or "M-mu" (M, mu)
+    solver: Any  # the solver with its arrays partitioned out (eqx.partition)
+    max_steps: int
+    dense: bool
+    save: str  # "state" or "loss"
+    progress: bool
+    excess: bool  # save="loss" also saves the excess loss (dyn["z_star"], dyn["grad"])
+    pcoeff: float  # PID coefficients: static, so that zero terms compile away
+    icoeff: float
+
+
+def _initial_y0(form: str, init: str, data, x):
+    """The initial state of `form` and its live-mode mask (GLV form; None otherwise) from the
+    initial condition `x` of kind `init` (traceable; shapes were checked at the boundary)."""
+    if form == "M-mu":
+        return x, None
+    if form == "glv":
+        z0 = x if init == "z" else (data.z_factor(x) if init == "W" else data.z(x))
+        mask = z0 > 0
+        return jnp.where(mask, jnp.log(jnp.where(mask, z0, 1.0)), 0.0), mask
+    if form == "M":
+        return (x @ x.T if init == "W" else x), None
+    if init == "W":
+        return x, None
+    ev, V = jnp.linalg.eigh(x)  # (p, p) factor of M0: the compiled shape never depends on rank
+    return V * jnp.sqrt(jnp.maximum(ev, 0.0)), None
+
+
+def _solve_core(cfg: _FlowConfig, dyn: dict):
+    """One flow solve as a pure function of arrays (traceable: jit, vmap, grad).
+
+    `dyn` holds ``data`` (a data set or `NQFModel`), ``init`` (the initial condition of kind
+    ``cfg.init``), ``params`` = [t0, t1, rtol, gamma] (one array: one transfer), ``ts``, ``dt0``
+    (or None), ``atol`` (None: the default rtol * max|state(0)|, rtol for the log-space GLV
+    state), ``width`` (the "M-mu" form's d, else None), ``solver`` (the solver's arrays) and,
+    for save="loss" with the excess loss, ``z_star`` and ``grad``. Returns a dict: ``ts``,
+    ``ys`` (the saved states or losses), ``y0``, ``mask``, ``info`` = [result code, num_steps,
+    accepted, rejected, all saved values finite] and ``dense`` (the diffrax solution, with its
+    interpolant, if ``cfg.dense``; else None).
+    """
+    TRACE_COUNT[0] += 1
+    data = dyn["data"]
+    plain = data.data if isinstance(data, NQFModel) else data
+    y0, mask = _initial_y0(cfg.form, cfg.init, plain, dyn["init"])
+    t0, t1, rtol, gamma = dyn["params"]
+    atol = dyn["atol"]
+    if atol is None:
+        if cfg.form == "glv":
+            atol = rtol
+        else:
+            scale = functools.reduce(jnp.maximum, [jnp.max(jnp.abs(x)) for x in jax.tree.leaves(y0)])
+            atol = rtol * jnp.where(scale > 0, scale, 1.0)
+    controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff)
+    third = dyn["width"] if cfg.form == "M-mu" else mask
+    args = (data, gamma, third)
+    saver = None
+    if cfg.save == "loss":
+        saver = functools.partial(_saved_losses, form=cfg.form, z_star=dyn.get("z_star"), grad=dyn.get("grad"))
+    saveat = diffrax.SaveAt(ts=dyn["ts"], dense=cfg.dense, fn=saver) if saver is not None else \
+        diffrax.SaveAt(ts=dyn["ts"], dense=cfg.dense)
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(RHS[cfg.form]),
+        eqx.combine(dyn["solver"], cfg.solver),
+        t0,
+        t1,
+        dyn["dt0"],
+        y0,
+        args=args,
+        saveat=saveat,
+        stepsize_controller=controller,
+        max_steps=cfg.max_steps,
+        throw=False,
+        progress_meter=diffrax.TextProgressMeter() if cfg.progress else diffrax.NoProgressMeter(),
+        adjoint=diffrax.ForwardMode(),  # plain while loops: no checkpoint copies of the state
+    )
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(sol.ys)]))
+    info = jnp.stack([sol.result._value, sol.stats["num_steps"], sol.stats["num_accepted_steps"],
+                      sol.stats["num_rejected_steps"], finite]).astype(jnp.int64)
+    return {"ts": sol.ts, "ys": sol.ys, "y0": y0, "mask": mask, "info": info,
+            "dense": sol if cfg.dense else None}
+
+
+_solve_jit = jax.jit(_solve_core, static_argnums=0)
 
 
 @eqx.filter_jit
@@ -341,19 +457,30 @@ class FlowSolution:
         return ts[np.isfinite(ts)]
 
 
-def _make_saver(save: str, form: str, data: AbstractData, model):
-    """None for ``save="state"``; else the SaveAt function computing the loss (and excess loss)."""
-    if save == "state":
-        return None
-    if save != "loss":
-        raise ValueError(f"`save` must be 'state' or 'loss'; found {save!r}.")
+def _excess_loss_anchor(form: str, data: AbstractData, model):
+    """(z_star, grad) for the saved excess loss: the GLV equilibrium z(inf) and the loss gradient
+    there, for commuting data without g, B, f0 (else (None, None))."""
     general = model is not None and (model.has_mean_field or model.f0 is not None) and form == "M-mu"
-    z_star = grad = None
-    if isinstance(data, AbstractCommutingData) and not general and form != "M-mu":
-        z_star = glv_equilibrium(data)
-        grad = 2.0 / data.m * np.asarray(data.pullback(np.asarray(data.outputs_z(z_star)) - np.asarray(data.y)))
-        z_star, grad = jnp.asarray(z_star), jnp.asarray(grad)
-    return eqx.Partial(_saved_losses, form=form, z_star=z_star, grad=grad)
+    if not isinstance(data, AbstractCommutingData) or general or form == "M-mu":
+        return None, None
+    z_star = glv_equilibrium(data)
+    grad = 2.0 / data.m * np.asarray(data.pullback(np.asarray(data.outputs_z(z_star)) - np.asarray(data.y)))
+    return np.asarray(z_star), grad
+
+
+def _redo_dense(cfg: _FlowConfig, dyn: dict):
+    """The same solve with dense output (and room for `cfg.max_steps` steps): the interpolant."""
+    return _solve_jit(cfg, dyn)["dense"]
+
+
+def _is_implicit_name(solver, stiff: bool) -> bool:
+    """True if `solver` (a name, None or an instance) resolves to an implicit solver."""
+    if solver is None:
+        return bool(stiff)
+    if isinstance(solver, str):
+        cls = SOLVERS.get(solver.lower())
+        return cls is not None and issubclass(cls, diffrax.AbstractImplicitSolver)
+    return isinstance(solver, diffrax.AbstractImplicitSolver)
 
 
 def _check_mode_strengths(z0: np.ndarray) -> np.ndarray:
@@ -366,6 +493,9 @@ def _check_mode_strengths(z0: np.ndarray) -> np.ndarray:
 
 
 def _initial_state(data: AbstractData, M0, W0, form: str, z0=None):
+    """Check the initial condition of the M, factor or GLV form at the boundary (host, numpy)
+    and resolve ``form="auto"``. Returns (form, kind, init, is_factor): kind "M", "W" or "z" and
+    init the checked float64 array of that kind (the state itself is built by `_initial_y0`)."""
     p = data.p
     if sum(x is not None for x in (M0, W0, z0)) != 1:
         raise ValueError(
@@ -380,26 +510,25 @@ def _initial_state(data: AbstractData, M0, W0, form: str, z0=None):
             )
         if form not in ("auto", "glv"):
             raise ValueError(f"`z0` is the initial state of the GLV form; found form={form!r}.")
-        z0 = _check_mode_strengths(np.asarray(as_array(z0, "z0", shape=(p,))))
-        mask = z0 > 0
-        y0 = np.where(mask, np.log(np.where(mask, z0, 1.0)), 0.0)
-        return "glv", jnp.asarray(y0), z0, False, mask
+        z0 = as_array(z0, "z0", shape=(p,), host=True)
+        if not is_traced(z0):
+            _check_mode_strengths(z0)
+        return "glv", "z", z0, False
     if M0 is not None:
-        M0 = as_array(M0, "M0", ndim=2)
+        M0 = as_array(M0, "M0", ndim=2, host=True)
         if M0.shape != (p, p):
             raise ValueError(f"`M0` must have shape ({p}, {p}) to match the data; found {shape_str(M0.shape)}.")
         check_symmetric(M0, "M0")
         check_psd(M0, "M0")
-        init, is_factor = np.asarray(M0), False
+        init, is_factor = M0, False
     else:
-        W0 = as_array(W0, "W0", ndim=2)
+        W0 = as_array(W0, "W0", ndim=2, host=True)
         if W0.shape[0] != p:
             raise ValueError(
                 f"`W0` must have shape ({p}, d) (one column per neuron) to match the data; found "
                 f"{shape_str(W0.shape)}."
             )
-        init, is_factor = np.asarray(W0), True
-
+        init, is_factor = W0, True
     if form == "auto":
         if isinstance(data, AbstractCommutingData):
             form = "glv"
@@ -408,21 +537,16 @@ def _initial_state(data: AbstractData, M0, W0, form: str, z0=None):
         else:
             form = "M"
     check_form(form, data)
+    return form, "W" if is_factor else "M", init, is_factor
 
-    mask = None
-    if form == "M":
-        y0 = init @ init.T if is_factor else init
-    elif form == "factor":
-        if is_factor:
-            y0 = init
-        else:
-            ev, V = np.linalg.eigh(init)
-            y0 = V * np.sqrt(np.maximum(ev, 0.0))  # (p, p): the compiled shape never depends on rank
-    else:
-        z0 = np.asarray(data.z_factor(jnp.asarray(init)) if is_factor else data.z(jnp.asarray(init)))
-        mask = z0 > 0
-        y0 = np.where(mask, np.log(np.where(mask, z0, 1.0)), 0.0)
-    return form, jnp.asarray(y0), init, is_factor, mask
+
+def _host_mask(data: AbstractCommutingData, kind: str, init) -> np.ndarray:
+    """Live modes z_k(0) > 0 of the GLV form, on the host (the structured Newton solve of
+    `nqf.stiff` builds its basis from them)."""
+    if kind == "z":
+        return np.asarray(init) > 0
+    x = jnp.asarray(init)
+    return np.asarray(data.z_factor(x) if kind == "W" else data.z(x)) > 0
 
 
 def _initial_state_mu(data: AbstractData, M0, W0, mu0, d):
@@ -465,11 +589,11 @@ def _initial_state_mu(data: AbstractData, M0, W0, mu0, d):
 
 def _time_grid(t0, t1, ts):
     """Checked (t0, t1, ts) of a solve; ts defaults to 201 equally spaced times."""
-    t0 = float(as_array(t0, "t0", ndim=0))
-    t1 = float(as_array(t1, "t1", ndim=0))
+    t0 = float(as_array(t0, "t0", ndim=0, host=True))
+    t1 = float(as_array(t1, "t1", ndim=0, host=True))
     if not t1 > t0:
         raise ValueError(f"`t1` must be greater than `t0` = {t0}; found t1 = {t1}.")
-    ts = np.linspace(t0, t1, 201) if ts is None else np.asarray(as_array(ts, "ts", ndim=1))
+    ts = np.linspace(t0, t1, 201) if ts is None else as_array(ts, "ts", ndim=1, host=True)
     if ts.size == 0:
         raise ValueError("`ts` must be a non-empty array of save times; found an empty array.")
     if np.any(np.diff(ts) < 0):
@@ -579,8 +703,8 @@ def solve_flow(
     if form == "M-mu":
         if z0 is not None:
             raise ValueError("`z0` is the initial state of the GLV form; form='M-mu' needs `M0` or `W0`.")
-        y0, init, is_factor, width = _initial_state_mu(data, M0, W0, mu0, d)
-        mask = None
+        x0, init, is_factor, width = _initial_state_mu(data, M0, W0, mu0, d)
+        kind = "M-mu"
     else:
         if model is not None and model.has_mean_field:
             raise ValueError(
@@ -594,59 +718,68 @@ def solve_flow(
             )
         if model is not None and model.f0 is not None:  # f0 shifts the labels: same flow
             data = eqx.tree_at(lambda x: x.y, data, data.y - model.f0)
-        form, y0, init, is_factor, mask = _initial_state(data, M0, W0, form, z0)
-    solver = _make_solver(solver, stiff, data, form, mask)
+        form, kind, x0, is_factor = _initial_state(data, M0, W0, form, z0)
+        init = x0
+    host_mask = None
+    if form == "glv" and _is_implicit_name(solver, stiff):  # the Newton solve's basis needs it
+        host_mask = _host_mask(data, kind, x0)
+    solver = _make_solver(solver, stiff, data, form, host_mask)
     rtol = check_positive(rtol, "rtol")
     t0, t1, ts = _time_grid(t0, t1, ts)
     gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
     if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
         raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
-    if atol is None:
-        scale = max(float(jnp.max(jnp.abs(leaf))) for leaf in jax.tree.leaves(y0)) if form != "glv" else 1.0
-        atol = rtol * (scale if scale > 0 else 1.0)
-    atol = check_positive(atol, "atol")
+    if atol is not None:
+        atol = check_positive(atol, "atol")
     implicit = isinstance(solver, diffrax.AbstractImplicitSolver)
     pcoeff = (0.3 if implicit else 0.0) if pcoeff is None else pcoeff
     icoeff = (0.4 if implicit else 1.0) if icoeff is None else icoeff
-    f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
-    controller = diffrax.PIDController(
-        rtol=f64(rtol), atol=f64(atol), pcoeff=f64(pcoeff), icoeff=f64(icoeff)
-    )
-    meter = diffrax.TextProgressMeter() if progress else diffrax.NoProgressMeter()
-    mask_arr = None if mask is None else jnp.asarray(mask)
-    if form == "M-mu":  # the third slot carries the width d (see `nqf.flow.rhs_M_mu`)
-        args = (data if model is None else model, f64(gamma), f64(width))
-    else:
-        args = (data, f64(gamma), mask_arr)
-    saver = _make_saver(save, form, data, model)
-    problem = (RHS[form], solver, controller, data, y0, args, f64(t0), f64(t1), f64(ts),
-               None if dt0 is None else f64(dt0))
-    sol = _integrate(*problem, int(max_steps), dense is True, meter, saver)
-    if sol.result == diffrax.RESULTS.max_steps_reached:
+    f64 = np.float64
+    solver_dyn, solver_static = _partition_solver(solver)
+    dyn = {
+        "data": data if model is None or form != "M-mu" else model,
+        "init": x0, "params": np.array([t0, t1, rtol, gamma]), "ts": ts,
+        "dt0": None if dt0 is None else f64(dt0), "atol": None if atol is None else f64(atol),
+        "width": None if width is None else f64(width),
+        "solver": solver_dyn,
+    }
+    excess = False
+    if save == "loss":
+        z_star, grad = _excess_loss_anchor(form, data, model)
+        excess = z_star is not None
+        if excess:
+            dyn["z_star"], dyn["grad"] = z_star, grad
+    elif save != "state":
+        raise ValueError(f"`save` must be 'state' or 'loss'; found {save!r}.")
+    cfg = _FlowConfig(form, kind, solver_static, int(max_steps), dense is True, save, bool(progress), excess,
+                      float(pcoeff), float(icoeff))
+    out = _solve_jit(cfg, dyn)
+    info = np.asarray(out["info"])  # one small transfer; y0 and mask stay on the device
+    if info[0] == _MAX_STEPS_CODE:
         raise MaxStepsReached(
             f"The solver used all max_steps={max_steps} steps before reaching t1={t1}"
-            + (f" (it got to t={float(np.asarray(sol.interpolation.t1)):.6g})" if dense is True else "")
+            + (f" (it got to t={float(out['dense'].interpolation.t1):.6g})" if dense is True else "")
             + ". Increase `max_steps` or loosen `rtol`/`atol`"
-            + ("." if isinstance(solver, diffrax.AbstractImplicitSolver) else
+            + ("." if implicit else
                ", or, if the problem is stiff (rates spanning many decades), pass `stiff=True`.")
         )
-    if sol.result != diffrax.RESULTS.successful:
-        raise RuntimeError(f"The flow solve failed: {sol.result}")
-    ys = jax.tree.map(np.asarray, sol.ys)
-    if not all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(ys)):
+    if info[0] != _SUCCESS_CODE:
+        raise RuntimeError(f"The flow solve failed: {_RESULT_STR.get(int(info[0]), info[0])}")
+    if not info[4]:
         raise FloatingPointError(
             "The flow produced non-finite values (the solution blew up); check the sign of the "
             "labels and the scale of the data, or reduce t1."
         )
-    stats = {k: int(v) for k, v in sol.stats.items()}
-    stats["max_steps"] = int(max_steps)
+    ys = jax.tree.map(np.asarray, out["ys"])
+    stats = {"num_steps": int(info[1]), "num_accepted_steps": int(info[2]),
+             "num_rejected_steps": int(info[3]), "max_steps": int(max_steps)}
     redo = None
     if dense is None:  # same solve, dense, with room for the steps actually taken
         room = 1 << int(stats["num_steps"] + 1).bit_length()
-        redo = functools.partial(_integrate, *problem, room, True, diffrax.NoProgressMeter(), saver)
+        redo = functools.partial(_redo_dense, cfg._replace(max_steps=room, dense=True, progress=False), dyn)
     return FlowSolution(
-        ts=np.asarray(sol.ts), form=form, ys=ys, data=data, init=init, init_is_factor=is_factor,
-        stats=stats, result=str(sol.result), _y0=jax.tree.map(np.asarray, y0), _dfx=sol if dense is True else None,
-        _redo=redo,
-        _mask=mask_arr, model=model, d=width, init_is_z=z0 is not None, save=save,
+        ts=ts, form=form, ys=ys, data=data, init=init, init_is_factor=is_factor,
+        stats=stats, result=_RESULT_STR[_SUCCESS_CODE], _y0=out["y0"], _dfx=out["dense"],
+        _redo=redo, _mask=out["mask"], model=model, d=width,
+        init_is_z=z0 is not None, save=save,
     )
