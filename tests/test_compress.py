@@ -294,7 +294,7 @@ def test_cli_compress(tmp_path, capsys):
 
     data = ds.mlp_data(40, 6, rank=3, seed=1)
     W0 = graded_init(data.p, 60, np.random.default_rng(0))
-    np.savez(tmp_path / "m.npz", U=data.U, s=data.s, y=data.y, W0=W0)
+    np.savez(tmp_path / "m.npz", a=data.a, b=data.b, y=data.y, W0=W0)
     common = ["--steps", "40", "--batch-size", "8", "--lr", "0.05"]
     assert main(["compress", str(tmp_path / "m.npz"), *common, "--json", str(tmp_path / "t3.json")]) == 0
     rep = json.loads((tmp_path / "t3.json").read_text())
@@ -310,4 +310,4 @@ def test_cli_compress(tmp_path, capsys):
     np.savez(tmp_path / "bad.npz", y=data.y)
     with pytest.raises(SystemExit):
         main(["compress", str(tmp_path / "bad.npz")])
-    assert "need 'A', or 'U' and 's', or 'Lambda'" in capsys.readouterr().err
+    assert "need 'A', or 'U' and 's', or 'a' and 'b', or 'Lambda'" in capsys.readouterr().err

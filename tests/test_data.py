@@ -89,7 +89,8 @@ def test_mlp_structure_matrix_is_rank_two(rng):
     """Two-layer MLP data (THEORY sec. 2): A = phi'(0)/2 [[0, x], [x^T, 0]] has rank 2."""
     x = rng.standard_normal((5, 6))
     data = nqf.feedforward_data(np.zeros(5), a=x[:, :, None], b=np.ones((5, 1, 1)))
-    assert data.U.shape == (5, 7, 2)
+    assert isinstance(data, nqf.FeedForwardData) and data.p == 7
+    assert data.as_lowrank().U.shape == (5, 7, 2)
     A = np.asarray(data.dense())
     assert all(np.linalg.matrix_rank(a) == 2 for a in A)
     np.testing.assert_allclose(A[:, :6, 6], x / 2, atol=1e-15)
@@ -98,3 +99,42 @@ def test_mlp_structure_matrix_is_rank_two(rng):
 def test_data_is_float64(rng):
     data = nqf.CommutingData(np.float32(rng.standard_normal((3, 2))), [1, 2, 3])
     assert data.Lambda.dtype == np.float64 and data.y.dtype == np.float64
+
+
+@pytest.mark.parametrize("small_C", [True, False])
+@pytest.mark.parametrize("m, k, q, r, front, back, n", [(7, 4, 3, 2, 0, 0, 3), (5, 6, 1, 1, 2, 1, 4),
+                                                        (9, 3, 5, 2, 1, 0, 40)])
+def test_feedforward_data_against_dense(rng, monkeypatch, small_C, m, k, q, r, front, back, n):
+    """`FeedForwardData` (factors a, b; both contraction orders) against A_mu built entry by entry
+    as 1/2 [[0, a b^T], [b a^T, 0]] with zero rows front and back (THEORY Eq. E3)."""
+    a, b, y = rng.standard_normal((m, k, r)), rng.standard_normal((m, q, r)), rng.standard_normal(m)
+    data = nqf.FeedForwardData(a, b, y, front=front, back=back)
+    monkeypatch.setattr(nqf.FeedForwardData, "_small_C", lambda self, n: small_C)
+    p = front + k + q + back
+    C = np.einsum("mkr,mqr->mkq", a, b)
+    A = np.zeros((m, p, p))
+    i, j = front, front + k
+    A[:, i:j, j:j + q] = C / 2
+    A[:, j:j + q, i:j] = np.swapaxes(C, 1, 2) / 2
+    F = rng.standard_normal((p, n))
+    c = rng.standard_normal(m)
+    tol = 1e-13 * np.abs(A).max() * np.abs(F).max() ** 2 * m
+    assert data.p == p and data.m == m
+    np.testing.assert_allclose(np.asarray(data.dense()), A, atol=1e-15)
+    np.testing.assert_allclose(np.asarray(data.traces_factor(F)), np.einsum("mij,ir,jr->m", A, F, F), atol=tol)
+    np.testing.assert_allclose(np.asarray(data.traces(F @ F.T)), np.einsum("mij,ij->m", A, F @ F.T), atol=tol)
+    np.testing.assert_allclose(np.asarray(data.apply(c, F)), np.einsum("m,mij,jn->in", c, A, F), atol=tol)
+    np.testing.assert_allclose(np.asarray(data.weighted_sum(c)), np.einsum("m,mij->ij", c, A), atol=tol)
+    np.testing.assert_allclose(np.asarray(data.as_lowrank().dense()), A, atol=1e-14)
+    idx = np.array([2, 0, 2])
+    np.testing.assert_allclose(np.asarray(data.subset(idx).dense()), A[idx], atol=1e-15)
+    np.testing.assert_allclose(np.asarray(data.scaled(-2.5).dense()), -2.5 * A, atol=1e-14)
+
+
+def test_feedforward_data_errors():
+    with pytest.raises(ValueError, match="must agree in m and r"):
+        nqf.FeedForwardData(np.ones((3, 2, 1)), np.ones((3, 1, 2)), np.ones(3))
+    with pytest.raises(ValueError, match="`front` must be an integer >= 0"):
+        nqf.FeedForwardData(np.ones((3, 2, 1)), np.ones((3, 1, 1)), np.ones(3), front=-1)
+    with pytest.raises(ValueError, match="`a` must be finite"):
+        nqf.FeedForwardData(np.full((3, 2, 1), np.nan), np.ones((3, 1, 1)), np.ones(3))

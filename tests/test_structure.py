@@ -38,7 +38,7 @@ def test_mlp(rng):
     xs = rng.standard_normal((M, 5))
     y = rng.standard_normal((M, n_out))
     data = mod.structure(xs, y)
-    assert isinstance(data, nqf.LowRankData) and data.U.shape == (M * n_out, 5 + n_out, 2)
+    assert isinstance(data, nqf.FeedForwardData) and data.p == 5 + n_out and data.m == M * n_out
     np.testing.assert_array_equal(np.asarray(data.y), np.reshape(y, -1))
     _agree(data, mod, xs, mod.p)
     # multi-output order: data index mu * k + o is A_o(x_mu) = 1/2 [[0, x e_o^T], [e_o x^T, 0]]

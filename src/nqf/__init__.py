@@ -15,6 +15,7 @@ from .data import (
     CommutingData,
     DenseData,
     DiagonalData,
+    FeedForwardData,
     LowRankData,
     feedforward_data,
 )

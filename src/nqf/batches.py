@@ -108,18 +108,11 @@ def restrict(model, idx: Int[Array, " b"]):
     A minibatch step then costs O(b) data operations instead of O(m). Works inside `jit` (the
     constructors only shape-check traced arrays).
     """
-    from .data import CommutingData, DenseData, LowRankData
     from .model import NQFModel
 
     data = model.data
-    y = data.y[idx]
-    if type(data) is DenseData:
-        sub = DenseData(data.A[idx], y)
-    elif type(data) is LowRankData:
-        sub = LowRankData(data.U[idx], data.s[idx], y)
-    elif type(data) is CommutingData:
-        sub = CommutingData(data.Lambda[idx], y, data.P)
-    else:
+    sub = data.subset(idx)
+    if sub is None:
         return None
     take = lambda x: None if x is None else x[idx]  # noqa: E731
     return NQFModel(sub, g=take(model.g), B=take(model.B), f0=take(model.f0))

@@ -379,7 +379,8 @@ def _add_compress_parser(sub) -> None:
             "same minibatches, and report k_V, d', the measured error and (Corollary 3) the bound\n"
             "and its tightness. DATA is a built-in generated set (mlp, phase-retrieval,\n"
             "matrix-completion) or an .npz file with A (m, p, p) | U (m, p, r) and s (m, r) |\n"
-            "Lambda (m, p) [and P], y (m,), optional g (m, p), B (m, p, p), f0 (m,), W0 (p, d).\n"
+            "a (m, k, r) and b (m, q, r) (feed-forward) | Lambda (m, p) [and P], y (m,),\n"
+            "optional g (m, p), B (m, p, p), f0 (m,), W0 (p, d).\n"
             "Library call: nqf.compress.compression_report(model, W0=..., lr=..., steps=...)."
         ),
     )
@@ -402,7 +403,7 @@ def _load_compress_model(name: str):
     import numpy as np
 
     from . import datasets
-    from .data import CommutingData, DenseData, LowRankData
+    from .data import CommutingData, DenseData, FeedForwardData, LowRankData
     from .model import NQFModel
 
     if name == "mlp":
@@ -421,10 +422,12 @@ def _load_compress_model(name: str):
         data = DenseData(z["A"], z["y"])
     elif "U" in z and "s" in z:
         data = LowRankData(z["U"], z["s"], z["y"])
+    elif "a" in z and "b" in z:
+        data = FeedForwardData(z["a"], z["b"], z["y"])
     elif "Lambda" in z:
         data = CommutingData(z["Lambda"], z["y"], z.get("P"))
     else:
-        raise ValueError(f"{name}: need 'A', or 'U' and 's', or 'Lambda'; found {sorted(z)}.")
+        raise ValueError(f"{name}: need 'A', or 'U' and 's', or 'a' and 'b', or 'Lambda'; found {sorted(z)}.")
     return NQFModel(data, g=z.get("g"), B=z.get("B"), f0=z.get("f0")), z.get("W0")
 
 

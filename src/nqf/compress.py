@@ -66,7 +66,7 @@ import numpy as np
 from ._checks import check_positive, check_width
 from ._train_args import as_model, check_lr, check_weight_decay
 from .batches import batch_weights, restrict
-from .data import AbstractData, CommutingData, DenseData, LowRankData
+from .data import AbstractData, CommutingData, DenseData, FeedForwardData, LowRankData
 from .losses import as_loss
 from .maps import _initial_order_params, gradient_terms
 from .model import NQFModel
@@ -177,6 +177,8 @@ def _rows_vectors(G: np.ndarray, rtol: float):
 
 def _spanning_rows(model: NQFModel, rtol: float):
     data = model.data
+    if type(data) is FeedForwardData:
+        data = data.as_lowrank()
     if type(data) is LowRankData:
         yield from _rows_lowrank(np.asarray(data.U), np.asarray(data.s))
     elif type(data) is CommutingData:
@@ -273,17 +275,9 @@ def helmert_rows(k: int, n: int) -> np.ndarray:
 
 
 def scale_data(data: AbstractData, c: float) -> AbstractData:
-    """The data set with every A_mu multiplied by c, in the same representation (labels kept):
-    DenseData c A, CommutingData c Lambda, LowRankData with weights c s; other representations
-    become DenseData(c * data.dense())."""
-    c = float(c)
-    if type(data) is DenseData:
-        return DenseData(c * data.A, data.y)
-    if type(data) is CommutingData:
-        return CommutingData(c * data.Lambda, data.y, data.P)
-    if type(data) is LowRankData:
-        return LowRankData(data.U, c * data.s, data.y)
-    return DenseData(c * np.asarray(data.dense()), data.y)
+    """The data set with every A_mu multiplied by c, in the same representation (labels kept;
+    `AbstractData.scaled`)."""
+    return data.scaled(float(c))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -1,6 +1,6 @@
 """The NQF data set: m symmetric p x p data matrices A_mu with labels y_mu (THEORY sec. 1, 4).
 
-Three representations share one interface (`AbstractData`), so that every flow and oracle runs on
+Five representations share one interface (`AbstractData`), so that every flow and oracle runs on
 whichever is cheapest for the structure at hand and never materializes an (m, p, p) tensor unless
 the data is given that way:
 
@@ -10,8 +10,13 @@ the data is given that way:
 - `DiagonalData`: one feature per sample, A_k = lam_k e_k e_k^T (m = p), stored as the vector
   lam (p,): the Fig. 3 right power-law setting at any p (10^6 and beyond) in O(p) memory.
 - `LowRankData`: A_mu = sum_j s_{mu j} u_{mu j} u_{mu j}^T with U of shape (m, p, r) and s of
-  shape (m, r). Feed-forward data A = 1/2 [[0, C], [C^T, 0]] (Eq. E3) is built with
-  `feedforward_data`; an MLP's structure matrix is rank 2.
+  shape (m, r) (phase retrieval, quadratic networks: A = x x^T).
+- `FeedForwardData`: feed-forward data A = 1/2 [[0, C], [C^T, 0]] (Eq. E3) with C = a b^T
+  stored as its factors a (m, k, r), b (m, q, r) (built by `feedforward_data`); an MLP's
+  structure matrix is rank 2 with a = x, b = 1.
+
+Each class states the flop count of its operations; the flow's right-hand sides use only
+`traces`, `traces_factor` and `apply`, so they cost what the structure allows.
 
 Every representation is an `equinox.Module` (a JAX pytree): solving with new values of the same
 shapes reuses the compiled program.
@@ -27,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._checks import as_array, check_symmetric, is_traced
+from ._checks import as_array, check_symmetric, is_traced, shape_str
 
 __all__ = [
     "AbstractData",
@@ -36,6 +41,7 @@ __all__ = [
     "CommutingData",
     "DiagonalData",
     "LowRankData",
+    "FeedForwardData",
     "feedforward_data",
 ]
 
@@ -89,6 +95,17 @@ class AbstractData(eqx.Module):
     @abc.abstractmethod
     def dense(self) -> Float[Array, "m p p"]:
         """All data matrices as a dense (m, p, p) array (for tests and small problems)."""
+
+    def subset(self, idx) -> "AbstractData | None":
+        """The data set of the samples `idx` (integer array (b,), repeats kept) in the same
+        representation, or None if the representation has no cheap row subset. Works inside
+        `jit` (constructors only shape-check traced arrays)."""
+        return None
+
+    def scaled(self, c: float) -> "AbstractData":
+        """The data set with every A_mu multiplied by c (labels kept), in the same
+        representation where it has one (else `DenseData`)."""
+        return DenseData(c * jnp.asarray(self.dense()), self.y)
 
     # Derived MSE quantities (THEORY E8-E9).
     def residual(self, M: Float[Array, "p p"]) -> Float[Array, " m"]:
@@ -148,6 +165,12 @@ class DenseData(AbstractData):
 
     def dense(self):
         return self.A
+
+    def subset(self, idx):
+        return DenseData(self.A[idx], self.y[idx])
+
+    def scaled(self, c):
+        return DenseData(c * self.A, self.y)
 
 
 class AbstractCommutingData(AbstractData):
@@ -304,6 +327,12 @@ class CommutingData(AbstractCommutingData):
     def feature_norms(self):
         return jnp.sum(self.Lambda**2, axis=0)
 
+    def subset(self, idx):
+        return CommutingData(self.Lambda[idx], self.y[idx], self.P)
+
+    def scaled(self, c):
+        return CommutingData(c * self.Lambda, self.y, self.P)
+
 
 class DiagonalData(AbstractCommutingData):
     """One feature per sample: m = p, A_k = lam_k e_k e_k^T, label y_k (THEORY sec. 11, Fig. 3
@@ -379,6 +408,9 @@ class DiagonalData(AbstractCommutingData):
         """C' = diag(lam^2), shape (p, p) (materialized: small p only)."""
         return jnp.diag(self.lam**2)
 
+    def scaled(self, c):
+        return DiagonalData(c * self.lam, self.y)
+
 
 class LowRankData(AbstractData):
     """Low-rank data: A_mu = sum_j s[mu, j] U[mu, :, j] U[mu, :, j]^T.
@@ -427,18 +459,201 @@ class LowRankData(AbstractData):
     def dense(self):
         return jnp.einsum("mir,mr,mjr->mij", self.U, self.s, self.U)
 
+    def subset(self, idx):
+        return LowRankData(self.U[idx], self.s[idx], self.y[idx])
 
-def feedforward_data(y, C=None, *, a=None, b=None) -> LowRankData:
-    """Feed-forward data A(x) = 1/2 [[0, C(x)], [C(x)^T, 0]] (THEORY Eq. E3) as `LowRankData`.
+    def scaled(self, c):
+        return LowRankData(self.U, c * self.s, self.y)
 
-    Neurons are w = [z1 (k); z2 (q)], p = k + q, and f = Tr[Z2 Z1^T C]. Give either
 
-    - `C`: dense blocks, shape (m, k, q), or
+class FeedForwardData(AbstractData):
+    """Feed-forward data (THEORY Eq. E3): A_mu = 1/2 [[0, C_mu], [C_mu^T, 0]] on neurons
+    w = [z1 (k); z2 (q)], stored as factors C_mu = a_mu b_mu^T, never as p x p matrices.
+
+    f = Tr[M A] = Tr[Z2 Z1^T C] for W = [Z1; Z2]. A two-layer MLP f = sum_i v_i phi(u_i^T x) has
+    a = phi'(0) x (k, 1), b = 1 (1, 1): rank-2 A with p = k + 1 (Proposition 1).
+
+    **Arguments:**
+
+    - `a`: first-block factors, shape (m, k, r); `b`: second-block factors, shape (m, q, r).
+    - `y`: labels, shape (m,).
+    - `front`, `back`: zero rows of A before and after the [z1; z2] block (other parameters of
+      the neuron that do not enter at second order, e.g. an attention head's Q and K),
+      p = front + k + q + back.
+
+    The factors are stored sample-major as `a_rows` (m, r, k) and `b_rows` (m, r, q), so every
+    operation is a plain matrix product with the (m r, k) and (m r, q) matrices.
+
+    **Cost per operation** for a factor F (p, n): `traces_factor` min(k q n + m r k q,
+    m r n (k + q)) flops, `apply` min(m r k q + 2 k q n, 2 m r n (k + q)) (the cheaper
+    contraction order is chosen from the shapes when compiling), `traces` O(m r k q); memory
+    O(m r (k + q)). For the MLP (q = r = 1) a right-hand side of the factor flow costs
+    O(m k + k n): one pass over the inputs X (m, k) for the outputs and one for H, like a
+    forward and a backward pass of the linearized network, where the equivalent `LowRankData`
+    (U of shape (m, p, 2 r)) costs O(m p n) and reads twice the bytes.
+
+    **Raises:** `ValueError` on wrong shapes, non-finite values, or negative `front`/`back`.
+    """
+
+    a_rows: Float[Array, "m r k"]
+    b_rows: Float[Array, "m r q"]
+    y: Float[Array, " m"]
+    front: int = eqx.field(static=True, default=0)
+    back: int = eqx.field(static=True, default=0)
+
+    def __init__(self, a, b, y, *, front: int = 0, back: int = 0):
+        a = as_array(a, "a", ndim=3)
+        m, _, r = a.shape
+        b = as_array(b, "b", ndim=3)
+        if b.shape[0] != m or b.shape[2] != r:
+            raise ValueError(
+                "`a` (m, k, r) and `b` (m, q, r) must agree in m and r; "
+                f"found a {shape_str(a.shape)} and b {shape_str(b.shape)}."
+            )
+        self.a_rows = jnp.swapaxes(a, 1, 2)
+        self.b_rows = jnp.swapaxes(b, 1, 2)
+        self.y = _check_labels(y, m)
+        for name, v in (("front", front), ("back", back)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ValueError(f"`{name}` must be an integer >= 0; found {v!r}.")
+        self.front, self.back = int(front), int(back)
+
+    @property
+    def a(self) -> Float[Array, "m k r"]:
+        """First-block factors, shape (m, k, r)."""
+        return jnp.swapaxes(self.a_rows, 1, 2)
+
+    @property
+    def b(self) -> Float[Array, "m q r"]:
+        """Second-block factors, shape (m, q, r)."""
+        return jnp.swapaxes(self.b_rows, 1, 2)
+
+    @property
+    def k(self) -> int:
+        """Size k of the first block z1."""
+        return self.a_rows.shape[2]
+
+    @property
+    def q(self) -> int:
+        """Size q of the second block z2."""
+        return self.b_rows.shape[2]
+
+    @property
+    def r(self) -> int:
+        """Rank r of each C_mu = a_mu b_mu^T."""
+        return self.a_rows.shape[1]
+
+    @property
+    def p(self) -> int:
+        return self.front + self.k + self.q + self.back
+
+    def _mats(self):
+        """The factors as matrices (m r, k) and (m r, q) (free reshapes)."""
+        m, r = self.m, self.r
+        return self.a_rows.reshape(m * r, self.k), self.b_rows.reshape(m * r, self.q)
+
+    def _per_row(self, c):
+        """Sample weights c (m,) repeated over the r rows of each sample, shape (m r, 1)."""
+        return jnp.repeat(c, self.r)[:, None]
+
+    def _per_sample(self, t):
+        """Sum over the r rows of each sample: (m r,) -> (m,)."""
+        return t.reshape(self.m, self.r).sum(axis=1)
+
+    def _blocks(self, X):
+        """Rows of X in the z1 block (k, ...) and the z2 block (q, ...)."""
+        i = self.front
+        return X[i:i + self.k], X[i + self.k:i + self.k + self.q]
+
+    def _pad(self, X1, X2):
+        """[0 (front); X1 (k); X2 (q); 0 (back)] along the first axis."""
+        z = lambda n: jnp.zeros((n,) + X1.shape[1:], X1.dtype)  # noqa: E731
+        return jnp.concatenate([z(self.front), X1, X2, z(self.back)], axis=0)
+
+    def _contract(self, N):
+        """t_mu = sum_j a_mu,j^T N b_mu,j for N of shape (k, q): O(m r k q)."""
+        Am, Bm = self._mats()
+        return self._per_sample(jnp.sum((Am @ N) * Bm, axis=1))
+
+    def _combine(self, c):
+        """C_c = sum_mu c_mu a_mu b_mu^T, shape (k, q): O(m r k q)."""
+        Am, Bm = self._mats()
+        return jax.lax.dot_general(Am, self._per_row(c) * Bm, (((0,), (0,)), ((), ())))
+
+    def _small_C(self, n: int) -> bool:
+        """True if forming the (k, q) matrices is cheaper than contracting the factors with n
+        columns directly (the flop counts in the class docstring)."""
+        m, r, k, q = self.m, self.r, self.k, self.q
+        return m * r * k * q + 2 * k * q * n <= 2 * m * r * n * (k + q)
+
+    def traces(self, X):
+        i, j = self.front, self.front + self.k
+        S = 0.5 * (X[i:j, j:j + self.q] + X[j:j + self.q, i:j].T)  # the z1-z2 block, symmetrized
+        return self._contract(S)
+
+    def traces_factor(self, F):
+        F1, F2 = self._blocks(F)
+        if self._small_C(F.shape[1]):
+            return self._contract(F1 @ F2.T)
+        Am, Bm = self._mats()
+        return self._per_sample(jnp.sum((Am @ F1) * (Bm @ F2), axis=1))
+
+    def apply(self, c, X):
+        X1, X2 = self._blocks(X)
+        if self._small_C(X.shape[1]):
+            Cc = self._combine(c)
+            return self._pad(0.5 * (Cc @ X2), 0.5 * (Cc.T @ X1))
+        Am, Bm = self._mats()
+        cr = self._per_row(c)
+        dims = (((0,), (0,)), ((), ()))
+        out1 = jax.lax.dot_general(Am, cr * (Bm @ X2), dims)
+        out2 = jax.lax.dot_general(Bm, cr * (Am @ X1), dims)
+        return self._pad(0.5 * out1, 0.5 * out2)
+
+    def weighted_sum(self, c):
+        Cc = 0.5 * self._combine(c)
+        k, q = self.k, self.q
+        blk = jnp.block([[jnp.zeros((k, k)), Cc], [Cc.T, jnp.zeros((q, q))]])
+        return jnp.pad(blk, ((self.front, self.back), (self.front, self.back)))
+
+    def dense(self):
+        C = 0.5 * jnp.einsum("mrk,mrq->mkq", self.a_rows, self.b_rows)
+        m, k, q = C.shape
+        blk = jnp.concatenate([
+            jnp.concatenate([jnp.zeros((m, k, k)), C], axis=2),
+            jnp.concatenate([jnp.swapaxes(C, 1, 2), jnp.zeros((m, q, q))], axis=2),
+        ], axis=1)
+        return jnp.pad(blk, ((0, 0), (self.front, self.back), (self.front, self.back)))
+
+    def subset(self, idx):
+        return FeedForwardData(self.a[idx], self.b[idx], self.y[idx], front=self.front, back=self.back)
+
+    def scaled(self, c):
+        return FeedForwardData(c * self.a, self.b, self.y, front=self.front, back=self.back)
+
+    def as_lowrank(self) -> LowRankData:
+        """The same data as `LowRankData` (U of shape (m, p, 2 r)), using
+        1/2 (a b^T + b a^T) = 1/4 [(a + b)(a + b)^T - (a - b)(a - b)^T] on the zero-padded
+        vectors (exact to rounding)."""
+        m, k, q, r = self.m, self.k, self.q, self.r
+        a, b = self.a, self.b
+        a_pad = jnp.concatenate([jnp.zeros((m, self.front, r)), a, jnp.zeros((m, q + self.back, r))], axis=1)
+        b_pad = jnp.concatenate([jnp.zeros((m, self.front + k, r)), b, jnp.zeros((m, self.back, r))], axis=1)
+        U = 0.5 * jnp.concatenate([a_pad + b_pad, a_pad - b_pad], axis=2)
+        s = jnp.concatenate([jnp.ones((m, r)), -jnp.ones((m, r))], axis=1)
+        return LowRankData(U, s, self.y)
+
+
+def feedforward_data(y, C=None, *, a=None, b=None, front: int = 0, back: int = 0) -> FeedForwardData:
+    """Feed-forward data A(x) = 1/2 [[0, C(x)], [C(x)^T, 0]] (THEORY Eq. E3) as `FeedForwardData`.
+
+    Neurons are w = [z1 (k); z2 (q)], p = k + q (plus `front`/`back` zero rows), and
+    f = Tr[Z2 Z1^T C]. Give either
+
+    - `C`: dense blocks, shape (m, k, q) (stored as factors a = C, b = I_q, or a = I_k,
+      b = C^T when k < q), or
     - `a` (m, k, r) and `b` (m, q, r): factors with C_mu = a_mu b_mu^T. For a two-layer MLP with
       activation phi, `a = phi'(0) * x[:, :, None]` and `b = ones((m, 1, 1))` (rank-2 A).
-
-    Uses 1/2 (a b^T + b a^T) = 1/4 [(a + b)(a + b)^T - (a - b)(a - b)^T] on the padded vectors,
-    exact to rounding, with 2 r columns per sample.
 
     **Raises:** `ValueError` if neither or both forms are given, or on inconsistent shapes.
     """
@@ -451,20 +666,6 @@ def feedforward_data(y, C=None, *, a=None, b=None) -> LowRankData:
             a, b = C, jnp.broadcast_to(jnp.eye(q), (m, q, q))
         else:
             a, b = jnp.broadcast_to(jnp.eye(k), (m, k, k)), jnp.swapaxes(C, 1, 2)
-    else:
-        if a is None or b is None:
-            raise ValueError("Give both `a` (m, k, r) and `b` (m, q, r).")
-        a = as_array(a, "a", ndim=3)
-        b = as_array(b, "b", ndim=3)
-        if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[2]:
-            raise ValueError(
-                "`a` (m, k, r) and `b` (m, q, r) must agree in m and r; "
-                f"found a {a.shape} and b {b.shape}."
-            )
-    m, k, r = a.shape
-    q = b.shape[1]
-    a_pad = jnp.concatenate([a, jnp.zeros((m, q, r))], axis=1)
-    b_pad = jnp.concatenate([jnp.zeros((m, k, r)), b], axis=1)
-    U = 0.5 * jnp.concatenate([a_pad + b_pad, a_pad - b_pad], axis=2)
-    s = jnp.concatenate([jnp.ones((m, r)), -jnp.ones((m, r))], axis=1)
-    return LowRankData(U, s, y)
+    elif a is None or b is None:
+        raise ValueError("Give both `a` (m, k, r) and `b` (m, q, r).")
+    return FeedForwardData(a, b, y, front=front, back=back)

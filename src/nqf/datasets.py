@@ -201,7 +201,7 @@ def _subspace_vectors(rng, n: int, dim: int, rank: int | None) -> np.ndarray:
 
 def mlp_data(m: int, k: int, *, rank: int | None = None, width: int = 4, seed: int = 0):
     """Two-layer MLP data f = sum_i v_i tanh(u_i^T x) (Prop. 1): A(x) = 1/2 [[0, x], [x^T, 0]]
-    (phi'(0) = 1), neurons w = [u (k); v (1)], p = k + 1, as `LowRankData` (rank 2 per sample).
+    (phi'(0) = 1), neurons w = [u (k); v (1)], p = k + 1, as `FeedForwardData` (a = x, b = 1: rank-2 A).
 
     Inputs x ~ N(0, I_k) (confined to a random `rank`-dimensional subspace if `rank` < k, so
     that k_V = rank + 1); labels from a teacher tanh MLP of `width` units with N(0, 1/k) first
@@ -249,7 +249,7 @@ def matrix_completion_data(n_rows: int, n_cols: int, n_observed: int, *, rank: i
                            seed: int = 0):
     """Matrix completion R_ij = u_i^T v_j (THEORY sec. 2): A = 1/2 [[0, e_i e_j^T],
     [e_j e_i^T, 0]], neurons w = [u (n_rows); v (n_cols)], p = n_rows + n_cols, as
-    feed-forward `LowRankData` (rank 2 per sample).
+    `FeedForwardData` (rank 2 per sample).
 
     `n_observed` distinct entries (i, j) are drawn uniformly from the first `active_rows` rows
     and `active_cols` columns (default: all); the other rows/columns are never observed (cold

@@ -8,12 +8,83 @@ E = L(z) - L(z*) is evaluated without cancellation, so it stays accurate over ma
 
 from __future__ import annotations
 
+import math
+
+import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 
 from .data import AbstractCommutingData, DiagonalData
 
-__all__ = ["glv_equilibrium", "excess_loss"]
+__all__ = ["glv_equilibrium", "excess_loss", "orthogonal_features_residual", "logistic_z",
+           "logistic_log_z"]
+
+_TINY = np.finfo(float).tiny
+
+
+def orthogonal_features_residual(data: AbstractCommutingData) -> tuple[float, tuple[int, int]]:
+    """How far commuting data is from orthogonal features (the assumption of Theorem 6):
+    max_{k != j} |sum_mu lambda_{mu,k} lambda_{mu,j}| / (|lambda_k| |lambda_j|), a cosine in
+    [0, 1], and the pair (k, j) where it is attained.
+
+    Structural, never a p x p matrix: 0 for `DiagonalData` (one feature per sample); for
+    `CommutingData` only the s nonzero columns of Lambda enter (O(m p + m s^2)). More than m
+    nonzero columns cannot be orthogonal in R^m, so then the first m + 1 of them are compared
+    and the value returned is a lower bound on the residual.
+    """
+    if isinstance(data, DiagonalData):
+        return 0.0, (0, 0)
+    Lam = np.asarray(data.Lambda)
+    norms = np.einsum("mk,mk->k", Lam, Lam)
+    live = np.flatnonzero(norms > 0)[: Lam.shape[0] + 1]
+    if live.size < 2:
+        return 0.0, (0, 0)
+    sub = Lam[:, live]
+    G = sub.T @ sub
+    nrm = np.sqrt(np.diag(G))
+    cos = np.abs(G) / np.maximum(np.outer(nrm, nrm), _TINY)
+    np.fill_diagonal(cos, 0.0)
+    k, j = np.unravel_index(np.argmax(cos), cos.shape)
+    return float(cos[k, j]), (int(live[k]), int(live[j]))
+
+
+# Taylor coefficients 1/(n+1)! of (1 - e^s)/(-s) = sum_n s^n/(n+1)!: 16 terms reach 4e-16 on |s| < 1/2.
+_EXPREL = [1.0 / math.factorial(n + 1) for n in range(16)]
+
+
+def _logistic_terms(a, t):
+    """s = -|a| t <= 0, e^s and (1 - e^s) / |a| = t (1 - e^s)/(-s) (= t at a = 0), the latter to
+    full relative precision: a Taylor polynomial for |s| < 1/2 (where 1 - e^s cancels), else
+    the direct quotient. One exponential per entry (cheaper than exp and expm1)."""
+    s = -jnp.abs(a) * t
+    e = jnp.exp(s)
+    small = s > -0.5
+    x = jnp.where(small, s, -1.0)
+    poly = _EXPREL[-1]
+    for c in _EXPREL[-2::-1]:
+        poly = poly * x + c
+    ratio = jnp.where(small, poly, (1.0 - e) / jnp.where(small, 1.0, -s))
+    return s, e, t * ratio
+
+
+def logistic_z(z0, a, C, t):
+    """z(t) for the logistic mode z' = (a - C z) z, z(0) = z0 >= 0: Theorem 6's
+    z(t) = a z0 / (C z0 + (a - C z0) e^{-a t}) (Eq. E16; a = r_k - 2 gamma with weight decay),
+    written without overflow or cancellation for every sign of a (traceable; broadcasts):
+    z0 / (e^{-a t} + C z0 (1 - e^{-a t}) / a) for a > 0, and
+    z0 e^{a t} / (1 + C z0 (e^{a t} - 1) / a) for a <= 0 (z0 / (1 + C z0 t) at a = 0).
+    One exponential per entry."""
+    _, e, frac = _logistic_terms(a, t)
+    grows = a > 0
+    return z0 * jnp.where(grows, 1.0, e) / (jnp.where(grows, e, 1.0) + C * z0 * frac)
+
+
+def logistic_log_z(log_z0, z0, a, C, t):
+    """log z(t) of `logistic_z` (z0 = exp(log_z0) > 0), in log space so that it stays finite
+    and relatively accurate however small z gets."""
+    s, e, frac = _logistic_terms(a, t)
+    grows = a > 0
+    return log_z0 + jnp.where(grows, 0.0, s) - jnp.log(jnp.where(grows, e, 1.0) + C * z0 * frac)
 
 
 def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
@@ -30,13 +101,7 @@ def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
         return np.where(lam != 0, np.maximum(y / safe, 0.0), 0.0)
     Lam = np.asarray(data.Lambda)
     norms = np.einsum("mk,mk->k", Lam, Lam)
-    live = np.flatnonzero(norms > 0)
-    orthogonal = False
-    if live.size <= Lam.shape[0]:  # more than m nonzero columns cannot be orthogonal in R^m
-        sub = Lam[:, live]
-        gram_off = sub.T @ sub - np.diag(norms[live])
-        orthogonal = np.abs(gram_off).max(initial=0.0) <= 1e-13 * max(norms.max(initial=0.0), 1e-300)
-    if orthogonal:
+    if orthogonal_features_residual(data)[0] <= 1e-13:
         safe = np.where(norms > 0, norms, 1.0)
         return np.where(norms > 0, np.maximum(Lam.T @ y / safe, 0.0), 0.0)
     z, _ = scipy.optimize.nnls(Lam, y, maxiter=50 * Lam.shape[1])

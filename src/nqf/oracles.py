@@ -26,6 +26,7 @@ import numpy as np
 
 from ._checks import as_array, check_psd, check_symmetric, shape_str
 from .data import AbstractCommutingData, AbstractData, CommutingData
+from .glv import orthogonal_features_residual
 
 __all__ = [
     "AssumptionError",
@@ -192,19 +193,6 @@ def _as_commuting(data: AbstractData, theorem: str, tol: float) -> CommutingData
         raise AssumptionError(theorem, _COMMUTING, float("nan"), tol, detail=str(err)) from None
 
 
-def _orthogonal_features_residual(Lam: np.ndarray) -> tuple[float, tuple[int, int]]:
-    """max_{k != j} |sum_mu lambda_{mu,k} lambda_{mu,j}| / (|lambda_k| |lambda_j|) (a cosine)."""
-    G = Lam.T @ Lam
-    nrm = np.sqrt(np.diag(G))
-    denom = np.maximum(np.outer(nrm, nrm), _TINY)
-    cos = np.abs(G) / denom
-    np.fill_diagonal(cos, 0.0)
-    if cos.size == 0:
-        return 0.0, (0, 0)
-    k, j = np.unravel_index(np.argmax(cos), cos.shape)
-    return float(cos[k, j]), (int(k), int(j))
-
-
 # --------------------------------------------------------------------------------------------
 # Theorem 6
 # --------------------------------------------------------------------------------------------
@@ -256,8 +244,7 @@ def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) ->
     """
     theorem = "Theorem 6"
     cdata = _as_commuting(data, theorem, tol)
-    Lam = np.asarray(cdata.Lambda)
-    res, (k, j) = _orthogonal_features_residual(Lam)
+    res, (k, j) = orthogonal_features_residual(cdata)
     if res > tol:
         raise AssumptionError(
             theorem, _THM6_COND, res, tol, where=f"(k, j) = ({k}, {j})",

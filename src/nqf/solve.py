@@ -23,7 +23,7 @@ import numpy as np
 
 from ._checks import (as_array, check_positive, check_psd, check_symmetric, check_width, is_traced,
                       shape_str)
-from .data import AbstractCommutingData, AbstractData, LowRankData
+from .data import AbstractCommutingData, AbstractData, FeedForwardData, LowRankData
 from .flow import RHS, check_form, glv_z
 from .glv import excess_loss as _excess_loss
 from .glv import glv_equilibrium
@@ -111,6 +111,12 @@ def _saved_losses(t, y, args, *, form, z_star, grad):
     else:
         f = model.outputs(*y) if model is not None else data.traces(y[0])
         z = None
+    return _losses(data, f, z, z_star, grad)
+
+
+def _losses(data, f, z, z_star, grad):
+    """{"loss": (1/m) |f - y|^2} for outputs f (m,), plus "excess_loss" from the mode
+    strengths z (p,) when the equilibrium z_star (and the loss gradient there) is given."""
     out = {"loss": jnp.mean((f - data.y) ** 2)}
     if z_star is not None:
         dz = z - z_star
@@ -282,6 +288,7 @@ class FlowSolution:
     d: int | None = None
     init_is_z: bool = False
     save: str = "state"
+    method: str = "ode"
 
     def _state(self):
         if self.save != "state":
@@ -452,7 +459,10 @@ class FlowSolution:
 
     @property
     def step_times(self) -> np.ndarray:
-        """Times of the accepted solver steps (from the dense interpolation), shape (steps + 1,)."""
+        """Times of the accepted solver steps (from the dense interpolation), shape (steps + 1,).
+        For ``method="exact"`` the dense output is one closed-form piece: [t0, t1]."""
+        if self.method == "exact":
+            return np.array([float(self._dfx.t0), float(self._dfx.t1)])
         ts = np.asarray(self._interp.interpolation.ts)
         return ts[np.isfinite(ts)]
 
@@ -532,7 +542,7 @@ def _initial_state(data: AbstractData, M0, W0, form: str, z0=None):
     if form == "auto":
         if isinstance(data, AbstractCommutingData):
             form = "glv"
-        elif is_factor or isinstance(data, LowRankData):
+        elif is_factor or isinstance(data, (LowRankData, FeedForwardData)):
             form = "factor"
         else:
             form = "M"
@@ -604,6 +614,52 @@ def _time_grid(t0, t1, ts):
     return t0, t1, ts
 
 
+def _solve_exact(data, model, form, kind, x0, init, is_factor, init_is_z, solver, stiff, t0, t1, ts,
+                 weight_decay, save) -> FlowSolution:
+    """``solve_flow(..., method="exact")``: Theorem 6's closed form at the saved times."""
+    from .exact import _exact_jit, _ExactConfig
+    from .glv import orthogonal_features_residual
+    from .oracles import _THM6_COND, AssumptionError
+
+    if form != "glv":
+        raise ValueError(
+            "method='exact' evaluates Theorem 6 (Eq. E16), which needs commuting data with "
+            f"orthogonal features in the GLV form; found {type(data).__name__} with form={form!r}."
+        )
+    if solver is not None or stiff:
+        raise ValueError(
+            "`solver` and `stiff` choose an ODE solver; method='exact' evaluates Theorem 6's "
+            "closed form (drop them, or use method='ode')."
+        )
+    tol = 1e-10
+    res, (k, j) = orthogonal_features_residual(data)
+    if res > tol:
+        raise AssumptionError(
+            "Theorem 6", _THM6_COND, res, tol, where=f"(k, j) = ({k}, {j})",
+            detail="method='exact' needs it; use method='ode' (the default) for these data.",
+        )
+    t0, t1, ts = _time_grid(t0, t1, ts)
+    gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
+    dyn = {"data": data, "init": x0, "params": np.array([t0, t1, 0.0, gamma]), "ts": ts}
+    excess = False
+    if save == "loss":
+        z_star, grad = _excess_loss_anchor(form, data, model)
+        excess = z_star is not None
+        if excess:
+            dyn["z_star"], dyn["grad"] = z_star, grad
+    elif save != "state":
+        raise ValueError(f"`save` must be 'state' or 'loss'; found {save!r}.")
+    out = _exact_jit(_ExactConfig(kind, save, excess), dyn)
+    if not np.asarray(out["info"])[4]:
+        raise FloatingPointError("Theorem 6's closed form produced non-finite values; check the data's scale.")
+    stats = {"num_steps": 0, "num_accepted_steps": 0, "num_rejected_steps": 0, "max_steps": 0}
+    return FlowSolution(
+        ts=ts, form=form, ys=jax.tree.map(np.asarray, out["ys"]), data=data, init=init,
+        init_is_factor=is_factor, stats=stats, result=_RESULT_STR[_SUCCESS_CODE], _y0=out["y0"],
+        _dfx=out["dense"], _mask=out["mask"], model=model, init_is_z=init_is_z, save=save, method="exact",
+    )
+
+
 def solve_flow(
     data: AbstractData | NQFModel,
     *,
@@ -628,6 +684,7 @@ def solve_flow(
     dense: bool | None = None,
     save: str = "state",
     progress: bool = False,
+    method: str = "ode",
 ) -> FlowSolution:
     """Integrate the MSE gradient flow M' = Y M + M Y - K(M) M - M K(M) (Eq. E9), or for a
     general model the (M, mu) flow of Eq. E10.
@@ -678,6 +735,11 @@ def solve_flow(
       O(n) memory instead of O(n p) (use it at p = 10^6). `M`, `W`, `z` then raise; dense output
       still works.
     - `progress`: show diffrax's text progress meter.
+    - `method`: ``"ode"`` (default) integrates the flow; ``"exact"`` evaluates Theorem 6's
+      closed form (Eq. E16, `nqf.exact`) for commuting data with orthogonal features (every
+      `DiagonalData`): O(p) per saved time, no steps, exact dense output, same `FlowSolution`
+      (GLV form). The assumption is checked structurally; `solver`, `stiff`, tolerances and
+      `max_steps` do not apply.
 
     **Returns:** a `FlowSolution`.
 
@@ -685,7 +747,8 @@ def solve_flow(
     inconsistent shapes, non-finite or non-PSD initial conditions, a model with g or B solved in
     a form other than ``"M-mu"``, ``"M-mu"`` from `M0` without `mu0` and `d` (or `mu0`/`d`
     with `W0` or with another form), `d` not an integer >= 1, non-positive tolerances, bad `ts`;
-    `MaxStepsReached` if `max_steps` is used up before `t1`.
+    `MaxStepsReached` if `max_steps` is used up before `t1`; `nqf.AssumptionError` (with the
+    residual) for ``method="exact"`` on data whose features are not orthogonal.
     """
     model = data if isinstance(data, NQFModel) else None
     if model is not None:
@@ -720,6 +783,11 @@ def solve_flow(
             data = eqx.tree_at(lambda x: x.y, data, data.y - model.f0)
         form, kind, x0, is_factor = _initial_state(data, M0, W0, form, z0)
         init = x0
+    if method == "exact":
+        return _solve_exact(data, model, form, kind, x0, init, is_factor, z0 is not None, solver, stiff,
+                            t0, t1, ts, weight_decay, save)
+    if method != "ode":
+        raise ValueError(f"`method` must be 'ode' or 'exact'; found {method!r}.")
     host_mask = None
     if form == "glv" and _is_implicit_name(solver, stiff):  # the Newton solve's basis needs it
         host_mask = _host_mask(data, kind, x0)

@@ -4,7 +4,7 @@ Sec. 3, Propositions 1-6 and Table 3), batched over inputs, as nqf data sets.
 Every function takes a batch of m inputs (leading axis m) and optional labels and returns the
 cheapest exact representation of {A(x_mu)}:
 
-- feed-forward blocks A = 1/2 [[0, C], [C^T, 0]] (Eq. E3) as `LowRankData` via
+- feed-forward blocks A = 1/2 [[0, C], [C^T, 0]] (Eq. E3) as `FeedForwardData` via
   `nqf.feedforward_data` from factors C = a b^T (MLP: rank 2 A);
 - rank-one A = a a^T (quadratic network, phase retrieval, linear SSL) as `LowRankData`;
 - diagonal / jointly diagonalizable A (diagonal linear networks) as `CommutingData`;
@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._checks import as_array as _as_array
-from .data import CommutingData, DenseData, LowRankData
+from .data import CommutingData, DenseData, FeedForwardData, LowRankData
 
 __all__ = [
     "mlp",
@@ -95,22 +95,13 @@ def _labels(y, m: int, k: int = 1):
     raise ValueError(f"`y` must have shape {want} (one label per input and output); found {tuple(y.shape)}.")
 
 
-def _ff(y, a, b, *, front: int = 0, back: int = 0) -> LowRankData:
+def _ff(y, a, b, *, front: int = 0, back: int = 0) -> FeedForwardData:
     """Feed-forward data A = 1/2 [[0, a b^T], [b a^T, 0]] (Eq. E3) from factors a (m, n, r),
-    b (m, q, r), with `front`/`back` zero rows around the neuron [z1 (n); z2 (q)].
-
-    The construction of `nqf.feedforward_data` (1/2 (a b^T + b a^T) = 1/4 [(a + b)(a + b)^T -
-    (a - b)(a - b)^T] on the zero-padded vectors, 2 r columns), done in numpy on the host."""
+    b (m, q, r), with `front`/`back` zero rows around the neuron [z1 (n); z2 (q)]."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[2]:
         raise ValueError(f"factors a (m, n, r) and b (m, q, r) disagree: {a.shape} and {b.shape}.")
-    m, n, r = a.shape
-    q = b.shape[1]
-    a_pad = np.concatenate([np.zeros((m, front, r)), a, np.zeros((m, q + back, r))], axis=1)
-    b_pad = np.concatenate([np.zeros((m, front + n, r)), b, np.zeros((m, back, r))], axis=1)
-    U = 0.5 * np.concatenate([a_pad + b_pad, a_pad - b_pad], axis=2)
-    s = np.concatenate([np.ones((m, r)), -np.ones((m, r))], axis=1)
-    return LowRankData(U, s, y)
+    return FeedForwardData(a, b, y, front=front, back=back)
 
 
 def _multi_output(a, b_out, k: int):
@@ -159,14 +150,14 @@ def _attention_inputs(x, X, c=None):
 # ------------------------------------------------------------------------------------------------
 # Section 3 architectures (Propositions 1-6)
 # ------------------------------------------------------------------------------------------------
-def mlp(x, y=None, *, n_outputs: int = 1, phi_prime0: float = 1.0) -> LowRankData:
+def mlp(x, y=None, *, n_outputs: int = 1, phi_prime0: float = 1.0) -> FeedForwardData:
     """Two-layer MLP f_o(x) = sum_i v_io phi(u_i^T x), phi(0) = 0 (Proposition 1, THEORY sec. 2).
 
     A_o(x) = phi'(0)/2 [[0_nxn, x e_o^T], [e_o x^T, 0_kxk]] on w_i = [u_i (n); v_i (k)]
     (k = n_outputs; for k = 1 this is the table's phi'(0)/2 [[0, x], [x^T, 0]], rank 2).
 
     **Arguments:** `x` (m, n) inputs; `y` labels (m,) or (m, k); `phi_prime0` = phi'(0)
-    (1 for tanh). **Returns:** `LowRankData` with m k matrices, p = n + k.
+    (1 for tanh). **Returns:** `FeedForwardData` with m k matrices, p = n + k.
     """
     x = as_array(x, "x", ndim=2)
     k = _count(n_outputs, "n_outputs")
@@ -214,7 +205,7 @@ def cnn_patch_sum(X, kernel_shape, *, stride: int = 1, padding: int = 0):
 
 
 def cnn(X, kernel_shape, y=None, *, stride: int = 1, padding: int = 0, n_outputs: int = 1,
-        phi_prime0: float = 1.0) -> LowRankData:
+        phi_prime0: float = 1.0) -> FeedForwardData:
     """One-layer CNN with global sum pooling f_o = sum_i v_io sum_P phi(kern_i^T x_P)
     (Proposition 16 of the paper's appendix / THEORY sec. 2).
 
@@ -222,7 +213,7 @@ def cnn(X, kernel_shape, y=None, *, stride: int = 1, padding: int = 0, n_outputs
     w_i = [kern_i (C kh kw); v_i (k)].
 
     **Arguments:** `X` (m, H, W) or (m, C, H, W); `kernel_shape` (kh, kw); `stride`, `padding`
-    (zeros on each side); `y` (m,) or (m, k). **Returns:** `LowRankData`, m k matrices.
+    (zeros on each side); `y` (m,) or (m, k). **Returns:** `FeedForwardData`, m k matrices.
     """
     k = _count(n_outputs, "n_outputs")
     s = cnn_patch_sum(X, kernel_shape, stride=stride, padding=padding)
@@ -230,7 +221,7 @@ def cnn(X, kernel_shape, y=None, *, stride: int = 1, padding: int = 0, n_outputs
     return _ff(_labels(y, s.shape[0], k), a, b)
 
 
-def mha(X, y=None, *, d_k: int, d_v: int, n_outputs: int = 1) -> LowRankData:
+def mha(X, y=None, *, d_k: int, d_v: int, n_outputs: int = 1) -> FeedForwardData:
     """Multi-head attention, one neuron per head (Proposition 2, THEORY sec. 2).
 
     f_o = sum_i v_i[:, o]^T W^V_i X softmax(X^T W^K_i^T W^Q_i x / sqrt d_k). Only the (W^V, v)
@@ -239,7 +230,7 @@ def mha(X, y=None, *, d_k: int, d_v: int, n_outputs: int = 1) -> LowRankData:
     W^Q, W^K (d_k, D) enter at 4th order (their rows and columns of A are exactly zero).
 
     **Arguments:** `X` contexts (m, D, N); `d_k`, `d_v`; `y` (m,) or (m, k).
-    **Returns:** `LowRankData`, m k matrices, p = 2 d_k D + d_v D + d_v k, rank 2 d_v.
+    **Returns:** `FeedForwardData`, m k matrices, p = 2 d_k D + d_v D + d_v k, rank 2 d_v.
     """
     X = as_array(X, "X", ndim=3)
     m, D, _ = X.shape
@@ -251,14 +242,14 @@ def mha(X, y=None, *, d_k: int, d_v: int, n_outputs: int = 1) -> LowRankData:
     return _ff(_labels(y, m, k), a, b, front=2 * d_k * D)
 
 
-def qk_heads(x, X, c, y=None, *, d_k: int) -> LowRankData:
+def qk_heads(x, X, c, y=None, *, d_k: int) -> FeedForwardData:
     """Query-key-only heads, one neuron per head (Proposition 3, THEORY sec. 2).
 
     f_o = sum_i c_o^T X softmax(X^T W^K_i^T W^Q_i x / sqrt d_k), w_i = [vec W^Q_i; vec W^K_i]:
     A_o = 1/(2 sqrt d_k) [[0, (x u_o^T) kron I_dk], [(u_o x^T) kron I_dk, 0]], u_o = Sigma_X c_o.
 
     **Arguments:** `x` queries (m, D); `X` contexts (m, D, N); `c` readout (D,) or (D, k);
-    `y` (m,) or (m, k). **Returns:** `LowRankData`, m k matrices, p = 2 d_k D, rank 2 d_k.
+    `y` (m,) or (m, k). **Returns:** `FeedForwardData`, m k matrices, p = 2 d_k D, rank 2 d_k.
     The constant f_x(0) = d c_o^T x_avg (d heads) is `attention_f0(X, c) * d`.
     """
     x, X, c, k = _attention_inputs(x, X, c)
@@ -271,13 +262,13 @@ def qk_heads(x, X, c, y=None, *, d_k: int) -> LowRankData:
     return _ff(_labels(y, X.shape[0], k), a, b)
 
 
-def attention_logits(x, X, c, y=None, *, d_k: int) -> LowRankData:
+def attention_logits(x, X, c, y=None, *, d_k: int) -> FeedForwardData:
     """Single-head attention logits with the rows of W^Q, W^K as neurons (THEORY sec. 2).
 
     f_o = c_o^T X softmax(X^T W^K^T W^Q x / sqrt d_k), w_i = [q_i (D); k_i (D)] (row i of W^Q and
     of W^K; d = d_k neurons): A_o = 1/(2 sqrt d_k) [[0, x u_o^T], [u_o x^T, 0]], u_o = Sigma_X c_o.
 
-    **Arguments:** as `qk_heads`. **Returns:** `LowRankData`, m k matrices, p = 2 D, rank 2.
+    **Arguments:** as `qk_heads`. **Returns:** `FeedForwardData`, m k matrices, p = 2 D, rank 2.
     The constant f_x(0) = c_o^T x_avg is `attention_f0(X, c)`.
     """
     x, X, c, k = _attention_inputs(x, X, c)
@@ -296,7 +287,7 @@ def attention_f0(X, c):
 
 
 def moe(x, y=None, *, G=None, expert: Callable | None = None, theta_dim: int | None = None,
-        psi_prime0: float = 1.0) -> LowRankData:
+        psi_prime0: float = 1.0) -> FeedForwardData:
     """Mixture of experts with independent gating f = sum_i psi(r_i^T x) E(x; Theta_i),
     psi(0) = 0, E(x; 0) = 0 (Proposition 4, THEORY sec. 2).
 
@@ -342,7 +333,7 @@ def psd_sensing(S, y=None) -> DenseData:
     return DenseData(0.5 * (S + np.swapaxes(S, 1, 2)), _labels(y, S.shape[0]))
 
 
-def rect_sensing(S, y=None) -> LowRankData:
+def rect_sensing(S, y=None) -> FeedForwardData:
     """Rectangular sensing / factorization y_a = <S_a, U V^T>: A_a = 1/2 [[0, S_a], [S_a^T, 0]]
     on w_i = [u_i; v_i] (Table 3). `S` (m, k, q)."""
     S = as_array(S, "S", ndim=3)
@@ -365,14 +356,14 @@ def _index_pairs(i, j, n_i: int, n_j: int, names):
     return np.eye(n_i)[i][:, :, None], np.eye(n_j)[j][:, :, None]
 
 
-def matrix_completion(rows, cols, n_rows: int, n_cols: int, y=None) -> LowRankData:
+def matrix_completion(rows, cols, n_rows: int, n_cols: int, y=None) -> FeedForwardData:
     """Matrix completion R_ij = u_i^T v_j: A_ij = 1/2 [[0, e_i e_j^T], [e_j e_i^T, 0]] (Table 3);
     neuron l is [U[:, l] (n_rows); V[:, l] (n_cols)]. `rows`, `cols` (m,) observed entries."""
     a, b = _index_pairs(rows, cols, _count(n_rows, "n_rows"), _count(n_cols, "n_cols"), ("rows", "cols"))
     return _ff(_labels(y, a.shape[0]), a, b)
 
 
-def word_context(words, contexts, n_words: int, n_contexts: int, y=None) -> LowRankData:
+def word_context(words, contexts, n_words: int, n_contexts: int, y=None) -> FeedForwardData:
     """Word-context embedding score s_wc = u_w^T v_c: A_wc = 1/2 [[0, e_w e_c^T], [e_c e_w^T, 0]]
     (Table 3); the same structure as `matrix_completion`."""
     a, b = _index_pairs(words, contexts, _count(n_words, "n_words"), _count(n_contexts, "n_contexts"),
@@ -429,7 +420,7 @@ def tied_query_key(x, X, c, y=None, *, d_k: int) -> LowRankData:
     return LowRankData(U, s, _labels(y, x.shape[0]))
 
 
-def bilinear_sequence(xs, xt, y=None) -> LowRankData:
+def bilinear_sequence(xs, xt, y=None) -> FeedForwardData:
     """Bilinear sequence regression x_s^T U V^T x_t: A = 1/2 [[0, x_s x_t^T], [x_t x_s^T, 0]] on
     w_i = [u_i; v_i] (Table 3). `xs` (m, n), `xt` (m, q)."""
     xs = as_array(xs, "xs", ndim=2)
