@@ -55,13 +55,15 @@ def test_glv_linear_solver_choice():
     assert isinstance(glv_linear_solver(nqf.datasets.fig3_data()), lx.AutoLinearSolver)  # m = p
 
 
-def test_structured_stiff_glv_equals_dense_newton_and_explicit():
+@pytest.mark.parametrize("name, dense_solver", [("rodas5p", nqf.rosenbrock.Rodas5P()), ("kvaerno5", diffrax.Kvaerno5())])
+def test_structured_stiff_glv_equals_dense_newton_and_explicit(name, dense_solver):
     data = _commuting()
     z0 = np.full(data.p, 1e-4)
     z0[5] = 0.0  # a masked mode
     kw = dict(z0=z0, t1=40.0, ts=np.linspace(0.0, 40.0, 9), rtol=1e-10)
-    structured = nqf.solve_flow(data, stiff=True, **kw)
-    dense_newton = nqf.solve_flow(data, solver=diffrax.Kvaerno5(), **kw)  # lineax LU on p x p
+    structured = nqf.solve_flow(data, solver=name, **kw)
+    assert is_structured(nqf.solve._make_solver(name, True, data, "glv", z0 > 0))
+    dense_newton = nqf.solve_flow(data, solver=dense_solver, **kw)  # lineax LU on p x p
     explicit = nqf.solve_flow(data, solver="dopri8", rtol=1e-12, **{k: v for k, v in kw.items() if k != "rtol"})
     assert structured.stats["num_steps"] == dense_newton.stats["num_steps"]
     scale = np.abs(explicit.z).max()
@@ -210,3 +212,30 @@ def test_stiff_sweep_uses_structured_solve_and_matches_solve_flow(mode, kind):
         np.testing.assert_allclose(sw.z[i], one.z, rtol=2e-7)
         if mode == "vmap":
             assert sw.stats["num_steps"][i] == one.stats["num_steps"]
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.02])
+def test_reduced_glv_form_matches_explicit_flow(gamma):
+    """Commuting data with m < p/2: the stiff default (Rodas5P) integrates the GLV flow in m
+    coordinates G (integrated residuals), u = u0 + D_mask (Lambda^T G - 2 gamma t). Against the
+    p-dimensional flow integrated explicitly (Dopri8, tight): saved z, dense output, loss and
+    excess loss; masked modes stay at 0; weight decay makes the reduced field time-dependent."""
+    rng = np.random.default_rng(11)
+    m, p = 5, 40
+    Lam = rng.standard_normal((m, p)) * np.arange(1, p + 1.0) ** -0.5
+    data = CommutingData(Lam, Lam @ (1.0 / np.arange(1, p + 1.0)))
+    z0 = np.full(p, 1e-5)
+    z0[[3, 17]] = 0.0
+    ts = np.concatenate([[0.0], np.geomspace(0.1, 300.0, 12)])
+    kw = dict(z0=z0, t1=300.0, ts=ts, weight_decay=gamma)
+    red = nqf.solve_flow(data, stiff=True, rtol=1e-10, **kw)
+    ref = nqf.solve_flow(data, solver="dopri8", rtol=1e-12, max_steps=10**6, **kw)
+    assert nqf.solve._reduced_stiff(data, None, True)
+    live = z0 > 0
+    np.testing.assert_allclose(red.z[:, live], ref.z[:, live], rtol=1e-7)
+    assert np.all(red.z[:, ~live] == 0.0)
+    np.testing.assert_allclose(red.z_at([0.05, 42.0]), ref.z_at([0.05, 42.0]), rtol=1e-7, atol=0)
+    assert red.step_times[0] == 0.0 and red.step_times[-1] == 300.0
+    lossy = nqf.solve_flow(data, stiff=True, rtol=1e-10, save="loss", **kw)
+    np.testing.assert_allclose(lossy.loss, ref.loss, rtol=1e-7)
+    np.testing.assert_allclose(lossy.excess_loss, ref.excess_loss, rtol=1e-6)

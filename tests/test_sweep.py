@@ -29,6 +29,7 @@ import pytest
 
 import nqf
 from nqf import datasets
+from nqf.stiff import linear_solver_of
 
 RTOL = 1e-10
 T1 = 250.0
@@ -360,7 +361,7 @@ def test_stiff_woodbury_sweep_with_different_masks_per_member():
     ts = [0.0, 5.0, 50.0]
     for mode in ("joint", "vmap"):
         sw = nqf.solve_sweep(data, z0=z0, t1=50.0, ts=ts, stiff=True, rtol=1e-8, mode=mode, max_steps=4000)
-        assert sw.successful.all() and sw._problem[1].root_finder.linear_solver.Q.shape == (12, 3)
+        assert sw.successful.all() and linear_solver_of(sw._problem[1]).Q.shape == (12, 3)
         for i in range(3):
             one = nqf.solve_flow(data, z0=z0[i], t1=50.0, ts=ts, stiff=True, rtol=1e-8)
             np.testing.assert_allclose(sw.z[i], one.z, rtol=1e-6, atol=1e-12)

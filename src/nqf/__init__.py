@@ -59,6 +59,7 @@ from . import kernels  # numba GLV kernels for very large p (issue 7); JAX refer
 from .kernels import GLVTrajectory, glv_gd, glv_rhs
 from .sweep import SweepSolution, solve_sweep  # batched sweeps (vmap, sharding over devices)
 from .cache import enable_compilation_cache  # JAX's persistent compilation cache (first-call latency)
-from . import stiff  # structured Newton solves (diagonal, Woodbury) for the stiff GLV path
+from . import stiff  # structured linear solves (diagonal, Woodbury) for the stiff GLV path
+from . import exact, rosenbrock  # Theorem 6 as a solve path; the Rodas5P stiff solver
 
 __version__ = "0.1.0"

@@ -8,6 +8,9 @@ Time is gradient-flow time: t = eta * (number of GD steps). Four exact forms:
 - ``"glv"`` (commuting data only): u = log z, u_k' = -(8/m) sum_mu lambda_{mu,k} Delta_mu - 2 gamma
   (Eq. E13 in log space, which keeps relative accuracy while z ~ eps). Modes with z_k(0) = 0 stay
   at zero and are masked.
+  For `CommutingData` with m < p the stiff path integrates the same flow in m coordinates
+  (`rhs_glv_reduced`): the integrated residuals G_mu = -(8/m) int Delta_mu, from which
+  u = u0 + D_mask (Lambda^T G - 2 gamma t) exactly.
 - ``"M-mu"`` (the general model f = f0 + g^T mu + mu^T B mu + Tr[M A], `nqf.NQFModel`): state
   (M, mu), mu' = -(d v + H mu), M' = -(v mu^T + mu v^T + H M + M H) (Eq. E10, Theorem 2 in the
   flow limit), v = sum_x l'_x u(x), H = sum_x 2 l'_x A(x) + gamma I, l'_x = (2/m)(f_x - y_x).
@@ -45,6 +48,32 @@ def rhs_glv(t, u, args):
     delta = data.outputs_z(glv_z(u, mask)) - data.y
     du = -(8.0 / data.m) * data.pullback(delta) - 2.0 * gamma
     return jnp.where(mask, du, 0.0)
+
+
+def reduced_log_z(t, G, args):
+    """log z of the reduced GLV form: u(t) = u0 + D_mask (Lambda^T G - 2 gamma (t - t0)), shape
+    (p,) (0 on masked modes)."""
+    data, gamma, mask, u0, t0 = args
+    return jnp.where(mask, u0 + data.pullback(G) - 2.0 * gamma * (t - t0), 0.0)
+
+
+def rhs_glv_reduced(t, G, args):
+    """The GLV flow (Eq. E13) of commuting data with m < p in m coordinates. Its velocity
+    u' = -(8/m) D_mask Lambda^T Delta - 2 gamma lies in the range of D_mask Lambda^T (plus a
+    constant), so u(t) = u0 + D_mask (Lambda^T G(t) - 2 gamma t) exactly, with
+    G_mu(t) = -(8/m) int_0^t Delta_mu, the integrated residuals (m values, not p):
+    G' = -(8/m) (Lambda z - y), z = exp(u) on live modes. args = (data, gamma, mask, u0, t0)."""
+    data = args[0]
+    z = glv_z(reduced_log_z(t, G, args), args[2])
+    return -(8.0 / data.m) * (data.outputs_z(z) - data.y)
+
+
+def jac_glv_reduced(t, G, args):
+    """Jacobian of `rhs_glv_reduced`: -(8/m) Lambda diag(z) Lambda^T (D_mask z = z), shape
+    (m, m), one (m, p) x (p, m) product."""
+    data = args[0]
+    z = glv_z(reduced_log_z(t, G, args), args[2])
+    return -(8.0 / data.m) * (data.Lambda * z) @ data.Lambda.T
 
 
 def rhs_M_mu(t, state, args):

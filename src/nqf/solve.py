@@ -23,12 +23,13 @@ import numpy as np
 
 from ._checks import (as_array, check_positive, check_psd, check_symmetric, check_width, is_traced,
                       shape_str)
-from .data import AbstractCommutingData, AbstractData, FeedForwardData, LowRankData
-from .flow import RHS, check_form, glv_z
+from .data import AbstractCommutingData, AbstractData, CommutingData, FeedForwardData, LowRankData
+from .flow import RHS, check_form, glv_z, jac_glv_reduced, reduced_log_z, rhs_glv_reduced
 from .glv import excess_loss as _excess_loss
 from .glv import glv_equilibrium
 from .model import NQFModel
-from .stiff import glv_root_finder
+from .rosenbrock import Rodas5P
+from .stiff import glv_linear_solver, glv_root_finder, is_stiff
 
 __all__ = ["solve_flow", "FlowSolution", "MaxStepsReached", "SOLVERS"]
 
@@ -38,6 +39,7 @@ SOLVERS = {
     "dopri8": diffrax.Dopri8,
     "kvaerno3": diffrax.Kvaerno3,
     "kvaerno5": diffrax.Kvaerno5,
+    "rodas5p": Rodas5P,
 }
 
 
@@ -49,10 +51,10 @@ class MaxStepsReached(RuntimeError):
 
 
 def _make_solver(solver, stiff: bool, data=None, form=None, mask=None):
-    """A diffrax solver from a name (None: Tsit5, or Kvaerno5 if `stiff`). Implicit solvers named
-    here get the structured Newton solve of `nqf.stiff` for the GLV form."""
+    """A diffrax solver from a name (None: Tsit5, or Rodas5P if `stiff`). Stiff solvers named
+    here get the structured linear solve of `nqf.stiff` for the GLV form."""
     if solver is None:
-        solver = "kvaerno5" if stiff else "tsit5"
+        solver = "rodas5p" if stiff else "tsit5"
     if isinstance(solver, str):
         try:
             cls = SOLVERS[solver.lower()]
@@ -60,6 +62,8 @@ def _make_solver(solver, stiff: bool, data=None, form=None, mask=None):
             raise ValueError(
                 f"`solver` must be a diffrax solver or one of {sorted(SOLVERS)}; found {solver!r}."
             ) from None
+        if cls is Rodas5P and form == "glv":
+            return cls(linear_solver=glv_linear_solver(data, mask))
         if issubclass(cls, diffrax.AbstractImplicitSolver) and form == "glv":
             return cls(root_finder=glv_root_finder(data, mask))
         return _default_instance(cls)
@@ -167,6 +171,8 @@ class _FlowConfig(NamedTuple):
     excess: bool  # save="loss" also saves the excess loss (dyn["z_star"], dyn["grad"])
     pcoeff: float  # PID coefficients: static, so that zero terms compile away
     icoeff: float
+    reduced: bool = False  # GLV form in m coordinates (`nqf.flow.rhs_glv_reduced`; stiff, m < p / 2)
+    autonomous: bool = True  # False: the reduced form with weight decay depends on t
 
 
 def _initial_y0(form: str, init: str, data, x):
@@ -210,21 +216,28 @@ def _solve_core(cfg: _FlowConfig, dyn: dict):
         else:
             scale = functools.reduce(jnp.maximum, [jnp.max(jnp.abs(x)) for x in jax.tree.leaves(y0)])
             atol = rtol * jnp.where(scale > 0, scale, 1.0)
-    controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff)
     third = dyn["width"] if cfg.form == "M-mu" else mask
     args = (data, gamma, third)
     saver = None
     if cfg.save == "loss":
         saver = functools.partial(_saved_losses, form=cfg.form, z_star=dyn.get("z_star"), grad=dyn.get("grad"))
+    rhs, state0, solver = RHS[cfg.form], y0, eqx.combine(dyn["solver"], cfg.solver)
+    if cfg.reduced:  # the GLV flow in m coordinates (`nqf.flow.rhs_glv_reduced`)
+        rhs, state0, args = rhs_glv_reduced, jnp.zeros(plain.m), (plain, gamma, mask, y0, t0)
+        # |du| <= max_k |lambda_k| |dG|: the same absolute accuracy on u = log z
+        atol = atol / jnp.sqrt(jnp.max(plain.feature_norms()))
+        solver = Rodas5P(jacobian=jac_glv_reduced, autonomous=cfg.autonomous)
+        saver = _reduced_saver(saver)
+    controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff)
     saveat = diffrax.SaveAt(ts=dyn["ts"], dense=cfg.dense, fn=saver) if saver is not None else \
         diffrax.SaveAt(ts=dyn["ts"], dense=cfg.dense)
     sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(RHS[cfg.form]),
-        eqx.combine(dyn["solver"], cfg.solver),
+        diffrax.ODETerm(rhs),
+        solver,
         t0,
         t1,
         dyn["dt0"],
-        y0,
+        state0,
         args=args,
         saveat=saveat,
         stepsize_controller=controller,
@@ -236,8 +249,43 @@ def _solve_core(cfg: _FlowConfig, dyn: dict):
     finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(sol.ys)]))
     info = jnp.stack([sol.result._value, sol.stats["num_steps"], sol.stats["num_accepted_steps"],
                       sol.stats["num_rejected_steps"], finite]).astype(jnp.int64)
-    return {"ts": sol.ts, "ys": sol.ys, "y0": y0, "mask": mask, "info": info,
-            "dense": sol if cfg.dense else None}
+    dense = None
+    if cfg.dense:
+        dense = ReducedInterpolation(sol, args) if cfg.reduced else sol
+    return {"ts": sol.ts, "ys": sol.ys, "y0": y0, "mask": mask, "info": info, "dense": dense}
+
+
+def _reduced_saver(saver):
+    """SaveAt function of the reduced GLV form: the saved quantity of the GLV form (log z, or
+    the losses through `saver`) at the state u = `reduced_log_z`."""
+    def fn(t, G, args):
+        u = reduced_log_z(t, G, args)
+        return u if saver is None else saver(t, u, args[:3])
+
+    return fn
+
+
+class ReducedInterpolation(eqx.Module):
+    """Dense output of the reduced GLV form in the GLV form's coordinates: log z(t) (p,) from
+    the interpolated integrated residuals G(t) (m,)."""
+
+    sol: diffrax.Solution
+    args: tuple
+
+    @property
+    def t0(self):
+        return self.sol.t0
+
+    @property
+    def t1(self):
+        return self.sol.t1
+
+    @property
+    def interpolation(self):
+        return self.sol.interpolation
+
+    def evaluate(self, t):
+        return reduced_log_z(t, self.sol.evaluate(t), self.args)
 
 
 _solve_jit = jax.jit(_solve_core, static_argnums=0)
@@ -483,14 +531,21 @@ def _redo_dense(cfg: _FlowConfig, dyn: dict):
     return _solve_jit(cfg, dyn)["dense"]
 
 
+def _reduced_stiff(data: AbstractData, solver, stiff: bool) -> bool:
+    """True if the stiff GLV solve runs in m coordinates (`nqf.flow.rhs_glv_reduced`): Rodas5P
+    chosen by name (or `stiff=True`) on `CommutingData` with 2 m < p."""
+    rodas = (solver is None and stiff) or (isinstance(solver, str) and solver.lower() == "rodas5p")
+    return rodas and type(data) is CommutingData and 2 * data.m < data.p
+
+
 def _is_implicit_name(solver, stiff: bool) -> bool:
-    """True if `solver` (a name, None or an instance) resolves to an implicit solver."""
+    """True if `solver` (a name, None or an instance) resolves to a stiff solver."""
     if solver is None:
         return bool(stiff)
     if isinstance(solver, str):
         cls = SOLVERS.get(solver.lower())
-        return cls is not None and issubclass(cls, diffrax.AbstractImplicitSolver)
-    return isinstance(solver, diffrax.AbstractImplicitSolver)
+        return cls is not None and (cls is Rodas5P or issubclass(cls, diffrax.AbstractImplicitSolver))
+    return is_stiff(solver)
 
 
 def _check_mode_strengths(z0: np.ndarray) -> np.ndarray:
@@ -715,15 +770,17 @@ def solve_flow(
       or model) or ``"auto"`` (``"M-mu"`` for a model with g or B; otherwise GLV for commuting
       data, the factor form for low-rank data or a W0, else M).
     - `solver`: a diffrax solver or one of ``"tsit5"`` (default), ``"dopri5"``, ``"dopri8"``,
-      ``"kvaerno3"``, ``"kvaerno5"`` (default when `stiff=True`). Implicit solvers given by name
-      solve the GLV form's Newton systems with its structure (`nqf.stiff`: diagonal for
-      `DiagonalData`, identity + rank m (Woodbury) for `CommutingData` with m < p/2), never a
-      dense p x p Jacobian; a solver instance is used as given.
+      ``"rodas5p"`` (`nqf.rosenbrock.Rodas5P`, the default when `stiff=True`), ``"kvaerno3"``,
+      ``"kvaerno5"``. Stiff solvers given by name solve the GLV form's linear systems with its
+      structure (`nqf.stiff`: diagonal for `DiagonalData`, identity + rank m (Woodbury) for
+      `CommutingData` with m < p/2), never a dense p x p Jacobian; a solver instance is used as
+      given. Rodas5P needs one Jacobian and 8 right-hand sides per step where Kvaerno5's Newton
+      iterations take 60-100 (docs/performance.md).
     - `rtol`, `atol`: tolerances of the PID controller. The default `atol` is
       ``rtol * max|state(0)|`` (``rtol`` for the log-space GLV form; max over M and mu for
       ``"M-mu"``), so accuracy is relative to the initial scale while z ~ eps, for eps down to
       1e-12.
-    - `pcoeff`, `icoeff`: PID coefficients (default 0, 1 for explicit; 0.3, 0.4 for implicit).
+    - `pcoeff`, `icoeff`: PID coefficients (default 0, 1 for explicit; 0.3, 0.4 for stiff).
     - `max_steps`: solver step budget; `weight_decay`: gamma >= 0.
     - `dense`: diffrax's dense interpolant (needed by `evaluate`, `z_at`, `M_at` and ignition
       times). diffrax reserves it for all `max_steps` steps up front, which costs memory and time,
@@ -788,10 +845,11 @@ def solve_flow(
                             t0, t1, ts, weight_decay, save)
     if method != "ode":
         raise ValueError(f"`method` must be 'ode' or 'exact'; found {method!r}.")
+    reduced = form == "glv" and _reduced_stiff(data, solver, stiff)
     host_mask = None
-    if form == "glv" and _is_implicit_name(solver, stiff):  # the Newton solve's basis needs it
+    if form == "glv" and not reduced and _is_implicit_name(solver, stiff):  # the Newton solve's basis needs it
         host_mask = _host_mask(data, kind, x0)
-    solver = _make_solver(solver, stiff, data, form, host_mask)
+    solver = _default_instance(Rodas5P) if reduced else _make_solver(solver, stiff, data, form, host_mask)
     rtol = check_positive(rtol, "rtol")
     t0, t1, ts = _time_grid(t0, t1, ts)
     gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
@@ -799,7 +857,7 @@ def solve_flow(
         raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
     if atol is not None:
         atol = check_positive(atol, "atol")
-    implicit = isinstance(solver, diffrax.AbstractImplicitSolver)
+    implicit = is_stiff(solver)
     pcoeff = (0.3 if implicit else 0.0) if pcoeff is None else pcoeff
     icoeff = (0.4 if implicit else 1.0) if icoeff is None else icoeff
     f64 = np.float64
@@ -820,7 +878,7 @@ def solve_flow(
     elif save != "state":
         raise ValueError(f"`save` must be 'state' or 'loss'; found {save!r}.")
     cfg = _FlowConfig(form, kind, solver_static, int(max_steps), dense is True, save, bool(progress), excess,
-                      float(pcoeff), float(icoeff))
+                      float(pcoeff), float(icoeff), reduced, gamma == 0.0)
     out = _solve_jit(cfg, dyn)
     info = np.asarray(out["info"])  # one small transfer; y0 and mask stay on the device
     if info[0] == _MAX_STEPS_CODE:

@@ -194,8 +194,22 @@ def glv_root_finder(data: AbstractCommutingData, mask=None) -> diffrax.VeryChord
     )
 
 
+def is_stiff(solver: Any) -> bool:
+    """True if `solver` is a stiff (linearly or fully implicit) solver: a diffrax implicit
+    solver (Kvaerno) or `nqf.rosenbrock.Rodas5P`."""
+    from .rosenbrock import Rodas5P
+
+    return isinstance(solver, (diffrax.AbstractImplicitSolver, Rodas5P))
+
+
+def linear_solver_of(solver: Any):
+    """The linear solver a stiff solver uses (Rodas5P's own, or an implicit solver's Newton
+    root finder's); None for other solvers."""
+    ls = getattr(solver, "linear_solver", None)
+    return ls if ls is not None else getattr(getattr(solver, "root_finder", None), "linear_solver", None)
+
+
 def is_structured(solver: Any) -> bool:
-    """True if `solver` is an implicit diffrax solver whose root finder uses a structured solve."""
-    rf = getattr(solver, "root_finder", None)
-    return isinstance(getattr(rf, "linear_solver", None), (WoodburySolver, DiagonalSolver))
+    """True if `solver` is a stiff solver whose linear solves use a structured solver."""
+    return isinstance(linear_solver_of(solver), (WoodburySolver, DiagonalSolver))
 

@@ -77,7 +77,7 @@ from .flow import RHS, check_form
 from .model import NQFModel
 from .solve import (FlowSolution, MaxStepsReached, _initial_state, _integrate, _make_solver, _time_grid,
                     _check_mode_strengths)
-from .stiff import is_structured
+from .stiff import is_stiff, is_structured
 
 __all__ = ["solve_sweep", "SweepSolution"]
 
@@ -549,8 +549,8 @@ def solve_sweep(
       ``"factor"``, ``"glv"``; not ``"M-mu"``), `solver`, `stiff`, `rtol`, `atol`, `pcoeff`,
       `icoeff`, `dt0`, `max_steps`, `weight_decay`: as in `solve_flow`. The default `atol` is
       per member, as `solve_flow` would choose it: ``rtol * max|state_i(0)|`` (``rtol`` for
-      GLV); a given `atol` is a scalar or one value per member (B,). An implicit solver
-      (`stiff=True` or a Kvaerno name) gets `nqf.stiff`'s structured Newton solve in the GLV
+      GLV); a given `atol` is a scalar or one value per member (B,). A stiff solver
+      (`stiff=True`, "rodas5p" or a Kvaerno name) gets `nqf.stiff`'s structured linear solve in the GLV
       form, as in `solve_flow`, for `DiagonalData` and for one `CommutingData` shared by all
       members (Woodbury with one basis spanning D_mask Lambda^T for each distinct set of live
       modes among the members, also on the stacked joint state); a batch of different
@@ -649,7 +649,7 @@ def solve_sweep(
         for v in a.reshape(-1):
             check_positive(v, "atol")
         atol = np.broadcast_to(a, (B,)).astype(float)
-    implicit = isinstance(solver, diffrax.AbstractImplicitSolver)
+    implicit = is_stiff(solver)
     pcoeff = (0.3 if implicit else 0.0) if pcoeff is None else pcoeff
     icoeff = (0.4 if implicit else 1.0) if icoeff is None else icoeff
 
