@@ -119,16 +119,20 @@ def train_pair(module, xs, y, W0, *, optimizer: str, lr: float, steps: int, save
     return res
 
 
-def init_gap_order(module, d: int, xs, scale: float, sigma: float, seed: int = 3) -> dict:
+def init_gap_order(module, d: int, xs, scale: float, sigma: float, seed: int = 3, max_inputs: int = 256) -> dict:
     """Measured order of the module - NQF output gap at init (a check of the NQF features at
     leading order): G(s) = |F_module(W0) - F_NQF(W0)|_F at W0 = s N(0, 1) (numpy rng `seed`,
-    shape (p, d)) for s = sigma and sigma / 2; order = log2(G(sigma) / G(sigma / 2)).
+    shape (p, d)) for s = sigma and sigma / 2, on the first `max_inputs` inputs;
+    order = log2(G(sigma) / G(sigma / 2)).
 
     Theorem 1's remainder is O(|W|^3); for the modules of `nqf.modules` with tanh (odd) or softmax
     (logits quadratic in W, the NQF keeps their first order) it is O(|W|^4): order 4.
 
-    Returns ``{"gap_sigma", "gap_half_sigma"`` (both divided by `scale`, e.g. |y - f0|_F),
-    ``"order"}``."""
+    Returns ``{"gap_sigma", "gap_half_sigma"`` (both divided by `scale`, e.g. |y - f0|_F, and by
+    the square root of the fraction of inputs used), ``"order"}``."""
+    n = jax.tree_util.tree_leaves(xs)[0].shape[0]
+    xs = jax.tree_util.tree_map(lambda a: a[:max_inputs], xs)
+    scale = scale * np.sqrt(min(n, max_inputs) / n)
     feats = module.nqf_features(xs, d)
     xs_j = jax.tree_util.tree_map(jnp.asarray, xs)
     G = []
