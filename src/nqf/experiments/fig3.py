@@ -17,6 +17,11 @@ What is measured (all in gradient-flow time):
   z_k at the saved GD steps. GD is a first-order discretization: in the exponential phase its
   ln z_k lags by about lr r_k^2 t / 4, i.e. ~3% for mode 1 at its ignition (t ~ 11.5), hence the
   bound 0.05 of that check.
+
+Claims (Sec. 7, Fig. 3 caption), at the paper's settings: "the numerical trajectories match the
+predictions of Theorem 6" (GD vs Theorem 6, max relative deviation of z <= 0.05: 0.020) and
+"each sharp drop in the loss aligns with t*_k = (1/r_k) ln(r_k / (C_kk eps))" (GD's
+half-saturation times vs that formula, <= 0.05: 0.0020). Both reproduced.
 """
 
 from __future__ import annotations

@@ -32,10 +32,18 @@ Measured on a fixed probe set of 1000 inputs (300 with `quick`) drawn once from 
 - learning onset = the first step at which the module's probe loss is <= 0.9 x its initial value
   (for context: a separation after the onset means the NQF tracked the start of learning).
 
-Check, per model: the smallest init separates later than the largest,
-sep(eps = 1e-3) > sep(eps = 0.1), recorded as sep(0.1) - sep(1e-3) <= -1 with a run that never
-separates counted as separating at steps + 1. The paper reports agreement "for the first 100
-steps" at eps = 1e-3 for both models (``paper_separation_step``, for comparison; not a check).
+Checks, per model: at eps = 1e-3 the module - NQF deviation at step 0 is <= 1e-8 (the NQF is
+the module's expansion to O(|W|^4); measured 1.9e-11 MLP, 7.8e-11 QK); the smallest init
+separates later than the largest, sep(eps = 1e-3) > sep(eps = 0.1), recorded as
+sep(0.1) - sep(1e-3) <= -1 with a run that never separates counted as separating at steps + 1.
+
+Claim, per model (Appendix C: the trajectories "match for the first 100 steps and then they
+become different"; the NQF "tracks the attention model accurately for the first 100 steps"), at
+eps = 1e-3: separation step >= 100 and a sustained separation within the run. Full run: MLP
+separation at step 147, sustained from 381 (deviation 0.21 at the end); QK attention 148, from
+160 (0.80): both reproduced at the package's input scale. Sensitivity, MLP inputs N(0, I_20) (the
+literal "Gaussian"): separation at step 10 (the NQF, linear in x, runs at the edge of stability at
+lr 0.05): not reproduced.
 
 What the full run shows (seeds fixed; numbers in fig6.json): for the MLP the deviation is at
 rounding level on the plateau, jumps to ~0.08 during the escape (steps ~15-25 at eps = 1e-3; the

@@ -41,12 +41,24 @@ Measured (each NQF against the original, train and test losses at the saved step
   TRACK_REL = 10% of the original's current loss (the whole run if never);
 - ``diverged_at``: first saved step with a non-finite loss (None if none).
 
-Checks (small initialization, each architecture), bounds fixed before measuring:
+- ``drop_step``: the first step with train loss <= L(0)/2 (interpolated between saved steps);
+- the 2-layer NQF's learning phase: saved steps until its train loss is within PHASE_FRAC = 0.02
+  L(0) of its final loss (``phase_end_step``), and ``gap_max_phase`` over it;
+- ``init_output_rel_err`` = |f_nqf(0) - f(0)| / |f(0)| on the training set (step 0).
 
-- "2-layer tracks": gap_max of the 2-layer NQF <= TRACK_BOUND = 0.1 (train and test);
-- "1-layer does not, relatively": gap_max(2-layer) / gap_max(1-layer) <= GAP_RATIO_BOUND = 0.5
-  (train and test), and tracking_steps(1-layer) / tracking_steps(2-layer) <= 1/3 (reported as
-  non-finite, hence failed, when the 2-layer NQF already departs by the first saved step).
+Checks (package correctness): the 2-layer NQF's output at the original's init differs from the
+original's by O(variance) (Props. 1, 2): measured order in the variance 0.9995 (MLP), 1.0000
+(attention) between variances 1e-4 and 1e-6 (bound |order - 1| <= 0.1).
+
+Claims (Appendix C: "under small initialization, the training dynamics of both models are well
+approximated by 2-layer NQFs but not 1-layer NQFs"), criteria fixed in issue 15 before measuring,
+at the literal variances (small init): the paper's claim is comparative, so
+
+- gap ratio: gap_max(2-layer) / gap_max(1-layer) <= GAP_RATIO_BOUND = 0.5, train and test;
+- drop time: the 2-layer NQF's drop step within DROP_BOUND = 10% of the network's, the 1-layer's
+  not (or never);
+- absolute: gap_max_phase of the 2-layer NQF <= TRACK_BOUND = 0.1, train and test, with the
+  whole-run gap, the final losses and (attention) the 2-layer NQF's ceiling beside it.
 
 Construction verified against the paper (Props. 1, 2, Theorem 14): the layers pair as above,
 the nonlinearity between the MLP's NQF layers is the tanh after W2 (the attention has none at
@@ -56,21 +68,26 @@ NQF's outputs match to O(variance), and one GD step of the original at lr change
 M = W W^T as one `closed_deep_sgd` step at the same lr does, relative error 1.2e-3 / 1.2e-5 (MLP),
 6.5e-4 / 6.5e-6 (attention); with lr doubled on the NQF side it is 1.0). No bug was found.
 
-Measured (full run; identical before and after the last review, 2000 steps, 12-36 s wall on a
-loaded 2-core machine; ``--quick``: 500 steps, 20-25 s, mostly compilation). gap_max train / test,
-1-layer NQF in brackets; ``init_output_rel_err`` = |f_nqf(0) - f(0)| / |f(0)| on the training set:
+Measured (full run, 2000 steps, ~16 s with the sensitivity row; ``--quick``: 500 steps). gap_max
+train / test, 1-layer NQF in brackets:
 
-- MLP small (0.05):        2-layer 0.131 / 0.125 (1-layer 0.190 / 0.261); final train loss
-  original 0.0086, 2-layer 0.0177, 1-layer 0.206; init_output_rel_err 0.28 (1-layer 0.11);
-  tracking_steps 0 (1-layer 10).
-- attention small (0.1):   2-layer 0.136 / 0.193 (1-layer 0.718 / 0.632); final train loss
-  0.0060, 0.155 (the best fit linear in the token mean), 0.182; init_output_rel_err 0.32 (0.08);
-  tracking_steps 20 (20).
-- MLP large (0.5):         2-layer 4.23 / 5.20 (1-layer 3.92 / 4.35); attention large (1):
-  0.94 / 0.95 (0.91 / 0.92): both NQFs depart, as the paper says.
-- Checks: 3 of 10 pass (attention: both gap ratios 0.19 / 0.31; MLP: test gap ratio 0.48);
-  fail: both 2-layer tracking bounds in both models, the MLP train gap ratio 0.69, and both
-  tracking-steps ratios.
+- MLP small (0.05): 2-layer 0.131 / 0.125 (1-layer 0.190 / 0.261): ratios 0.69 (not reproduced)
+  / 0.48; drop steps network 11.6, 2-layer 8.3 (-29%), 1-layer 14.8 (+27%): not reproduced; the
+  2-layer gap over its learning phase (to step 830) is the whole-run gap, 0.131 / 0.125 at step
+  10 (not reproduced); step-0 output error 0.284 (1-layer 0.109); final train loss original
+  0.0086, 2-layer 0.0177, 1-layer 0.206.
+- attention small (0.1): 2-layer 0.136 / 0.193 (1-layer 0.718 / 0.632): ratios 0.19 / 0.31
+  (reproduced); drop steps 48.1, 43.1 (-10.5%), 472.5: not reproduced (the 2-layer NQF misses 10%
+  by 0.5%); gap over its learning phase (to step 80) 0.127 / 0.137 (not reproduced); the
+  whole-run gap 0.136 is at step 2000, where the 2-layer NQF, linear in the mean token, sits at
+  its ceiling (least squares on the mean token: L/L(0) = 0.142) while the network goes on to
+  L/L(0) = 0.0055; step-0 output error 0.323 (1-layer 0.080).
+- MLP large (0.5): 2-layer 4.23 / 5.20 (1-layer 3.92 / 4.35); attention large (1): 0.94 / 0.95
+  (0.91 / 0.92): both NQFs depart, as the paper shows (no claim).
+- Sensitivity, the "std" reading (variance = scale^2: 0.0025, 0.01): gap ratios 0.34 / 0.35
+  (MLP), 0.36 / 0.36 (attention); drop steps 275 vs 267 (2-layer, -3.0%) vs 1623 (1-layer),
+  attention 423 vs 410 (-3.1%) vs never: both reproduced; the absolute gaps are larger, 0.28 /
+  0.28 and 0.31 / 0.30 (not reproduced; step-0 output error 0.020 / 0.032).
 
 Why the 2-layer NQF misses the 0.1 bound at the paper's small init (diagnostics, not used to
 choose any setting). Both small inits have variance x fan_in = 0.8 (0.05 x 16, 0.1 x 8): a
@@ -86,8 +103,9 @@ gaps stay (0.195 MLP, 0.118 attention); a teacher drawn at the student's small-i
 / 16): with unit-scale targets the student's weights must grow to O(1), leaving the expansion's
 regime, and the whole-run 2-layer gap grows (MLP 0.16, 0.27; attention 0.29, 0.31) while the
 1-layer's grows faster (MLP 0.68, 0.80; attention 0.81, 0.94), so the 2-layer / 1-layer ratio
-improves (MLP 0.24, 0.33). The checks therefore test the paper's "well approximated" literally
-at the stated variances, where the leading order is only good to ~10-30%; the bounds stay.
+improves (MLP 0.24, 0.33). The absolute claim therefore tests the paper's "well approximated"
+literally at the stated variances, where the leading order is only good to ~10-30%; the bounds
+stay, and the comparative claims (ratio, drop time) carry the paper's point.
 """
 
 from __future__ import annotations
