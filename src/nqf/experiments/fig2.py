@@ -53,7 +53,7 @@ Claims (Sec. 7, Fig. 2): "tracks" at sigma = 0.01: sv_gap <= 0.05; "departs" at 
 sv_gap >= 0.10, "not expected at this setting" where the init / learned ratio is < 1 (QK
 attention: 0.75 at sigma = 0.2, whatever the token scale: its logits are set by the teacher).
 
-Outcome of the full run (n = 600, 600 steps; ~125 s with the sensitivity rows on 2 shared CPU
+Outcome of the full run (n = 600, 600 steps; 2-2.5 min with the sensitivity rows on 2 shared CPU
 cores), sv_gap for GD / momentum / Adam, and the init / learned ratio of the neglected term:
 
     module         sigma = 0.01             sigma = 0.2                      ratio at 0.2
