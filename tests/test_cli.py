@@ -74,6 +74,42 @@ def test_reproduce_exit_code_follows_checks(monkeypatch, capsys, tmp_path, passe
     assert ("FAIL" in out) == (not passed)
 
 
+def _fake_claims_experiment(verdicts, check_passed=True):
+    from nqf.experiments._common import claim
+
+    def run(out_dir, quick=False):
+        claims = [claim(f"fake claim {i}", "the paper says so", "Sec. 0", metric="m", value=float(i),
+                        criterion="<= 1", holds=v != "not reproduced", expected=v != "not expected at this setting",
+                        setting="paper", why="w") for i, v in enumerate(verdicts)]
+        return {"checks": [{"name": "fake check", "value": 0.0, "bound": 1.0 if check_passed else -1.0,
+                            "passed": check_passed}],
+                "claims": claims, "sensitivity": {"skipped": True, "reason": "quick mode", "rows": []},
+                "png": "x.png", "json": "x.json"}
+    return run
+
+
+@pytest.mark.parametrize("verdicts, check_passed, strict, code", [
+    (["reproduced", "reproduced"], True, False, 0),
+    (["reproduced", "reproduced"], True, True, 0),
+    (["reproduced", "not reproduced"], True, False, 0),
+    (["reproduced", "not reproduced"], True, True, 1),
+    (["not expected at this setting"], True, True, 0),
+    (["reproduced"], False, False, 1),
+    (["reproduced"], False, True, 1),
+])
+def test_reproduce_strict_claims_exit_code(monkeypatch, capsys, tmp_path, verdicts, check_passed, strict, code):
+    """Only the checks set the exit status; --strict-claims also fails on a claim that is "not
+    reproduced" (never on "not expected at this setting"). The claims table follows the checks."""
+    monkeypatch.setitem(nqf.experiments.EXPERIMENTS, "fake", _fake_claims_experiment(verdicts, check_passed))
+    argv = ["reproduce", "fake", "--out", str(tmp_path)] + (["--strict-claims"] if strict else [])
+    assert main(argv) == code
+    out = capsys.readouterr().out
+    assert out.index("fake check") < out.index("fake claim 0") < out.index(f"{len(verdicts)} claims:")
+    for v in set(verdicts):
+        assert v in out
+    assert ("--strict-claims:" in out) == (strict and check_passed and "not reproduced" in verdicts)
+
+
 @pytest.mark.parametrize("passed, code", [(True, 0), (False, 1)])
 def test_validate_table_json_and_exit_code(monkeypatch, capsys, tmp_path, passed, code):
     records = [

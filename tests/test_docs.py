@@ -98,6 +98,8 @@ def test_page_code_runs(page, tmp_path):
     code = _python_blocks(ROOT / page)
     assert code.strip()
     env = dict(os.environ, MPLBACKEND="Agg", NQF_PROGRESS="0")
+    if env.get("PYTHONPATH"):  # the subprocesses run in tmp_path: keep relative entries (PYTHONPATH=src) valid
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
     if "nqf-out/fig3.json" in code:  # the page's previous step: `nqf reproduce fig3` (quick here)
         proc = subprocess.run([sys.executable, "-m", "nqf", "reproduce", "fig3", "--quick", "--out", "nqf-out"],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

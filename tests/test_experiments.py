@@ -73,3 +73,64 @@ def test_finite_eps_slope_formula():
         dlt = (log_tstar(k * np.exp(h), b) - log_tstar(k * np.exp(-h), b)) / (2 * h)
         s = fig3_powerlaw.slope_eps(k, zeta, C, k**-b, eps, a1, a2, b=b)
         np.testing.assert_allclose(s, -(a1 - 1) / dlt, rtol=1e-7)
+
+
+# -- the JSON schema of every reproduction (issue 15): checks, claims, chosen settings, sensitivity --------
+
+CLAIM_KEYS = {"name", "claim", "section", "metric", "value", "criterion", "criterion_kind", "verdict", "setting", "why"}
+REVISED = {"fig2", "digits", "fig5", "fig8"}  # figures whose metrics issue 15 fixed before measuring
+
+
+def assert_claim_records(claims):
+    from nqf.experiments._common import REVISED as REVISED_KIND, SETTINGS, VERDICTS
+
+    assert claims and len({c["name"] for c in claims}) == len(claims)
+    for c in claims:
+        assert set(c) == CLAIM_KEYS, c["name"]
+        assert c["verdict"] in VERDICTS and c["setting"] in SETTINGS
+        assert c["criterion_kind"] in (REVISED_KIND, "stated criterion")
+        assert all(isinstance(c[k], str) and c[k] for k in ("name", "claim", "section", "metric", "criterion", "why"))
+
+
+@pytest.mark.parametrize("name", sorted(nqf.experiments.EXPERIMENTS))
+def test_reproduction_json_schema(name, tmp_path_factory):
+    """Every figure's quick JSON: package checks that all pass (exit 0), the paper's claims with a
+    verdict each, the settings the package chose, and the sensitivity block (skipped in quick mode,
+    saying so). Reuses the session's quick runs (fig2's is the only one no other test needs)."""
+    if name == "digits":
+        pytest.importorskip("sklearn")
+    rc, out, stdout, res = quick_run(name, tmp_path_factory)
+    assert res is not None, stdout
+    assert rc == 0, stdout
+    assert res["checks"]
+    for c in res["checks"]:
+        assert set(c) == {"name", "value", "bound", "passed"}
+        assert c["passed"] is True and c["value"] <= c["bound"], c["name"]
+    assert_claim_records(res["claims"])
+    if name in REVISED:
+        assert any(c["criterion_kind"] == "revised criterion" for c in res["claims"])
+    assert isinstance(res["chosen_settings"], dict) and res["chosen_settings"]
+    for key, entry in res["chosen_settings"].items():
+        assert set(entry) == {"value", "paper", "why"}, key
+    sens = res["sensitivity"]
+    assert set(sens) == {"skipped", "reason", "rows"}
+    assert sens["skipped"] is True and sens["rows"] == [] and "quick" in sens["reason"]
+    # the CLI prints the claims table after the checks
+    assert stdout.index("checks passed") < stdout.index(f"{len(res['claims'])} claims: ")
+
+
+def test_claim_and_sensitivity_helpers():
+    from nqf.experiments._common import claim, sensitivity
+
+    kw = dict(metric="m", criterion="<= 1", setting="paper", why="w")
+    assert claim("a", "t", "Sec. 1", value=0.5, holds=True, **kw)["verdict"] == "reproduced"
+    assert claim("a", "t", "Sec. 1", value=2.0, holds=False, **kw)["verdict"] == "not reproduced"
+    rec = claim("a", "t", "Sec. 1", value=2.0, holds=False, expected=False, revised=True, **kw)
+    assert rec["verdict"] == "not expected at this setting" and rec["criterion_kind"] == "revised criterion"
+    assert set(rec) == CLAIM_KEYS
+    with pytest.raises(ValueError, match="setting"):
+        claim("a", "t", "Sec. 1", value=0.0, holds=True, **dict(kw, setting="chosen"))
+    row = {"setting": "literal", "claims": [rec]}
+    full = sensitivity([row], quick=False)
+    assert full == {"skipped": False, "reason": None, "rows": [row]}
+    assert sensitivity([], quick=False, reason="r") == {"skipped": False, "reason": "r", "rows": []}

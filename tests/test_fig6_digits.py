@@ -196,8 +196,10 @@ def test_fig6_quick(tmp_path_factory):
                 assert sep is not None and sep <= sus and np.all(dev[step >= sus] > fig6.THRESHOLD)
                 assert sus == 0 or dev[step == sus - 1][0] <= fig6.THRESHOLD
             seps[eps] = steps + 1 if sep is None else sep
-        check = next(c for c in res["checks"] if c["name"].startswith(f"fig6 {name}:"))
+        check = next(c for c in res["checks"] if c["name"].startswith(f"fig6 {name}: separation step"))
         assert check["value"] == seps[fig6.EPS[-1]] - seps[fig6.EPS[0]] and check["bound"] == -1
+        claim = next(c for c in res["claims"] if c["name"].startswith(f"fig6 {name} eps=1e-3"))
+        assert claim["value"]["separation_step"] == res["results"][f"{name} | eps=0.001"]["separation_step"]
     # at eps = 1e-3 the deviation starts at rounding level (the NQF is the module's expansion)
     assert res["results"]["MLP | eps=0.001"]["curve"]["deviation"][0] < 1e-8
 
@@ -209,7 +211,8 @@ def test_digits_quick(tmp_path_factory):
     assert (out / "digits.png").stat().st_size > 10_000
     _check_records(res)
     assert rc == (0 if all(c["passed"] for c in res["checks"]) else 1)
-    assert len(res["checks"]) == len(digits.MODEL_NAMES)
+    assert rc == 0 and len(res["checks"]) == 2 * len(digits.MODEL_NAMES)
+    assert [c["name"].split(":")[0] for c in res["claims"]] == [f"digits {m} | eps=0.01" for m in digits.MODEL_NAMES]
     assert res["settings"]["n_train"] == 1200 and res["settings"]["n_test"] == 597
     for key, r in res["results"].items():
         cur = {k: np.array(v) for k, v in r["curve"].items()}
@@ -221,9 +224,18 @@ def test_digits_quick(tmp_path_factory):
             # accuracies are counts over the 597 test images
             np.testing.assert_allclose(cur[a] * 597, np.round(cur[a] * 597), atol=1e-9)
         assert r["final_test_accuracy_module"] == cur["test_accuracy_module"][-1]
+        # the NQF's learning phase ends at its least-squares floor (+ 2% of L(0)); its loss never goes below
+        end, L_ls = r["nqf_phase_end_step"], r["least_squares_loss"]
+        assert np.all(cur["train_loss_nqf"] >= L_ls * (1 - 1e-9))
+        if end is not None:
+            first = cur["step"][np.argmax(cur["train_loss_nqf"] <= L_ls + 0.02 * cur["train_loss_nqf"][0])]
+            assert end == first
+        upto = cur["step"] <= (cur["step"][-1] if end is None else end)
+        assert r["max_train_loss_gap_nqf_phase"] == pytest.approx(gap[upto].max(), rel=1e-12)
         if r["eps"] == digits.EPS[0]:
-            check = next(c for c in res["checks"] if c["name"].startswith(f"digits {key}:"))
-            assert check["value"] == r["max_train_loss_gap"] and check["bound"] == digits.GAP_BOUND
+            claim = next(c for c in res["claims"] if c["name"].startswith(f"digits {key}:"))
+            assert claim["value"] == r["max_train_loss_gap_nqf_phase"] and claim["criterion"] == "<= 0.05"
+    assert res["gd_mlp"]["optimizer"] == "gd" and res["gd_mlp"]["lr"] == digits.GD_LR
     # small init: both start at the same loss (the NQF error at W0 is O(eps^3) for tanh)
     r = res["results"]["MLP | eps=0.01"]
     assert abs(r["curve"]["train_loss_module"][0] - r["curve"]["train_loss_nqf"][0]) < 1e-4

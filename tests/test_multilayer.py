@@ -197,8 +197,8 @@ def test_fig8_quick(tmp_path_factory):
     rc, out, stdout, res = quick_run("fig8", tmp_path_factory)
     assert res == json.loads((out / "fig8.json").read_text())
     assert (out / "fig8.png").stat().st_size > 10_000
-    assert rc == (0 if all(c["passed"] for c in res["checks"]) else 1)
-    names = [c["name"] for c in res["checks"]]
+    assert rc == 0 and len(res["checks"]) == 2 and all(c["passed"] for c in res["checks"])
+    names = [c["name"] for c in res["claims"]]
     assert len(names) == 10 and len(set(names)) == 10
     assert set(res["gaps"]) == {"mlp small", "mlp large", "attention small", "attention large"}
     for key, case in res["cases"].items():

@@ -25,6 +25,12 @@ def test_validate_one_eps():
     ntk = [r for r in results if r["name"] == "ntk: E25 vs autodiff"]
     assert len(ntk) == 1 and ntk[0]["bound"] == 1e-12
     assert sum(r["name"] == "flow E10 vs W-space" for r in results) == 1
+    thm2 = [r for r in results if r["name"].startswith("theorem2 closed map vs W-space")]
+    for case in ("full batch, plain model", "full batch, general model (g, B, f0)", "E5-E6 literal",
+                 "minibatches (shared indices", "weight decay", "heavy-ball", "E7 literal", "Nesterov"):
+        assert any(case in r["name"] for r in thm2), case
+    assert len({r["name"] for r in thm2}) == len(thm2) == 8
+    assert all(r["bound"] == 1e-10 and r["value"] <= 1e-10 for r in thm2)
     flow = [r for r in results if r["name"].startswith(("theorem6", "theorem7", "theorem16", "proposition7"))
             and "refuse" not in r["name"]]
     assert flow and all(r["bound"] == 1e-8 and r["value"] <= 1e-8 for r in flow)
@@ -49,3 +55,17 @@ def test_validate_registry_extensible(monkeypatch):
     with pytest.raises(ValueError):
         V.validate(())
     assert nqf.validate is V
+
+
+def test_theorem2_check_detects_a_wrong_map():
+    """The Theorem 2 measure is not vacuous: Nesterov's closed map against heavy-ball W-space
+    training (one momentum term placed differently) is far above the 1e-10 bound."""
+    from nqf import _theorem2_checks as T2
+    from nqf.maps import closed_map
+    from nqf.wspace import train_w
+
+    _, model, W0 = T2._models()
+    kw = dict(lr=0.02, steps=50)
+    closed = closed_map(model, W0=W0, optimizer="nesterov", **kw)
+    ref = train_w(model, W0, optimizer="momentum", **kw)
+    assert T2._rel(closed.M, ref.M) > 1e-4

@@ -10,7 +10,11 @@
   (bound: the oracle's `tol`); the check passes if the oracle refused with `AssumptionError`;
 - compare the NTK of Proposition 8 (`nqf.ntk`, Eq. E25) with J J^T of the weight-space model by
   autodiff (bound `NTK_BOUND` = 1e-12), and the (M, mu) flow of the general model (Eq. E10) with
-  the weight-space gradient flow W' = -grad_W L integrated by scipy (bound `FLOW_BOUND`).
+  the weight-space gradient flow W' = -grad_W L integrated by scipy (bound `FLOW_BOUND`);
+- compare the closed discrete maps of Theorem 2 / Corollary 2 (`nqf.closed_map`) with weight-space
+  training (`nqf.train_w`): full batch, minibatches with shared indices, weight decay, heavy-ball
+  and Nesterov momentum, plain and general (g, B, f0) models (bound 1e-10,
+  `nqf._theorem2_checks`).
 
 Extending: append a function ``check(eps_values: tuple[float, ...]) -> list[dict]`` to `CHECKS`
 (or decorate it with `register`); build records with `record`. A check that raises is reported as
@@ -393,6 +397,14 @@ def check_dictionary_vs_autodiff(eps_values):
                 err = float("inf")
         out.append(record(f"dictionary vs autodiff: {name}", err, DICTIONARY_BOUND))
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# Theorem 2 / Corollary 2: the closed discrete maps vs weight space (`nqf.maps`, `nqf.wspace`)
+# --------------------------------------------------------------------------------------------
+from ._theorem2_checks import check_theorem2  # noqa: E402
+
+register(check_theorem2)
 
 
 # --------------------------------------------------------------------------------------------

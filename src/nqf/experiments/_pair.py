@@ -119,6 +119,42 @@ def train_pair(module, xs, y, W0, *, optimizer: str, lr: float, steps: int, save
     return res
 
 
+def init_gap_order(module, d: int, xs, scale: float, sigma: float, seed: int = 3, max_inputs: int = 256) -> dict:
+    """Measured order of the module - NQF output gap at init (a check of the NQF features at
+    leading order): G(s) = |F_module(W0) - F_NQF(W0)|_F at W0 = s N(0, 1) (numpy rng `seed`,
+    shape (p, d)) for s = sigma and sigma / 2, on the first `max_inputs` inputs;
+    order = log2(G(sigma) / G(sigma / 2)).
+
+    Theorem 1's remainder is O(|W|^3); for the modules of `nqf.modules` with tanh (odd) or softmax
+    (logits quadratic in W, the NQF keeps their first order) it is O(|W|^4): order 4.
+
+    Returns ``{"gap_sigma", "gap_half_sigma"`` (both divided by `scale`, e.g. |y - f0|_F, and by
+    the square root of the fraction of inputs used), ``"order"}``."""
+    n = jax.tree_util.tree_leaves(xs)[0].shape[0]
+    xs = jax.tree_util.tree_map(lambda a: a[:max_inputs], xs)
+    scale = scale * np.sqrt(min(n, max_inputs) / n)
+    feats = module.nqf_features(xs, d)
+    xs_j = jax.tree_util.tree_map(jnp.asarray, xs)
+    G = []
+    for s in (sigma, sigma / 2):
+        W0 = jnp.asarray(s * np.random.default_rng(seed).standard_normal((module.p, d)))
+        G.append(float(np.linalg.norm(np.asarray(module.apply(W0, xs_j)) - np.asarray(module.nqf_apply(W0, feats)))))
+    return {"gap_sigma": G[0] / scale, "gap_half_sigma": G[1] / scale, "order": float(np.log2(G[0] / G[1]))}
+
+
+def least_squares_loss(module, d: int, xs, y) -> float:
+    """The least-squares optimum L_LS = min_E mean (f0 + a^T E b - y)^2 of the NQF's linear feature
+    model (its feed-forward form, `nqf.modules`), over every E (n_a, n_b): a lower bound of the NQF's
+    loss at every step, reached when E's rank (<= d and the neuron layout) does not bind (the
+    digits models: MLP and CNN one output, attention E = D x D from 10 heads of d_k = D)."""
+    feats = module.nqf_features(xs, d)
+    a, b = np.asarray(feats.a), np.asarray(feats.b)  # (m, n_a), (m, n_b, k)
+    r = np.asarray(y, float) - (0.0 if feats.f0 is None else np.asarray(feats.f0))  # (m, k)
+    Phi = np.einsum("ma,mbk->mkab", a, b).reshape(a.shape[0] * r.shape[1], -1)
+    coef = np.linalg.lstsq(Phi, r.reshape(-1), rcond=None)[0]
+    return float(np.mean((Phi @ coef - r.reshape(-1)) ** 2))
+
+
 def _stack_features(module, xs_list, d):
     """NQF features of a list of equally shaped input batches, stacked to leading axes
     (n_batches, batch, ...): computed once on the host for the concatenated inputs."""

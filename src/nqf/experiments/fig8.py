@@ -41,12 +41,24 @@ Measured (each NQF against the original, train and test losses at the saved step
   TRACK_REL = 10% of the original's current loss (the whole run if never);
 - ``diverged_at``: first saved step with a non-finite loss (None if none).
 
-Checks (small initialization, each architecture), bounds fixed before measuring:
+- ``drop_step``: the first step with train loss <= L(0)/2 (interpolated between saved steps);
+- the 2-layer NQF's learning phase: saved steps until its train loss is within PHASE_FRAC = 0.02
+  L(0) of its final loss (``phase_end_step``), and ``gap_max_phase`` over it;
+- ``init_output_rel_err`` = |f_nqf(0) - f(0)| / |f(0)| on the training set (step 0).
 
-- "2-layer tracks": gap_max of the 2-layer NQF <= TRACK_BOUND = 0.1 (train and test);
-- "1-layer does not, relatively": gap_max(2-layer) / gap_max(1-layer) <= GAP_RATIO_BOUND = 0.5
-  (train and test), and tracking_steps(1-layer) / tracking_steps(2-layer) <= 1/3 (reported as
-  non-finite, hence failed, when the 2-layer NQF already departs by the first saved step).
+Checks (package correctness): the 2-layer NQF's output at the original's init differs from the
+original's by O(variance) (Props. 1, 2): measured order in the variance 0.9995 (MLP), 1.0000
+(attention) between variances 1e-4 and 1e-6 (bound |order - 1| <= 0.1).
+
+Claims (Appendix C: "under small initialization, the training dynamics of both models are well
+approximated by 2-layer NQFs but not 1-layer NQFs"), criteria fixed in issue 15 before measuring,
+at the literal variances (small init): the paper's claim is comparative, so
+
+- gap ratio: gap_max(2-layer) / gap_max(1-layer) <= GAP_RATIO_BOUND = 0.5, train and test;
+- drop time: the 2-layer NQF's drop step within DROP_BOUND = 10% of the network's, the 1-layer's
+  not (or never);
+- absolute: gap_max_phase of the 2-layer NQF <= TRACK_BOUND = 0.1, train and test, with the
+  whole-run gap, the final losses and (attention) the 2-layer NQF's ceiling beside it.
 
 Construction verified against the paper (Props. 1, 2, Theorem 14): the layers pair as above,
 the nonlinearity between the MLP's NQF layers is the tanh after W2 (the attention has none at
@@ -56,21 +68,26 @@ NQF's outputs match to O(variance), and one GD step of the original at lr change
 M = W W^T as one `closed_deep_sgd` step at the same lr does, relative error 1.2e-3 / 1.2e-5 (MLP),
 6.5e-4 / 6.5e-6 (attention); with lr doubled on the NQF side it is 1.0). No bug was found.
 
-Measured (full run; identical before and after the last review, 2000 steps, 12-36 s wall on a
-loaded 2-core machine; ``--quick``: 500 steps, 20-25 s, mostly compilation). gap_max train / test,
-1-layer NQF in brackets; ``init_output_rel_err`` = |f_nqf(0) - f(0)| / |f(0)| on the training set:
+Measured (full run, 2000 steps, ~16 s with the sensitivity row; ``--quick``: 500 steps). gap_max
+train / test, 1-layer NQF in brackets:
 
-- MLP small (0.05):        2-layer 0.131 / 0.125 (1-layer 0.190 / 0.261); final train loss
-  original 0.0086, 2-layer 0.0177, 1-layer 0.206; init_output_rel_err 0.28 (1-layer 0.11);
-  tracking_steps 0 (1-layer 10).
-- attention small (0.1):   2-layer 0.136 / 0.193 (1-layer 0.718 / 0.632); final train loss
-  0.0060, 0.155 (the best fit linear in the token mean), 0.182; init_output_rel_err 0.32 (0.08);
-  tracking_steps 20 (20).
-- MLP large (0.5):         2-layer 4.23 / 5.20 (1-layer 3.92 / 4.35); attention large (1):
-  0.94 / 0.95 (0.91 / 0.92): both NQFs depart, as the paper says.
-- Checks: 3 of 10 pass (attention: both gap ratios 0.19 / 0.31; MLP: test gap ratio 0.48);
-  fail: both 2-layer tracking bounds in both models, the MLP train gap ratio 0.69, and both
-  tracking-steps ratios.
+- MLP small (0.05): 2-layer 0.131 / 0.125 (1-layer 0.190 / 0.261): ratios 0.69 (not reproduced)
+  / 0.48; drop steps network 11.6, 2-layer 8.3 (-29%), 1-layer 14.8 (+27%): not reproduced; the
+  2-layer gap over its learning phase (to step 830) is the whole-run gap, 0.131 / 0.125 at step
+  10 (not reproduced); step-0 output error 0.284 (1-layer 0.109); final train loss original
+  0.0086, 2-layer 0.0177, 1-layer 0.206.
+- attention small (0.1): 2-layer 0.136 / 0.193 (1-layer 0.718 / 0.632): ratios 0.19 / 0.31
+  (reproduced); drop steps 48.1, 43.1 (-10.5%), 472.5: not reproduced (the 2-layer NQF misses 10%
+  by 0.5%); gap over its learning phase (to step 80) 0.127 / 0.137 (not reproduced); the
+  whole-run gap 0.136 is at step 2000, where the 2-layer NQF, linear in the mean token, sits at
+  its ceiling (least squares on the mean token: L/L(0) = 0.142) while the network goes on to
+  L/L(0) = 0.0055; step-0 output error 0.323 (1-layer 0.080).
+- MLP large (0.5): 2-layer 4.23 / 5.20 (1-layer 3.92 / 4.35); attention large (1): 0.94 / 0.95
+  (0.91 / 0.92): both NQFs depart, as the paper shows (no claim).
+- Sensitivity, the "std" reading (variance = scale^2: 0.0025, 0.01): gap ratios 0.34 / 0.35
+  (MLP), 0.36 / 0.36 (attention); drop steps 275 vs 267 (2-layer, -3.0%) vs 1623 (1-layer),
+  attention 423 vs 410 (-3.1%) vs never: both reproduced; the absolute gaps are larger, 0.28 /
+  0.28 and 0.31 / 0.30 (not reproduced; step-0 output error 0.020 / 0.032).
 
 Why the 2-layer NQF misses the 0.1 bound at the paper's small init (diagnostics, not used to
 choose any setting). Both small inits have variance x fan_in = 0.8 (0.05 x 16, 0.1 x 8): a
@@ -86,8 +103,9 @@ gaps stay (0.195 MLP, 0.118 attention); a teacher drawn at the student's small-i
 / 16): with unit-scale targets the student's weights must grow to O(1), leaving the expansion's
 regime, and the whole-run 2-layer gap grows (MLP 0.16, 0.27; attention 0.29, 0.31) while the
 1-layer's grows faster (MLP 0.68, 0.80; attention 0.81, 0.94), so the 2-layer / 1-layer ratio
-improves (MLP 0.24, 0.33). The checks therefore test the paper's "well approximated" literally
-at the stated variances, where the leading order is only good to ~10-30%; the bounds stay.
+improves (MLP 0.24, 0.33). The absolute claim therefore tests the paper's "well approximated"
+literally at the stated variances, where the leading order is only good to ~10-30%; the bounds
+stay, and the comparative claims (ratio, drop time) carry the paper's point.
 """
 
 from __future__ import annotations
@@ -100,7 +118,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import multilayer as ml
-from ._common import check, prepare_out_dir, write_outputs
+from ..powerlaw import first_drop_time
+from ._common import check, chosen, claim, phase_end, prepare_out_dir, sensitivity, write_outputs
 
 NAME = "fig8"
 TITLE = "Fig. 8: 4-layer MLP and 2-layer attention vs their 2-layer / 1-layer NQFs (Theorem 14)"
@@ -116,6 +135,13 @@ TRACK_REL = 0.1
 TRACK_BOUND = 0.1
 GAP_RATIO_BOUND = 0.5
 TRACK_RATIO_BOUND = 1.0 / 3.0
+DROP_BOUND = 0.1  # the 2-layer NQF's drop time (first L <= L(0)/2) within 10% of the network's
+PHASE_FRAC = 0.02  # the 2-layer NQF's learning phase: until its loss is within 0.02 L(0) of its final loss
+ORDER_BOUND = 0.1  # |measured order - 1| of the 2-layer NQF's step-0 output error in the init variance
+ORDER_VARIANCES = (1e-4, 1e-6)
+SECTION = "Appendix C (Fig. 8)"
+CLAIM = ("Under small initialization, the training dynamics of both models are well approximated by 2-layer NQFs "
+         "but not 1-layer NQFs.")
 INITS = {"mlp": {"small": 0.05, "large": 0.5}, "attention": {"small": 0.1, "large": 1.0}}
 SEED = 0
 
@@ -261,10 +287,11 @@ def _tracking_steps(L, L_ref, steps) -> int:
     return int(steps[first - 1]) if first > 0 else 0
 
 
-def run_case(arch: str, init: str, *, steps: int, n_saves: int, seed: int = SEED) -> dict:
-    """Train the original, its 2-layer and its 1-layer NQF from the same init; losses and gaps."""
+def run_case(arch: str, init: str, *, steps: int, n_saves: int, seed: int = SEED, var: float | None = None) -> dict:
+    """Train the original, its 2-layer and its 1-layer NQF from the same init (variance `var`,
+    default INITS[arch][init]); losses, gaps, drop times, the 2-layer NQF's learning phase."""
     Xtr, ytr, Xte, yte = make_data(arch, seed)
-    var = INITS[arch][init]
+    var = INITS[arch][init] if var is None else var
     rng = np.random.default_rng(seed + 1)
     shapes = MLP_SHAPES if arch == "mlp" else ATT_SHAPES
     P0 = [jnp.asarray(np.sqrt(var) * rng.standard_normal(s)) for s in shapes]
@@ -297,22 +324,84 @@ def run_case(arch: str, init: str, *, steps: int, n_saves: int, seed: int = SEED
                                                       curves["original"]["train"], saved)
         res[name]["init_output_rel_err"] = init_err[name]
     res["final_loss"] = {n: {s: float(c[s][-1]) for s in c} for n, c in curves.items()}
+    res["drop_step"] = {n: first_drop_time(saved, c["train"], 0.5) for n, c in curves.items()}
+    L2 = curves["nqf2"]["train"]
+    end = phase_end(saved, L2, float(L2[-1]), PHASE_FRAC) if np.all(np.isfinite(L2)) else None
+    upto = saved <= (saved[-1] if end is None else end)
+    res["nqf2"]["phase_end_step"] = end
+    for split in ("train", "test"):
+        diff = np.abs(curves["nqf2"][split] - curves["original"][split]) / curves["original"][split][0]
+        res["nqf2"][split]["gap_max_phase"] = float(np.max(np.where(np.isfinite(diff), diff, np.inf)[upto]))
+        res["nqf2"][split]["step_of_gap_max"] = int(saved[np.argmax(np.where(np.isfinite(diff), diff, np.inf))])
+    if arch == "attention":  # the 2-layer NQF is linear in the mean token: its loss ceiling
+        xbar = Xtr.mean(axis=1)
+        coef = np.linalg.lstsq(xbar, ytr, rcond=None)[0]
+        res["nqf2"]["ceiling_train_loss"] = float(np.mean((xbar @ coef - ytr) ** 2))
     return res
 
 
-def _checks(cases) -> list:
+def init_error_order(arch: str, variances=ORDER_VARIANCES, seed: int = 1) -> dict:
+    """Package check of the 2-layer NQF's construction: its output at the original's initial
+    weights vs the original's output, |f_NQF - f| / |f| on the training set, at two tiny init
+    variances; Props. 1 and 2 make it O(variance): order = log(err_1 / err_2) / log(v_1 / v_2) = 1."""
+    Xtr, ytr, Xte, _ = make_data(arch)
+    shapes = MLP_SHAPES if arch == "mlp" else ATT_SHAPES
+    errs = []
+    for var in variances:
+        rng = np.random.default_rng(seed)
+        P0 = [jnp.asarray(np.sqrt(var) * rng.standard_normal(s)) for s in shapes]
+        f = np.asarray(jax.jit(FORWARD[arch])(P0, jnp.asarray(Xtr)))
+        deep, W0, _ = nqf_models(arch, P0, Xtr, ytr, Xte)["nqf2"]
+        g = np.asarray(deep.outputs([jnp.asarray(W @ W.T) for W in W0], [jnp.asarray(W.sum(axis=1)) for W in W0]))
+        errs.append(float(np.linalg.norm(g[:, 0] - f) / np.linalg.norm(f)))
+    return {"variances": list(variances), "rel_err": errs,
+            "order": float(np.log(errs[0] / errs[1]) / np.log(variances[0] / variances[1]))}
+
+
+def _rel_drop(t, ref) -> float:
+    return abs(t - ref) / ref if np.isfinite(t) and np.isfinite(ref) else float("inf")
+
+
+def _claims(cases: dict, setting: str, label: str = "") -> list:
+    """The comparative and absolute claims of Fig. 8 for the small-init case of each architecture."""
     out = []
     for arch in INITS:
-        c = cases[(arch, "small")]
+        c = cases[arch]
+        tag = f"fig8 {label}{arch} small init"
+        init = (f"variance {c['init_variance']:g}: step-0 output error of the 2-layer NQF "
+                f"{c['nqf2']['init_output_rel_err']:.3g} (1-layer {c['nqf1']['init_output_rel_err']:.3g})")
         for split in ("train", "test"):
             g2, g1 = c["nqf2"][split]["gap_max"], c["nqf1"][split]["gap_max"]
-            out.append(check(f"fig8 {arch} small init: 2-layer NQF tracks, max |{split} loss gap| / L(0)",
-                             g2, TRACK_BOUND))
-            out.append(check(f"fig8 {arch} small init: {split} gap 2-layer / 1-layer NQF",
-                             g2 / g1 if g1 > 0 else float("inf"), GAP_RATIO_BOUND))
-        t2, t1 = c["nqf2"]["tracking_steps"], c["nqf1"]["tracking_steps"]
-        out.append(check(f"fig8 {arch} small init: tracking steps 1-layer / 2-layer NQF",
-                         t1 / t2 if t2 > 0 else float("inf"), TRACK_RATIO_BOUND))
+            ratio = g2 / g1 if g1 > 0 else float("inf")
+            out.append(claim(f"{tag}: {split} gap ratio 2-layer / 1-layer", CLAIM, SECTION,
+                             metric=(f"max_t |L_NQF2 - L| / L(0) divided by the same for the 1-layer NQF ({split} loss, "
+                                     "whole run)"),
+                             value=ratio, criterion=f"<= {GAP_RATIO_BOUND:g}", holds=ratio <= GAP_RATIO_BOUND,
+                             setting=setting, revised=True, why=f"gaps {g2:.3g} / {g1:.3g}; {init}"))
+        d = c["drop_step"]
+        e2, e1 = _rel_drop(d["nqf2"], d["original"]), _rel_drop(d["nqf1"], d["original"])
+        out.append(claim(f"{tag}: drop time", CLAIM, SECTION,
+                         metric=("drop step (first step with train L <= L(0)/2, interpolated on the saved steps) of "
+                                 "each NQF vs the network's: |t_NQF - t_net| / t_net"),
+                         value={"network": d["original"], "nqf2": d["nqf2"], "nqf1": d["nqf1"], "rel_err_nqf2": e2,
+                                "rel_err_nqf1": e1},
+                         criterion=f"2-layer <= {DROP_BOUND:g} and 1-layer > {DROP_BOUND:g} (or never drops)",
+                         holds=e2 <= DROP_BOUND < e1, setting=setting, revised=True,
+                         why=f"drop steps network / 2-layer / 1-layer {d['original']:.4g} / {d['nqf2']:.4g} / "
+                             f"{d['nqf1']:.4g} (nan: never)"))
+        end = c["nqf2"]["phase_end_step"]
+        ceiling = c["nqf2"].get("ceiling_train_loss")
+        for split in ("train", "test"):
+            g = c["nqf2"][split]
+            why = (f"phase: steps 0..{end} (L_NQF2 within {PHASE_FRAC:g} L(0) of its final loss); whole-run gap "
+                   f"{g['gap_max']:.3g} at step {g['step_of_gap_max']}; final train loss network / 2-layer "
+                   f"{c['final_loss']['original']['train']:.3g} / {c['final_loss']['nqf2']['train']:.3g}"
+                   + (f" (ceiling of the 2-layer NQF, linear in the mean token: least squares on it "
+                      f"{ceiling:.3g})" if ceiling is not None else "") + f"; {init}")
+            out.append(claim(f"{tag}: 2-layer NQF {split} gap over its learning phase", CLAIM, SECTION,
+                             metric=f"max over the 2-layer NQF's learning phase of |L_NQF2 - L| / L(0) ({split} loss)",
+                             value=g["gap_max_phase"], criterion=f"<= {TRACK_BOUND:g}",
+                             holds=g["gap_max_phase"] <= TRACK_BOUND, setting=setting, revised=True, why=why))
     return out
 
 
@@ -332,12 +421,17 @@ def _plot(cases, quick: bool):
                             label=f"{labels[name]} train")
                 ax.semilogy(c["steps"], curve["test"], color=colors[name], lw=1.0, ls="--",
                             label=f"{labels[name]} test")
+                t = c["drop_step"][name]
+                if np.isfinite(t):
+                    ax.axvline(t, color=colors[name], ls=":", lw=1.0,
+                               label="drop step ($L \\leq L(0)/2$)" if name == "original" else None)
             note = []
             for name in ("nqf2", "nqf1"):
                 g = c[name]
                 dv = g["train"]["diverged_at"]
                 note.append(f"{labels[name]}: gap tr {g['train']['gap_max']:.3g}, te {g['test']['gap_max']:.3g}"
                             + (f", diverged @ {dv}" if dv is not None else ""))
+            note.append(f"step-0 output error 2-layer {c['nqf2']['init_output_rel_err']:.2f}")
             ax.text(0.02, 0.02, "\n".join(note), transform=ax.transAxes, fontsize=7, va="bottom")
             ax.set_title(f"{'4-layer MLP' if arch == 'mlp' else '2-layer attention'}, init variance "
                          f"{c['init_variance']:g} ({init})", fontsize=10)
@@ -345,37 +439,54 @@ def _plot(cases, quick: bool):
             ax.set_ylabel("MSE loss")
             if i == 0 and j == 0:
                 ax.legend(fontsize=7, ncol=3, loc="upper right")
-    fig.suptitle("Deep models vs their 2-layer and 1-layer NQFs (paper Fig. 8)"
+    fig.suptitle("Deep models vs their 2-layer and 1-layer NQFs (paper Fig. 8); dotted: drop steps"
                  + (" [quick]" if quick else ""), fontsize=11)
     return fig
 
 
+def _headline(cases) -> dict:
+    return {f"{a} {i}": {n: {"train_gap_max": c[n]["train"]["gap_max"], "test_gap_max": c[n]["test"]["gap_max"],
+                             "train_gap_final": c[n]["train"]["gap_final"],
+                             "test_gap_final": c[n]["test"]["gap_final"],
+                             "tracking_steps": c[n]["tracking_steps"],
+                             "init_output_rel_err": c[n]["init_output_rel_err"],
+                             "drop_step": c["drop_step"][n],
+                             "diverged_at": c[n]["train"]["diverged_at"]}
+                         for n in ("nqf2", "nqf1")}
+            for (a, i), c in cases.items()}
+
+
 def run(out_dir, quick: bool = False) -> dict:
     """Fig. 8: train a 4-layer MLP and a 2-layer attention at small and large init with their
-    2-layer and 1-layer NQFs (module docstring), write `out_dir/fig8.png` (loss curves, 2 x 2
-    panels) and `out_dir/fig8.json`, return the JSON dict. `quick`: 500 instead of 2000 steps and
-    50 instead of 200 saved steps; every check still runs.
+    2-layer and 1-layer NQFs (module docstring), write `out_dir/fig8.png` (loss curves with the
+    drop steps marked, 2 x 2 panels) and `out_dir/fig8.json`, return the JSON dict. `quick`: 500
+    instead of 2000 steps, 50 instead of 200 saved steps, no sensitivity row; every check and claim
+    still runs.
 
-    JSON keys: ``settings``; ``cases``: one per (architecture, init) with ``steps``,
-    ``curves`` {original, nqf2, nqf1: {train, test}}, per NQF {train, test: gap_max,
-    gap_max_early, gap_final, log_gap_final, diverged_at; tracking_steps, init_output_rel_err},
-    ``final_loss``;
-    ``gaps`` (the headline numbers); ``wall_time_s``; ``checks``.
+    JSON keys: ``settings``, ``chosen_settings``; ``cases``: one per (architecture, init) with
+    ``steps``, ``curves`` {original, nqf2, nqf1: {train, test}}, per NQF {train, test: gap_max,
+    gap_max_early, gap_final, log_gap_final, diverged_at (nqf2 also gap_max_phase,
+    step_of_gap_max); tracking_steps, init_output_rel_err (nqf2 also phase_end_step and, for the
+    attention, ceiling_train_loss)}, ``drop_step``, ``final_loss``; ``gaps`` (the headline
+    numbers); ``init_error_order``; ``checks``, ``claims``, ``sensitivity``; ``wall_time_s``.
     """
     t_start = time.perf_counter()
     out = prepare_out_dir(out_dir)
     steps = STEPS_QUICK if quick else STEPS
     n_saves = N_SAVES_QUICK if quick else N_SAVES
     cases = {(a, i): run_case(a, i, steps=steps, n_saves=n_saves) for a in INITS for i in ("small", "large")}
-    checks = _checks(cases)
-    gaps = {f"{a} {i}": {n: {"train_gap_max": c[n]["train"]["gap_max"], "test_gap_max": c[n]["test"]["gap_max"],
-                             "train_gap_final": c[n]["train"]["gap_final"],
-                             "test_gap_final": c[n]["test"]["gap_final"],
-                             "tracking_steps": c[n]["tracking_steps"],
-                             "init_output_rel_err": c[n]["init_output_rel_err"],
-                             "diverged_at": c[n]["train"]["diverged_at"]}
-                         for n in ("nqf2", "nqf1")}
-            for (a, i), c in cases.items()}
+    orders = {a: init_error_order(a) for a in INITS}
+    checks = [check(f"fig8 {a}: 2-layer NQF output at the original's init is O(variance) (Props. 1, 2), "
+                    f"|measured order - 1| at variances {ORDER_VARIANCES[0]:g}, {ORDER_VARIANCES[1]:g}",
+                    abs(orders[a]["order"] - 1.0), ORDER_BOUND) for a in INITS]
+    claims = _claims({a: cases[(a, "small")] for a in INITS}, "paper")
+    if quick:
+        sens = sensitivity(quick=True)
+    else:
+        std = {a: run_case(a, "small", steps=steps, n_saves=n_saves, var=INITS[a]["small"] ** 2) for a in INITS}
+        sens = sensitivity([{"setting": "the \"std\" reading of the small inits: variance = scale^2 (MLP 0.0025, "
+                                        "attention 0.01)", "claims": _claims(std, "package-chosen", "std reading "),
+                             "gaps": _headline({(a, "small"): c for a, c in std.items()})}], quick=False)
     fig = _plot(cases, quick)
     summary = {
         "name": NAME, "title": TITLE, "quick": bool(quick),
@@ -384,13 +495,34 @@ def run(out_dir, quick: bool = False) -> dict:
             "optimizer": "full-batch GD, MSE mean (f - y)^2", "init_variance": INITS,
             "mlp": "8-16-16-16-1 tanh, no biases", "attention": "2 layers, dim 8, length 10, d_k = d_v = 8",
             "teacher": "same architecture, LeCun-normal weights N(0, 1/fan_in); targets / train std",
-            "early_steps": EARLY_STEPS, "track_rel": TRACK_REL, "seed": SEED,
+            "early_steps": EARLY_STEPS, "track_rel": TRACK_REL, "seed": SEED, "phase_frac": PHASE_FRAC,
             "one_layer_nqf": "last module's NQF on the initial network's frozen features",
+            "drop_step": "first step with train loss <= L(0)/2 (linear interpolation between saved steps)",
         },
-        "gaps": gaps,
+        "chosen_settings": CHOSEN_SETTINGS,
+        "gaps": _headline(cases),
+        "init_error_order": orders,
         "cases": {f"{a} {i}": {k: v for k, v in c.items() if k not in ("arch", "init")}
                   for (a, i), c in cases.items()},
         "wall_time_s": {"total": time.perf_counter() - t_start},
         "checks": checks,
+        "claims": claims,
+        "sensitivity": sens,
     }
     return write_outputs(out, NAME, fig, summary)
+
+
+CHOSEN_SETTINGS = {
+    "init_variance_reading": chosen(INITS, "\"Gaussian with variance 0.05 / 0.5\" (MLP), \"0.1 / 1\" (attention)",
+                                    "read literally as variances (sensitivity: the std reading)"),
+    "teacher": chosen("same architecture, LeCun-normal N(0, 1/fan_in), targets / train std",
+                      "\"fixed Gaussian weights\" (scale not stated)",
+                      "N(0, 1) would saturate the tanh teacher (pre-activation std 2.8)"),
+    "learning_rate": chosen(LR, "not stated (\"the same learning rate\" for the three models)",
+                            "small init 0.05 (flow time 100); large init the largest that does not diverge"),
+    "steps": chosen(STEPS, "not stated", "the networks reach L/L0 < 0.01 at small init"),
+    "attention_architecture": chosen("single head, d_k = d_v = 8, layer 2 reads the mean token",
+                                     "dimension 8, length 10", "the simplest 2-layer stack of Prop. 2's modules"),
+    "one_layer_nqf": chosen("the last module's NQF on the initial network's frozen features", "not defined",
+                            "Theorem 1 applied to the last module only"),
+}
