@@ -479,6 +479,8 @@ class FlowSolution:
                 f"`t` must lie in the solved interval [t0, t1] = [{t0:g}, {t1:g}]; found range "
                 f"[{tn.min():g}, {tn.max():g}] (dense output does not extrapolate)."
             )
+        if getattr(interp, "host", False):
+            return interp.evaluate(tn)
         return jax.tree.map(np.asarray, _evaluate(interp, t))
 
     def z_at(self, t) -> np.ndarray:
@@ -511,6 +513,8 @@ class FlowSolution:
         For ``method="exact"`` the dense output is one closed-form piece: [t0, t1]."""
         if self.method == "exact":
             return np.array([float(self._dfx.t0), float(self._dfx.t1)])
+        if getattr(self._interp, "host", False):
+            return self._interp.step_ts
         ts = np.asarray(self._interp.interpolation.ts)
         return ts[np.isfinite(ts)]
 
@@ -715,6 +719,35 @@ def _solve_exact(data, model, form, kind, x0, init, is_factor, init_is_z, solver
     )
 
 
+def _solve_lsoda(data, model, form, kind, x0, init, is_factor, init_is_z, t0, t1, ts, rtol, atol,
+                 weight_decay, save, max_steps) -> FlowSolution:
+    """``solve_flow(..., solver="lsoda")``: the reduced GLV flow with scipy's LSODA (`nqf.lsoda`)."""
+    from .lsoda import saved_outputs, solve_reduced_lsoda
+
+    if form != "glv" or type(data) is not CommutingData or not data.m < data.p:
+        raise ValueError(
+            "solver='lsoda' integrates the GLV flow of CommutingData with m < p in m coordinates "
+            f"(`nqf.lsoda`); found {type(data).__name__} (m = {data.m}, p = {data.p}) with form={form!r}. "
+            "Use stiff=True (Rodas5P) otherwise."
+        )
+    rtol = check_positive(rtol, "rtol")
+    atol = None if atol is None else check_positive(atol, "atol")
+    t0, t1, ts = _time_grid(t0, t1, ts)
+    gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
+    if save not in ("state", "loss"):
+        raise ValueError(f"`save` must be 'state' or 'loss'; found {save!r}.")
+    u0, mask = (np.asarray(v) for v in jax.jit(_initial_y0, static_argnums=(0, 1))("glv", kind, data, x0))
+    G, prob, interp, stats = solve_reduced_lsoda(data, u0, mask, t0=t0, t1=t1, ts=ts, rtol=rtol, atol=atol,
+                                                 gamma=gamma, max_steps=max_steps)
+    z_star, grad = _excess_loss_anchor(form, data, model) if save == "loss" else (None, None)
+    ys = saved_outputs(prob, data, ts, G, save, z_star, grad)
+    return FlowSolution(
+        ts=ts, form=form, ys=ys, data=data, init=init, init_is_factor=is_factor, stats=stats,
+        result=_RESULT_STR[_SUCCESS_CODE], _y0=u0, _dfx=interp, _mask=mask, model=model,
+        init_is_z=init_is_z, save=save,
+    )
+
+
 def solve_flow(
     data: AbstractData | NQFModel,
     *,
@@ -775,7 +808,11 @@ def solve_flow(
       structure (`nqf.stiff`: diagonal for `DiagonalData`, identity + rank m (Woodbury) for
       `CommutingData` with m < p/2), never a dense p x p Jacobian; a solver instance is used as
       given. Rodas5P needs one Jacobian and 8 right-hand sides per step where Kvaerno5's Newton
-      iterations take 60-100 (docs/performance.md).
+      iterations take 60-100 (docs/performance.md). For `CommutingData` with 2 m < p the
+      stiff default integrates the GLV flow in m coordinates (`nqf.flow.rhs_glv_reduced`).
+      ``"lsoda"`` runs that reduced flow with scipy's LSODA on the host instead (`nqf.lsoda`;
+      CommutingData with m < p; not traceable, CPU): it reuses the m x m Jacobian over many
+      steps, the fastest path for coupled data at very large p.
     - `rtol`, `atol`: tolerances of the PID controller. The default `atol` is
       ``rtol * max|state(0)|`` (``rtol`` for the log-space GLV form; max over M and mu for
       ``"M-mu"``), so accuracy is relative to the initial scale while z ~ eps, for eps down to
@@ -845,6 +882,9 @@ def solve_flow(
                             t0, t1, ts, weight_decay, save)
     if method != "ode":
         raise ValueError(f"`method` must be 'ode' or 'exact'; found {method!r}.")
+    if isinstance(solver, str) and solver.lower() == "lsoda":
+        return _solve_lsoda(data, model, form, kind, x0, init, is_factor, z0 is not None, t0, t1, ts,
+                            rtol, atol, weight_decay, save, max_steps)
     reduced = form == "glv" and _reduced_stiff(data, solver, stiff)
     host_mask = None
     if form == "glv" and not reduced and _is_implicit_name(solver, stiff):  # the Newton solve's basis needs it
