@@ -73,7 +73,14 @@ class NQFModel(eqx.Module):
 
     def outputs(self, M: Float[Array, "p p"], mu: Float[Array, " p"]) -> Float[Array, " m"]:
         """f_x for every training input from the order parameters (M, mu) (Eq. E2), shape (m,)."""
-        f = self.data.traces(M)
+        return self._add_mean_field(self.data.traces(M), mu)
+
+    def outputs_factor(self, F: Float[Array, "p r"], mu: Float[Array, " p"]) -> Float[Array, " m"]:
+        """f_x for every training input with M = F F^T given by a factor F (Eq. E2), shape (m,):
+        the data's `traces_factor`, never forming M (the cost of the data structure)."""
+        return self._add_mean_field(self.data.traces_factor(F), mu)
+
+    def _add_mean_field(self, f, mu):
         if self.g is not None:
             f = f + self.g @ mu
         if self.B is not None:
