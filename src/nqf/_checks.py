@@ -31,30 +31,30 @@ def as_array(x, name: str, *, ndim: int | None = None, shape=None, finite: bool 
             arr = np.asarray(x)
         except ValueError as err:  # ragged nested sequences
             raise ValueError(f"`{name}` must be a rectangular numeric array; {err}") from None
-        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-            raise TypeError(f"`{name}` must be a numeric array; found dtype {arr.dtype}.")
-        if np.iscomplexobj(arr):
+        kind = arr.dtype.kind
+        if kind == "c":
             raise TypeError(f"`{name}` must be real; found complex dtype {arr.dtype}.")
+        if kind not in "biuf":  # bool, signed, unsigned, float
+            raise TypeError(f"`{name}` must be a numeric array; found dtype {arr.dtype}.")
         x = arr
-    if ndim is not None and jnp.ndim(x) != ndim:
+    if ndim is not None and x.ndim != ndim:
         raise ValueError(
             f"`{name}` must be a {ndim}-d array"
             + (f" of shape {shape_str(('*' if s is None else s) for s in shape)}" if shape else "")
-            + f"; found shape {shape_str(jnp.shape(x))}."
+            + f"; found shape {shape_str(x.shape)}."
         )
     if shape is not None:
-        found = jnp.shape(x)
+        found = x.shape
         if len(found) != len(shape) or any(s is not None and s != f for s, f in zip(shape, found)):
             want = shape_str("*" if s is None else s for s in shape)
             raise ValueError(f"`{name}` must have shape {want}; found {shape_str(found)}.")
-    if finite and not is_traced(x):
+    if finite and not is_traced(x) and not np.isfinite(x).all():
         bad = ~np.isfinite(x)
-        if bad.any():
-            idx = tuple(int(i) for i in np.argwhere(bad)[0])
-            raise ValueError(
-                f"`{name}` must be finite; found {int(bad.sum())} non-finite entries "
-                f"(first at index {idx}: {x[idx]})."
-            )
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"`{name}` must be finite; found {int(bad.sum())} non-finite entries "
+            f"(first at index {idx}: {x[idx]})."
+        )
     if host:
         return x if is_traced(x) else np.asarray(x, dtype=np.float64)
     return jnp.asarray(x, dtype=jnp.float64)

@@ -662,7 +662,9 @@ def _time_grid(t0, t1, ts):
     t1 = float(as_array(t1, "t1", ndim=0, host=True))
     if not t1 > t0:
         raise ValueError(f"`t1` must be greater than `t0` = {t0}; found t1 = {t1}.")
-    ts = np.linspace(t0, t1, 201) if ts is None else as_array(ts, "ts", ndim=1, host=True)
+    if ts is None:
+        return t0, t1, np.linspace(t0, t1, 201)
+    ts = as_array(ts, "ts", ndim=1, host=True)
     if ts.size == 0:
         raise ValueError("`ts` must be a non-empty array of save times; found an empty array.")
     if np.any(np.diff(ts) < 0):
