@@ -65,7 +65,7 @@ class ExactGLVInterpolation(eqx.Module):
 class _ExactConfig(NamedTuple):
     """Static half of an exact solve."""
 
-    init: str  # kind of dyn["init"]: "W", "M" or "z"
+    init: str  # kind of dyn.init: "W", "M" or "z"
     save: str  # "state" or "loss"
     excess: bool  # save="loss" also saves the excess loss
 
@@ -75,19 +75,19 @@ def _exact_core(cfg: _ExactConfig, dyn: dict) -> dict:
     `nqf.solve._solve_core`; traceable)."""
     from .solve import _initial_y0, _losses  # the GLV form's initial state and saved losses
 
-    data = dyn["data"]
-    y0, mask = _initial_y0("glv", cfg.init, data, dyn["init"])
-    t0, t1, _, gamma = dyn["params"]
+    data = dyn.data
+    y0, mask = _initial_y0("glv", cfg.init, data, dyn.init)
+    t0, t1, _, gamma = dyn.params
     scale = 8.0 / data.m
     interp = ExactGLVInterpolation(t0, t1, y0, mask, scale * data.pullback(data.y) - 2.0 * gamma,
                                    scale * data.feature_norms())
-    ts = dyn["ts"]
+    ts = dyn.ts
     if cfg.save == "state":
         ys = jax.vmap(interp.evaluate)(ts)
     elif isinstance(data, DiagonalData):  # separable: all times at once, modes in chunks
-        ys = _diagonal_losses(interp, data, ts, dyn.get("z_star"), dyn.get("grad"))
+        ys = _diagonal_losses(interp, data, ts, dyn.z_star, dyn.grad)
     else:  # one time at a time: O(p) memory at any p
-        z_star, grad = dyn.get("z_star"), dyn.get("grad")
+        z_star, grad = dyn.z_star, dyn.grad
 
         def losses(t):
             z = interp.z(t)

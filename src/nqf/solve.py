@@ -157,18 +157,33 @@ _MAX_STEPS_CODE = int(diffrax.RESULTS.max_steps_reached._value)
 _SUCCESS_CODE = int(diffrax.RESULTS.successful._value)
 
 
+class _FlowArgs(NamedTuple):
+    """The dynamic half of a flow solve: arrays (and pytrees of arrays), None where unused."""
+
+    data: Any  # a data set or an NQFModel
+    init: Any  # the initial condition of kind `_FlowConfig.init`
+    params: Any  # [t0, t1, rtol, gamma]: one array, one transfer
+    ts: Any
+    dt0: Any = None
+    atol: Any = None  # None: the default rtol * max|state(0)| (rtol for the log-space GLV state)
+    width: Any = None  # the "M-mu" form's d
+    solver: Any = None  # the solver's arrays (eqx.partition)
+    z_star: Any = None  # save="loss" with the excess loss: the equilibrium and the gradient there
+    grad: Any = None
+
+
 class _FlowConfig(NamedTuple):
     """The static (hashable) half of a flow solve: everything that decides the compiled program.
     The dynamic half is a dict of arrays (see `_solve_core`)."""
 
     form: str  # "M", "factor", "glv" or "M-mu"
-    init: str  # what `dyn["init"]` holds: "W" (p, d), "M" (p, p), "z" (p,) or "M-mu" (M, mu)
+    init: str  # what `dyn.init` holds: "W" (p, d), "M" (p, p), "z" (p,) or "M-mu" (M, mu)
     solver: Any  # the solver with its arrays partitioned out (eqx.partition)
     max_steps: int
     dense: bool
     save: str  # "state" or "loss"
     progress: bool
-    excess: bool  # save="loss" also saves the excess loss (dyn["z_star"], dyn["grad"])
+    excess: bool  # save="loss" also saves the excess loss (dyn.z_star, dyn.grad)
     pcoeff: float  # PID coefficients: static, so that zero terms compile away
     icoeff: float
     reduced: bool = False  # GLV form in m coordinates (`nqf.flow.rhs_glv_reduced`; stiff, m < p / 2)
@@ -205,23 +220,23 @@ def _solve_core(cfg: _FlowConfig, dyn: dict):
     interpolant, if ``cfg.dense``; else None).
     """
     TRACE_COUNT[0] += 1
-    data = dyn["data"]
+    data = dyn.data
     plain = data.data if isinstance(data, NQFModel) else data
-    y0, mask = _initial_y0(cfg.form, cfg.init, plain, dyn["init"])
-    t0, t1, rtol, gamma = dyn["params"]
-    atol = dyn["atol"]
+    y0, mask = _initial_y0(cfg.form, cfg.init, plain, dyn.init)
+    t0, t1, rtol, gamma = dyn.params
+    atol = dyn.atol
     if atol is None:
         if cfg.form == "glv":
             atol = rtol
         else:
             scale = functools.reduce(jnp.maximum, [jnp.max(jnp.abs(x)) for x in jax.tree.leaves(y0)])
             atol = rtol * jnp.where(scale > 0, scale, 1.0)
-    third = dyn["width"] if cfg.form == "M-mu" else mask
+    third = dyn.width if cfg.form == "M-mu" else mask
     args = (data, gamma, third)
     saver = None
     if cfg.save == "loss":
-        saver = functools.partial(_saved_losses, form=cfg.form, z_star=dyn.get("z_star"), grad=dyn.get("grad"))
-    rhs, state0, solver = RHS[cfg.form], y0, eqx.combine(dyn["solver"], cfg.solver)
+        saver = functools.partial(_saved_losses, form=cfg.form, z_star=dyn.z_star, grad=dyn.grad)
+    rhs, state0, solver = RHS[cfg.form], y0, eqx.combine(dyn.solver, cfg.solver)
     if cfg.reduced:  # the GLV flow in m coordinates (`nqf.flow.rhs_glv_reduced`)
         rhs, state0, args = rhs_glv_reduced, jnp.zeros(plain.m), (plain, gamma, mask, y0, t0)
         # |du| <= max_k |lambda_k| |dG|: the same absolute accuracy on u = log z
@@ -229,14 +244,14 @@ def _solve_core(cfg: _FlowConfig, dyn: dict):
         solver = Rodas5P(jacobian=jac_glv_reduced, autonomous=cfg.autonomous)
         saver = _reduced_saver(saver)
     controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff)
-    saveat = diffrax.SaveAt(ts=dyn["ts"], dense=cfg.dense, fn=saver) if saver is not None else \
-        diffrax.SaveAt(ts=dyn["ts"], dense=cfg.dense)
+    saveat = diffrax.SaveAt(ts=dyn.ts, dense=cfg.dense, fn=saver) if saver is not None else \
+        diffrax.SaveAt(ts=dyn.ts, dense=cfg.dense)
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(rhs),
         solver,
         t0,
         t1,
-        dyn["dt0"],
+        dyn.dt0,
         state0,
         args=args,
         saveat=saveat,
@@ -701,13 +716,13 @@ def _solve_exact(data, model, form, kind, x0, init, is_factor, init_is_z, solver
         )
     t0, t1, ts = _time_grid(t0, t1, ts)
     gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
-    dyn = {"data": data, "init": x0, "params": np.array([t0, t1, 0.0, gamma]), "ts": ts}
+    dyn = _FlowArgs(data, x0, np.array([t0, t1, 0.0, gamma]), ts)
     excess = False
     if save == "loss":
         z_star, grad = _excess_loss_anchor(form, data, model)
         excess = z_star is not None
         if excess:
-            dyn["z_star"], dyn["grad"] = z_star, grad
+            dyn = dyn._replace(z_star=z_star, grad=grad)
     elif save != "state":
         raise ValueError(f"`save` must be 'state' or 'loss'; found {save!r}.")
     out = _exact_jit(_ExactConfig(kind, save, excess), dyn)
@@ -904,19 +919,15 @@ def solve_flow(
     icoeff = (0.4 if implicit else 1.0) if icoeff is None else icoeff
     f64 = np.float64
     solver_dyn, solver_static = _partition_solver(solver)
-    dyn = {
-        "data": data if model is None or form != "M-mu" else model,
-        "init": x0, "params": np.array([t0, t1, rtol, gamma]), "ts": ts,
-        "dt0": None if dt0 is None else f64(dt0), "atol": None if atol is None else f64(atol),
-        "width": None if width is None else f64(width),
-        "solver": solver_dyn,
-    }
+    dyn = _FlowArgs(data if model is None or form != "M-mu" else model, x0, np.array([t0, t1, rtol, gamma]), ts,
+                    None if dt0 is None else f64(dt0), None if atol is None else f64(atol),
+                    None if width is None else f64(width), solver_dyn)
     excess = False
     if save == "loss":
         z_star, grad = _excess_loss_anchor(form, data, model)
         excess = z_star is not None
         if excess:
-            dyn["z_star"], dyn["grad"] = z_star, grad
+            dyn = dyn._replace(z_star=z_star, grad=grad)
     elif save != "state":
         raise ValueError(f"`save` must be 'state' or 'loss'; found {save!r}.")
     cfg = _FlowConfig(form, kind, solver_static, int(max_steps), dense is True, save, bool(progress), excess,
@@ -938,7 +949,7 @@ def solve_flow(
             "The flow produced non-finite values (the solution blew up); check the sign of the "
             "labels and the scale of the data, or reduce t1."
         )
-    ys = jax.tree.map(np.asarray, out["ys"])
+    ys = np.asarray(out["ys"]) if isinstance(out["ys"], jax.Array) else jax.tree.map(np.asarray, out["ys"])
     stats = {"num_steps": int(info[1]), "num_accepted_steps": int(info[2]),
              "num_rejected_steps": int(info[3]), "max_steps": int(max_steps)}
     redo = None

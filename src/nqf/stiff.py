@@ -194,12 +194,18 @@ def glv_root_finder(data: AbstractCommutingData, mask=None) -> diffrax.VeryChord
     )
 
 
+_STIFF_TYPES: dict = {}  # type -> bool (ABC isinstance checks are slow on a per-call path)
+
+
 def is_stiff(solver: Any) -> bool:
     """True if `solver` is a stiff (linearly or fully implicit) solver: a diffrax implicit
     solver (Kvaerno) or `nqf.rosenbrock.Rodas5P`."""
-    from .rosenbrock import Rodas5P
+    kind = type(solver)
+    if kind not in _STIFF_TYPES:
+        from .rosenbrock import Rodas5P
 
-    return isinstance(solver, (diffrax.AbstractImplicitSolver, Rodas5P))
+        _STIFF_TYPES[kind] = isinstance(solver, (diffrax.AbstractImplicitSolver, Rodas5P))
+    return _STIFF_TYPES[kind]
 
 
 def linear_solver_of(solver: Any):
