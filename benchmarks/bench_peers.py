@@ -95,10 +95,10 @@ class MLPPeers:
 class PowerlawPeers:
     """DiagonalData power law to t1 = 1e5, excess-loss error 1e-5: nqf's stiff path (Rodas5P,
     diagonal solve) and exact path against scipy LSODA (banded Jacobian), scipy BDF (sparse),
-    SUNDIALS CVODE (banded) and the plain numpy closed form."""
+    SUNDIALS CVODE (diagonal Jacobian, sparse solve) and the plain numpy closed form."""
 
     timeout = 7200
-    params = [POWERLAW_P, ["scipy LSODA banded", "scipy BDF sparse", "CVODE BDF banded", "numpy closed form"]]
+    params = [POWERLAW_P, ["scipy LSODA banded", "scipy BDF sparse", "CVODE BDF (diagonal Jacobian)", "numpy closed form"]]
     param_names = ["p", "peer"]
 
     def setup_cache(self):

@@ -545,6 +545,19 @@ def _excess_loss_anchor(form: str, data: AbstractData, model):
     return np.asarray(z_star), grad
 
 
+def _with_saved_losses(dyn: _FlowArgs, save: str, form: str, data, model) -> tuple[_FlowArgs, bool]:
+    """Check `save`; for save="loss" on commuting data add the excess loss's anchor (z_star,
+    grad) to the dynamic arguments. Returns (dyn, whether the excess loss is saved)."""
+    if save == "state":
+        return dyn, False
+    if save != "loss":
+        raise ValueError(f"`save` must be 'state' or 'loss'; found {save!r}.")
+    z_star, grad = _excess_loss_anchor(form, data, model)
+    if z_star is None:
+        return dyn, False
+    return dyn._replace(z_star=z_star, grad=grad), True
+
+
 def _redo_dense(cfg: _FlowConfig, dyn: dict):
     """The same solve with dense output (and room for `cfg.max_steps` steps): the interpolant."""
     return _solve_jit(cfg, dyn)["dense"]
@@ -716,15 +729,8 @@ def _solve_exact(data, model, form, kind, x0, init, is_factor, init_is_z, solver
         )
     t0, t1, ts = _time_grid(t0, t1, ts)
     gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
-    dyn = _FlowArgs(data, x0, np.array([t0, t1, 0.0, gamma]), ts)
-    excess = False
-    if save == "loss":
-        z_star, grad = _excess_loss_anchor(form, data, model)
-        excess = z_star is not None
-        if excess:
-            dyn = dyn._replace(z_star=z_star, grad=grad)
-    elif save != "state":
-        raise ValueError(f"`save` must be 'state' or 'loss'; found {save!r}.")
+    dyn, excess = _with_saved_losses(_FlowArgs(data, x0, np.array([t0, t1, 0.0, gamma]), ts), save, form,
+                                     data, model)
     out = _exact_jit(_ExactConfig(kind, save, excess), dyn)
     if not np.asarray(out["info"])[4]:
         raise FloatingPointError("Theorem 6's closed form produced non-finite values; check the data's scale.")
@@ -922,14 +928,7 @@ def solve_flow(
     dyn = _FlowArgs(data if model is None or form != "M-mu" else model, x0, np.array([t0, t1, rtol, gamma]), ts,
                     None if dt0 is None else f64(dt0), None if atol is None else f64(atol),
                     None if width is None else f64(width), solver_dyn)
-    excess = False
-    if save == "loss":
-        z_star, grad = _excess_loss_anchor(form, data, model)
-        excess = z_star is not None
-        if excess:
-            dyn = dyn._replace(z_star=z_star, grad=grad)
-    elif save != "state":
-        raise ValueError(f"`save` must be 'state' or 'loss'; found {save!r}.")
+    dyn, excess = _with_saved_losses(dyn, save, form, data, model)
     cfg = _FlowConfig(form, kind, solver_static, int(max_steps), dense is True, save, bool(progress), excess,
                       float(pcoeff), float(icoeff), reduced, gamma == 0.0)
     out = _solve_jit(cfg, dyn)
