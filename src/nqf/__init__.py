@@ -28,6 +28,8 @@ from .maps import MapTrajectory, closed_map, closed_sgd
 from .wspace import WTrajectory, train_w
 from .ignition import measure_ignition_times, predicted_ignition_times
 from .solve import SOLVERS, FlowSolution, MaxStepsReached, solve_flow
+from .events import Stop  # stopping conditions of solve_flow (loss, ignition, user)
+from .io import load, save  # results on disk (.npz + JSON header; nqf.io)
 from .oracles import (
     AssumptionError,
     OracleSolution,

@@ -90,7 +90,12 @@ def check_psd(M, name: str, rtol: float = 1e-10) -> None:
 
 
 def check_positive(x, name: str, *, allow_zero: bool = False) -> float:
-    """Return `x` as float, raising unless it is finite and > 0 (>= 0 with `allow_zero`)."""
+    """Return `x` as float, raising unless it is finite and > 0 (>= 0 with `allow_zero`).
+    A traced scalar (inside jit, vmap, grad) is returned unchecked."""
+    if is_traced(x):
+        if jnp.ndim(x) != 0:
+            raise ValueError(f"`{name}` must be a scalar; found shape {shape_str(jnp.shape(x))}.")
+        return x
     try:
         v = float(x)
     except (TypeError, ValueError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
@@ -87,18 +88,36 @@ def logistic_log_z(log_z0, z0, a, C, t):
     return log_z0 + jnp.where(grows, 0.0, s) - jnp.log(jnp.where(grows, e, 1.0) + C * z0 * frac)
 
 
+def _traced(*xs) -> bool:
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(xs))
+
+
 def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
     """z* = argmin_{z >= 0} (1/m) |Lambda z - y|^2, the limit z(inf) of the GLV flow (Eq. E13).
 
     With orthogonal features (Theorem 6) this is z*_k = max(r_k / C_kk, 0) in closed form;
     otherwise it is the non-negative least-squares solution (`scipy.optimize.nnls`). Modes with
     lambda_{., k} = 0 do not move and get z*_k = 0 here. Returns shape (p,).
+
+    Under JAX tracing (data as traced arrays inside jit / vmap / grad) the closed form is used
+    for `DiagonalData`; other data must be concrete (NNLS runs on the host).
+
+    **Raises:** `ValueError` for traced data other than `DiagonalData`.
     """
-    y = np.asarray(data.y)
     if isinstance(data, DiagonalData):  # orthogonal features by construction: O(p)
-        lam = np.asarray(data.lam)
+        lam, y = data.lam, data.y
+        if _traced(data):
+            safe = jnp.where(lam != 0, lam, 1.0)
+            return jnp.where(lam != 0, jnp.maximum(y / safe, 0.0), 0.0)
+        lam, y = np.asarray(lam), np.asarray(y)
         safe = np.where(lam != 0, lam, 1.0)
         return np.where(lam != 0, np.maximum(y / safe, 0.0), 0.0)
+    if _traced(data):
+        raise ValueError(
+            "glv_equilibrium of traced CommutingData: the non-negative least squares runs on the "
+            "host; pass concrete data (close over it instead of tracing it), or DiagonalData."
+        )
+    y = np.asarray(data.y)
     Lam = np.asarray(data.Lambda)
     norms = np.einsum("mk,mk->k", Lam, Lam)
     if orthogonal_features_residual(data)[0] <= 1e-13:
@@ -108,20 +127,21 @@ def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
     return z
 
 
-def excess_loss(data: AbstractCommutingData, z, z_star=None) -> np.ndarray:
+def excess_loss(data: AbstractCommutingData, z, z_star=None):
     """E(z) = L(z) - L(z*) for mode strengths z of shape (..., p); returns shape (...).
 
     Computed as (1/m) |Lambda (z - z*)|^2 + sum_{k: z*_k = 0} g_k z_k with g = grad L(z*) >= 0
     (the KKT form), which has no cancellation; for Theorem 6 data it equals
-    sum_k V_k (1 - z_k / z_k(inf))^2 with V_k = r_k^2 / (8 C_kk) (Eq. E20).
+    sum_k V_k (1 - z_k / z_k(inf))^2 with V_k = r_k^2 / (8 C_kk) (Eq. E20). `z_star` defaults to
+    `glv_equilibrium(data)`. Runs under jit / vmap / grad (JAX arrays in, JAX arrays out);
+    concrete inputs give numpy arrays.
     """
-    y = np.asarray(data.y)
     if z_star is None:
         z_star = glv_equilibrium(data)
-    z = np.asarray(z)
     m = data.m
-    dz = z - z_star
-    quad = np.sum(np.asarray(data.outputs_z(dz)) ** 2, axis=-1) / m
-    g = 2.0 / m * np.asarray(data.pullback(np.asarray(data.outputs_z(z_star)) - y))
-    lin = np.sum(np.where(z_star == 0, np.maximum(g, 0.0) * z, 0.0), axis=-1)
-    return quad + lin
+    z, z_star = jnp.asarray(z), jnp.asarray(z_star)
+    quad = jnp.sum(data.outputs_z(z - z_star) ** 2, axis=-1) / m
+    g = 2.0 / m * data.pullback(data.outputs_z(z_star) - data.y)
+    lin = jnp.sum(jnp.where(z_star == 0, jnp.maximum(g, 0.0) * z, 0.0), axis=-1)
+    out = quad + lin
+    return out if _traced(out) else np.asarray(out)

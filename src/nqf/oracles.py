@@ -27,6 +27,7 @@ import numpy as np
 from ._checks import as_array, check_psd, check_symmetric, shape_str
 from .data import AbstractCommutingData, AbstractData, CommutingData
 from .glv import orthogonal_features_residual
+from .io import Saveable
 
 __all__ = [
     "AssumptionError",
@@ -75,7 +76,7 @@ class AssumptionError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class OracleSolution:
+class OracleSolution(Saveable):
     """An exact solution evaluated at times `ts`.
 
     **Attributes:**

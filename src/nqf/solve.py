@@ -20,6 +20,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optimistix as optx
 
 from ._checks import (as_array, check_positive, check_psd, check_symmetric, check_width, is_traced,
                       shape_str)
@@ -27,7 +28,10 @@ from .data import AbstractCommutingData, AbstractData, CommutingData, FeedForwar
 from .flow import RHS, check_form, glv_z, jac_glv_reduced, reduced_log_z, rhs_glv_reduced
 from .glv import excess_loss as _excess_loss
 from .glv import glv_equilibrium
+from .io import Saveable
 from .model import NQFModel
+from .events import Stop
+from .events import condition, direction as event_direction
 from .rosenbrock import Rodas5P
 from .stiff import glv_linear_solver, glv_root_finder, is_stiff
 
@@ -153,6 +157,7 @@ def _integrate(rhs, solver, controller, data, y0, args, t0, t1, ts, dt0, max_ste
 
 
 _RESULT_STR = {int(item._value): str(item) for item in diffrax.RESULTS._name_to_item.values()}
+_CODE_OF = {v: k for k, v in _RESULT_STR.items()}
 _MAX_STEPS_CODE = int(diffrax.RESULTS.max_steps_reached._value)
 _SUCCESS_CODE = int(diffrax.RESULTS.successful._value)
 
@@ -170,6 +175,7 @@ class _FlowArgs(NamedTuple):
     solver: Any = None  # the solver's arrays (eqx.partition)
     z_star: Any = None  # save="loss" with the excess loss: the equilibrium and the gradient there
     grad: Any = None
+    stop_target: Any = None  # the threshold of `_FlowConfig.stop` (loss value, or rho z_k(inf))
 
 
 class _FlowConfig(NamedTuple):
@@ -188,6 +194,8 @@ class _FlowConfig(NamedTuple):
     icoeff: float
     reduced: bool = False  # GLV form in m coordinates (`nqf.flow.rhs_glv_reduced`; stiff, m < p / 2)
     autonomous: bool = True  # False: the reduced form with weight decay depends on t
+    adjoint: str = "forward"  # "forward": diffrax.ForwardMode (jvp, jacfwd); "reverse": checkpointed (grad)
+    stop: Any = None  # an `nqf.events.Stop` without its value (static), or None
 
 
 def _initial_y0(form: str, init: str, data, x):
@@ -244,8 +252,20 @@ def _solve_core(cfg: _FlowConfig, dyn: dict):
         solver = Rodas5P(jacobian=jac_glv_reduced, autonomous=cfg.autonomous)
         saver = _reduced_saver(saver)
     controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff)
-    saveat = diffrax.SaveAt(ts=dyn.ts, dense=cfg.dense, fn=saver) if saver is not None else \
-        diffrax.SaveAt(ts=dyn.ts, dense=cfg.dense)
+    event = None
+    if cfg.stop is not None:  # terminate at the event; its time by a Newton root find (differentiable)
+        cond = condition(cfg.stop, cfg.form, dyn.stop_target)
+        if cfg.reduced:
+            base = cond
+            cond = lambda t, G, args, **kw: base(t, reduced_log_z(t, G, args), args[:3], **kw)  # noqa: E731
+        event = diffrax.Event(cond, root_finder=optx.Newton(rtol=1e-12, atol=1e-12),
+                              direction=event_direction(cfg.stop))
+    fn = {} if saver is None else {"fn": saver}
+    if cfg.stop is None:
+        saveat = diffrax.SaveAt(ts=dyn.ts, dense=cfg.dense, **fn)
+    else:  # the saved times, and the state where the solve ends
+        saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=dyn.ts, **fn), diffrax.SubSaveAt(t1=True)],
+                                dense=cfg.dense)
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(rhs),
         solver,
@@ -257,17 +277,30 @@ def _solve_core(cfg: _FlowConfig, dyn: dict):
         saveat=saveat,
         stepsize_controller=controller,
         max_steps=cfg.max_steps,
+        event=event,
         throw=False,
         progress_meter=diffrax.TextProgressMeter() if cfg.progress else diffrax.NoProgressMeter(),
-        adjoint=diffrax.ForwardMode(),  # plain while loops: no checkpoint copies of the state
+        # forward: plain while loops, no checkpoint copies of the state (and forward-mode AD);
+        # reverse: binomially checkpointed loops, for jax.grad
+        adjoint=diffrax.ForwardMode() if cfg.adjoint == "forward" else diffrax.RecursiveCheckpointAdjoint(),
     )
-    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(sol.ys)]))
-    info = jnp.stack([sol.result._value, sol.stats["num_steps"], sol.stats["num_accepted_steps"],
+    ys, stop_time = sol.ys, None
+    reached = jnp.ones(dyn.ts.shape, bool)
+    if cfg.stop is not None:  # (saves at ts, the end state); the solve ended at sol.ts[1][0]
+        ys = sol.ys[0]
+        t_end = sol.ts[1][0]
+        stopped = jnp.any(jnp.asarray(jax.tree.leaves(sol.event_mask)))
+        stop_time = jnp.where(stopped, t_end, jnp.inf)
+        reached = dyn.ts <= t_end
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x) | ~reached.reshape((-1,) + (1,) * (x.ndim - 1)))
+                                for x in jax.tree.leaves(ys)]))
+    code = jnp.where(sol.result == diffrax.RESULTS.event_occurred, _SUCCESS_CODE, sol.result._value)
+    info = jnp.stack([code, sol.stats["num_steps"], sol.stats["num_accepted_steps"],
                       sol.stats["num_rejected_steps"], finite]).astype(jnp.int64)
     dense = None
     if cfg.dense:
         dense = ReducedInterpolation(sol, args) if cfg.reduced else sol
-    return {"ts": sol.ts, "ys": sol.ys, "y0": y0, "mask": mask, "info": info, "dense": dense}
+    return {"ts": dyn.ts, "ys": ys, "y0": y0, "mask": mask, "info": info, "dense": dense, "stop_time": stop_time}
 
 
 def _reduced_saver(saver):
@@ -311,9 +344,31 @@ def _evaluate(sol, t):
     return jax.vmap(sol.evaluate)(t)
 
 
+def _is_traced(tree) -> bool:
+    """True if any leaf of `tree` is a JAX tracer (inside jit, vmap, grad)."""
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
+
+
+def _host(x):
+    """`x` as numpy arrays on the host, unless it is traced (then as it is)."""
+    if x is None or _is_traced(x):
+        return x
+    return jax.tree.map(np.asarray, x)
+
+
+_STAT_NAMES = ("num_steps", "num_accepted_steps", "num_rejected_steps")
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["ts", "ys", "data", "init", "_info", "_y0", "_dfx", "_mask", "model", "stop_time"],
+    meta_fields=["form", "init_is_factor", "max_steps", "_redo", "d", "init_is_z", "saved", "method",
+                 "_extra_stats", "_stop_name", "settings"],
+)
 @dataclasses.dataclass(frozen=True, eq=False)
-class FlowSolution:
-    """Result of `solve_flow`.
+class FlowSolution(Saveable):
+    """Result of `solve_flow`: a JAX pytree (its arrays are the leaves), so a solve inside
+    `jax.jit` / `jax.vmap` can return it, and it pickles.
 
     Times are gradient-flow times (t = eta * GD steps). `n` below is the number of saved times.
 
@@ -322,27 +377,38 @@ class FlowSolution:
     - `ts`: saved times, shape (n,).
     - `form`: the form that was integrated (``"M"``, ``"factor"``, ``"glv"`` or ``"M-mu"``).
     - `ys`: the raw saved state: M (n, p, p), F (n, p, r), log z (n, p) for ``"glv"``, or the
-      pair (M (n, p, p), mu (n, p)) for ``"M-mu"``.
+      pair (M (n, p, p), mu (n, p)) for ``"M-mu"``; with ``save="loss"`` a dict of (n,) arrays;
+      `saved`: ``"state"`` or ``"loss"`` (the `save` argument).
+    - `save(path)`: write the solution to disk (`nqf.io`; read it back with `nqf.load`).
     - `data`: the data set whose flow was integrated (for an `NQFModel` with f0 but no g, B solved
-      in another form: its data with labels y - f0, the same flow); `stats`: solver statistics
-      (num_steps, num_accepted_steps, num_rejected_steps, max_steps); `result`: diffrax's result
-      message.
+      in another form: its data with labels y - f0, the same flow).
+    - `stats`: solver statistics {num_steps, num_accepted_steps, num_rejected_steps, max_steps}
+      (plus nfev, njev for ``solver="lsoda"``); `result`: diffrax's result message (under
+      tracing: its integer code); `successful`: True if the solve reached t1.
     - `model`: the `NQFModel` that was passed (None for a bare data set); `d`: the width used by
-      the ``"M-mu"`` form (None for the other forms).
+      the ``"M-mu"`` form (None for the other forms); `method`: ``"ode"`` or ``"exact"``.
+    - `settings`: the solver settings of the call ((name, value) pairs: form, solver, stiff,
+      tolerances, t0, t1, ...), kept by `save`/`nqf.load` so that a loaded solution can rebuild
+      its dense output by solving again.
+    - `stop_time`, `stop_reason`: with `stop=`, the time the condition first held (inf if never
+      before t1) and its name (None if it never held); then `ts` and the saved quantities keep
+      only the saved times up to `stop_time` (under tracing all n entries are kept, those after
+      `stop_time` being inf). None without `stop`.
 
-    Derived (computed on access): `M` (n, p, p), `mu` (n, p) (``"M-mu"`` only, else None),
-    `W` (n, p, r), `z` (n, p) for commuting data, `loss` (n,) (from the model outputs f_x),
-    `z_inf` (p,) and `excess_loss` (n,) for commuting data without g, B, f0 (None otherwise).
+    Derived (computed on access; numpy arrays, or JAX arrays inside a transformation): `M`
+    (n, p, p), `mu` (n, p) (``"M-mu"`` only, else None), `W` (n, p, r), `z` (n, p) for
+    commuting data, `loss` (n,) (from the model outputs f_x), `z_inf` (p,) and `excess_loss`
+    (n,) for commuting data without g, B, f0 (None otherwise).
     """
 
-    ts: np.ndarray
+    ts: Any
     form: str
-    ys: np.ndarray
+    ys: Any
     data: AbstractData
-    init: np.ndarray
+    init: Any
     init_is_factor: bool
-    stats: dict
-    result: str
+    _info: Any  # int (5,): result code, num_steps, accepted, rejected, all saved values finite
+    max_steps: int = 0
     _y0: Any = dataclasses.field(repr=False, default=None)
     _dfx: Any = dataclasses.field(repr=False, default=None)
     _redo: Any = dataclasses.field(repr=False, default=None)
@@ -350,14 +416,50 @@ class FlowSolution:
     model: NQFModel | None = None
     d: int | None = None
     init_is_z: bool = False
-    save: str = "state"
+    saved: str = "state"
     method: str = "ode"
+    _extra_stats: tuple = dataclasses.field(repr=False, default=())
+    stop_time: Any = None
+    _stop_name: str | None = dataclasses.field(repr=False, default=None)
+    settings: tuple = dataclasses.field(repr=False, default=())
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The name of the `stop` condition that ended the solve, or None (no `stop`, or it never
+        held before t1). Under tracing: the condition's name whenever one was given."""
+        if self.stop_time is None or self._stop_name is None:
+            return None
+        if _is_traced(self.stop_time):
+            return self._stop_name
+        return self._stop_name if np.isfinite(self.stop_time) else None
+
+    @property
+    def stats(self) -> dict:
+        """{num_steps, num_accepted_steps, num_rejected_steps, max_steps} (ints; arrays under
+        tracing)."""
+        info = self._info if _is_traced(self._info) else np.asarray(self._info)
+        out = {k: (v if _is_traced(v) else int(v)) for k, v in zip(_STAT_NAMES, info[1:4])}
+        out["max_steps"] = self.max_steps
+        out.update(self._extra_stats)
+        return out
+
+    @property
+    def result(self):
+        """diffrax's result message (a string; the integer result code under tracing)."""
+        code = self._info[0]
+        return code if _is_traced(code) else _RESULT_STR[int(code)]
+
+    @property
+    def successful(self):
+        """True if the solver reached t1 with finite saved values (a bool array under tracing)."""
+        ok = (self._info[0] == _SUCCESS_CODE) & (self._info[4] != 0)
+        return ok if _is_traced(ok) else bool(ok)
 
     def _state(self):
-        if self.save != "state":
+        if self.saved != "state":
             dense = self._dfx is not None or self._redo is not None
             raise ValueError(
-                f"This solution was solved with save={self.save!r}: only `loss` and "
+                f"This solution was solved with save={self.saved!r}: only `loss` and "
                 "`excess_loss` were saved. Solve with save='state' for the state"
                 + (", or use the dense output (`evaluate`, `z_at`, `M_at`)." if dense else
                    " (it was also solved with dense=False, so it has no dense output).")
@@ -370,102 +472,105 @@ class FlowSolution:
         m = self.model
         return self.form == "M-mu" and m is not None and (m.has_mean_field or m.f0 is not None)
 
-    # -- state transforms -------------------------------------------------------------------
-    def _glv_scale(self, logz) -> np.ndarray:
+    def _P(self):
+        return None if self.data.P is None else jnp.asarray(self.data.P)
+
+    # -- state transforms (JAX: they run on saved states, dense output, and under tracing) --
+    def _glv_scale(self, logz):
         """s(t) = sqrt(z(t)/z(0)); M(t) = Q M0 Q and W(t) = Q W0 with Q = P diag(s) P^T
         (the off-diagonal slaving of Proposition 7), shape (n, p)."""
-        z = np.asarray(glv_z(jnp.atleast_2d(jnp.asarray(logz)), self._mask))
-        z0 = np.asarray(glv_z(jnp.asarray(self._y0), self._mask))
-        return np.sqrt(np.where(z0 > 0, z / np.where(z0 > 0, z0, 1.0), 0.0))
+        z = glv_z(jnp.atleast_2d(jnp.asarray(logz)), self._mask)
+        z0 = glv_z(jnp.asarray(self._y0), self._mask)
+        return jnp.sqrt(jnp.where(z0 > 0, z / jnp.where(z0 > 0, z0, 1.0), 0.0))
 
-    def _W_from(self, y) -> np.ndarray:
+    def _W_from(self, y):
         if self.form == "M-mu":
             raise ValueError(
                 "`W` is not available for form='M-mu': the closed flow (Eq. E10) tracks only "
                 "M = W W^T and mu = W 1; use `M` and `mu`, or simulate in weight space."
             )
         if self.form == "factor":
-            return np.asarray(y)
+            return jnp.asarray(y)
+        P = self._P()
         if self.form == "glv" and self.init_is_z:  # W = P diag(sqrt(z)): a factor of M
-            W = np.sqrt(self._z_from(y))[:, None, :] * np.eye(self.data.p)
-            return W if self.data.P is None else np.einsum("ij,njr->nir", np.asarray(self.data.P), W)
+            W = jnp.sqrt(self._z_from(y))[:, None, :] * jnp.eye(self.data.p)
+            return W if P is None else jnp.einsum("ij,njr->nir", P, W)
         if self.form == "glv" and self.init_is_factor:
-            P = None if self.data.P is None else np.asarray(self.data.P)
-            Wb = self.init if P is None else P.T @ self.init
+            Wb = jnp.asarray(self.init) if P is None else P.T @ self.init
             out = self._glv_scale(y)[:, :, None] * Wb[None]
-            return out if P is None else np.einsum("ij,njr->nir", P, out)
+            return out if P is None else jnp.einsum("ij,njr->nir", P, out)
         raise ValueError(
             f"`W` is not available for form={self.form!r} started from M0; use `M`, or solve "
             "from a factor `W0`."
         )
 
-    def _M_from(self, y) -> np.ndarray:
+    def _M_from(self, y):
         if self.form == "M":
-            return np.asarray(y)
+            return jnp.asarray(y)
         if self.form == "M-mu":
-            return np.asarray(y[0])
+            return jnp.asarray(y[0])
         if self.form == "factor" or self.init_is_factor or self.init_is_z:
             W = self._W_from(y)
-            return np.einsum("...ir,...jr->...ij", W, W)
-        P = None if self.data.P is None else np.asarray(self.data.P)
-        Mb = self.init if P is None else P.T @ self.init @ P
+            return jnp.einsum("...ir,...jr->...ij", W, W)
+        P = self._P()
+        Mb = jnp.asarray(self.init) if P is None else P.T @ self.init @ P
         s = self._glv_scale(y)
         out = s[:, :, None] * Mb[None] * s[:, None, :]
-        return out if P is None else np.einsum("ik,nkl,jl->nij", P, out, P)
+        return out if P is None else jnp.einsum("ik,nkl,jl->nij", P, out, P)
+
+    def _z_from(self, y):
+        if self.form == "glv":
+            return glv_z(jnp.asarray(y), self._mask)
+        if self.form == "factor":
+            return jax.vmap(self.data.z_factor)(jnp.asarray(y))
+        return jax.vmap(self.data.z)(self._M_from(y))
 
     @functools.cached_property
-    def M(self) -> np.ndarray:
+    def M(self):
         """Order parameter M(t) = W W^T at the saved times, shape (n, p, p)."""
-        return self._M_from(self._state())
+        return _host(self._M_from(self._state()))
 
     @functools.cached_property
-    def mu(self) -> np.ndarray | None:
+    def mu(self):
         """Order parameter mu(t) = W 1 at the saved times, shape (n, p) (``"M-mu"`` form only;
         None for the other forms)."""
-        return np.asarray(self._state()[1]) if self.form == "M-mu" else None
+        return _host(self._state()[1]) if self.form == "M-mu" else None
 
     @functools.cached_property
-    def W(self) -> np.ndarray:
+    def W(self):
         """A factor W(t) with W W^T = M(t), shape (n, p, r). Available for the factor form and,
         when the initial condition was a factor W0, for the GLV form (W(t) = Q(t) W0)."""
-        return self._W_from(self._state())
+        return _host(self._W_from(self._state()))
 
     @functools.cached_property
-    def z(self) -> np.ndarray | None:
+    def z(self):
         """Mode strengths z_k(t) = (P^T M(t) P)_kk for commuting data, shape (n, p); else None."""
         if not isinstance(self.data, AbstractCommutingData):
             return None
-        return self._z_from(self._state())
-
-    def _z_from(self, y) -> np.ndarray:
-        if self.form == "glv":
-            return np.asarray(glv_z(jnp.asarray(y), self._mask))
-        if self.form == "factor":
-            return np.asarray(jax.vmap(self.data.z_factor)(jnp.asarray(y)))
-        return np.asarray(jax.vmap(self.data.z)(jnp.asarray(self._M_from(y))))
+        return _host(self._z_from(self._state()))
 
     @functools.cached_property
-    def loss(self) -> np.ndarray:
+    def loss(self):
         """MSE loss (1/m) sum_x (f_x - y_x)^2 at the saved times, shape (n,); f_x = Tr[M A_x]
         or, for the ``"M-mu"`` form of a model, the model outputs (Eq. E2)."""
         d = self.data
-        if self.save == "loss":
-            return self.ys["loss"]
+        if self.saved == "loss":
+            return _host(self.ys["loss"])
+        ys = self.ys
         if self._general:
-            f = jax.vmap(self.model.outputs)(jnp.asarray(self.ys[0]), jnp.asarray(self.ys[1]))
-            r = np.asarray(f) - np.asarray(d.y)
+            f = jax.vmap(self.model.outputs)(jnp.asarray(ys[0]), jnp.asarray(ys[1]))
         elif self.form == "M-mu":
-            r = np.asarray(jax.vmap(d.residual)(jnp.asarray(self.ys[0])))
+            f = jax.vmap(d.traces)(jnp.asarray(ys[0]))
         elif self.form == "glv":
-            r = np.asarray(d.outputs_z(self.z)) - np.asarray(d.y)
+            f = d.outputs_z(self._z_from(ys))
         elif self.form == "factor":
-            r = np.asarray(jax.vmap(d.traces_factor)(jnp.asarray(self.ys))) - np.asarray(d.y)
+            f = jax.vmap(d.traces_factor)(jnp.asarray(ys))
         else:
-            r = np.asarray(jax.vmap(d.residual)(jnp.asarray(self.ys)))
-        return np.mean(r**2, axis=-1)
+            f = jax.vmap(d.traces)(jnp.asarray(ys))
+        return _host(jnp.mean((f - d.y) ** 2, axis=-1))
 
     @functools.cached_property
-    def z_inf(self) -> np.ndarray | None:
+    def z_inf(self):
         """z(inf), the GLV equilibrium (`nqf.glv_equilibrium`), for commuting data without g, B,
         f0; else None."""
         if not isinstance(self.data, AbstractCommutingData) or self._general:
@@ -473,22 +578,26 @@ class FlowSolution:
         return glv_equilibrium(self.data)
 
     @functools.cached_property
-    def excess_loss(self) -> np.ndarray | None:
+    def excess_loss(self):
         """L(t) - L(z_inf) without cancellation (`nqf.excess_loss`), shape (n,); commuting data
         only, else None (the infimum of the loss over PSD M is not known in closed form)."""
-        if self.save == "loss":
-            return self.ys.get("excess_loss")
+        if self.saved == "loss":
+            return _host(self.ys.get("excess_loss"))
         if self.z is None or self.z_inf is None:
             return None
         return _excess_loss(self.data, self.z, self.z_inf)
 
     # -- dense output -----------------------------------------------------------------------
-    def evaluate(self, t) -> np.ndarray:
-        """Raw state at time(s) t by diffrax's dense interpolation; shape (len(t), ...)."""
-        t = jnp.atleast_1d(jnp.asarray(t, dtype=jnp.float64))
+    def evaluate(self, t):
+        """Raw state at time(s) t by the dense interpolation; shape (len(t), ...).
+
+        **Raises:** `ValueError` for times outside [t0, t1] (checked for concrete t; under
+        tracing the interpolant extrapolates) or a solution without dense output."""
         interp = self._interp
+        if _is_traced(t) or _is_traced(interp):
+            return jax.vmap(interp.evaluate)(jnp.atleast_1d(jnp.asarray(t, dtype=jnp.float64)))
+        tn = np.atleast_1d(np.asarray(t, dtype=np.float64))
         t0, t1 = float(interp.t0), float(interp.t1)
-        tn = np.asarray(t)
         if not np.all((tn >= t0) & (tn <= t1)):
             raise ValueError(
                 f"`t` must lie in the solved interval [t0, t1] = [{t0:g}, {t1:g}]; found range "
@@ -496,23 +605,23 @@ class FlowSolution:
             )
         if getattr(interp, "host", False):
             return interp.evaluate(tn)
-        return jax.tree.map(np.asarray, _evaluate(interp, t))
+        return jax.tree.map(np.asarray, _evaluate(interp, jnp.asarray(tn)))
 
-    def z_at(self, t) -> np.ndarray:
+    def z_at(self, t):
         """z(t) from dense interpolation for commuting data, shape (len(t), p)."""
         if not isinstance(self.data, AbstractCommutingData):
             raise ValueError("`z_at` needs commuting data (a `CommutingData`).")
-        return self._z_from(self.evaluate(t))
+        return _host(self._z_from(self.evaluate(t)))
 
-    def M_at(self, t) -> np.ndarray:
+    def M_at(self, t):
         """M(t) from dense interpolation, shape (len(t), p, p)."""
-        return self._M_from(self.evaluate(t))
+        return _host(self._M_from(self.evaluate(t)))
 
-    def mu_at(self, t) -> np.ndarray:
+    def mu_at(self, t):
         """mu(t) from dense interpolation, shape (len(t), p) (``"M-mu"`` form only)."""
         if self.form != "M-mu":
             raise ValueError(f"`mu_at` needs the 'M-mu' form; this solution is form={self.form!r}.")
-        return np.asarray(self.evaluate(t)[1])
+        return _host(self.evaluate(t)[1])
 
     @functools.cached_property
     def _interp(self):
@@ -541,8 +650,68 @@ def _excess_loss_anchor(form: str, data: AbstractData, model):
     if not isinstance(data, AbstractCommutingData) or general or form == "M-mu":
         return None, None
     z_star = glv_equilibrium(data)
-    grad = 2.0 / data.m * np.asarray(data.pullback(np.asarray(data.outputs_z(z_star)) - np.asarray(data.y)))
-    return np.asarray(z_star), grad
+    grad = 2.0 / data.m * data.pullback(data.outputs_z(z_star) - data.y)
+    return _host(z_star), _host(grad)
+
+
+def _settings(form, solver, stiff, t0, t1, rtol, atol, pcoeff, icoeff, dt0, max_steps, weight_decay, save,
+              method, adjoint, stop) -> tuple:
+    """The call's solver settings as (name, value) pairs of plain values (what `save` keeps to
+    rebuild dense output by solving again); a solver instance or a user `Stop.when` function is
+    recorded as unavailable."""
+    def plain(x):
+        if _is_traced(x):
+            return None
+        if x is None or isinstance(x, (bool, str, int)):
+            return x
+        try:
+            return float(x)
+        except (TypeError, ValueError):
+            return None
+    stop_rec = None
+    if isinstance(stop, Stop):
+        stop_rec = ("unavailable",) if stop.fn is not None else (stop.kind, plain(stop.value), stop.k)
+    return (("form", form), ("solver", solver if solver is None or isinstance(solver, str) else "unavailable"),
+            ("stiff", bool(stiff)), ("t0", plain(t0)), ("t1", plain(t1)), ("rtol", plain(rtol)),
+            ("atol", plain(atol)), ("pcoeff", plain(pcoeff)), ("icoeff", plain(icoeff)), ("dt0", plain(dt0)),
+            ("max_steps", plain(max_steps)), ("weight_decay", plain(weight_decay)), ("save", save),
+            ("method", method), ("adjoint", adjoint), ("stop", stop_rec))
+
+
+def _dense_by_resolving(sol: "FlowSolution"):
+    """The `_redo` of a loaded solution: solve again with its recorded settings, dense output on,
+    and return the interpolant (None-safe: raises a clear error if the settings are incomplete)."""
+    return functools.partial(_resolve_interp, sol)
+
+
+def _resolve_interp(sol: "FlowSolution"):
+    kw = dict(sol.settings)
+    if not kw or kw.get("solver") == "unavailable" or kw.get("stop") == ("unavailable",):
+        raise ValueError(
+            "This loaded solution cannot rebuild its dense output: it was solved with a solver instance "
+            "or a user stop function, which are not saved. Its saved arrays are complete; solve again "
+            "with solve_flow for dense output."
+        )
+    stop = kw.pop("stop")
+    if stop is not None:
+        kind, value, k = stop
+        stop = Stop(kind, value, k=k, name=sol._stop_name or "")
+    if kw["form"] == "M-mu":
+        init = {"W0": sol.init} if sol.init_is_factor else {"M0": sol.init, "mu0": sol._y0[1], "d": sol.d}
+    elif sol.init_is_z:
+        init = {"z0": sol.init}
+    else:
+        init = {"W0" if sol.init_is_factor else "M0": sol.init}
+    data = sol.data if sol.model is None else sol.model
+    again = solve_flow(data, **init, ts=sol.ts, dense=True, stop=stop, **kw)
+    return again._interp
+
+
+def _params(t0, t1, rtol, gamma):
+    """[t0, t1, rtol, gamma] as one array (numpy for concrete values: one transfer)."""
+    if _is_traced((t0, t1, rtol, gamma)):
+        return jnp.stack([jnp.asarray(v, dtype=jnp.float64) for v in (t0, t1, rtol, gamma)])
+    return np.array([t0, t1, rtol, gamma], dtype=np.float64)
 
 
 def _with_saved_losses(dyn: _FlowArgs, save: str, form: str, data, model) -> tuple[_FlowArgs, bool]:
@@ -556,6 +725,36 @@ def _with_saved_losses(dyn: _FlowArgs, save: str, form: str, data, model) -> tup
     if z_star is None:
         return dyn, False
     return dyn._replace(z_star=z_star, grad=grad), True
+
+
+def _stop_target(stop: Stop, form: str, data: AbstractData, model):
+    """Check a `stop` condition against the problem; return (its static part, its threshold)."""
+    if not isinstance(stop, Stop):
+        raise TypeError(
+            "`stop` must be an `nqf.Stop` (Stop.loss_below(value), Stop.ignition(k), Stop.when(fn)); "
+            f"found {type(stop).__name__}."
+        )
+    static = eqx.tree_at(lambda s: s.value, stop, None, is_leaf=lambda x: x is None)
+    if stop.kind == "loss_below":
+        if not _is_traced(stop.value):
+            check_positive(stop.value, "Stop.loss_below value")
+        return static, stop.value
+    if stop.kind == "ignition":
+        if form != "glv" or (model is not None and model.has_mean_field):
+            raise ValueError(
+                "Stop.ignition needs commuting data in the GLV form (mode strengths z_k); found "
+                f"{type(data).__name__} with form={form!r}. Use Stop.when(fn) for other conditions."
+            )
+        if stop.k >= data.p:
+            raise ValueError(f"Stop.ignition: mode k = {stop.k} out of range for p = {data.p}.")
+        z_inf = glv_equilibrium(data)
+        if not _is_traced(z_inf) and not z_inf[stop.k] > 0:
+            raise ValueError(
+                f"Stop.ignition({stop.k}): the mode's equilibrium z_inf = {z_inf[stop.k]:.3g} is not "
+                "positive, so it never ignites (Eq. E19 needs r_k > 0)."
+            )
+        return static, stop.value * z_inf[stop.k]
+    return static, None
 
 
 def _redo_dense(cfg: _FlowConfig, dyn: dict):
@@ -664,8 +863,7 @@ def _initial_state_mu(data: AbstractData, M0, W0, mu0, d):
                 f"`W0` must have shape ({p}, d) (one column per neuron) to match the data; found "
                 f"{shape_str(W0.shape)}."
             )
-        init = np.asarray(W0)
-        return (jnp.asarray(init @ init.T), jnp.asarray(init.sum(axis=1))), init, True, init.shape[1]
+        return (W0 @ W0.T, W0.sum(axis=1)), W0, True, W0.shape[1]
     if mu0 is None or d is None:
         raise ValueError(
             "The 'M-mu' form (Eq. E10; 'auto' for a model with g or B) needs `mu0` (p,) and the width `d` "
@@ -680,12 +878,19 @@ def _initial_state_mu(data: AbstractData, M0, W0, mu0, d):
     mu0 = as_array(mu0, "mu0", shape=(p,))
     d = check_width(d)
     # Realizability by some W (p, d): M0 - mu0 mu0^T / d = W (I - 1 1^T / d) W^T is PSD.
-    check_psd(np.asarray(M0) - np.outer(mu0, mu0) / d, "M0 - mu0 mu0^T / d")
-    return (M0, mu0), np.asarray(M0), False, d
+    if not is_traced((M0, mu0)):
+        check_psd(np.asarray(M0) - np.outer(mu0, mu0) / d, "M0 - mu0 mu0^T / d")
+    return (M0, mu0), M0, False, d
 
 
 def _time_grid(t0, t1, ts):
-    """Checked (t0, t1, ts) of a solve; ts defaults to 201 equally spaced times."""
+    """Checked (t0, t1, ts) of a solve; ts defaults to 201 equally spaced times. Traced values
+    (inside jit, vmap, grad) are shape-checked only."""
+    if _is_traced((t0, t1, ts)):
+        t0 = as_array(t0, "t0", ndim=0, host=True)
+        t1 = as_array(t1, "t1", ndim=0, host=True)
+        ts = jnp.linspace(t0, t1, 201) if ts is None else as_array(ts, "ts", ndim=1, host=True)
+        return t0, t1, ts
     t0 = float(as_array(t0, "t0", ndim=0, host=True))
     t1 = float(as_array(t1, "t1", ndim=0, host=True))
     if not t1 > t0:
@@ -704,7 +909,7 @@ def _time_grid(t0, t1, ts):
 
 
 def _solve_exact(data, model, form, kind, x0, init, is_factor, init_is_z, solver, stiff, t0, t1, ts,
-                 weight_decay, save) -> FlowSolution:
+                 weight_decay, save, settings=()) -> FlowSolution:
     """``solve_flow(..., method="exact")``: Theorem 6's closed form at the saved times."""
     from .exact import _exact_jit, _ExactConfig
     from .glv import orthogonal_features_residual
@@ -721,7 +926,7 @@ def _solve_exact(data, model, form, kind, x0, init, is_factor, init_is_z, solver
             "closed form (drop them, or use method='ode')."
         )
     tol = 1e-10
-    res, (k, j) = orthogonal_features_residual(data)
+    res, (k, j) = (0.0, (0, 0)) if _is_traced(data) else orthogonal_features_residual(data)  # traced: unchecked
     if res > tol:
         raise AssumptionError(
             "Theorem 6", _THM6_COND, res, tol, where=f"(k, j) = ({k}, {j})",
@@ -729,21 +934,21 @@ def _solve_exact(data, model, form, kind, x0, init, is_factor, init_is_z, solver
         )
     t0, t1, ts = _time_grid(t0, t1, ts)
     gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
-    dyn, excess = _with_saved_losses(_FlowArgs(data, x0, np.array([t0, t1, 0.0, gamma]), ts), save, form,
+    dyn, excess = _with_saved_losses(_FlowArgs(data, x0, _params(t0, t1, 0.0, gamma), ts), save, form,
                                      data, model)
     out = _exact_jit(_ExactConfig(kind, save, excess), dyn)
-    if not np.asarray(out["info"])[4]:
+    traced = _is_traced(out)
+    if not traced and not np.asarray(out["info"])[4]:
         raise FloatingPointError("Theorem 6's closed form produced non-finite values; check the data's scale.")
-    stats = {"num_steps": 0, "num_accepted_steps": 0, "num_rejected_steps": 0, "max_steps": 0}
     return FlowSolution(
-        ts=ts, form=form, ys=jax.tree.map(np.asarray, out["ys"]), data=data, init=init,
-        init_is_factor=is_factor, stats=stats, result=_RESULT_STR[_SUCCESS_CODE], _y0=out["y0"],
-        _dfx=out["dense"], _mask=out["mask"], model=model, init_is_z=init_is_z, save=save, method="exact",
+        ts=ts, form=form, ys=_host(out["ys"]), data=data, init=init, init_is_factor=is_factor,
+        _info=out["info"], _y0=out["y0"], _dfx=out["dense"], _mask=out["mask"], model=model,
+        init_is_z=init_is_z, saved=save, method="exact", settings=settings,
     )
 
 
 def _solve_lsoda(data, model, form, kind, x0, init, is_factor, init_is_z, t0, t1, ts, rtol, atol,
-                 weight_decay, save, max_steps) -> FlowSolution:
+                 weight_decay, save, max_steps, settings=()) -> FlowSolution:
     """``solve_flow(..., solver="lsoda")``: the reduced GLV flow with scipy's LSODA (`nqf.lsoda`)."""
     from .lsoda import saved_outputs, solve_reduced_lsoda
 
@@ -764,10 +969,11 @@ def _solve_lsoda(data, model, form, kind, x0, init, is_factor, init_is_z, t0, t1
                                                  gamma=gamma, max_steps=max_steps)
     z_star, grad = _excess_loss_anchor(form, data, model) if save == "loss" else (None, None)
     ys = saved_outputs(prob, data, ts, G, save, z_star, grad)
+    info = np.array([_SUCCESS_CODE, stats["num_steps"], stats["num_accepted_steps"], 0, 1])
     return FlowSolution(
-        ts=ts, form=form, ys=ys, data=data, init=init, init_is_factor=is_factor, stats=stats,
-        result=_RESULT_STR[_SUCCESS_CODE], _y0=u0, _dfx=interp, _mask=mask, model=model,
-        init_is_z=init_is_z, save=save,
+        ts=ts, form=form, ys=ys, data=data, init=init, init_is_factor=is_factor, _info=info,
+        max_steps=int(max_steps), _y0=u0, _dfx=interp, _mask=mask, model=model, init_is_z=init_is_z,
+        saved=save, _extra_stats=(("nfev", stats["nfev"]), ("njev", stats["njev"])), settings=settings,
     )
 
 
@@ -796,6 +1002,8 @@ def solve_flow(
     save: str = "state",
     progress: bool = False,
     method: str = "ode",
+    adjoint: str = "auto",
+    stop: Stop | None = None,
 ) -> FlowSolution:
     """Integrate the MSE gradient flow M' = Y M + M Y - K(M) M - M K(M) (Eq. E9), or for a
     general model the (M, mu) flow of Eq. E10.
@@ -852,6 +1060,15 @@ def solve_flow(
       O(n) memory instead of O(n p) (use it at p = 10^6). `M`, `W`, `z` then raise; dense output
       still works.
     - `progress`: show diffrax's text progress meter.
+    - `stop`: an `nqf.Stop` condition (`Stop.loss_below(value)`, `Stop.ignition(k, rho)`,
+      `Stop.when(fn)`; `nqf.events`): the solve ends when it first holds, located by a root find
+      (differentiable); the solution records `stop_time` and `stop_reason`.
+    - `adjoint`: how derivatives flow through the solve when it runs inside a JAX
+      transformation: ``"auto"`` (default: ``"forward"`` for a concrete call, ``"reverse"``
+      under tracing), ``"forward"`` (`diffrax.ForwardMode`: jvp / `jax.jacfwd`, plain while
+      loops) or ``"reverse"`` (`diffrax.RecursiveCheckpointAdjoint`: `jax.grad` / vjp, with
+      binomial checkpointing: memory O(state x log(max_steps)) and about twice the forward
+      work).
     - `method`: ``"ode"`` (default) integrates the flow; ``"exact"`` evaluates Theorem 6's
       closed form (Eq. E16, `nqf.exact`) for commuting data with orthogonal features (every
       `DiagonalData`): O(p) per saved time, no steps, exact dense output, same `FlowSolution`
@@ -867,6 +1084,8 @@ def solve_flow(
     `MaxStepsReached` if `max_steps` is used up before `t1`; `nqf.AssumptionError` (with the
     residual) for ``method="exact"`` on data whose features are not orthogonal.
     """
+    settings = _settings(form, solver, stiff, t0, t1, rtol, atol, pcoeff, icoeff, dt0, max_steps,
+                         weight_decay, save, method, adjoint, stop)
     model = data if isinstance(data, NQFModel) else None
     if model is not None:
         data = model.data
@@ -902,15 +1121,25 @@ def solve_flow(
         init = x0
     if method == "exact":
         return _solve_exact(data, model, form, kind, x0, init, is_factor, z0 is not None, solver, stiff,
-                            t0, t1, ts, weight_decay, save)
+                            t0, t1, ts, weight_decay, save, settings)
     if method != "ode":
         raise ValueError(f"`method` must be 'ode' or 'exact'; found {method!r}.")
+    if stop is not None and (method != "ode" or (isinstance(solver, str) and solver.lower() == "lsoda")):
+        raise ValueError("`stop` needs method='ode' with a diffrax solver (not method='exact' or solver='lsoda').")
     if isinstance(solver, str) and solver.lower() == "lsoda":
         return _solve_lsoda(data, model, form, kind, x0, init, is_factor, z0 is not None, t0, t1, ts,
-                            rtol, atol, weight_decay, save, max_steps)
+                            rtol, atol, weight_decay, save, max_steps, settings)
+    traced = _is_traced((data, model, x0, t0, t1, ts, rtol, atol, dt0, weight_decay))
     reduced = form == "glv" and _reduced_stiff(data, solver, stiff)
     host_mask = None
-    if form == "glv" and not reduced and _is_implicit_name(solver, stiff):  # the Newton solve's basis needs it
+    if form == "glv" and not reduced and _is_implicit_name(solver, stiff) and type(data) is CommutingData \
+            and 2 * data.m < data.p:  # the Woodbury basis of the Newton solve needs the live modes
+        if traced:
+            raise ValueError(
+                "Under jit / vmap / grad the stiff GLV solve of CommutingData with 2 m < p runs in m "
+                "coordinates: use stiff=True or solver='rodas5p' (the Kvaerno Woodbury solve needs "
+                "the live modes on the host)."
+            )
         host_mask = _host_mask(data, kind, x0)
     solver = _default_instance(Rodas5P) if reduced else _make_solver(solver, stiff, data, form, host_mask)
     rtol = check_positive(rtol, "rtol")
@@ -923,15 +1152,32 @@ def solve_flow(
     implicit = is_stiff(solver)
     pcoeff = (0.3 if implicit else 0.0) if pcoeff is None else pcoeff
     icoeff = (0.4 if implicit else 1.0) if icoeff is None else icoeff
-    f64 = np.float64
+    f64 = (lambda x: x) if traced else np.float64
     solver_dyn, solver_static = _partition_solver(solver)
-    dyn = _FlowArgs(data if model is None or form != "M-mu" else model, x0, np.array([t0, t1, rtol, gamma]), ts,
+    dyn = _FlowArgs(data if model is None or form != "M-mu" else model, x0, _params(t0, t1, rtol, gamma), ts,
                     None if dt0 is None else f64(dt0), None if atol is None else f64(atol),
                     None if width is None else f64(width), solver_dyn)
     dyn, excess = _with_saved_losses(dyn, save, form, data, model)
+    if stop is not None:
+        stop, target = _stop_target(stop, form, data, model)
+        dyn = dyn._replace(stop_target=target)
+    if adjoint not in ("auto", "forward", "reverse"):
+        raise ValueError(f"`adjoint` must be 'auto', 'forward' or 'reverse'; found {adjoint!r}.")
+    if adjoint == "auto":
+        adjoint = "reverse" if traced else "forward"
     cfg = _FlowConfig(form, kind, solver_static, int(max_steps), dense is True, save, bool(progress), excess,
-                      float(pcoeff), float(icoeff), reduced, gamma == 0.0)
+                      float(pcoeff), float(icoeff), reduced, (not traced) and gamma == 0.0, adjoint, stop)
     out = _solve_jit(cfg, dyn)
+    if traced:  # inside jit / vmap / grad: no host checks; failures raise through eqx.error_if
+        ok = (out["info"][0] == _SUCCESS_CODE) & (out["info"][4] != 0)
+        ys = eqx.error_if(out["ys"], ~ok, "solve_flow: the solver did not reach t1 with finite values "
+                          "(max_steps reached, or the flow blew up); check `successful` and `result`.")
+        return FlowSolution(
+            ts=ts, form=form, ys=ys, data=data, init=init, init_is_factor=is_factor, _info=out["info"],
+            max_steps=int(max_steps), _y0=out["y0"], _dfx=out["dense"], _mask=out["mask"], model=model,
+            d=width, init_is_z=z0 is not None, saved=save, stop_time=out["stop_time"],
+            _stop_name=None if stop is None else stop.name, settings=settings,
+        )
     info = np.asarray(out["info"])  # one small transfer; y0 and mask stay on the device
     if info[0] == _MAX_STEPS_CODE:
         raise MaxStepsReached(
@@ -949,15 +1195,18 @@ def solve_flow(
             "labels and the scale of the data, or reduce t1."
         )
     ys = np.asarray(out["ys"]) if isinstance(out["ys"], jax.Array) else jax.tree.map(np.asarray, out["ys"])
-    stats = {"num_steps": int(info[1]), "num_accepted_steps": int(info[2]),
-             "num_rejected_steps": int(info[3]), "max_steps": int(max_steps)}
+    stop_time = None
+    if stop is not None:  # keep the saved times reached before the stop
+        stop_time = float(out["stop_time"])
+        keep = ts <= stop_time
+        ts, ys = ts[keep], jax.tree.map(lambda x: x[keep], ys)
     redo = None
     if dense is None:  # same solve, dense, with room for the steps actually taken
-        room = 1 << int(stats["num_steps"] + 1).bit_length()
+        room = 1 << int(info[1] + 1).bit_length()
         redo = functools.partial(_redo_dense, cfg._replace(max_steps=room, dense=True, progress=False), dyn)
     return FlowSolution(
-        ts=ts, form=form, ys=ys, data=data, init=init, init_is_factor=is_factor,
-        stats=stats, result=_RESULT_STR[_SUCCESS_CODE], _y0=out["y0"], _dfx=out["dense"],
-        _redo=redo, _mask=out["mask"], model=model, d=width,
-        init_is_z=z0 is not None, save=save,
+        ts=ts, form=form, ys=ys, data=data, init=init, init_is_factor=is_factor, _info=info,
+        max_steps=int(max_steps), _y0=out["y0"], _dfx=out["dense"], _redo=redo, _mask=out["mask"],
+        model=model, d=width, init_is_z=z0 is not None, saved=save, stop_time=stop_time,
+        _stop_name=None if stop is None else stop.name, settings=settings,
     )

@@ -74,8 +74,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ._checks import as_array, check_positive, check_symmetric, shape_str
 from .data import AbstractCommutingData, AbstractData, CommutingData, DiagonalData
 from .flow import RHS, check_form
+from .io import Saveable
 from .model import NQFModel
-from .solve import (FlowSolution, MaxStepsReached, _initial_state, _integrate, _make_solver, _time_grid,
+from .solve import (_CODE_OF, FlowSolution, _dense_by_resolving, _settings, MaxStepsReached, _initial_state, _integrate, _make_solver, _time_grid,
                     _check_mode_strengths)
 from .stiff import is_stiff, is_structured
 
@@ -383,7 +384,7 @@ def _pad(tree, n: int):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class SweepSolution:
+class SweepSolution(Saveable):
     """Result of `solve_sweep`: B members, each the answer of one `solve_flow` call (to tolerance).
 
     **Attributes:**
@@ -426,6 +427,7 @@ class SweepSolution:
     _y0: np.ndarray = dataclasses.field(repr=False, default=None)
     _mask: np.ndarray | None = dataclasses.field(repr=False, default=None)
     _problem: tuple = dataclasses.field(repr=False, default=None)
+    settings: tuple = dataclasses.field(repr=False, default=())
 
     def __len__(self) -> int:
         return len(self.data)
@@ -446,6 +448,8 @@ class SweepSolution:
 
     @functools.cached_property
     def _members(self) -> list:
+        if self._problem is None:  # a loaded sweep: dense output by solving the member alone again
+            return [self._loaded_member(i) for i in range(len(self))]
         out = []
         rhs, solver, controller_kw, gamma, t0, t1, ts, dt0 = self._problem
         for i in range(len(self)):
@@ -454,18 +458,56 @@ class SweepSolution:
             y0 = jnp.asarray(self._y0[i])
             controller = diffrax.PIDController(atol=_f64(self.atol[i]), **controller_kw)
             problem = (rhs, solver, controller, data, y0, (data, gamma, mask), t0, t1, ts, dt0)
-            stats = {k: int(v[i]) for k, v in self.stats.items() if k != "max_steps"}
-            stats["max_steps"] = int(self.stats["max_steps"])
+            steps = int(self.stats["num_steps"][i])
+            info = np.array([_CODE_OF[self.results[i]], steps, int(self.stats["num_accepted_steps"][i]),
+                             int(self.stats["num_rejected_steps"][i]), 1])
             # Joint mode: member i alone may take a few more steps than the shared count.
-            need = stats["num_steps"] + 1 if self.mode == "vmap" else 2 * stats["num_steps"] + 16
+            need = steps + 1 if self.mode == "vmap" else 2 * steps + 16
             room = 1 << int(need).bit_length()
             redo = functools.partial(_integrate, *problem, room, True, diffrax.NoProgressMeter())
             out.append(FlowSolution(
                 ts=self.ts, form=self.form, ys=self.ys[i], data=data, init=self.init[i],
-                init_is_factor=self.init_is_factor, stats=stats, result=self.results[i],
+                init_is_factor=self.init_is_factor, _info=info, max_steps=int(self.stats["max_steps"]),
                 _y0=self._y0[i], _redo=redo, _mask=mask, init_is_z=self.init_is_z,
             ))
         return out
+
+    def _loaded_member(self, i: int) -> FlowSolution:
+        """Member i of a loaded sweep (`nqf.load`): its saved arrays, and the settings of the
+        sweep (with the member's atol) to rebuild dense output by `solve_flow`."""
+        steps = int(self.stats["num_steps"][i])
+        info = np.array([_CODE_OF[self.results[i]], steps, int(self.stats["num_accepted_steps"][i]),
+                         int(self.stats["num_rejected_steps"][i]), 1])
+        settings = tuple((k, float(self.atol[i]) if k == "atol" else v) for k, v in self.settings)
+        member = FlowSolution(
+            ts=self.ts, form=self.form, ys=self.ys[i], data=self.data[i], init=self.init[i],
+            init_is_factor=self.init_is_factor, _info=info, max_steps=int(self.stats["max_steps"]),
+            _y0=self._y0[i], _mask=None if self._mask is None else self._mask[i], init_is_z=self.init_is_z,
+            settings=settings,
+        )
+        object.__setattr__(member, "_redo", _dense_by_resolving(member))
+        return member
+
+    def to_dataframe(self):
+        """A tidy pandas DataFrame: one row per member and saved time, columns ``member``,
+        ``eps`` (eps sweeps only), ``t`` (gradient-flow time), ``loss`` and, for commuting
+        data, ``excess_loss``.
+
+        **Raises:** `ImportError` naming pandas if it is not installed."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("SweepSolution.to_dataframe needs pandas: pip install pandas") from None
+        B, n = len(self), len(self.ts)
+        cols = {"member": np.repeat(np.arange(B), n)}
+        if self.eps is not None:
+            cols["eps"] = np.repeat(self.eps, n)
+        cols["t"] = np.tile(np.asarray(self.ts), B)
+        cols["loss"] = np.asarray(self.loss).reshape(-1)
+        excess = self._stack("excess_loss")
+        if excess is not None:
+            cols["excess_loss"] = excess.reshape(-1)
+        return pd.DataFrame(cols)
 
     def _stack(self, name):
         vals = [getattr(m, name) for m in self._members]
@@ -730,4 +772,6 @@ def solve_sweep(
         eps=None if eps is None else np.broadcast_to(np.asarray(eps, float).reshape(-1), (B,)).copy(),
         devices=devs, mode=mode, init_is_z=is_z, _y0=np.asarray(y0), _mask=None if mask is None else np.asarray(mask),
         _problem=(rhs, solver, controller_kw, static[5], static[6], static[7], static[8], static[9]),
+        settings=_settings(form, solver_arg, stiff, t0, t1, rtol, None, pcoeff, icoeff, dt0, max_steps,
+                           weight_decay, "state", "ode", "auto", None),
     )
