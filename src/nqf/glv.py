@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 
+from ._config import require_x64
 from .data import AbstractCommutingData, DiagonalData
 
 __all__ = ["glv_equilibrium", "excess_loss", "orthogonal_features_residual", "logistic_z",
@@ -114,7 +115,10 @@ def excess_loss(data: AbstractCommutingData, z, z_star=None) -> np.ndarray:
     Computed as (1/m) |Lambda (z - z*)|^2 + sum_{k: z*_k = 0} g_k z_k with g = grad L(z*) >= 0
     (the KKT form), which has no cancellation; for Theorem 6 data it equals
     sum_k V_k (1 - z_k / z_k(inf))^2 with V_k = r_k^2 / (8 C_kk) (Eq. E20).
+
+    **Raises:** `RuntimeError` if JAX's float64 was turned off after importing nqf.
     """
+    require_x64()
     y = np.asarray(data.y)
     if z_star is None:
         z_star = glv_equilibrium(data)
