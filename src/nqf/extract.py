@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._checks import as_array
+from ._config import require_x64
 from .data import DenseData
 from .model import NQFModel
 
@@ -166,7 +167,10 @@ def extract_report(f, x, p: int, y=None, *, width: int = 2, scale: float = 0.3, 
       warns instead and still returns the (then unreliable) representation.
 
     ZGZ failures always warn (`ZGZWarning`) and return the general model with g, B.
+
+    **Raises:** as `extract`.
     """
+    require_x64()  # in float32 the symmetry check fails at ~1e-7 and would blame the module
     if on_error not in ("raise", "warn"):
         raise ValueError(f"`on_error` must be 'raise' or 'warn'; found {on_error!r}.")
     if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
@@ -300,6 +304,8 @@ def extract(f, x, p: int, y=None, **kwargs):
 
     **Raises:** `SymmetryError` if f is not invariant under permuting the columns of W;
     `SmoothnessError` if f is not C^3 at 0 (e.g. ReLU); both are `ExtractionError`
-    (`ValueError`). Warns `ZGZWarning` if g or B is nonzero.
+    (`ValueError`); `ValueError` for a bad `p`, `x`, `y` or `on_error`; `RuntimeError` if JAX's
+    float64 was turned off after importing nqf (the checks need float64; see `nqf._config`).
+    Warns `ZGZWarning` if g or B is nonzero.
     """
     return extract_report(f, x, p, y, **kwargs)[0]

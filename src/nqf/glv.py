@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 
+from ._config import require_x64
 from .data import AbstractCommutingData, DiagonalData
 
 __all__ = ["glv_equilibrium", "excess_loss", "orthogonal_features_residual", "logistic_z",
@@ -135,7 +136,10 @@ def excess_loss(data: AbstractCommutingData, z, z_star=None):
     sum_k V_k (1 - z_k / z_k(inf))^2 with V_k = r_k^2 / (8 C_kk) (Eq. E20). `z_star` defaults to
     `glv_equilibrium(data)`. Runs under jit / vmap / grad (JAX arrays in, JAX arrays out);
     concrete inputs give numpy arrays.
+
+    **Raises:** `RuntimeError` if JAX's float64 was turned off after importing nqf.
     """
+    require_x64()
     if z_star is None:
         z_star = glv_equilibrium(data)
     m = data.m

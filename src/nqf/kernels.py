@@ -98,6 +98,7 @@ from numba import prange
 from numba.core import types
 from numba.extending import intrinsic
 
+from ._config import require_x64
 from ._train_args import (
     check_count,
     check_lr,
@@ -634,7 +635,8 @@ def _check_finite(x: np.ndarray, name: str, mask=None) -> None:
 
 def _problem(data, y, check: bool) -> _Problem:
     """Resolve (data or Lambda/lam, y) to numpy arrays, checking shapes (and values if `check`
-    and they were given as raw arrays)."""
+    and they were given as raw arrays). Refuses without JAX float64 (the JAX backend)."""
+    require_x64()
     if hasattr(data, "lam") and hasattr(data, "y"):  # DiagonalData (before `.Lambda`: O(p^2))
         if y is not None:
             raise ValueError("`y` is taken from the data object; do not pass it separately.")
@@ -773,7 +775,7 @@ def glv_rhs(
     **Raises:** `ValueError` for shapes that do not match (z, y, mask, out), a non-finite live
     entry of `z` (or of raw `Lambda`, `lam`, `y` with `check`), weight_decay < 0 or not finite,
     an unknown backend, a read-only or non-contiguous `out`; `TypeError` for a bad `data` or a
-    non-numeric array.
+    non-numeric array; `RuntimeError` if JAX's float64 was turned off after importing nqf.
     """
     prob = _problem(data, y, check)
     backend = _check_backend(backend, prob, "rhs")
@@ -887,7 +889,7 @@ def glv_gd(
     finite, weight_decay < 0, steps/save_every not integers >= 1, a bad batch schedule
     (shape, range, batch size outside [1, m]) or both `batch_indices` and `batch_size`, an
     unknown backend, and the shape errors of `glv_rhs`; `FloatingPointError` if z becomes
-    non-finite (reduce `lr`).
+    non-finite (reduce `lr`); `RuntimeError` if JAX's float64 was turned off after importing nqf.
     """
     prob = _problem(data, y, check)
     backend = _check_backend(backend, prob, "gd")

@@ -45,7 +45,9 @@ import scipy.integrate
 import scipy.optimize
 
 from ._checks import as_array, shape_str
+from ._config import require_x64
 from .data import AbstractData, CommutingData
+from .ignition import _check_rho, _first_crossings
 from .oracles import AssumptionError, OracleSolution, _as_commuting, _check_data, _initial_M, _times
 
 __all__ = [
@@ -632,25 +634,7 @@ def crossing_times(t, f, level, *, direction: float = 1.0) -> np.ndarray:
 
     **Returns:** (m,), `nan` where the column never crosses.
     """
-    t = np.asarray(t, float)
-    f = np.asarray(f, float)
-    if f.ndim == 1:
-        f = f[:, None]
-    level = np.broadcast_to(np.asarray(level, float), f.shape[1:])
-    sgn = np.broadcast_to(np.asarray(direction, float), f.shape[1:])
-    out = np.full(f.shape[1], np.nan)
-    g = (f - level) * sgn
-    for j in range(f.shape[1]):
-        above = g[:, j] >= 0
-        if not above.any():
-            continue
-        i = int(np.argmax(above))
-        if i == 0:
-            out[j] = t[0]
-            continue
-        g0, g1 = g[i - 1, j], g[i, j]
-        out[j] = t[i - 1] + (t[i] - t[i - 1]) * (-g0) / (g1 - g0)
-    return out
+    return _first_crossings(t, f, level, direction=direction, how="linear")
 
 
 def measure_sample_ignition_times(solution, *, rho: float = 0.5, xtol: float = 1e-12) -> np.ndarray:
@@ -663,9 +647,12 @@ def measure_sample_ignition_times(solution, *, rho: float = 0.5, xtol: float = 1
     "glv"); `rho` in (0, 1).
 
     **Returns:** (m,) gradient-flow times; `nan` where f_mu does not reach rho y_mu before t1.
+
+    **Raises:** `ValueError` for rho outside (0, 1) or a solution without dense output;
+    `RuntimeError` if JAX's float64 was turned off after importing nqf.
     """
-    if not 0.0 < rho < 1.0:
-        raise ValueError(f"`rho` must lie in (0, 1); found {rho!r}.")
+    require_x64()
+    _check_rho(rho)
     data = solution.data
     y = np.asarray(data.y, float)
 
@@ -677,21 +664,8 @@ def measure_sample_ignition_times(solution, *, rho: float = 0.5, xtol: float = 1
         return np.stack([np.asarray(data.traces(Mi)) for Mi in M])
 
     grid = solution.step_times
-    fg = outputs(grid)
-    target = rho * y
-    sgn = np.sign(y)
-    out = np.full(y.shape, np.nan)
-    for mu in np.flatnonzero(sgn != 0):
-        above = (fg[:, mu] - target[mu]) * sgn[mu] >= 0
-        if not above.any():
-            continue
-        i = int(np.argmax(above))
-        if i == 0:
-            out[mu] = grid[0]
-            continue
-        g = lambda t, mu=mu: float(outputs(t)[0, mu] - target[mu])  # noqa: E731
-        out[mu] = scipy.optimize.brentq(g, grid[i - 1], grid[i], xtol=xtol, rtol=4 * np.finfo(float).eps)
-    return out
+    return _first_crossings(grid, outputs(grid), rho * y, direction=np.sign(y), at=outputs, how="brent",
+                            xtol=xtol)
 
 
 def staircase_limit(tau, zeta, y) -> np.ndarray:

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
+from ._config import require_x64
 from ._checks import (as_array, check_positive, check_psd, check_symmetric, check_width, is_traced,
                       shape_str)
 from .data import AbstractCommutingData, AbstractData, CommutingData, FeedForwardData, LowRankData
@@ -456,6 +457,7 @@ class FlowSolution(Saveable):
         return ok if _is_traced(ok) else bool(ok)
 
     def _state(self):
+        require_x64()
         if self.saved != "state":
             dense = self._dfx is not None or self._redo is not None
             raise ValueError(
@@ -553,6 +555,7 @@ class FlowSolution(Saveable):
     def loss(self):
         """MSE loss (1/m) sum_x (f_x - y_x)^2 at the saved times, shape (n,); f_x = Tr[M A_x]
         or, for the ``"M-mu"`` form of a model, the model outputs (Eq. E2)."""
+        require_x64()
         d = self.data
         if self.saved == "loss":
             return _host(self.ys["loss"])
@@ -592,7 +595,9 @@ class FlowSolution(Saveable):
         """Raw state at time(s) t by the dense interpolation; shape (len(t), ...).
 
         **Raises:** `ValueError` for times outside [t0, t1] (checked for concrete t; under
-        tracing the interpolant extrapolates) or a solution without dense output."""
+        tracing the interpolant extrapolates) or a solution without dense output; `RuntimeError`
+        if JAX's float64 was turned off after importing nqf."""
+        require_x64()
         interp = self._interp
         if _is_traced(t) or _is_traced(interp):
             return jax.vmap(interp.evaluate)(jnp.atleast_1d(jnp.asarray(t, dtype=jnp.float64)))
@@ -609,16 +614,19 @@ class FlowSolution(Saveable):
 
     def z_at(self, t):
         """z(t) from dense interpolation for commuting data, shape (len(t), p)."""
+        require_x64()
         if not isinstance(self.data, AbstractCommutingData):
             raise ValueError("`z_at` needs commuting data (a `CommutingData`).")
         return _host(self._z_from(self.evaluate(t)))
 
     def M_at(self, t):
         """M(t) from dense interpolation, shape (len(t), p, p)."""
+        require_x64()
         return _host(self._M_from(self.evaluate(t)))
 
     def mu_at(self, t):
         """mu(t) from dense interpolation, shape (len(t), p) (``"M-mu"`` form only)."""
+        require_x64()
         if self.form != "M-mu":
             raise ValueError(f"`mu_at` needs the 'M-mu' form; this solution is form={self.form!r}.")
         return _host(self.evaluate(t)[1])
