@@ -86,6 +86,10 @@ def test_traced_value_checks_raise_at_run_time():
         jax.block_until_ready(_jit_closed(1e3, W0))
     with pytest.raises(Exception, match=r"`W0` must be finite"):
         jax.block_until_ready(_jit_closed(LR, np.full((P, D), np.nan)))
+    check = jax.jit(lambda idx: nqf.batches.check_batch_indices(idx, MS, 2))
+    np.testing.assert_array_equal(check(np.ones((2, 3), np.int32)), np.ones((2, 3)))
+    with pytest.raises(Exception, match=r"`batch_indices` entries must lie in \[0, m=4\)"):
+        jax.block_until_ready(check(np.full((2, 3), MS, np.int32)))
 
 
 def test_program_arguments_must_stay_concrete():

@@ -99,12 +99,13 @@ def check_momentum(beta):
     return check_unit_interval(beta, "momentum")
 
 
-def parse_optimizer(optimizer: str, momentum, nesterov: bool) -> tuple[str, float, bool]:
+def parse_optimizer(optimizer: str, momentum, nesterov: bool) -> tuple[str, object, bool]:
     """Resolve (`optimizer`, `momentum`, `nesterov`) to (name, beta, nesterov).
 
     ``"sgd"``: momentum defaults to 0 (any beta in [0, 1) gives heavy-ball momentum, as in
     `torch.optim.SGD`); ``"momentum"``: heavy ball, beta default 0.9; ``"nesterov"``: Nesterov
     momentum, beta default 0.9; ``"adam"``: `momentum` must be None (Adam uses `adam_b1`).
+    beta is a float, or the traced scalar (checked at run time) for a traced `momentum`.
     """
     if not isinstance(optimizer, str) or optimizer.lower() not in OPTIMIZERS:
         raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}; found {optimizer!r}.")

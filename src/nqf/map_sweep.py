@@ -65,10 +65,12 @@ __all__ = ["MapSweep", "closed_sgd_sweep"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class MapSweep:
+class MapSweep(MapTrajectory):
     """Result of `closed_sgd_sweep`: B members, each the trajectory of one `closed_sgd` call.
 
-    A plain frozen dataclass of numpy arrays (it pickles). `n` is the number of saved steps.
+    A batched `nqf.MapTrajectory` (the fields of a trajectory, each with a leading member axis B,
+    as `jax.vmap` of `closed_sgd` would return them), as numpy arrays, plus the swept values. A
+    plain frozen dataclass (it pickles). `n` is the number of saved steps.
 
     **Attributes:**
 
@@ -86,25 +88,13 @@ class MapSweep:
     - `devices`: the devices the members were sharded over, as strings (None: not placed).
 
     `sweep[i]` (or `member(i)`) is member i as a `MapTrajectory`; `len(sweep)` is B;
-    `to_dataframe()` gives a tidy pandas table.
+    `to_dataframe()` gives a tidy pandas table. (Not a JAX pytree: it is built on the host.)
     """
 
-    steps: np.ndarray
-    t: np.ndarray
-    M: np.ndarray
-    mu: np.ndarray | None
-    outputs: np.ndarray
-    loss: np.ndarray
-    L: np.ndarray | None
-    P: np.ndarray | None
-    Q: np.ndarray | None
-    lr: np.ndarray
     momentum: np.ndarray
     weight_decay: np.ndarray
     seed: np.ndarray | None
     successful: np.ndarray
-    d: int | None
-    form: str
     nesterov: bool
     devices: tuple | None = None
 

@@ -31,8 +31,9 @@ W+ = W - eta grad + beta (W - W_prev)) and Nesterov (W <- W - eta (grad + beta V
   (d v + H mu) 1^T / d + (H L) Z, so every update above acts on (L, mu) (and velocities (VL,
   Vmu)) by p x p left multiplications: L+ = L - eta H L, mu+ = mu - eta (d v + H mu) for SGD, and
   M = L L^T + mu mu^T / d. Expanding M+ = L+ L+^T + mu+ mu+^T / d reproduces E6 term by term,
-  and V-form momentum on (L, mu) reproduces E7. L starts as a p x p factor of C_0 (QR of the
-  centered W_0, or eigh of M_0 - mu_0 mu_0^T / d keeping at most d - 1 modes).
+  and V-form momentum on (L, mu) reproduces E7. L starts as a p x p factor of C_0 (the centered
+  W_0 padded with zero columns for d <= p, its QR for p < d <= 2p, eigh of R_0 R_0^T beyond; or
+  eigh of M_0 - mu_0 mu_0^T / d keeping at most d - 1 modes).
 - ``"M"``: E5-E6 literally on (M, mu), and E7 with (P, Q) for momentum.
 
 Both are exact, but they differ in floating point when C is rank-deficient (d <= p, or a
@@ -61,6 +62,14 @@ at every d; W-space speed-up 1.3x, 6.8x, 47x at d = 10^2, 10^3, 10^4.
 
 Time: step n is gradient-flow time t = eta * n; as eta -> 0 at fixed t the map converges to the
 gradient flow (Eq. E10) at first order in eta.
+
+**Under jit, vmap and grad.** `closed_sgd` validates concrete inputs on the host, then calls ONE
+pure core, `_simulate` (JAX arrays in, JAX arrays out), which `closed_sgd_sweep`
+(`nqf.map_sweep`) vmaps over members. Traced inputs (inside the user's `jax.jit`, `jax.vmap`,
+`jax.grad`) take the same core: value checks move to run time (`equinox.error_if`), the loops
+become fixed-length scans (reverse mode), and the initial factor gets tangent rules that do not
+differentiate QR or eigh (`_factor_of_C`, `_centered_factor_from_W`). `MapTrajectory` is a
+registered pytree. What is skipped under tracing: `closed_sgd`'s docstring.
 """
 
 from __future__ import annotations
@@ -652,7 +661,8 @@ def closed_map(
 
     **Arguments:** `optimizer`: ``"sgd"`` (momentum default 0), ``"momentum"`` (heavy ball,
     default 0.9), ``"nesterov"`` (default 0.9); `momentum`: beta in [0, 1) or None for the
-    default; every other keyword goes to `closed_sgd`.
+    default; every other keyword goes to `closed_sgd`. Runs under jit, vmap and grad as
+    `closed_sgd` does (`momentum` may be traced; `optimizer` and `nesterov` must be concrete).
 
     **Raises:** `ValueError` for ``"adam"``: Adam has no closed map on (M, mu) (its
     per-coordinate normalization depends on the individual weights, which (M, mu) do not
