@@ -18,7 +18,7 @@ of M (closed vs W-space) <= 7.4e-16.
 interleaved rounds; `track_speedup` = singles time / sweep time), for MLP NQFs of three sizes
 (p = k + 1 with k inputs, m samples, batch 32, one shared schedule, d = 100, save every 10
 steps, lr = 0.01 .. 0.2 geometric). Measured (2 shared CPU cores; setup_cache prints the times):
-see the ratios in `LrSweepCompare`'s docstring. Members equal their single calls to <= 3e-16.
+8-13x at p = 5, 2.6-2.8x at p = 17, 0.9-1.3x at p = 65 (`LrSweepCompare`'s docstring).
 
 Run: `asv run -E existing --quick --bench bench_maps`.
 """
@@ -143,10 +143,11 @@ class LrSweepCompare:
     """64 compiled `closed_sgd` calls / one 64-member `closed_sgd_sweep` call (an lr sweep),
     best of 5 interleaved rounds in one process, all compiled first.
 
-    Measured (2 CPU cores shared with other jobs, float64): p = 5 (m = 64, 500 steps): 8.0x
-    (23 ms against 187 ms); p = 17 (m = 256, 500 steps): 2.6x (83 ms against 216 ms); p = 65
-    (m = 600, 200 steps): 0.91x (289 ms against 262 ms). The sweep removes the per-call work
-    (host checks, dispatch, transfers: ~2.5 ms a call here), not the arithmetic, so it pays for
+    Measured (2 CPU cores shared with other jobs, float64; three runs at different loads):
+    p = 5 (m = 64, 500 steps): 8.0-13x (7-23 ms against 80-187 ms); p = 17 (m = 256, 500
+    steps): 2.6-2.8x (45-83 ms against 115-219 ms); p = 65 (m = 600, 200 steps): 0.9-1.3x
+    (~270-300 ms each). Members agree with their single calls to <= 1.3e-15. The sweep removes
+    the per-call work (host checks, dispatch, transfers), not the arithmetic, so it pays for
     small problems and breaks even once a call's compute dominates.
     """
 
