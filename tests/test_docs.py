@@ -52,7 +52,8 @@ def _public_modules() -> list[str]:
 def test_docs_build_strict(site):
     assert (site / "index.html").exists()
     for page in ("getting-started", "theory", "numerics", "guides/simulate-a-layer",
-                 "guides/validate-a-theorem", "guides/benchmarks", "guides/examples", "reference"):
+                 "guides/validate-a-theorem", "guides/map-sweeps", "guides/benchmarks", "guides/examples",
+                 "reference"):
         assert (site / page / "index.html").exists(), page
 
 
@@ -92,7 +93,7 @@ def _python_blocks(path: pathlib.Path) -> str:
 
 
 @pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md", "docs/guides/simulate-a-layer.md",
-                                  "docs/guides/validate-a-theorem.md"])
+                                  "docs/guides/validate-a-theorem.md", "docs/guides/map-sweeps.md"])
 def test_page_code_runs(page, tmp_path):
     """The Python blocks of a page, in order, in one fresh process (as a reader would paste them)."""
     code = _python_blocks(ROOT / page)

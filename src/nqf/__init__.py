@@ -60,6 +60,7 @@ from . import validate  # the theorem checks behind `nqf validate`: nqf.validate
 from . import kernels  # numba GLV kernels for very large p (issue 7); JAX reference inside
 from .kernels import GLVTrajectory, glv_gd, glv_rhs
 from .sweep import SweepSolution, solve_sweep  # batched sweeps (vmap, sharding over devices)
+from .map_sweep import MapSweep, closed_sgd_sweep  # sweeps of the discrete maps (one compiled call)
 from .cache import enable_compilation_cache  # JAX's persistent compilation cache (first-call latency)
 from . import stiff  # structured linear solves (diagonal, Woodbury) for the stiff GLV path
 from . import exact, rosenbrock  # Theorem 6 as a solve path; the Rodas5P stiff solver

@@ -1,11 +1,24 @@
-"""Argument handling shared by the closed training maps (`nqf.maps`) and the W-space reference
-(`nqf.wspace`): the same inputs are validated the same way, with the same error messages."""
+"""Argument handling shared by the closed training maps (`nqf.maps`, `nqf.map_sweep`) and the
+W-space reference (`nqf.wspace`): the same inputs are validated the same way, with the same error
+messages.
+
+**Under tracing** (an argument is a JAX tracer: the call sits inside `jax.jit`, `jax.vmap`,
+`jax.grad`, ...) a value is unknown when the Python code runs. The real-valued hyperparameters
+(`lr`, `momentum`, `weight_decay`, Adam's constants) and batch indices are then checked at run
+time with `equinox.error_if` (same condition, the message says it was checked at run time; with
+``EQX_ON_ERROR=nan`` the outputs become NaN instead), and `any_traced` tells the simulators to
+take their traced path. Arguments that fix shapes or the program (`steps`, `save_every`,
+`batch_size`, `d`, `form`, `nesterov`, `optimizer`, `loss`) must stay concrete Python values.
+"""
 
 from __future__ import annotations
 
+import equinox as eqx
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from ._checks import check_positive
+from ._checks import check_positive, is_traced, shape_str
 from .batches import batch_indices as draw_batches
 from .batches import check_batch_indices
 from .data import AbstractData
@@ -32,30 +45,67 @@ def check_count(x, name: str) -> int:
     return int(x)
 
 
-def check_lr(lr) -> float:
-    return check_positive(lr, "lr")
+def any_traced(*trees) -> bool:
+    """True if any leaf of `trees` is a JAX tracer (inside jit, vmap, grad, ...)."""
+    return any(is_traced(x) for x in jax.tree.leaves(trees))
 
 
-def check_weight_decay(gamma) -> float:
-    return check_positive(gamma, "weight_decay", allow_zero=True)
+def guard(x, bad, message: str):
+    """`x` (any pytree), raising `message` at run time where the traced predicate `bad` holds
+    (`equinox.error_if`; the check runs only if the returned value is used)."""
+    return eqx.error_if(x, bad, message + " (checked at run time: the value was traced)")
 
 
-def check_momentum(beta) -> float:
+def _traced_real(x, name: str, ok, condition: str):
+    """A traced scalar hyperparameter as float64, with `ok(x)` checked at run time."""
+    x = jnp.asarray(x, dtype=jnp.float64)
+    if x.ndim != 0:
+        raise ValueError(f"`{name}` must be a scalar; found shape {shape_str(x.shape)}.")
+    return guard(x, ~(jnp.isfinite(x) & ok(x)), f"`{name}` must be {condition}")
+
+
+def check_hyper(x, name: str, *, allow_zero: bool = False):
+    """`x` as float, finite and > 0 (>= 0 with `allow_zero`); or, traced, as a float64 scalar
+    with that condition checked at run time."""
+    if is_traced(x):
+        ok = (lambda v: v >= 0) if allow_zero else (lambda v: v > 0)
+        return _traced_real(x, name, ok, "finite and " + (">= 0" if allow_zero else "> 0"))
+    return check_positive(x, name, allow_zero=allow_zero)
+
+
+def check_lr(lr):
+    return check_hyper(lr, "lr")
+
+
+def check_weight_decay(gamma):
+    return check_hyper(gamma, "weight_decay", allow_zero=True)
+
+
+def check_unit_interval(x, name: str):
+    """`x` as float in [0, 1) (momentum, Adam's decay rates), or, traced, checked at run time."""
+    if is_traced(x):
+        return _traced_real(x, name, lambda v: (v >= 0) & (v < 1), "in [0, 1)")
     try:
-        b = float(beta)
+        v = float(x)
     except (TypeError, ValueError):
-        raise TypeError(f"`momentum` must be a real number in [0, 1); found {beta!r}.") from None
-    if not (np.isfinite(b) and 0.0 <= b < 1.0):
-        raise ValueError(f"`momentum` must lie in [0, 1); found {b!r}.")
-    return b
+        raise TypeError(f"`{name}` must be a real number in [0, 1); found {x!r}.") from None
+    if not (np.isfinite(v) and 0.0 <= v < 1.0):
+        raise ValueError(f"`{name}` must lie in [0, 1); found {v!r}.")
+    return v
 
 
-def parse_optimizer(optimizer: str, momentum, nesterov: bool) -> tuple[str, float, bool]:
+def check_momentum(beta):
+    """`momentum` beta in [0, 1) (a float, or a traced scalar checked at run time)."""
+    return check_unit_interval(beta, "momentum")
+
+
+def parse_optimizer(optimizer: str, momentum, nesterov: bool) -> tuple[str, object, bool]:
     """Resolve (`optimizer`, `momentum`, `nesterov`) to (name, beta, nesterov).
 
     ``"sgd"``: momentum defaults to 0 (any beta in [0, 1) gives heavy-ball momentum, as in
     `torch.optim.SGD`); ``"momentum"``: heavy ball, beta default 0.9; ``"nesterov"``: Nesterov
     momentum, beta default 0.9; ``"adam"``: `momentum` must be None (Adam uses `adam_b1`).
+    beta is a float, or the traced scalar (checked at run time) for a traced `momentum`.
     """
     if not isinstance(optimizer, str) or optimizer.lower() not in OPTIMIZERS:
         raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}; found {optimizer!r}.")
@@ -109,9 +159,23 @@ def first_nonfinite_step(saved, values) -> int | None:
     return int(saved[np.argmax(~ok)])
 
 
-def loop_counts(save_every: int, remainder: int):
-    """(save_every, remainder) as traced int32 scalars and the static flag remainder > 0, so that
-    runs that differ only in `steps`/`save_every` (same number of saves) share one compilation."""
-    import jax.numpy as jnp
+def check_finite(tree, values, saved, what: str, lr):
+    """Return `tree` if the saved `values` (n, ...) are all finite; else raise
+    ``FloatingPointError("{what} by step {k} (lr=...). Reduce `lr`.")``. Traced `values`: the
+    same check at run time (`guard`) on every leaf of `tree`."""
+    if is_traced(values):
+        return guard(tree, ~jnp.all(jnp.isfinite(values)), f"{what}; reduce `lr`")
+    bad = first_nonfinite_step(saved, values)
+    if bad is not None:
+        raise FloatingPointError(f"{what} by step {bad} (lr={lr:g}). Reduce `lr`.")
+    return tree
 
+
+def loop_counts(save_every: int, remainder: int, static: bool = False):
+    """(save_every, remainder, remainder > 0) for the compiled loop: traced int32 scalars (and
+    the static flag), so that runs that differ only in `steps`/`save_every` (same number of
+    saves) share one compilation; or, with `static`, Python ints, which make the loops fixed-
+    length scans that reverse-mode autodiff (`jax.grad`) can differentiate."""
+    if static:
+        return save_every, remainder, remainder > 0
     return jnp.asarray(save_every, jnp.int32), jnp.asarray(remainder, jnp.int32), remainder > 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,6 +24,9 @@ __all__ = ["batch_indices", "batch_weights", "check_batch_indices", "restrict"]
 def _as_key(key):
     if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
         return jax.random.key(int(key))
+    if (isinstance(key, jax.core.Tracer) and key.shape == ()
+            and jnp.issubdtype(key.dtype, jnp.integer)):  # a traced integer seed (e.g. vmapped)
+        return jax.random.key(key)
     if isinstance(key, jax.Array) and (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
                                        or (key.dtype == jnp.uint32 and key.shape == (2,))):
         return key
@@ -72,10 +76,14 @@ def check_batch_indices(idx, m: int, steps: int) -> Int[Array, "steps b"]:
     """Validate a batch schedule: integer array of shape (steps, b), 1 <= b <= m, entries in
     [0, m). Repeated entries within a row are allowed (they count twice in the weights).
 
+    A traced schedule (inside jit/vmap) is checked for dtype and shape when traced and for the
+    range of its entries at run time (`equinox.error_if`).
+
     **Raises:** `ValueError` naming the violated condition.
     """
-    arr = np.asarray(idx)
-    if not np.issubdtype(arr.dtype, np.integer):
+    traced = isinstance(idx, jax.core.Tracer)
+    arr = idx if traced else np.asarray(idx)
+    if not jnp.issubdtype(arr.dtype, jnp.integer):
         raise ValueError(f"`batch_indices` must be an integer array; found dtype {arr.dtype}.")
     if arr.ndim != 2 or arr.shape[0] != steps:
         raise ValueError(
@@ -88,6 +96,9 @@ def check_batch_indices(idx, m: int, steps: int) -> Int[Array, "steps b"]:
             f"{arr.shape[1]}."
         )
     bad = (arr < 0) | (arr >= m)
+    if traced:
+        return eqx.error_if(arr.astype(jnp.int32), jnp.any(bad), f"`batch_indices` entries must lie "
+                            f"in [0, m={m}) (checked at run time: the value was traced)")
     if bad.any():
         pos = tuple(int(i) for i in np.argwhere(bad)[0])
         raise ValueError(

@@ -31,8 +31,9 @@ W+ = W - eta grad + beta (W - W_prev)) and Nesterov (W <- W - eta (grad + beta V
   (d v + H mu) 1^T / d + (H L) Z, so every update above acts on (L, mu) (and velocities (VL,
   Vmu)) by p x p left multiplications: L+ = L - eta H L, mu+ = mu - eta (d v + H mu) for SGD, and
   M = L L^T + mu mu^T / d. Expanding M+ = L+ L+^T + mu+ mu+^T / d reproduces E6 term by term,
-  and V-form momentum on (L, mu) reproduces E7. L starts as a p x p factor of C_0 (QR of the
-  centered W_0, or eigh of M_0 - mu_0 mu_0^T / d keeping at most d - 1 modes).
+  and V-form momentum on (L, mu) reproduces E7. L starts as a p x p factor of C_0 (the centered
+  W_0 padded with zero columns for d <= p, its QR for p < d <= 2p, eigh of R_0 R_0^T beyond; or
+  eigh of M_0 - mu_0 mu_0^T / d keeping at most d - 1 modes).
 - ``"M"``: E5-E6 literally on (M, mu), and E7 with (P, Q) for momentum.
 
 Both are exact, but they differ in floating point when C is rank-deficient (d <= p, or a
@@ -61,25 +62,36 @@ at every d; W-space speed-up 1.3x, 6.8x, 47x at d = 10^2, 10^3, 10^4.
 
 Time: step n is gradient-flow time t = eta * n; as eta -> 0 at fixed t the map converges to the
 gradient flow (Eq. E10) at first order in eta.
+
+**Under jit, vmap and grad.** `closed_sgd` validates concrete inputs on the host, then calls ONE
+pure core, `_simulate` (JAX arrays in, JAX arrays out), which `closed_sgd_sweep`
+(`nqf.map_sweep`) vmaps over members. Traced inputs (inside the user's `jax.jit`, `jax.vmap`,
+`jax.grad`) take the same core: value checks move to run time (`equinox.error_if`), the loops
+become fixed-length scans (reverse mode), and the initial factor gets tangent rules that do not
+differentiate QR or eigh (`_factor_of_C`, `_centered_factor_from_W`). `MapTrajectory` is a
+registered pytree. What is skipped under tracing: `closed_sgd`'s docstring.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import as_array, check_symmetric, shape_str
+from ._checks import as_array, check_symmetric, is_traced, shape_str
 from ._train_args import (
+    any_traced,
     as_model,
     check_count,
+    check_finite,
     check_lr,
     check_momentum,
     check_weight_decay,
-    first_nonfinite_step,
+    guard,
     loop_counts,
     parse_optimizer,
     resolve_batches,
@@ -98,9 +110,19 @@ TRACE_COUNT = [0]
 FORMS = ("factor", "M")
 
 
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["steps", "t", "M", "mu", "outputs", "loss", "L", "P", "Q", "lr"],
+    meta_fields=["d", "form"],
+)
 @dataclasses.dataclass(frozen=True, eq=False)
 class MapTrajectory:
     """Result of `closed_sgd` / `closed_map`. `n` is the number of saved steps.
+
+    A plain frozen dataclass (it pickles) registered as a JAX pytree: the arrays and `lr` are
+    leaves, `d` and `form` static. So `closed_sgd` can be returned from `jax.jit`, and
+    `jax.vmap(closed_sgd-calling function)` returns one `MapTrajectory` whose leaves carry a
+    leading batch axis. Fields are numpy arrays from a plain call, JAX arrays under tracing.
 
     **Attributes:**
 
@@ -286,10 +308,35 @@ class _FactorMap(eqx.Module):
         return (L - self.lr * sL, mu - self.lr * smu, VL, Vmu)
 
 
-@eqx.filter_jit
-def _run(stepper, M0, mu0, L0, idx, n_saves: int, save_every, remainder, has_remainder: bool):
+def _stepper(model: NQFModel, loss: PerSampleLoss, config, params, init):
+    """The map of `config` = (form, momentum?, nesterov) with `params` = (lr, d, gamma, beta)
+    and, for ``form="M"`` with momentum, the initial order parameters of `init`."""
+    form, momentum, nesterov = config
+    lr, d, gamma, beta = params
+    M0, mu0, _ = init
+    common = dict(model=model, loss=loss, lr=lr, d=d, gamma=gamma)
+    if form == "factor":
+        return _FactorMap(**common, beta=beta, momentum=momentum, nesterov=nesterov)
+    if momentum:
+        return _PQMap(**common, beta=beta, M0=M0, mu0=mu0, nesterov=nesterov)
+    return _EMap(**common)
+
+
+def _simulate(model, loss, config, params, init, idx, n_saves: int, save_every, remainder,
+              has_remainder: bool):
+    """The one traceable core of `closed_sgd`, `closed_map` and `closed_sgd_sweep`: a pure
+    function of JAX arrays (no host checks, no host values), so it runs under jit, vmap (the
+    sweep vmaps it over members) and grad.
+
+    `config` = (form, momentum?, nesterov) (static); `params` = (lr, d, gamma, beta) scalars;
+    `init` = (M0 (p, p), mu0 (p,), L0 (p, p)) with L0 L0^T = M0 - mu0 mu0^T / d; `idx` the batch
+    schedule (steps, b) or None. `save_every`, `remainder`: int32 arrays (one compilation for
+    any `steps` with the same number of saves) or Python ints (fixed-length loops, which reverse-
+    mode autodiff needs). Returns (M (n, p, p), mu (n, p), outputs (n, m), loss (n,), extras).
+    """
     TRACE_COUNT[0] += 1
-    model = stepper.model
+    stepper = _stepper(model, loss, config, params, init)
+    M0, mu0, L0 = init
     m = model.m
 
     def batch(k):
@@ -327,6 +374,9 @@ def _run(stepper, M0, mu0, L0, idx, n_saves: int, save_every, remainder, has_rem
     return Ms, mus, outputs, losses, extras
 
 
+_run = eqx.filter_jit(_simulate)
+
+
 def _check_width(d, name="d") -> int:
     if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 1:
         raise ValueError(f"`{name}` (the number of neurons) must be an integer >= 1; found {d!r}.")
@@ -362,41 +412,85 @@ def _check_realizable(M0: np.ndarray, mu0: np.ndarray | None, d: int | None, rto
         )
 
 
-def _centered_factor_from_W(W0: np.ndarray) -> np.ndarray:
-    """L0 (p, p) with L0 L0^T = R0 R0^T, R0 = W0 (I - 1 1^T / d): by QR for d <= 2 p (exact
-    rank when d - 1 < p, no eigh), else from the eigendecomposition of the p x p matrix R0 R0^T
-    (one O(p^2 d) product instead of an O(p^2 d) Householder QR, ~9x faster at d = 10^4)."""
+def _xp(*xs):
+    """jax.numpy if any of `xs` is traced, else numpy (host arrays stay on the host)."""
+    return jnp if any_traced(xs) else np
+
+
+_sg = jax.lax.stop_gradient
+
+
+def _factor_of_C(C, keep: int):
+    """L0 (p, p) with L0 L0^T = C (symmetric PSD), keeping the `keep` largest eigenvalues of C
+    clipped at 0: L0 = V sqrt(ev) from eigh.
+
+    Traced C: eigh is not differentiated (its derivative divides by eigenvalue gaps and is
+    undefined for the repeated zero eigenvalues of a rank-deficient C). The tangent is instead
+    dL0 = (I - Pi/2) dC L0^{+T} (Pi the projector onto range(L0)), which satisfies
+    dL0 L0^T + L0 dL0^T = dC for every dC = X L0^T + L0 X^T tangent to the rank-r matrices
+    (all that the M trajectory, a function of C alone, can see at fixed rank; it is exact for
+    full-rank C, and for C0 = R0 R0^T from traced weights).
+    """
+    xp = _xp(C)
+    p = C.shape[0]
+    Cs = 0.5 * (C + C.T)
+    ev, V = xp.linalg.eigh(_sg(Cs) if xp is jnp else Cs)
+    ev = xp.where(xp.arange(p) < p - keep, 0.0, xp.maximum(ev, 0.0))
+    L0 = V * xp.sqrt(ev)
+    if xp is np:
+        return L0
+    live = ev > 10 * p * np.finfo(np.float64).eps * jnp.max(ev)
+    inv_sqrt = jnp.where(live, 1.0 / jnp.sqrt(jnp.where(live, ev, 1.0)), 0.0)
+    K = jnp.eye(p) - 0.5 * (V * live) @ V.T
+    return _sg(L0) + _sg(K) @ (Cs - _sg(Cs)) @ _sg(V * inv_sqrt)
+
+
+def _centered_factor_from_W(W0):
+    """L0 (p, p) with L0 L0^T = R0 R0^T, R0 = W0 (I - 1 1^T / d) the centered weights.
+
+    d <= p: L0 = [R0, 0] (R0 padded with p - d zero columns: exact, no factorization, rank kept
+    exactly). p < d <= 2 p: L0 = r^T from the QR of R0^T = Q r. d > 2 p: eigh of the p x p
+    matrix R0 R0^T (one O(p^2 d) product instead of an O(p^2 d) Householder QR, ~9x faster at
+    d = 10^4). Traced W0: the same factors; the QR is not differentiated: L0 = R0 Q, so its
+    tangent is dR0 Q (exact for any rank).
+    """
+    xp = _xp(W0)
     p, d = W0.shape
-    L0 = np.zeros((p, p))
-    if d > 1:
-        R0 = W0 - W0.mean(axis=1, keepdims=True)
-        if d > 2 * p:  # full rank: C0 = R0 R0^T = L0 L0^T
-            ev, V = np.linalg.eigh(R0 @ R0.T)
-            return V * np.sqrt(np.maximum(ev, 0.0))
-        r = np.linalg.qr(R0.T, mode="r")  # (min(d, p), p), R0^T = Q r
-        L0[:, : r.shape[0]] = r.T
-    return L0
+    R0 = W0 - W0.mean(axis=1, keepdims=True)
+    if d <= p:
+        return xp.pad(R0, ((0, 0), (0, p - d)))
+    if d > 2 * p:  # full rank: C0 = R0 R0^T = L0 L0^T
+        return _factor_of_C(R0 @ R0.T, p)
+    if xp is np:
+        return np.linalg.qr(R0.T, mode="r").T  # R0^T = Q r, (p, p) since d > p
+    Q, r = jnp.linalg.qr(_sg(R0).T)
+    return _sg(r.T) + (R0 - _sg(R0)) @ _sg(Q)
 
 
-def _centered_factor_from_M(M0: np.ndarray, mu0: np.ndarray | None, d: int | None) -> np.ndarray:
+def _centered_factor_from_M(M0, mu0, d: int | None):
     """L0 (p, p) with L0 L0^T = C0 = M0 - mu0 mu0^T / d (M0 if mu0 is None), keeping the
     min(p, max rank) largest eigenvalues (max rank d - 1, or d without mu0) clipped at 0."""
     p = M0.shape[0]
-    C = M0 if mu0 is None else M0 - np.outer(mu0, mu0) / d
-    ev, V = np.linalg.eigh(0.5 * (C + C.T))
+    C = M0 if mu0 is None else M0 - _xp(M0, mu0).outer(mu0, mu0) / d
     keep = p if d is None else min(p, d - 1 if mu0 is not None else d)
-    ev[: p - keep] = 0.0
-    return V * np.sqrt(np.maximum(ev, 0.0))
+    return _factor_of_C(C, keep)
+
+
+def _traced_finite(x, name: str):
+    """A traced array checked for finiteness at run time (concrete arrays: `as_array` did)."""
+    return guard(x, ~jnp.all(jnp.isfinite(x)), f"`{name}` must be finite") if is_traced(x) else x
 
 
 def _initial_order_params(model: NQFModel, M0, mu0, d, W0):
-    """Validate the initial condition; return (M0, mu0 or None, d or None, L0) as numpy arrays,
-    L0 (p, p) the centered factor (L0 L0^T = M0 - mu0 mu0^T / d)."""
+    """Validate the initial condition; return (M0, mu0 or None, d or None, L0), numpy arrays
+    (JAX arrays if traced), L0 (p, p) the centered factor (L0 L0^T = M0 - mu0 mu0^T / d).
+    Traced values: shapes are checked, finiteness at run time; symmetry and realizability
+    (`_check_realizable`) are not checked."""
     p = model.p
     if W0 is not None:
         if M0 is not None or mu0 is not None:
             raise ValueError("Give either `W0` or (`M0`, `mu0`, `d`), not both.")
-        W0 = as_array(W0, "W0", ndim=2, host=True)
+        W0 = _traced_finite(as_array(W0, "W0", ndim=2, host=True), "W0")
         if W0.shape[0] != p:
             raise ValueError(
                 f"`W0` must have shape ({p}, d) (one column per neuron) to match the data; found "
@@ -409,20 +503,19 @@ def _initial_order_params(model: NQFModel, M0, mu0, d, W0):
             )
         mu0 = W0.sum(axis=1)
         L0 = _centered_factor_from_W(W0)
-        return L0 @ L0.T + np.outer(mu0, mu0) / W0.shape[1], mu0, W0.shape[1], L0
+        return L0 @ L0.T + _xp(W0).outer(mu0, mu0) / W0.shape[1], mu0, W0.shape[1], L0
     if M0 is None:
         raise ValueError(
             "Give the initial condition: `W0` (p, d), or `M0` (p, p) with `mu0` (p,) and `d`."
         )
-    M0 = as_array(M0, "M0", ndim=2)
+    M0 = _traced_finite(as_array(M0, "M0", ndim=2, host=True), "M0")
     if M0.shape != (p, p):
         raise ValueError(
             f"`M0` must have shape ({p}, {p}) to match the data; found {shape_str(M0.shape)}."
         )
     check_symmetric(M0, "M0")
-    M0 = np.asarray(M0)
     if mu0 is not None:
-        mu0 = np.asarray(as_array(mu0, "mu0", ndim=1))
+        mu0 = _traced_finite(as_array(mu0, "mu0", ndim=1, host=True), "mu0")
         if mu0.shape != (p,):
             raise ValueError(f"`mu0` must have shape ({p},) to match the data; found {mu0.shape}.")
     if d is not None:
@@ -434,7 +527,8 @@ def _initial_order_params(model: NQFModel, M0, mu0, d, W0):
         )
     if mu0 is not None and d is None:
         raise ValueError("`mu0` needs the width `d` (mu = W 1 sums d neurons).")
-    _check_realizable(M0, mu0, d)
+    if not any_traced(M0, mu0):
+        _check_realizable(M0, mu0, d)
     return M0, mu0, d, _centered_factor_from_M(M0, mu0, d)
 
 
@@ -493,6 +587,27 @@ def closed_sgd(
     **Returns:** a `MapTrajectory` with M (n, p, p), mu (n, p), outputs (n, m), loss (n,), and
     L (``"factor"``) or (P, Q) (``"M"`` with momentum).
 
+    **Under jit, vmap and grad.** `lr`, `momentum`, `weight_decay`, `W0`, `M0`, `mu0`,
+    `batch_indices`, `key` (a PRNG key or an integer seed) and the model's arrays (labels y, data
+    values, g, B, f0) may be traced, e.g. ``jax.vmap(lambda lr: closed_sgd(..., lr=lr).loss)``
+    or ``jax.grad(lambda y: closed_sgd(nqf.DenseData(A, y), ...).loss[-1])``; the result is
+    then a `MapTrajectory` of JAX arrays (vmap: with a leading batch axis). `steps`,
+    `save_every`, `batch_size`, `d`, `form`, `nesterov` and `loss` fix the program and must
+    be concrete. What changes under tracing: lr > 0, momentum in [0, 1), weight_decay >= 0,
+    finite W0/M0/mu0, batch indices in [0, m) and divergence (non-finite M) are checked at run
+    time with `equinox.error_if` (an error raised by the compiled program, or NaN outputs with
+    ``EQX_ON_ERROR=nan``) instead of raising `ValueError`/`FloatingPointError` here; the
+    symmetry of M0 and the realizability of (M0, mu0, d) are NOT checked. A traced `momentum`
+    always runs the momentum program (with beta = 0 it is plain SGD: the same numbers for
+    ``form="factor"``). The loops become fixed-length scans, so `jax.grad` (reverse mode) works
+    and stores one state per step: memory O(steps p^2); `jax.jacfwd` / `jax.jvp` (forward mode)
+    store nothing per step. Derivatives through the initial factor: with respect to W0 exact at
+    any rank; with respect to (M0, mu0) exact along directions that keep the rank of
+    M0 - mu0 mu0^T / d (all directions when it has full rank p). The factor `L` of a traced
+    initial condition may differ from the concrete call's by a right orthogonal factor
+    (L L^T is the same); M, mu, outputs and loss agree to rounding. For many members at once
+    with host validation, sharding and a tidy table, use `nqf.closed_sgd_sweep`.
+
     **Raises:** `ValueError` for shapes inconsistent with the model (W0, M0, mu0), a width d that
     is not an integer >= 1 or cannot produce (M0, mu0) (M0 - mu0 mu0^T/d must be PSD of rank
     <= d - 1) or disagrees with W0, an unknown `form`, lr <= 0 or not finite, momentum outside
@@ -514,32 +629,29 @@ def closed_sgd(
     M0, mu0, d, L0 = _initial_order_params(model, M0, mu0, d, W0)
     idx = resolve_batches(batch_indices, batch_size, key, model.m, steps)
     saved, n_saves, remainder = save_schedule(steps, save_every)
-
-    f64 = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731  (numpy: transferred by the jit call)
-    mu0_arr = f64(np.zeros(model.p) if mu0 is None else mu0)
-    d_arr = f64(1.0 if d is None else d)
-    common = dict(model=model, loss=loss, lr=f64(lr), d=d_arr, gamma=f64(gamma))
-    if form == "factor":
-        stepper = _FactorMap(**common, beta=f64(beta), momentum=beta > 0.0, nesterov=bool(nesterov))
-    elif beta > 0.0:
-        stepper = _PQMap(**common, beta=f64(beta), M0=f64(M0), mu0=mu0_arr, nesterov=bool(nesterov))
-    else:
-        stepper = _EMap(**common)
-    Ms, mus, outputs, losses, extras = _run(
-        stepper, f64(M0), mu0_arr, f64(L0), idx, n_saves, *loop_counts(save_every, remainder)
-    )
-    Ms = np.asarray(Ms)
-    bad = first_nonfinite_step(saved, Ms)
-    if bad is not None:
-        raise FloatingPointError(
-            f"The closed map diverged: non-finite M by step {bad} (lr={lr:g}). Reduce `lr`."
-        )
-    extras = {k: np.asarray(v) for k, v in extras.items()}
+    traced = any_traced(model, lr, gamma, beta, M0, mu0, L0, idx)
+    config = (form, is_traced(beta) or beta > 0.0, bool(nesterov))
+    params, init = _numeric(traced, lr, d, gamma, beta, M0, mu0, L0)
+    out = _run(model, loss, config, params, init, idx, n_saves,
+               *loop_counts(save_every, remainder, static=traced))
+    if not traced:
+        out = jax.tree.map(np.asarray, out)
+    Ms, mus, outputs, losses, extras = check_finite(
+        out, out[0], saved, "The closed map diverged: non-finite M", lr)
     return MapTrajectory(
-        steps=saved, t=lr * saved, M=Ms, mu=None if mu0 is None else np.asarray(mus),
-        outputs=np.asarray(outputs), loss=np.asarray(losses), L=extras.get("L"),
-        P=extras.get("P"), Q=extras.get("Q"), d=d, lr=lr, form=form,
+        steps=saved, t=lr * saved, M=Ms, mu=None if mu0 is None else mus,
+        outputs=outputs, loss=losses, L=extras.get("L"), P=extras.get("P"), Q=extras.get("Q"),
+        d=d, lr=lr, form=form,
     )
+
+
+def _numeric(traced: bool, lr, d, gamma, beta, M0, mu0, L0):
+    """(params, init) as float64 arrays for `_simulate`: numpy (transferred by the jit call)
+    or, traced, JAX; mu0 = None (plain model without mu0) becomes zeros, d = None becomes 1."""
+    f64 = functools.partial(jnp.asarray if traced else np.asarray, dtype=np.float64)
+    p = M0.shape[-1]
+    params = (f64(lr), f64(1.0 if d is None else d), f64(gamma), f64(beta))
+    return params, (f64(M0), f64(np.zeros(p) if mu0 is None else mu0), f64(L0))
 
 
 def closed_map(
@@ -549,7 +661,8 @@ def closed_map(
 
     **Arguments:** `optimizer`: ``"sgd"`` (momentum default 0), ``"momentum"`` (heavy ball,
     default 0.9), ``"nesterov"`` (default 0.9); `momentum`: beta in [0, 1) or None for the
-    default; every other keyword goes to `closed_sgd`.
+    default; every other keyword goes to `closed_sgd`. Runs under jit, vmap and grad as
+    `closed_sgd` does (`momentum` may be traced; `optimizer` and `nesterov` must be concrete).
 
     **Raises:** `ValueError` for ``"adam"``: Adam has no closed map on (M, mu) (its
     per-coordinate normalization depends on the individual weights, which (M, mu) do not

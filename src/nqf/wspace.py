@@ -24,19 +24,24 @@ m inputs and, for Adam, O(p d) elementwise work. Time: step n is t = eta * n.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import as_array, check_positive, shape_str
+from ._checks import as_array, check_positive, is_traced, shape_str
 from ._train_args import (
+    any_traced,
     as_model,
     check_count,
+    check_finite,
+    check_hyper,
     check_lr,
+    check_unit_interval,
     check_weight_decay,
-    first_nonfinite_step,
+    guard,
     loop_counts,
     parse_optimizer,
     resolve_batches,
@@ -51,6 +56,11 @@ __all__ = ["WTrajectory", "train_w", "w_objective"]
 TRACE_COUNT = [0]
 
 
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["steps", "t", "W", "M", "mu", "outputs", "loss", "lr"],
+    meta_fields=["optimizer"],
+)
 @dataclasses.dataclass(frozen=True, eq=False)
 class WTrajectory:
     """Result of `train_w`. `n` is the number of saved steps.
@@ -58,6 +68,10 @@ class WTrajectory:
     **Attributes:** `steps` (n,) int; `t` = lr * steps (n,); `W` (n, p, d); `M` = W W^T
     (n, p, p); `mu` = W 1 (n, p); `outputs` f_x on all m training inputs (n, m); `loss`
     (1/m) sum_mu ell(f_mu, y_mu) without the weight-decay penalty (n,); `optimizer`, `lr`.
+
+    A plain frozen dataclass (it pickles) registered as a JAX pytree (arrays and `lr` are
+    leaves, `optimizer` static), like `nqf.MapTrajectory`: numpy arrays from a plain call, JAX
+    arrays (batched under vmap) when `train_w` runs under tracing.
     """
 
     steps: np.ndarray
@@ -123,8 +137,10 @@ class _Optimizer(eqx.Module):
         return (W - self.lr * direction, V)
 
 
-@eqx.filter_jit
-def _run(opt, W0, idx, n_saves: int, save_every, remainder, has_remainder: bool):
+def _simulate(opt, W0, idx, n_saves: int, save_every, remainder, has_remainder: bool):
+    """The traceable core of `train_w`: pure JAX, so it runs under jit, vmap and grad.
+    `save_every`, `remainder` as in `nqf.maps._simulate` (int32 arrays, or Python ints for
+    fixed-length loops that reverse-mode autodiff can differentiate)."""
     TRACE_COUNT[0] += 1
     model = opt.model
 
@@ -151,6 +167,9 @@ def _run(opt, W0, idx, n_saves: int, save_every, remainder, has_remainder: bool)
     outputs = jax.vmap(model.outputs)(Ms, mus)
     losses = jnp.mean(jax.vmap(opt.loss.value, in_axes=(0, None))(outputs, model.y), axis=1)
     return Ws, Ms, mus, outputs, losses
+
+
+_run = eqx.filter_jit(_simulate)
 
 
 def train_w(
@@ -196,6 +215,15 @@ def train_w(
     (gradient-flow time for SGD; just a step count for Adam). Cost per step O(p^2 d) plus the
     data operations over m inputs; compiled once per shape (and optimizer kind).
 
+    **Under jit, vmap and grad** (as `nqf.closed_sgd`): `W0`, `lr`, `momentum`,
+    `weight_decay`, Adam's constants, `batch_indices`, `key` and the model's arrays may be
+    traced; the result is then a `WTrajectory` of JAX arrays (batched under vmap). `steps`,
+    `save_every`, `batch_size`, `optimizer`, `nesterov` and `loss` must be concrete. The value
+    checks (lr > 0, momentum and Adam's rates in [0, 1), weight_decay >= 0, adam_eps > 0, finite
+    W0, batch indices in range, divergence) run at run time with `equinox.error_if`; a traced
+    `momentum` runs the momentum program (beta = 0 gives SGD's numbers). The loops become
+    fixed-length scans: `jax.grad` stores one state per step (memory O(steps p d)).
+
     **Raises:** `ValueError` for a `W0` not of shape (p, d) or not finite, lr <= 0 or not finite,
     momentum outside [0, 1), weight_decay < 0, bad Adam constants, an unknown optimizer, a bad
     batch schedule (shape, range, batch size outside [1, m]), steps/save_every not integers
@@ -207,13 +235,18 @@ def train_w(
     steps = check_count(steps, "steps")
     save_every = check_count(save_every, "save_every")
     gamma = check_weight_decay(weight_decay)
-    b1 = check_positive(adam_b1, "adam_b1", allow_zero=True)
-    b2 = check_positive(adam_b2, "adam_b2", allow_zero=True)
-    if b1 >= 1.0 or b2 >= 1.0:
-        raise ValueError(f"`adam_b1` and `adam_b2` must lie in [0, 1); found {b1!r}, {b2!r}.")
-    eps = check_positive(adam_eps, "adam_eps")
+    if any_traced(adam_b1, adam_b2):
+        b1, b2 = check_unit_interval(adam_b1, "adam_b1"), check_unit_interval(adam_b2, "adam_b2")
+    else:
+        b1 = check_positive(adam_b1, "adam_b1", allow_zero=True)
+        b2 = check_positive(adam_b2, "adam_b2", allow_zero=True)
+        if b1 >= 1.0 or b2 >= 1.0:
+            raise ValueError(f"`adam_b1` and `adam_b2` must lie in [0, 1); found {b1!r}, {b2!r}.")
+    eps = check_hyper(adam_eps, "adam_eps")
     loss = as_loss(loss)
     W0 = as_array(W0, "W0", ndim=2)
+    if is_traced(W0):
+        W0 = guard(W0, ~jnp.all(jnp.isfinite(W0)), "`W0` must be finite")
     if W0.shape[0] != model.p:
         raise ValueError(
             f"`W0` must have shape ({model.p}, d) (one column per neuron) to match the data; "
@@ -223,21 +256,18 @@ def train_w(
     saved, n_saves, remainder = save_schedule(steps, save_every)
     if name == "adam":
         kind = "adam"
-    elif beta == 0.0:
+    elif not is_traced(beta) and beta == 0.0:
         kind = "sgd"
-    else:
+    else:  # a traced beta runs the momentum program (beta = 0 gives the same numbers as SGD)
         kind = "nesterov" if nesterov else "heavy"
+    traced = any_traced(model, lr, gamma, beta, b1, b2, eps, W0, idx)
     f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
     opt = _Optimizer(model=model, loss=loss, lr=f64(lr), gamma=f64(gamma), beta=f64(beta),
                      b1=f64(b1), b2=f64(b2), eps=f64(eps), kind=kind)
-    Ws, Ms, mus, outputs, losses = _run(opt, W0, idx, n_saves, *loop_counts(save_every, remainder))
-    Ws = np.asarray(Ws)
-    bad = first_nonfinite_step(saved, Ws)
-    if bad is not None:
-        raise FloatingPointError(
-            f"W-space training diverged: non-finite weights by step {bad} (lr={lr:g}). Reduce `lr`."
-        )
-    return WTrajectory(
-        steps=saved, t=lr * saved, W=Ws, M=np.asarray(Ms), mu=np.asarray(mus),
-        outputs=np.asarray(outputs), loss=np.asarray(losses), optimizer=name, lr=lr,
-    )
+    out = _run(opt, W0, idx, n_saves, *loop_counts(save_every, remainder, static=traced))
+    if not traced:
+        out = jax.tree.map(np.asarray, out)
+    Ws, Ms, mus, outputs, losses = check_finite(
+        out, out[0], saved, "W-space training diverged: non-finite weights", lr)
+    return WTrajectory(steps=saved, t=lr * saved, W=Ws, M=Ms, mu=mus, outputs=outputs, loss=losses,
+                       optimizer=name, lr=lr)
