@@ -38,15 +38,20 @@ FORMAT, VERSION = "nqf-result", 1
 
 def _classes() -> dict:
     from . import data as D
+    from .kernels import GLVTrajectory
+    from .map_sweep import MapSweep
+    from .maps import MapTrajectory
     from .model import NQFModel
     from .oracles import OracleSolution
     from .samplewise import SampleOracleSolution
     from .solve import FlowSolution
     from .sweep import SweepSolution
+    from .wspace import WTrajectory
 
     out = {c.__name__: c for c in (D.DenseData, D.CommutingData, D.DiagonalData, D.LowRankData,
                                    D.FeedForwardData, NQFModel, FlowSolution, SweepSolution,
-                                   OracleSolution, SampleOracleSolution)}
+                                   OracleSolution, SampleOracleSolution, MapTrajectory, MapSweep,
+                                   WTrajectory, GLVTrajectory)}
     out.update(_EXTRA)
     return out
 

@@ -98,6 +98,7 @@ from numba import prange
 from numba.core import types
 from numba.extending import intrinsic
 
+from .io import Saveable
 from ._config import require_x64
 from ._train_args import (
     check_count,
@@ -828,7 +829,7 @@ def glv_rhs(
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class GLVTrajectory:
+class GLVTrajectory(Saveable):
     """Result of `glv_gd`. `n` is the number of saved steps.
 
     **Attributes:** `steps` (n,) int; `t` = lr * steps, gradient-flow time (n,); `z` the mode

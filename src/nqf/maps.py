@@ -82,6 +82,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .io import Saveable
 from ._checks import as_array, check_symmetric, is_traced, shape_str
 from ._train_args import (
     any_traced,
@@ -116,7 +117,7 @@ FORMS = ("factor", "M")
     meta_fields=["d", "form"],
 )
 @dataclasses.dataclass(frozen=True, eq=False)
-class MapTrajectory:
+class MapTrajectory(Saveable):
     """Result of `closed_sgd` / `closed_map`. `n` is the number of saved steps.
 
     A plain frozen dataclass (it pickles) registered as a JAX pytree: the arrays and `lr` are

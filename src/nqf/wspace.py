@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .io import Saveable
 from ._checks import as_array, check_positive, is_traced, shape_str
 from ._train_args import (
     any_traced,
@@ -62,7 +63,7 @@ TRACE_COUNT = [0]
     meta_fields=["optimizer"],
 )
 @dataclasses.dataclass(frozen=True, eq=False)
-class WTrajectory:
+class WTrajectory(Saveable):
     """Result of `train_w`. `n` is the number of saved steps.
 
     **Attributes:** `steps` (n,) int; `t` = lr * steps (n,); `W` (n, p, d); `M` = W W^T
