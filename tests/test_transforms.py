@@ -165,3 +165,22 @@ def test_results_pickle_and_round_trip(fig3, tmp_path):
     np.savez(tmp_path / "plain.npz", a=np.ones(2))
     with pytest.raises(ValueError, match="not an nqf result file"):
         nqf.load(tmp_path / "plain.npz")
+
+
+def test_theorem6_and_ntk_under_transforms(fig3):
+    """The Theorem 6 oracle and the NTK (Eq. E25) under jit / vmap / grad: the same numbers as the
+    host call, and gradients against central differences."""
+    W0 = np.sqrt(1e-5) * np.eye(5)
+    ref = nqf.theorem6(fig3, TS, W0=W0)
+    out = jax.jit(lambda W: nqf.theorem6(fig3, TS, W0=W))(W0)
+    np.testing.assert_allclose(out.z, ref.z, rtol=1e-13)
+    np.testing.assert_allclose(out.M, ref.M, rtol=1e-13, atol=1e-18)
+    z = lambda e: nqf.theorem6(fig3, TS, W0=jnp.sqrt(e) * jnp.eye(5)).z[3, 2]  # noqa: E731
+    assert abs(jax.grad(z)(1e-5) / ((z(1e-5 + 1e-10) - z(1e-5 - 1e-10)) / 2e-10) - 1) < 1e-6
+    assert jax.vmap(lambda e: nqf.theorem6(fig3, TS, W0=jnp.sqrt(e) * jnp.eye(5)).z)(jnp.array([1e-5, 1e-4])).shape == (2, 7, 5)
+    model = nqf.NQFModel(nqf.datasets.mlp_data(6, 3), g=0.1 * np.ones((6, 4)))
+    M, mu = 0.05 * np.eye(4), 0.1 * np.ones(4)
+    theta = nqf.ntk(model, M=M, mu=mu, d=3)
+    np.testing.assert_allclose(jax.jit(lambda M, mu: nqf.ntk(model, M=M, mu=mu, d=3))(M, mu), theta, rtol=1e-13)
+    f = lambda s: nqf.ntk(model, M=s * M, mu=mu, d=3)[1, 2]  # noqa: E731
+    assert abs(jax.grad(f)(1.0) - (f(1.0 + 1e-6) - f(1.0 - 1e-6)) / 2e-6) < 1e-7 * max(1.0, abs(f(1.0)))

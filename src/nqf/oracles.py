@@ -75,6 +75,8 @@ class AssumptionError(ValueError):
         super().__init__(msg)
 
 
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["ts", "z", "basis", "M_basis", "W"],
+                   meta_fields=["theorem"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class OracleSolution(Saveable):
     """An exact solution evaluated at times `ts`.
@@ -104,8 +106,8 @@ class OracleSolution(Saveable):
         """Order parameter M(t) in the standard basis, shape (n, p, p)."""
         if self.basis is None:
             return self.M_basis
-        P = self.basis
-        return np.einsum("ik,nkl,jl->nij", P, self.M_basis, P)
+        out = jnp.einsum("ik,nkl,jl->nij", self.basis, self.M_basis, self.basis)
+        return out if _traced(out) else np.asarray(out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -200,6 +202,40 @@ def _as_commuting(data: AbstractData, theorem: str, tol: float) -> CommutingData
 _THM6_COND = "orthogonal features sum_mu lambda_{mu,k} lambda_{mu,j} = 0 (k != j)"
 
 
+def _traced(tree) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
+
+
+def _theorem6_traced(data, ts, M0, W0) -> "OracleSolution":
+    """`theorem6` inside jit / vmap / grad: the same formulas in JAX. Not checked under tracing:
+    the orthogonal-features assumption, the PSD initial condition, t >= 0; the data must already
+    be commuting (`CommutingData` or `DiagonalData`)."""
+    from .glv import _logistic_terms
+
+    if not isinstance(data, AbstractCommutingData):
+        raise ValueError("Under jit / vmap / grad `theorem6` needs CommutingData or DiagonalData "
+                         "(dense data are converted on the host).")
+    if (M0 is None) == (W0 is None):
+        raise ValueError("Give exactly one initial condition: `M0` (p, p) or `W0` (p, d).")
+    p = data.p
+    ts = as_array(ts, "ts", ndim=1)
+    M0 = W0 @ W0.T if W0 is not None else as_array(M0, "M0", shape=(p, p))
+    P = jnp.eye(p) if data.P is None else data.P
+    Mb0 = P.T @ M0 @ P
+    z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
+    r, C = 8.0 / data.m * data.pullback(data.y), 8.0 / data.m * data.feature_norms()
+    _, e, frac = _logistic_terms(r, ts[:, None])
+    grows = r > 0
+    ratio = jnp.where(grows, 1.0, e) / (jnp.where(grows, e, 1.0) + C * z0 * frac)
+    ratio = jnp.where(z0 > 0, ratio, 1.0)  # (n, p): z(t)/z(0), Eq. E16
+    s = jnp.sqrt(ratio)
+    z = z0 * ratio
+    Mb = s[:, :, None] * Mb0[None] * s[:, None, :]
+    Mb = Mb.at[:, jnp.arange(p), jnp.arange(p)].set(z)
+    W = None if W0 is None else jnp.einsum("ik,nk,kd->nid", P, s, P.T @ W0)
+    return OracleSolution("Theorem 6", ts, z, P, Mb, W)
+
+
 def theorem6_rates(data: AbstractCommutingData) -> tuple[np.ndarray, np.ndarray]:
     """Growth rates and self-competition of Theorem 6 (Eq. E16).
 
@@ -238,12 +274,17 @@ def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) ->
     **Returns:** `OracleSolution` with `z` (n, p), `basis` = P, `M` (n, p, p) and, given `W0`,
     `W` (n, p, d).
 
+    Runs under jit / vmap / grad (times, initial condition and data values traced); there the
+    assumption checks are skipped and the data must be `CommutingData` or `DiagonalData`.
+
     **Raises:** `AssumptionError` if the data does not commute (residual
     max|[A_mu, A_nu]| / max|A|^2) or the features are not orthogonal (residual: the largest cosine
     |sum_mu lambda_{mu,k} lambda_{mu,j}| / (|lambda_k| |lambda_j|), k != j); `ValueError` for bad
     shapes, non-finite input, a non-PSD `M0`, negative times.
     """
     theorem = "Theorem 6"
+    if _traced((data, ts, M0, W0)):
+        return _theorem6_traced(data, ts, M0, W0)
     cdata = _as_commuting(data, theorem, tol)
     res, (k, j) = orthogonal_features_residual(cdata)
     if res > tol:
