@@ -86,9 +86,15 @@ def budget(memory_budget=None) -> float:
     return value * _UNITS[match.group(2)]
 
 
+_FLOOR = 64 * 2**20  # below this, the default budget is not looked up (a per-call cost)
+
+
 def check(nbytes: float, what: str, ways_out: str, memory_budget=None) -> None:
     """Raise `MemoryBudgetError` naming the size, the budget and the ways out if `nbytes`
-    exceeds the budget (see `budget`)."""
+    exceeds the budget (see `budget`). Estimates under 64 MiB pass without reading the
+    available memory unless a budget is set (argument or environment)."""
+    if nbytes < _FLOOR and memory_budget is None and "NQF_MEMORY_BUDGET" not in os.environ:
+        return
     limit = budget(memory_budget)
     if nbytes > limit:
         raise MemoryBudgetError(
