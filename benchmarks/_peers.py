@@ -430,6 +430,7 @@ class Coupled:
 
         return {
             "nqf lsoda (reduced)": run(solver="lsoda"),
+            "nqf cvode (reduced)": run(solver="cvode"),
             "nqf stiff (Rodas5P, reduced)": run(stiff=True),
             "CVODE BDF GMRES": self.cvode,
         }

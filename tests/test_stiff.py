@@ -243,9 +243,11 @@ def test_reduced_glv_form_matches_explicit_flow(gamma):
     np.testing.assert_allclose(lossy.excess_loss, ref.excess_loss, rtol=1e-6)
 
 
-def test_lsoda_reduced_path_matches_explicit_flow():
-    """solver="lsoda" (scipy's LSODA on the reduced coordinates, host numpy) against the
-    p-dimensional flow integrated explicitly: z at the saved times, dense output, losses."""
+@pytest.mark.parametrize("host", ["lsoda", "cvode"])
+def test_host_reduced_path_matches_explicit_flow(host):
+    """solver="lsoda" / "cvode" (scipy's LSODA or SUNDIALS CVODE on the reduced coordinates, host
+    numpy) against the p-dimensional flow integrated explicitly: z at the saved times, dense
+    output, losses."""
     rng = np.random.default_rng(12)
     m, p = 4, 30
     Lam = rng.standard_normal((m, p)) * np.arange(1, p + 1.0) ** -0.5
@@ -254,14 +256,14 @@ def test_lsoda_reduced_path_matches_explicit_flow():
     z0[7] = 0.0
     ts = np.concatenate([[0.0], np.geomspace(0.1, 200.0, 10)])
     kw = dict(z0=z0, t1=200.0, ts=ts, weight_decay=0.01)
-    ls = nqf.solve_flow(data, solver="lsoda", rtol=1e-11, **kw)
+    ls = nqf.solve_flow(data, solver=host, rtol=1e-11, **kw)
     ref = nqf.solve_flow(data, solver="dopri8", rtol=1e-12, max_steps=10**6, **kw)
     live = z0 > 0
     np.testing.assert_allclose(ls.z[:, live], ref.z[:, live], rtol=1e-7)
     assert np.all(ls.z[:, ~live] == 0.0) and ls.stats["njev"] > 0
     np.testing.assert_allclose(ls.z_at([3.3, 150.0]), ref.z_at([3.3, 150.0]), rtol=1e-6)
     assert ls.step_times[0] == 0.0 and ls.step_times[-1] == 200.0
-    lossy = nqf.solve_flow(data, solver="lsoda", rtol=1e-11, save="loss", **kw)
+    lossy = nqf.solve_flow(data, solver=host, rtol=1e-11, save="loss", **kw)
     np.testing.assert_allclose(lossy.excess_loss, ref.excess_loss, rtol=1e-6)
-    with pytest.raises(ValueError, match="solver='lsoda' integrates the GLV flow of CommutingData with m < p"):
-        nqf.solve_flow(nqf.datasets.fig3_data(), z0=np.ones(5), t1=1.0, solver="lsoda")
+    with pytest.raises(ValueError, match=f"solver='{host}' integrates the GLV flow of CommutingData with m < p"):
+        nqf.solve_flow(nqf.datasets.fig3_data(), z0=np.ones(5), t1=1.0, solver=host)

@@ -393,7 +393,8 @@ class FlowSolution(Saveable):
     - `data`: the data set whose flow was integrated (for an `NQFModel` with f0 but no g, B solved
       in another form: its data with labels y - f0, the same flow).
     - `stats`: solver statistics {num_steps, num_accepted_steps, num_rejected_steps, max_steps}
-      (plus nfev, njev for ``solver="lsoda"``); `result`: diffrax's result message (under
+      (plus nfev, njev for ``solver="lsoda"`` and ``"cvode"``; CVODE's step counts are -1, its
+      step times `step_times`); `result`: diffrax's result message (under
       tracing: its integer code); `successful`: True if the solve reached t1.
     - `model`: the `NQFModel` that was passed (None for a bare data set); `d`: the width used by
       the ``"M-mu"`` form (None for the other forms); `method`: ``"ode"`` or ``"exact"``.
@@ -1029,14 +1030,14 @@ def _solve_exact(data, model, form, kind, x0, init, is_factor, init_is_z, solver
     )
 
 
-def _solve_lsoda(data, model, form, kind, x0, init, is_factor, init_is_z, t0, t1, ts, rtol, atol,
-                 weight_decay, save, max_steps, settings=(), memory_budget=None) -> FlowSolution:
-    """``solve_flow(..., solver="lsoda")``: the reduced GLV flow with scipy's LSODA (`nqf.lsoda`)."""
-    from .lsoda import saved_outputs, solve_reduced_lsoda
+def _solve_reduced_host(method, data, model, form, kind, x0, init, is_factor, init_is_z, t0, t1, ts, rtol,
+                        atol, weight_decay, save, max_steps, settings=(), memory_budget=None) -> FlowSolution:
+    """``solve_flow(..., solver="lsoda" | "cvode")``: the reduced GLV flow on the host (`nqf.lsoda`)."""
+    from .lsoda import saved_outputs, solve_reduced
 
     if form != "glv" or type(data) is not CommutingData or not data.m < data.p:
         raise ValueError(
-            "solver='lsoda' integrates the GLV flow of CommutingData with m < p in m coordinates "
+            f"solver={method!r} integrates the GLV flow of CommutingData with m < p in m coordinates "
             f"(`nqf.lsoda`); found {type(data).__name__} (m = {data.m}, p = {data.p}) with form={form!r}. "
             "Use stiff=True (Rodas5P) otherwise."
         )
@@ -1048,8 +1049,8 @@ def _solve_lsoda(data, model, form, kind, x0, init, is_factor, init_is_z, t0, t1
         raise ValueError(f"`save` must be 'state' or 'loss'; found {save!r}.")
     _check_solve_memory(form, x0, data, len(ts), save, None, False, False, 0, memory_budget)
     u0, mask = (np.asarray(v) for v in jax.jit(_initial_y0, static_argnums=(0, 1))("glv", kind, data, x0))
-    G, prob, interp, stats = solve_reduced_lsoda(data, u0, mask, t0=t0, t1=t1, ts=ts, rtol=rtol, atol=atol,
-                                                 gamma=gamma, max_steps=max_steps)
+    G, prob, interp, stats = solve_reduced(data, u0, mask, method=method, t0=t0, t1=t1, ts=ts, rtol=rtol,
+                                           atol=atol, gamma=gamma, max_steps=max_steps)
     z_star, grad = _excess_loss_anchor(form, data, model) if save == "loss" else (None, None)
     ys = saved_outputs(prob, data, ts, G, save, z_star, grad)
     info = np.array([_SUCCESS_CODE, stats["num_steps"], stats["num_accepted_steps"], 0, 1])
@@ -1127,7 +1128,9 @@ def solve_flow(
       stiff default integrates the GLV flow in m coordinates (`nqf.flow.rhs_glv_reduced`).
       ``"lsoda"`` runs that reduced flow with scipy's LSODA on the host instead (`nqf.lsoda`;
       CommutingData with m < p; not traceable, CPU): it reuses the m x m Jacobian over many
-      steps, the fastest path for coupled data at very large p.
+      steps, the fastest path for coupled data at very large p; ``"cvode"`` does the same with
+      SUNDIALS CVODE (BDF, dense m x m solve; ``pip install 'nqf[sundials]'``), which takes about
+      half LSODA's right-hand sides.
     - `rtol`, `atol`: tolerances of the PID controller. The default `atol` is
       ``rtol * max|state(0)|`` (``rtol`` for the log-space GLV form; max over M and mu for
       ``"M-mu"``), so accuracy is relative to the initial scale while z ~ eps, for eps down to
@@ -1213,11 +1216,11 @@ def solve_flow(
                             t0, t1, ts, weight_decay, save, settings, memory_budget)
     if method != "ode":
         raise ValueError(f"`method` must be 'ode' or 'exact'; found {method!r}.")
-    if stop is not None and (method != "ode" or (isinstance(solver, str) and solver.lower() == "lsoda")):
-        raise ValueError("`stop` needs method='ode' with a diffrax solver (not method='exact' or solver='lsoda').")
-    if isinstance(solver, str) and solver.lower() == "lsoda":
-        return _solve_lsoda(data, model, form, kind, x0, init, is_factor, z0 is not None, t0, t1, ts,
-                            rtol, atol, weight_decay, save, max_steps, settings, memory_budget)
+    if stop is not None and (method != "ode" or (isinstance(solver, str) and solver.lower() in ("lsoda", "cvode"))):
+        raise ValueError("`stop` needs method='ode' with a diffrax solver (not method='exact' or a host solver).")
+    if isinstance(solver, str) and solver.lower() in ("lsoda", "cvode"):
+        return _solve_reduced_host(solver.lower(), data, model, form, kind, x0, init, is_factor, z0 is not None,
+                                   t0, t1, ts, rtol, atol, weight_decay, save, max_steps, settings, memory_budget)
     traced = _is_traced((data, model, x0, t0, t1, ts, rtol, atol, dt0, weight_decay))
     reduced = form == "glv" and _reduced_stiff(data, solver, stiff)
     host_mask = None
