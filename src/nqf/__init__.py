@@ -12,6 +12,7 @@ from . import datasets
 from .data import (
     AbstractCommutingData,
     AbstractData,
+    BlockData,
     CommutingData,
     DenseData,
     DiagonalData,

@@ -87,9 +87,35 @@ def enable_compilation_cache(path=None, *, min_compile_time_secs: float = 0.0) -
     return path
 
 
-def _enable_from_env() -> None:
-    """Called at ``import nqf``: honour ``NQF_COMPILATION_CACHE`` (unset, empty or 0: off)."""
+class CacheWarning(UserWarning):
+    """``NQF_COMPILATION_CACHE`` names a directory that cannot be used: nqf runs without the cache."""
+
+
+def _enable_from_env() -> Path | None:
+    """Called at ``import nqf``: honour ``NQF_COMPILATION_CACHE`` (unset, empty or 0: off).
+
+    A directory that cannot be created or written (a path under a file, no permission, a
+    read-only file system) must not make ``import nqf`` (or ``nqf info``) fail: it warns
+    (`CacheWarning`, naming the path and the reason) and nqf runs without the persistent cache.
+    Returns the cache directory, or None if the cache stays off."""
     value = os.environ.get("NQF_COMPILATION_CACHE", "").strip()
     if value.lower() in ("", "0", "false", "no", "off"):
-        return
-    enable_compilation_cache(None if value.lower() in ("1", "true", "yes", "on") else value)
+        return None
+    path = default_cache_dir() if value.lower() in ("1", "true", "yes", "on") else Path(os.path.expanduser(value))
+    try:
+        path = path.resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(f"no write permission on {str(path)!r}")
+        return enable_compilation_cache(path)
+    except (OSError, RuntimeError) as err:
+        import warnings
+
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        warnings.warn(
+            f"NQF_COMPILATION_CACHE={value!r}: cannot use {str(path)!r} as the compilation cache "
+            f"directory ({type(err).__name__}: {reason}); continuing without the persistent cache. "
+            "Point NQF_COMPILATION_CACHE at a writable directory, or set it to 1 for "
+            f"{str(default_cache_dir())!r}.",
+            CacheWarning, stacklevel=2)
+        return None

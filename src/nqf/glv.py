@@ -24,6 +24,16 @@ __all__ = ["glv_equilibrium", "excess_loss", "orthogonal_features_residual", "lo
 _TINY = np.finfo(float).tiny
 
 
+def _check_commuting(data, fn: str) -> None:
+    """TypeError unless `data` is commuting data (the mode coordinates z need a shared basis)."""
+    if not isinstance(data, AbstractCommutingData):
+        raise TypeError(
+            f"`{fn}` needs commuting data (`CommutingData`, `DiagonalData` or `BlockData`: a shared "
+            f"eigenbasis, Assumption 1), since it works in the mode coordinates z; found "
+            f"{type(data).__name__}. Convert commuting dense matrices with `CommutingData.from_dense`."
+        )
+
+
 def orthogonal_features_residual(data: AbstractCommutingData) -> tuple[float, tuple[int, int]]:
     """How far commuting data is from orthogonal features (the assumption of Theorem 6):
     max_{k != j} |sum_mu lambda_{mu,k} lambda_{mu,j}| / (|lambda_k| |lambda_j|), a cosine in
@@ -33,7 +43,10 @@ def orthogonal_features_residual(data: AbstractCommutingData) -> tuple[float, tu
     `CommutingData` only the s nonzero columns of Lambda enter (O(m p + m s^2)). More than m
     nonzero columns cannot be orthogonal in R^m, so then the first m + 1 of them are compared
     and the value returned is a lower bound on the residual.
+
+    **Raises:** `TypeError` for data that are not commuting.
     """
+    _check_commuting(data, "orthogonal_features_residual")
     if isinstance(data, DiagonalData):
         return 0.0, (0, 0)
     Lam = np.asarray(data.Lambda)
@@ -103,8 +116,10 @@ def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
     Under JAX tracing (data as traced arrays inside jit / vmap / grad) the closed form is used
     for `DiagonalData`; other data must be concrete (NNLS runs on the host).
 
-    **Raises:** `ValueError` for traced data other than `DiagonalData`.
+    **Raises:** `TypeError` for data that are not commuting (e.g. `DenseData`); `ValueError` for
+    traced data other than `DiagonalData`.
     """
+    _check_commuting(data, "glv_equilibrium")
     if isinstance(data, DiagonalData):  # orthogonal features by construction: O(p)
         lam, y = data.lam, data.y
         if _traced(data):
@@ -137,9 +152,11 @@ def excess_loss(data: AbstractCommutingData, z, z_star=None):
     `glv_equilibrium(data)`. Runs under jit / vmap / grad (JAX arrays in, JAX arrays out);
     concrete inputs give numpy arrays.
 
-    **Raises:** `RuntimeError` if JAX's float64 was turned off after importing nqf.
+    **Raises:** `TypeError` for data that are not commuting; `RuntimeError` if JAX's float64 was
+    turned off after importing nqf.
     """
     require_x64()
+    _check_commuting(data, "excess_loss")
     if z_star is None:
         z_star = glv_equilibrium(data)
     m = data.m

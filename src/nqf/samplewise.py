@@ -674,9 +674,12 @@ def staircase_limit(tau, zeta, y) -> np.ndarray:
         lim L(tau ln(1/eps)) = (1/m) sum_mu y_mu^2 I(tau < 1/zeta_mu),
 
     with samples of zeta_mu <= 0 never learned. **Arguments:** `tau` (n,) >= 0; `zeta`, `y` (m,).
-    **Returns:** (n,).
+    **Returns:** (n,). **Raises:** `ValueError` for a negative `tau`, non-finite values or
+    mismatched shapes.
     """
     tau = np.atleast_1d(np.asarray(as_array(tau, "tau"), float))
+    if np.any(tau < 0):
+        raise ValueError(f"`tau` must be rescaled times t / ln(1/eps) >= 0; found minimum {tau.min():.3g}.")
     zeta = np.asarray(as_array(zeta, "zeta", ndim=1), float)
     y = np.asarray(as_array(y, "y", ndim=1, shape=zeta.shape), float)
     from .powerlaw import featurewise_limit
