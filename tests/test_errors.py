@@ -86,3 +86,46 @@ def test_mode_strengths_need_commuting_data(data):
     sol = nqf.solve_flow(data, M0=1e-3 * np.eye(3), t1=1.0, ts=[0.0, 1.0])
     with pytest.raises(ValueError, match=r"quantity='z' \(mode strengths z_k\) needs commuting data.*found DenseData"):
         nqf.measure_ignition_times(sol, quantity="z")
+
+
+def test_memory_is_estimated_before_it_is_allocated(monkeypatch):
+    """Over the budget, every allocating entry point refuses before allocating (these sizes
+    would take tens of GB): the error names the size, the budget and the ways out."""
+    import time
+
+    from nqf.memory import MemoryBudgetError
+
+    monkeypatch.setenv("NQF_MEMORY_BUDGET", "1GB")
+    big = nqf.datasets.powerlaw_data(10**7)
+    t = time.perf_counter()
+    with pytest.raises(MemoryBudgetError, match=r"about 17.*GB, over the memory budget of 1 GB.*save='loss'"):
+        nqf.solve_flow(big, z0=np.full(10**7, 1e-6), t1=1.0, stiff=True)
+    with pytest.raises(MemoryBudgetError, match="dense output reserved for max_steps"):
+        nqf.solve_flow(nqf.datasets.powerlaw_data(10**5), z0=np.full(10**5, 1e-6), t1=1.0, dense=True)
+    with pytest.raises(MemoryBudgetError, match=r"64-member sweep"):
+        nqf.solve_sweep(nqf.datasets.powerlaw_data(10**6), eps=np.full(64, 1e-6), t1=1.0)
+    with pytest.raises(MemoryBudgetError, match=r"dense\(\) \(an \(m, p, p\)"):
+        nqf.datasets.powerlaw_data(3000).dense()
+    assert time.perf_counter() - t < 30  # nothing of that size was allocated
+    with pytest.raises(MemoryBudgetError):
+        nqf.solve_flow(nqf.datasets.fig3_data(), W0=np.eye(5), t1=1.0, memory_budget=100)
+    monkeypatch.setenv("NQF_MEMORY_BUDGET", "lots")
+    with pytest.raises(ValueError, match="NQF_MEMORY_BUDGET must be bytes"):
+        nqf.solve_flow(nqf.datasets.fig3_data(), W0=np.eye(5), t1=1.0)
+
+
+def test_max_steps_reached_carries_the_partial_solution():
+    pl = nqf.datasets.powerlaw_data(300)
+    with pytest.raises(nqf.MaxStepsReached, match=r"it got to t=.* saved times; the partial solution") as err:
+        nqf.solve_flow(pl, z0=np.full(300, 1e-6), t1=1e4, max_steps=200)
+    e = err.value
+    assert 0 < e.t_reached < 1e4 and e.solution.ts[-1] <= e.t_reached
+    assert np.all(np.isfinite(e.solution.loss)) and e.solution.z.shape == (e.solution.ts.size, 300)
+
+
+@pytest.mark.parametrize("kw, msg", [(dict(dt0=-1.0), "`dt0` must be finite and > 0"),
+                                     (dict(rtol=2.0), "`rtol` must be < 1"),
+                                     (dict(pcoeff=-0.1), "`pcoeff` .* must be finite and >= 0")])
+def test_solver_settings_are_checked(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        nqf.solve_flow(nqf.datasets.fig3_data(), W0=np.eye(5) * 1e-3, t1=1.0, **kw)

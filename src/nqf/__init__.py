@@ -31,6 +31,7 @@ from .ignition import measure_ignition_times, predicted_ignition_times
 from .solve import SOLVERS, FlowSolution, MaxStepsReached, solve_flow
 from .events import Stop  # stopping conditions of solve_flow (loss, ignition, user)
 from .io import load, save  # results on disk (.npz + JSON header; nqf.io)
+from . import memory  # memory estimated before it is allocated (NQF_MEMORY_BUDGET)
 from .oracles import (
     AssumptionError,
     OracleSolution,

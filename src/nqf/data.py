@@ -97,7 +97,15 @@ class AbstractData(eqx.Module):
 
     @abc.abstractmethod
     def dense(self) -> Float[Array, "m p p"]:
-        """All data matrices as a dense (m, p, p) array (for tests and small problems)."""
+        """All data matrices as a dense (m, p, p) array (for tests and small problems; the
+        m p^2 floats are checked against the memory budget first, `nqf.memory`)."""
+
+    def _check_dense_memory(self) -> None:
+        from .memory import check
+
+        check(8.0 * self.m * self.p**2, f"{type(self).__name__}.dense() (an (m, p, p) = ({self.m}, "
+              f"{self.p}, {self.p}) array)", "keep the structured representation: every flow, map "
+              "and oracle of nqf works on it without dense().")
 
     def subset(self, idx) -> "AbstractData | None":
         """The data set of the samples `idx` (integer array (b,), repeats kept) in the same
@@ -330,6 +338,7 @@ class CommutingData(_SharedBasisData):
         return self.Lambda @ self.z_factor(F)
 
     def dense(self):
+        self._check_dense_memory()
         if self.P is None:
             return jax.vmap(jnp.diag)(self.Lambda)
         return jnp.einsum("ik,mk,jk->mij", self.P, self.Lambda, self.P)
@@ -421,6 +430,7 @@ class DiagonalData(AbstractCommutingData):
         return jnp.diag(c * self.lam)
 
     def dense(self):
+        self._check_dense_memory()
         k = jnp.arange(self.p)
         return jnp.zeros((self.p, self.p, self.p)).at[k, k, k].set(self.lam)
 
@@ -561,6 +571,7 @@ class LowRankData(AbstractData):
         return jnp.einsum("mir,mr,mjr->ij", self.U, c[:, None] * self.s, self.U)
 
     def dense(self):
+        self._check_dense_memory()
         return jnp.einsum("mir,mr,mjr->mij", self.U, self.s, self.U)
 
     def subset(self, idx):
@@ -721,6 +732,7 @@ class FeedForwardData(AbstractData):
         return jnp.pad(blk, ((self.front, self.back), (self.front, self.back)))
 
     def dense(self):
+        self._check_dense_memory()
         C = 0.5 * jnp.einsum("mrk,mrq->mkq", self.a_rows, self.b_rows)
         m, k, q = C.shape
         blk = jnp.concatenate([

@@ -52,7 +52,14 @@ _NO_DENSE = "This solution has no dense output: it was solved with `dense=False`
 
 
 class MaxStepsReached(RuntimeError):
-    """The solver used up `max_steps` before reaching `t1`."""
+    """The solver used up `max_steps` before reaching `t1`.
+
+    **Attributes:** `t_reached` (the gradient-flow time it got to) and `solution` (a
+    `FlowSolution` with the saved times up to `t_reached`, or None)."""
+
+    def __init__(self, message: str, t_reached: float | None = None, solution=None):
+        super().__init__(message)
+        self.t_reached, self.solution = t_reached, solution
 
 
 def _make_solver(solver, stiff: bool, data=None, form=None, mask=None):
@@ -262,11 +269,9 @@ def _solve_core(cfg: _FlowConfig, dyn: dict):
         event = diffrax.Event(cond, root_finder=optx.Newton(rtol=1e-12, atol=1e-12),
                               direction=event_direction(cfg.stop))
     fn = {} if saver is None else {"fn": saver}
-    if cfg.stop is None:
-        saveat = diffrax.SaveAt(ts=dyn.ts, dense=cfg.dense, **fn)
-    else:  # the saved times, and the state where the solve ends
-        saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=dyn.ts, **fn), diffrax.SubSaveAt(t1=True)],
-                                dense=cfg.dense)
+    # the saved times, and where the solve ended (an event, max_steps, or t1)
+    saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=dyn.ts, **fn), diffrax.SubSaveAt(t1=True, fn=_time_only)],
+                            dense=cfg.dense)
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(rhs),
         solver,
@@ -285,14 +290,12 @@ def _solve_core(cfg: _FlowConfig, dyn: dict):
         # reverse: binomially checkpointed loops, for jax.grad
         adjoint=diffrax.ForwardMode() if cfg.adjoint == "forward" else diffrax.RecursiveCheckpointAdjoint(),
     )
-    ys, stop_time = sol.ys, None
-    reached = jnp.ones(dyn.ts.shape, bool)
-    if cfg.stop is not None:  # (saves at ts, the end state); the solve ended at sol.ts[1][0]
-        ys = sol.ys[0]
-        t_end = sol.ts[1][0]
+    ys, stop_time = sol.ys[0], None
+    t_end = sol.ts[1][0]  # the time the solve reached
+    reached = dyn.ts <= t_end
+    if cfg.stop is not None:
         stopped = jnp.any(jnp.asarray(jax.tree.leaves(sol.event_mask)))
         stop_time = jnp.where(stopped, t_end, jnp.inf)
-        reached = dyn.ts <= t_end
     finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x) | ~reached.reshape((-1,) + (1,) * (x.ndim - 1)))
                                 for x in jax.tree.leaves(ys)]))
     code = jnp.where(sol.result == diffrax.RESULTS.event_occurred, _SUCCESS_CODE, sol.result._value)
@@ -301,7 +304,13 @@ def _solve_core(cfg: _FlowConfig, dyn: dict):
     dense = None
     if cfg.dense:
         dense = ReducedInterpolation(sol, args) if cfg.reduced else sol
-    return {"ts": dyn.ts, "ys": ys, "y0": y0, "mask": mask, "info": info, "dense": dense, "stop_time": stop_time}
+    return {"ts": dyn.ts, "ys": ys, "y0": y0, "mask": mask, "info": info, "dense": dense, "stop_time": stop_time,
+            "t_end": t_end}
+
+
+def _time_only(t, y, args):
+    """SaveAt function of the end point: only its time is needed (`sol.ts`), not a state copy."""
+    return jnp.zeros(())
 
 
 def _reduced_saver(saver):
@@ -715,6 +724,62 @@ def _resolve_interp(sol: "FlowSolution"):
     return again._interp
 
 
+def _state_size(form: str, x0, data: AbstractData) -> int:
+    """Number of float64 values in the integrated state of `form` started from `x0`."""
+    p = data.p
+    if form == "M":
+        return p * p
+    if form == "M-mu":
+        return p * p + p
+    if form == "factor":
+        return p * (x0.shape[1] if x0.ndim == 2 and x0.shape[0] == p and x0.shape[1] != p else p)
+    return p
+
+
+def solve_bytes(form: str, x0, data: AbstractData, n_saved: int, save: str, solver, reduced: bool,
+                dense: bool, max_steps: int, members: int = 1) -> tuple[float, str]:
+    """Estimated bytes of one solve (times `members` for a sweep) and what dominates them:
+    saved states (n x state), ~20 stage vectors, a stiff solver's dense Jacobian and LU
+    (state^2, or m^2 in the reduced GLV form) and, with `dense`, diffrax's interpolant reserved
+    for `max_steps` steps (~9 state vectors per step)."""
+    n = _state_size(form, x0, data)
+    saved_state = data.p if form == "glv" else n
+    parts = {
+        "the saved states": n_saved * (saved_state if save == "state" else 2) * 8.0,
+        "the solver's stage vectors": 20 * n * 8.0,
+    }
+    if is_stiff(solver):
+        from .stiff import is_structured
+
+        if reduced:
+            parts["the m x m Jacobian"] = 3.0 * data.m**2 * 8
+        elif not is_structured(solver):
+            parts["the stiff solver's dense Jacobian and LU (state x state)"] = 2.0 * n * n * 8
+    if dense:
+        parts["the dense output reserved for max_steps steps"] = 9.0 * n * max_steps * 8
+    total = members * sum(parts.values())
+    return total, max(parts, key=parts.get)
+
+
+def _check_solve_memory(form, x0, data, n_saved, save, solver, reduced, dense, max_steps, memory_budget,
+                        members: int = 1) -> None:
+    from .memory import check
+
+    nbytes, main = solve_bytes(form, x0, data, n_saved, save, solver, reduced, dense, max_steps, members)
+    ways = ["fewer saved times `ts`"]
+    if save == "state":
+        ways.append("save='loss' (only the loss is kept)")
+    if dense:
+        ways.append("dense=None (dense output built lazily for the steps actually taken) or dense=False")
+    if form == "M":
+        ways.append("a structured data class (CommutingData, DiagonalData, LowRankData, FeedForwardData) "
+                    "or the factor form from a low-rank W0")
+    if "Jacobian" in main and not reduced:
+        ways.append("a non-stiff solver, or data whose stiff solve is structured (nqf.stiff)")
+    check(nbytes, f"This flow solve ({main} dominate)" if members == 1 else
+          f"This {members}-member sweep ({main} dominate)", "; ".join(ways) + ".", memory_budget)
+
+
 def _params(t0, t1, rtol, gamma):
     """[t0, t1, rtol, gamma] as one array (numpy for concrete values: one transfer)."""
     if _is_traced((t0, t1, rtol, gamma)):
@@ -765,8 +830,16 @@ def _stop_target(stop: Stop, form: str, data: AbstractData, model):
     return static, None
 
 
-def _redo_dense(cfg: _FlowConfig, dyn: dict):
-    """The same solve with dense output (and room for `cfg.max_steps` steps): the interpolant."""
+def _redo_dense(cfg: _FlowConfig, dyn: _FlowArgs):
+    """The same solve with dense output (and room for `cfg.max_steps` steps): the interpolant.
+    Checks the interpolant's memory (`nqf.memory`, default budget) first."""
+    from .memory import check
+
+    plain = dyn.data.data if isinstance(dyn.data, NQFModel) else dyn.data
+    n = _state_size(cfg.form, dyn.init if cfg.form != "M-mu" else dyn.init[0], plain)
+    check(9.0 * n * cfg.max_steps * 8, f"The dense output of this solution ({cfg.max_steps} steps of a "
+          f"state of {n} values)", "evaluate at fewer times through a solve with `ts` instead, or "
+          "use a structured form with a smaller state.")
     return _solve_jit(cfg, dyn)["dense"]
 
 
@@ -917,7 +990,7 @@ def _time_grid(t0, t1, ts):
 
 
 def _solve_exact(data, model, form, kind, x0, init, is_factor, init_is_z, solver, stiff, t0, t1, ts,
-                 weight_decay, save, settings=()) -> FlowSolution:
+                 weight_decay, save, settings=(), memory_budget=None) -> FlowSolution:
     """``solve_flow(..., method="exact")``: Theorem 6's closed form at the saved times."""
     from .exact import _exact_jit, _ExactConfig
     from .glv import orthogonal_features_residual
@@ -942,6 +1015,7 @@ def _solve_exact(data, model, form, kind, x0, init, is_factor, init_is_z, solver
         )
     t0, t1, ts = _time_grid(t0, t1, ts)
     gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
+    _check_solve_memory(form, x0, data, len(ts), save, None, False, False, 0, memory_budget)
     dyn, excess = _with_saved_losses(_FlowArgs(data, x0, _params(t0, t1, 0.0, gamma), ts), save, form,
                                      data, model)
     out = _exact_jit(_ExactConfig(kind, save, excess), dyn)
@@ -956,7 +1030,7 @@ def _solve_exact(data, model, form, kind, x0, init, is_factor, init_is_z, solver
 
 
 def _solve_lsoda(data, model, form, kind, x0, init, is_factor, init_is_z, t0, t1, ts, rtol, atol,
-                 weight_decay, save, max_steps, settings=()) -> FlowSolution:
+                 weight_decay, save, max_steps, settings=(), memory_budget=None) -> FlowSolution:
     """``solve_flow(..., solver="lsoda")``: the reduced GLV flow with scipy's LSODA (`nqf.lsoda`)."""
     from .lsoda import saved_outputs, solve_reduced_lsoda
 
@@ -972,6 +1046,7 @@ def _solve_lsoda(data, model, form, kind, x0, init, is_factor, init_is_z, t0, t1
     gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
     if save not in ("state", "loss"):
         raise ValueError(f"`save` must be 'state' or 'loss'; found {save!r}.")
+    _check_solve_memory(form, x0, data, len(ts), save, None, False, False, 0, memory_budget)
     u0, mask = (np.asarray(v) for v in jax.jit(_initial_y0, static_argnums=(0, 1))("glv", kind, data, x0))
     G, prob, interp, stats = solve_reduced_lsoda(data, u0, mask, t0=t0, t1=t1, ts=ts, rtol=rtol, atol=atol,
                                                  gamma=gamma, max_steps=max_steps)
@@ -1012,6 +1087,7 @@ def solve_flow(
     method: str = "ode",
     adjoint: str = "auto",
     stop: Stop | None = None,
+    memory_budget: float | None = None,
 ) -> FlowSolution:
     """Integrate the MSE gradient flow M' = Y M + M Y - K(M) M - M K(M) (Eq. E9), or for a
     general model the (M, mu) flow of Eq. E10.
@@ -1077,6 +1153,11 @@ def solve_flow(
       loops) or ``"reverse"`` (`diffrax.RecursiveCheckpointAdjoint`: `jax.grad` / vjp, with
       binomial checkpointing: memory O(state x log(max_steps)) and about twice the forward
       work).
+    - `memory_budget`: bytes this call may allocate (default: ``NQF_MEMORY_BUDGET`` or half the
+      available memory; `nqf.memory`). The saved states, the solver's stage vectors, a stiff
+      solver's dense matrices and a dense output reserved for `max_steps` steps are estimated
+      before anything is allocated, and `nqf.memory.MemoryBudgetError` names the size, the
+      budget and the ways out.
     - `method`: ``"ode"`` (default) integrates the flow; ``"exact"`` evaluates Theorem 6's
       closed form (Eq. E16, `nqf.exact`) for commuting data with orthogonal features (every
       `DiagonalData`): O(p) per saved time, no steps, exact dense output, same `FlowSolution`
@@ -1129,14 +1210,14 @@ def solve_flow(
         init = x0
     if method == "exact":
         return _solve_exact(data, model, form, kind, x0, init, is_factor, z0 is not None, solver, stiff,
-                            t0, t1, ts, weight_decay, save, settings)
+                            t0, t1, ts, weight_decay, save, settings, memory_budget)
     if method != "ode":
         raise ValueError(f"`method` must be 'ode' or 'exact'; found {method!r}.")
     if stop is not None and (method != "ode" or (isinstance(solver, str) and solver.lower() == "lsoda")):
         raise ValueError("`stop` needs method='ode' with a diffrax solver (not method='exact' or solver='lsoda').")
     if isinstance(solver, str) and solver.lower() == "lsoda":
         return _solve_lsoda(data, model, form, kind, x0, init, is_factor, z0 is not None, t0, t1, ts,
-                            rtol, atol, weight_decay, save, max_steps, settings)
+                            rtol, atol, weight_decay, save, max_steps, settings, memory_budget)
     traced = _is_traced((data, model, x0, t0, t1, ts, rtol, atol, dt0, weight_decay))
     reduced = form == "glv" and _reduced_stiff(data, solver, stiff)
     host_mask = None
@@ -1157,6 +1238,13 @@ def solve_flow(
         raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
     if atol is not None:
         atol = check_positive(atol, "atol")
+    if dt0 is not None:
+        dt0 = check_positive(dt0, "dt0")  # the first step, forward in time
+    if not traced and rtol >= 1.0:
+        raise ValueError(f"`rtol` must be < 1 (a relative tolerance); found {rtol!r}.")
+    for name, v in (("pcoeff", pcoeff), ("icoeff", icoeff)):
+        if v is not None and not traced and not (np.isfinite(float(v)) and float(v) >= 0):
+            raise ValueError(f"`{name}` (a PID coefficient) must be finite and >= 0; found {v!r}.")
     implicit = is_stiff(solver)
     pcoeff = (0.3 if implicit else 0.0) if pcoeff is None else pcoeff
     icoeff = (0.4 if implicit else 1.0) if icoeff is None else icoeff
@@ -1165,6 +1253,7 @@ def solve_flow(
     dyn = _FlowArgs(data if model is None or form != "M-mu" else model, x0, _params(t0, t1, rtol, gamma), ts,
                     None if dt0 is None else f64(dt0), None if atol is None else f64(atol),
                     None if width is None else f64(width), solver_dyn)
+    _check_solve_memory(form, x0, data, len(ts), save, solver, reduced, dense is True, max_steps, memory_budget)
     dyn, excess = _with_saved_losses(dyn, save, form, data, model)
     if stop is not None:
         stop, target = _stop_target(stop, form, data, model)
@@ -1188,12 +1277,20 @@ def solve_flow(
         )
     info = np.asarray(out["info"])  # one small transfer; y0 and mask stay on the device
     if info[0] == _MAX_STEPS_CODE:
+        t_end = float(out["t_end"])
+        keep = ts <= t_end
+        partial = FlowSolution(
+            ts=ts[keep], form=form, ys=jax.tree.map(lambda x: np.asarray(x)[keep], out["ys"]), data=data,
+            init=init, init_is_factor=is_factor, _info=info, max_steps=int(max_steps), _y0=out["y0"],
+            _mask=out["mask"], model=model, d=width, init_is_z=z0 is not None, saved=save, settings=settings,
+        )
         raise MaxStepsReached(
-            f"The solver used all max_steps={max_steps} steps before reaching t1={t1}"
-            + (f" (it got to t={float(out['dense'].interpolation.t1):.6g})" if dense is True else "")
-            + ". Increase `max_steps` or loosen `rtol`/`atol`"
+            f"The solver used all max_steps={max_steps} steps before reaching t1={t1:g}: it got to "
+            f"t={t_end:.6g} ({int(keep.sum())} of {ts.size} saved times; the partial solution is "
+            "`err.solution`, the time `err.t_reached`). Increase `max_steps` or loosen `rtol`/`atol`"
             + ("." if implicit else
-               ", or, if the problem is stiff (rates spanning many decades), pass `stiff=True`.")
+               ", or, if the problem is stiff (rates spanning many decades), pass `stiff=True`."),
+            t_end, partial,
         )
     if info[0] != _SUCCESS_CODE:
         raise RuntimeError(f"The flow solve failed: {_RESULT_STR.get(int(info[0]), info[0])}")

@@ -76,8 +76,8 @@ from .data import AbstractCommutingData, AbstractData, CommutingData, DiagonalDa
 from .flow import RHS, check_form
 from .io import Saveable
 from .model import NQFModel
-from .solve import (_CODE_OF, FlowSolution, _dense_by_resolving, _settings, MaxStepsReached, _initial_state, _integrate, _make_solver, _time_grid,
-                    _check_mode_strengths)
+from .solve import (_CODE_OF, FlowSolution, MaxStepsReached, _check_mode_strengths, _check_solve_memory,
+                    _dense_by_resolving, _initial_state, _integrate, _make_solver, _settings, _time_grid)
 from .stiff import is_stiff, is_structured
 
 __all__ = ["solve_sweep", "SweepSolution"]
@@ -154,7 +154,7 @@ def _initial_z_batch(p: int, eps, z0):
     (B, p), >= 0), times `eps` if given (z0_i = eps_i z0); `eps` alone is z0 = eps (M0 = eps I)."""
     if z0 is None:
         e = _check_eps(eps)
-        return np.broadcast_to(e.reshape(-1)[:, None], (e.size, p)).copy(), e.ndim == 1
+        return np.broadcast_to(e.reshape(-1)[:, None], (e.size, p)), e.ndim == 1
     z = np.asarray(as_array(z0, "z0"))
     if z.ndim not in (1, 2) or z.shape[-1] != p:
         raise ValueError(f"`z0` must have shape ({p},) or a batch (B, {p}); found {shape_str(z.shape)}.")
@@ -561,6 +561,7 @@ def solve_sweep(
     devices=None,
     mode: str = "auto",
     throw: bool = True,
+    memory_budget: float | None = None,
 ) -> SweepSolution:
     """Solve a batch of MSE gradient flows (Eq. E9 / E13) in one compiled call.
 
@@ -598,6 +599,9 @@ def solve_sweep(
       modes among the members, also on the stacked joint state); a batch of different
       `CommutingData` and the M / factor forms use lineax's dense LU, for which ``mode="auto"``
       picks the vmap mode (p x p per member; the joint mode would factorize (B p) x (B p)).
+    - `memory_budget`: bytes the sweep may allocate (default: ``NQF_MEMORY_BUDGET`` or half the
+      available memory): B members' saved states and working vectors are estimated first
+      (`nqf.memory.MemoryBudgetError` otherwise).
     - `devices`: None (default: run on JAX's default device, batch not placed), ``"all"``
       (every device in `jax.devices()`), an int n (the first n devices) or a list of devices.
       With more than one device the batch is sharded over a ``"batch"`` mesh axis (padded to a
@@ -664,6 +668,11 @@ def solve_sweep(
         )
     if inits.shape[0] != B:
         inits = np.broadcast_to(inits, (B,) + inits.shape[1:])
+    # B members' states and saved times, estimated before any batched array is built
+    early_form = "glv" if is_z else _initial_state(datas[0], None if is_factor else inits[0],
+                                                   inits[0] if is_factor else None, form)[0]
+    _check_solve_memory(early_form, inits[0], datas[0], len(ts), "state", None, False, False, max_steps,
+                        memory_budget, members=B)
     if not data_batched:
         datas = datas * B
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *datas) if data_batched else datas[0]
@@ -680,6 +689,9 @@ def solve_sweep(
     structured = form == "glv" and (isinstance(datas[0], DiagonalData) or not data_batched)
     solver = _make_solver(solver_arg, stiff, datas[0], form if structured else None,
                           None if mask is None else np.unique(mask, axis=0))
+    if is_stiff(solver):  # and the stiff solver's matrices
+        _check_solve_memory(form, inits[0], datas[0], len(ts), "state", solver, False, False, max_steps,
+                            memory_budget, members=B)
 
     if atol is None:  # solve_flow's rule, per member
         scale = np.abs(y0).reshape(B, -1).max(axis=1) if form != "glv" else np.ones(B)
