@@ -508,6 +508,7 @@ class BlockData(_SharedBasisData):
         return (self.blocks**2).reshape(-1)
 
     def dense(self):
+        self._check_dense_memory()
         Lam = self.Lambda
         if self.P is None:
             return jax.vmap(jnp.diag)(Lam)
