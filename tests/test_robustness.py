@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 import nqf
+import nqf.gd
 from nqf.cli import main
 
 FIG3 = nqf.datasets.fig3_data()  # CommutingData, m = p = 5
+_NO_COLUMNS = r"`W0` must have at least one column \(width d >= 1 neurons\); found shape \((5|4), 0\)"
 
 
 @pytest.mark.parametrize(
@@ -65,6 +67,31 @@ FIG3 = nqf.datasets.fig3_data()  # CommutingData, m = p = 5
         (lambda: nqf.BlockData(np.ones((2, 2)), [1.0, 2.0], P=np.eye(3)), ValueError,
          r"`P` must have shape \(4, 4\); found \(3, 3\)"),
         (lambda: nqf.BlockData([[1.0, np.nan]], [1.0]), ValueError, r"`blocks` must be finite"),
+        # width d = 0 everywhere a W0 is taken
+        (lambda: nqf.solve_flow(FIG3, W0=np.zeros((5, 0)), t1=1.0), ValueError, _NO_COLUMNS),
+        (lambda: nqf.solve_flow(FIG3, W0=np.zeros((5, 0)), t1=1.0, form="M-mu"), ValueError, _NO_COLUMNS),
+        (lambda: nqf.train_w(FIG3, np.zeros((5, 0)), lr=0.1, steps=3), ValueError, _NO_COLUMNS),
+        (lambda: nqf.gd.gradient_descent(FIG3, np.zeros((5, 0)), lr=0.1, steps=3), ValueError, _NO_COLUMNS),
+        (lambda: nqf.theorem6(FIG3, [0.0, 1.0], W0=np.zeros((5, 0))), ValueError, _NO_COLUMNS),
+        (lambda: nqf.theorem5(nqf.BlockData(np.ones((2, 2)), [1.0, 1.0]), [1.0], W0=np.zeros((4, 0))),
+         ValueError, _NO_COLUMNS),
+        (lambda: nqf.solve_sweep(FIG3, W0=np.zeros((2, 5, 0)), t1=1.0), ValueError,
+         r"`W0` members must have shape \(5, d\) with d >= 1.*found \(5, 0\)"),
+        (lambda: nqf.closed_sgd_sweep(FIG3, lr=[0.1, 0.2], steps=3, W0=np.zeros((5, 0))), ValueError, _NO_COLUMNS),
+        (lambda: nqf.solve_flow(FIG3, W0=np.zeros((4, 2)), t1=1.0), ValueError,
+         r"`W0` must have shape \(5, d\) \(one column per neuron\) to match the data; found \(4, 2\)"),
+        # p = 0 (no features) in every data class
+        (lambda: nqf.DenseData(np.zeros((2, 0, 0)), [1.0, 2.0]), ValueError,
+         r"at least one feature \(p >= 1\); found p = 0 from `A` of shape \(2, 0, 0\)"),
+        (lambda: nqf.CommutingData(np.zeros((2, 0)), [1.0, 2.0]), ValueError,
+         r"at least one feature \(p >= 1\); found p = 0 from `Lambda` of shape \(2, 0\)"),
+        (lambda: nqf.LowRankData(np.zeros((2, 0, 1)), np.zeros((2, 1)), [1.0, 2.0]), ValueError,
+         r"at least one feature \(p >= 1\); found p = 0 from `U` of shape \(2, 0, 1\)"),
+        (lambda: nqf.FeedForwardData(np.zeros((1, 0, 1)), np.ones((1, 2, 1)), [1.0]), ValueError,
+         r"need k >= 1 and q >= 1.*found a \(1, 0, 1\)"),
+        # a file as the compilation cache directory
+        (lambda: nqf.enable_compilation_cache(__file__), ValueError,
+         r"`path` .* cannot be used as the compilation cache directory \(FileExistsError"),
     ],
 )
 def test_bad_input_is_named(call, exc, match):
@@ -124,9 +151,10 @@ def test_block_data_equals_commuting_data(basis):
 def test_block_data_flow_equals_commuting_flow_and_saves(tmp_path):
     b, c, _ = _block_pair(seed=1)
     z0 = np.full(b.p, 1e-3)
-    sb = nqf.solve_flow(b, z0=z0, t1=20.0, ts=np.linspace(0, 20, 5))
-    sc = nqf.solve_flow(c, z0=z0, t1=20.0, ts=np.linspace(0, 20, 5))
-    np.testing.assert_allclose(sb.z, sc.z, rtol=1e-7, atol=1e-12)
+    ts = np.linspace(0, 20, 5)
+    sb = nqf.solve_flow(b, z0=z0, t1=20.0, ts=ts, rtol=1e-10, atol=1e-14)
+    exact = nqf.theorem5(c, ts, z0=z0, matrices=False)  # Theorem 5 on the CommutingData form (scipy)
+    np.testing.assert_allclose(sb.z, exact.z, rtol=1e-6, atol=1e-12)
     nqf.save(b, tmp_path / "b.npz")
     back = nqf.load(tmp_path / "b.npz")
     assert type(back) is nqf.BlockData

@@ -64,13 +64,17 @@ def enable_compilation_cache(path=None, *, min_compile_time_secs: float = 0.0) -
     settings; the environment variable ``NQF_COMPILATION_CACHE=1`` (default path) or
     ``NQF_COMPILATION_CACHE=/some/dir`` calls it at ``import nqf``.
 
-    **Raises:** `ValueError` for a negative `min_compile_time_secs`; `OSError` if the directory
-    cannot be created.
+    **Raises:** `ValueError` for a negative `min_compile_time_secs`, or a `path` that cannot be
+    created as a directory (an existing file, a path under a file, no permission).
     """
     if not min_compile_time_secs >= 0:
         raise ValueError(f"`min_compile_time_secs` must be >= 0; found {min_compile_time_secs!r}.")
     path = Path(default_cache_dir() if path is None else os.path.expanduser(os.fspath(path))).resolve()
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"`path` {str(path)!r} cannot be used as the compilation cache directory "
+                         f"({type(err).__name__}: {err.strerror or err}).") from None
     previous = jax.config.jax_compilation_cache_dir
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_secs))
@@ -108,7 +112,7 @@ def _enable_from_env() -> Path | None:
         if not os.access(path, os.W_OK | os.X_OK):
             raise PermissionError(f"no write permission on {str(path)!r}")
         return enable_compilation_cache(path)
-    except (OSError, RuntimeError) as err:
+    except (OSError, RuntimeError, ValueError) as err:
         import warnings
 
         reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)

@@ -49,10 +49,14 @@ __all__ = [
 ]
 
 
-def _check_labels(y, m: int):
+def _check_labels(y, m: int, p: int | None = None, source: str = ""):
+    """`y` as (m,) labels; ValueError for m = 0 or, given `p`, p = 0 (`source` names the
+    argument that fixes p, e.g. "`A` of shape (2, 0, 0)")."""
     y = as_array(y, "y", ndim=1)
     if m < 1:
         raise ValueError("An NQF data set needs at least one data matrix (m >= 1); found m = 0.")
+    if p is not None and p < 1:
+        raise ValueError(f"An NQF data set needs at least one feature (p >= 1); found p = 0 from {source}.")
     if y.shape[0] != m:
         raise ValueError(
             f"`y` must hold one label per data matrix: expected shape ({m},); found {y.shape}."
@@ -156,7 +160,7 @@ class DenseData(AbstractData):
             raise ValueError(f"`A` must have shape (m, p, p); found {A.shape}.")
         check_symmetric(A, "A")
         self.A = A
-        self.y = _check_labels(y, A.shape[0])
+        self.y = _check_labels(y, A.shape[0], A.shape[1], f"`A` of shape {shape_str(A.shape)}")
 
     @property
     def p(self) -> int:
@@ -293,7 +297,7 @@ class CommutingData(_SharedBasisData):
     def __init__(self, Lambda, y, P=None):
         self.Lambda = as_array(Lambda, "Lambda", ndim=2)
         m, p = self.Lambda.shape
-        self.y = _check_labels(y, m)
+        self.y = _check_labels(y, m, p, f"`Lambda` of shape {shape_str(self.Lambda.shape)}")
         self.P = _check_basis(P, p)
 
     @classmethod
@@ -549,9 +553,9 @@ class LowRankData(AbstractData):
 
     def __init__(self, U, s, y):
         self.U = as_array(U, "U", ndim=3)
-        m, _, r = self.U.shape
+        m, p, r = self.U.shape
         self.s = as_array(s, "s", shape=(m, r))
-        self.y = _check_labels(y, m)
+        self.y = _check_labels(y, m, p, f"`U` of shape {shape_str(self.U.shape)}")
 
     @property
     def p(self) -> int:
@@ -625,6 +629,11 @@ class FeedForwardData(AbstractData):
             raise ValueError(
                 "`a` (m, k, r) and `b` (m, q, r) must agree in m and r; "
                 f"found a {shape_str(a.shape)} and b {shape_str(b.shape)}."
+            )
+        if a.shape[1] < 1 or b.shape[1] < 1:
+            raise ValueError(
+                "`a` (m, k, r) and `b` (m, q, r) need k >= 1 and q >= 1 (the two blocks of "
+                f"A = 1/2 [[0, C], [C^T, 0]]); found a {shape_str(a.shape)} and b {shape_str(b.shape)}."
             )
         self.a_rows = jnp.swapaxes(a, 1, 2)
         self.b_rows = jnp.swapaxes(b, 1, 2)

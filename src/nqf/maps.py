@@ -83,7 +83,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .io import Saveable
-from ._checks import as_array, check_symmetric, is_traced, shape_str
+from ._checks import as_array, as_weights, check_symmetric, is_traced, shape_str
 from ._train_args import (
     any_traced,
     as_model,
@@ -495,17 +495,7 @@ def _initial_order_params(model: NQFModel, M0, mu0, d, W0):
     if W0 is not None:
         if M0 is not None or mu0 is not None:
             raise ValueError("Give either `W0` or (`M0`, `mu0`, `d`), not both.")
-        W0 = _traced_finite(as_array(W0, "W0", ndim=2, host=True), "W0")
-        if W0.shape[0] != p:
-            raise ValueError(
-                f"`W0` must have shape ({p}, d) (one column per neuron) to match the data; found "
-                f"{shape_str(W0.shape)}."
-            )
-        if W0.shape[1] == 0:
-            raise ValueError(
-                f"`W0` must have at least one column (width d >= 1 neurons); found shape "
-                f"{shape_str(W0.shape)}."
-            )
+        W0 = _traced_finite(as_weights(W0, p, host=True), "W0")
         if d is not None and _check_width(d) != W0.shape[1]:
             raise ValueError(
                 f"`d` = {d} is inconsistent with `W0` of shape {shape_str(W0.shape)} "

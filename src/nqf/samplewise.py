@@ -44,7 +44,7 @@ import numpy as np
 import scipy.integrate
 import scipy.optimize
 
-from ._checks import as_array, shape_str
+from ._checks import as_array, as_weights, shape_str
 from ._config import require_x64
 from .data import AbstractData, CommutingData
 from .ignition import _check_rho, _first_crossings
@@ -205,9 +205,7 @@ def _initial(data: AbstractData, M0, W0, p: int, z0=None, P=None):
         Q = np.eye(p) if P is None else P
         return (Q * z0) @ Q.T, None
     if W0 is not None:
-        W0 = np.asarray(as_array(W0, "W0", ndim=2))
-        if W0.shape[0] != p:
-            raise ValueError(f"`W0` must have shape ({p}, d) to match the data; found {shape_str(W0.shape)}.")
+        W0 = as_weights(W0, p, host=True)
         return W0 @ W0.T, W0
     return _initial_M(M0, p), None
 
