@@ -158,3 +158,24 @@ def test_vanishing_quadratic_part_warns(xs, f):
 def test_no_inputs(xs):
     with pytest.raises(ValueError, match=r"`x` must hold at least one input \(a leading batch axis m >= 1\); found m = 0"):
         extract(_tanh2, xs[:0], N_IN)
+
+
+def test_equinox_mlp_adapter_matches_structure(xs):
+    """An eqx.nn.MLP (tanh, no biases) through `module_fn`: hidden rows with the readout entries
+    as neurons; extract gives the dictionary's MLP matrices (nqf.structure.mlp)."""
+    import equinox as eqx
+
+    from nqf.extract import module_fn
+
+    mlp = eqx.nn.MLP(N_IN, "scalar", 7, 1, activation=jax.nn.tanh, use_bias=False, use_final_bias=False,
+                     key=jax.random.PRNGKey(0))
+    f, p = module_fn(mlp, [(lambda m: m.layers[0].weight, 0), (lambda m: m.layers[1].weight, 1)])
+    assert p == N_IN + 1
+    W = np.random.default_rng(0).standard_normal((p, 3))
+    np.testing.assert_allclose(f(jnp.asarray(W), xs[0]), W[N_IN] @ np.tanh(W[:N_IN].T @ xs[0]), rtol=1e-13)
+    data = extract(f, xs, p)
+    np.testing.assert_allclose(np.asarray(data.dense()), np.asarray(nqf.structure.mlp(xs).dense()), atol=1e-13)
+    with pytest.raises(ValueError, match=r"must have the same number of neurons along their axes; found \[7, 1\]"):
+        module_fn(mlp, [(lambda m: m.layers[0].weight, 0), (lambda m: m.layers[1].weight, 0)])
+    with pytest.raises(ValueError, match=r"`neurons\[0\]`: `axis` must be an integer axis"):
+        module_fn(mlp, [(lambda m: m.layers[0].weight, 2)])
