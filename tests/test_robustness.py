@@ -255,3 +255,16 @@ def test_cli_compress_bad_archives(tmp_path, small_npz, capsys):
     np.savez(tmp_path / "both.npz", A=A, U=np.ones((6, 4, 1)), s=np.ones((6, 1)), y=np.ones(6))
     err = _usage_error(["compress", str(tmp_path / "both.npz")], capsys)
     assert "holds several data representations (A, U/s)" in err
+
+
+def test_block_data_equilibrium_is_blockwise():
+    """glv_equilibrium(BlockData) in O(m K) against scipy NNLS on the CommutingData form: same
+    fitted outputs and the same excess loss (also with labels that cannot be fitted)."""
+    b, c, rng = _block_pair(seed=4, m=5, K=3)
+    b = nqf.BlockData(np.asarray(b.blocks) * np.array([1, 1, -1, 1, 1.0])[:, None], np.array([1.0, -0.5, 0.7, 0.0, 1.2]))
+    c = b.as_commuting()
+    zb, zc = nqf.glv_equilibrium(b), nqf.glv_equilibrium(c)
+    assert np.all(zb >= 0)
+    np.testing.assert_allclose(b.outputs_z(zb), c.outputs_z(zc), atol=1e-12)
+    z = rng.uniform(0, 1, (4, b.p))
+    np.testing.assert_allclose(nqf.excess_loss(b, z), nqf.excess_loss(c, z), rtol=1e-10)

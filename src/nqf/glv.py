@@ -16,7 +16,7 @@ import numpy as np
 import scipy.optimize
 
 from ._config import require_x64
-from .data import AbstractCommutingData, DiagonalData
+from .data import AbstractCommutingData, BlockData, DiagonalData
 
 __all__ = ["glv_equilibrium", "excess_loss", "orthogonal_features_residual", "logistic_z",
            "logistic_log_z"]
@@ -113,6 +113,12 @@ def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
     otherwise it is the non-negative least-squares solution (`scipy.optimize.nnls`). Modes with
     lambda_{., k} = 0 do not move and get z*_k = 0 here. Returns shape (p,).
 
+    For `BlockData` (orthogonal samples: each sample's K modes are its own) the problem splits
+    into m problems min_{z >= 0} (b_mu . z - y_mu)^2: z* puts y_mu / b_{mu,j} on the mode j with the
+    largest b_{mu,j} y_mu if that is > 0 (fit exact), else 0; O(m K). The minimizer need not be
+    unique there (NNLS may pick another one with the same outputs Lambda z*); `excess_loss` does
+    not depend on the choice.
+
     Under JAX tracing (data as traced arrays inside jit / vmap / grad) the closed form is used
     for `DiagonalData`; other data must be concrete (NNLS runs on the host).
 
@@ -128,6 +134,15 @@ def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
         lam, y = np.asarray(lam), np.asarray(y)
         safe = np.where(lam != 0, lam, 1.0)
         return np.where(lam != 0, np.maximum(y / safe, 0.0), 0.0)
+    if isinstance(data, BlockData) and not _traced(data):
+        b, y = np.asarray(data.blocks), np.asarray(data.y)
+        score = b * np.where(y >= 0, 1.0, -1.0)[:, None]
+        j = np.argmax(score, axis=1)
+        best = np.take_along_axis(b, j[:, None], axis=1)[:, 0]
+        ok = np.take_along_axis(score, j[:, None], axis=1)[:, 0] > 0
+        z = np.zeros(b.shape)
+        z[np.arange(b.shape[0]), j] = np.where(ok, y / np.where(ok, best, 1.0), 0.0)
+        return z.reshape(-1)
     if _traced(data):
         raise ValueError(
             "glv_equilibrium of traced CommutingData: the non-negative least squares runs on the "
