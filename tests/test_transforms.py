@@ -180,7 +180,7 @@ def test_theorem6_and_ntk_under_transforms(fig3):
     assert jax.vmap(lambda e: nqf.theorem6(fig3, TS, W0=jnp.sqrt(e) * jnp.eye(5)).z)(jnp.array([1e-5, 1e-4])).shape == (2, 7, 5)
     model = nqf.NQFModel(nqf.datasets.mlp_data(6, 3), g=0.1 * np.ones((6, 4)))
     M, mu = 0.05 * np.eye(4), 0.1 * np.ones(4)
-    theta = nqf.ntk(model, M=M, mu=mu, d=3)
-    np.testing.assert_allclose(jax.jit(lambda M, mu: nqf.ntk(model, M=M, mu=mu, d=3))(M, mu), theta, rtol=1e-13)
-    f = lambda s: nqf.ntk(model, M=s * M, mu=mu, d=3)[1, 2]  # noqa: E731
+    theta = nqf.ntk(model, M=M, mu=mu, d=5)
+    np.testing.assert_allclose(jax.jit(lambda M, mu: nqf.ntk(model, M=M, mu=mu, d=5))(M, mu), theta, rtol=1e-13)
+    f = lambda s: nqf.ntk(model, M=s * M, mu=mu, d=5)[1, 2]  # noqa: E731
     assert abs(jax.grad(f)(1.0) - (f(1.0 + 1e-6) - f(1.0 - 1e-6)) / 2e-6) < 1e-7 * max(1.0, abs(f(1.0)))

@@ -12,6 +12,7 @@ from . import datasets
 from .data import (
     AbstractCommutingData,
     AbstractData,
+    BlockData,
     CommutingData,
     DenseData,
     DiagonalData,
@@ -42,7 +43,8 @@ from .oracles import (
     theorem16,
 )
 from . import modules, structure  # the architecture dictionary (THEORY sec. 2) and W-space modules
-from .extract import ExtractionError, SmoothnessError, SymmetryError, ZGZWarning, extract, extract_report
+from .extract import (DegenerateWarning, ExtractionError, NormalizationError, SmoothnessError, SymmetryError,
+                      ZGZWarning, extract, extract_report)
 from .samplewise import (
     SampleOracleSolution,
     measure_sample_ignition_times,

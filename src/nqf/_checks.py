@@ -17,6 +17,24 @@ def shape_str(shape) -> str:
     return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
+def as_weights(W0, p: int, name: str = "W0", *, host: bool = False, finite: bool = True):
+    """`W0` as a (p, d) array of weights with d >= 1 columns (one per neuron), checked as
+    `as_array` does. **Raises:** `ValueError` naming `name` for a wrong rank, a first axis other
+    than p, no columns (width d = 0) or non-finite entries; `TypeError` for non-numeric input."""
+    W0 = as_array(W0, name, ndim=2, host=host, finite=finite)
+    if W0.shape[0] != p:
+        raise ValueError(
+            f"`{name}` must have shape ({p}, d) (one column per neuron) to match the data; found "
+            f"{shape_str(W0.shape)}."
+        )
+    if W0.shape[1] == 0:
+        raise ValueError(
+            f"`{name}` must have at least one column (width d >= 1 neurons); found shape "
+            f"{shape_str(W0.shape)}."
+        )
+    return W0
+
+
 def as_array(x, name: str, *, ndim: int | None = None, shape=None, finite: bool = True,
              host: bool = False):
     """Convert `x` to a float64 JAX array (a numpy array with `host=True`), checking rank, shape

@@ -99,6 +99,20 @@ def check_momentum(beta):
     return check_unit_interval(beta, "momentum")
 
 
+def check_nesterov(nesterov, beta, where: str = "") -> bool:
+    """`nesterov` as bool: TypeError unless a bool; ValueError for Nesterov with a concrete
+    momentum beta = 0 (then there is no look-ahead: it is plain SGD, so the flag is a mistake).
+    `beta` may be a float, an array of member values, or traced (not checked)."""
+    if not isinstance(nesterov, (bool, np.bool_)):
+        raise TypeError(f"`nesterov` must be True or False; found {nesterov!r}.")
+    if nesterov and not is_traced(beta) and np.any(np.asarray(beta) == 0.0):
+        raise ValueError(
+            f"`nesterov=True` needs a momentum beta in (0, 1){where}; found momentum = 0 (Nesterov "
+            "with beta = 0 is plain SGD). Pass e.g. momentum=0.9, or drop `nesterov`."
+        )
+    return bool(nesterov)
+
+
 def parse_optimizer(optimizer: str, momentum, nesterov: bool) -> tuple[str, object, bool]:
     """Resolve (`optimizer`, `momentum`, `nesterov`) to (name, beta, nesterov).
 
@@ -106,6 +120,7 @@ def parse_optimizer(optimizer: str, momentum, nesterov: bool) -> tuple[str, obje
     `torch.optim.SGD`); ``"momentum"``: heavy ball, beta default 0.9; ``"nesterov"``: Nesterov
     momentum, beta default 0.9; ``"adam"``: `momentum` must be None (Adam uses `adam_b1`).
     beta is a float, or the traced scalar (checked at run time) for a traced `momentum`.
+    Nesterov (the flag or the name) with beta = 0 raises `ValueError`.
     """
     if not isinstance(optimizer, str) or optimizer.lower() not in OPTIMIZERS:
         raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}; found {optimizer!r}.")
@@ -120,7 +135,7 @@ def parse_optimizer(optimizer: str, momentum, nesterov: bool) -> tuple[str, obje
             )
         return name, 0.0, False
     beta = check_momentum(DEFAULT_MOMENTUM[name] if momentum is None else momentum)
-    return name, beta, bool(nesterov or name == "nesterov")
+    return name, beta, check_nesterov(bool(nesterov or name == "nesterov"), beta)
 
 
 def resolve_batches(batch_indices, batch_size, key, m: int, steps: int):

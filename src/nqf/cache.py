@@ -64,13 +64,17 @@ def enable_compilation_cache(path=None, *, min_compile_time_secs: float = 0.0) -
     settings; the environment variable ``NQF_COMPILATION_CACHE=1`` (default path) or
     ``NQF_COMPILATION_CACHE=/some/dir`` calls it at ``import nqf``.
 
-    **Raises:** `ValueError` for a negative `min_compile_time_secs`; `OSError` if the directory
-    cannot be created.
+    **Raises:** `ValueError` for a negative `min_compile_time_secs`, or a `path` that cannot be
+    created as a directory (an existing file, a path under a file, no permission).
     """
     if not min_compile_time_secs >= 0:
         raise ValueError(f"`min_compile_time_secs` must be >= 0; found {min_compile_time_secs!r}.")
     path = Path(default_cache_dir() if path is None else os.path.expanduser(os.fspath(path))).resolve()
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"`path` {str(path)!r} cannot be used as the compilation cache directory "
+                         f"({type(err).__name__}: {err.strerror or err}).") from None
     previous = jax.config.jax_compilation_cache_dir
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_secs))
@@ -87,9 +91,35 @@ def enable_compilation_cache(path=None, *, min_compile_time_secs: float = 0.0) -
     return path
 
 
-def _enable_from_env() -> None:
-    """Called at ``import nqf``: honour ``NQF_COMPILATION_CACHE`` (unset, empty or 0: off)."""
+class CacheWarning(UserWarning):
+    """``NQF_COMPILATION_CACHE`` names a directory that cannot be used: nqf runs without the cache."""
+
+
+def _enable_from_env() -> Path | None:
+    """Called at ``import nqf``: honour ``NQF_COMPILATION_CACHE`` (unset, empty or 0: off).
+
+    A directory that cannot be created or written (a path under a file, no permission, a
+    read-only file system) must not make ``import nqf`` (or ``nqf info``) fail: it warns
+    (`CacheWarning`, naming the path and the reason) and nqf runs without the persistent cache.
+    Returns the cache directory, or None if the cache stays off."""
     value = os.environ.get("NQF_COMPILATION_CACHE", "").strip()
     if value.lower() in ("", "0", "false", "no", "off"):
-        return
-    enable_compilation_cache(None if value.lower() in ("1", "true", "yes", "on") else value)
+        return None
+    path = default_cache_dir() if value.lower() in ("1", "true", "yes", "on") else Path(os.path.expanduser(value))
+    try:
+        path = path.resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(f"no write permission on {str(path)!r}")
+        return enable_compilation_cache(path)
+    except (OSError, RuntimeError, ValueError) as err:
+        import warnings
+
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        warnings.warn(
+            f"NQF_COMPILATION_CACHE={value!r}: cannot use {str(path)!r} as the compilation cache "
+            f"directory ({type(err).__name__}: {reason}); continuing without the persistent cache. "
+            "Point NQF_COMPILATION_CACHE at a writable directory, or set it to 1 for "
+            f"{str(default_cache_dir())!r}.",
+            CacheWarning, stacklevel=2)
+        return None

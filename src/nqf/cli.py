@@ -101,17 +101,31 @@ def _add_progress_options(parser) -> None:
                      help="no progress line")
 
 
+_PROGRESS_OFF = ("0", "false", "no", "off")
+_PROGRESS_ON = ("1", "true", "yes", "on")
+
+
 def progress_enabled(flag: bool | None = None, stream=None) -> bool:
     """Whether the CLI prints progress: `flag` (``--progress`` / ``--no-progress``) if given,
     else the environment variable ``NQF_PROGRESS`` (``0``/``false``/``no``/``off`` or
-    ``1``/``true``/``yes``/``on``) if set, else whether `stream` (default stderr) is a terminal."""
+    ``1``/``true``/``yes``/``on``) if set, else whether `stream` (default stderr) is a terminal.
+
+    **Raises:** `ValueError` naming ``NQF_PROGRESS`` if it is set (and `flag` is None) to any
+    other value (the commands turn it into a usage error, exit status 2)."""
     if flag is not None:
         return bool(flag)
-    env = os.environ.get("NQF_PROGRESS", "").strip().lower()
-    if env in ("0", "false", "no", "off"):
+    raw = os.environ.get("NQF_PROGRESS", "")
+    env = raw.strip().lower()
+    if env in _PROGRESS_OFF:
         return False
-    if env in ("1", "true", "yes", "on"):
+    if env in _PROGRESS_ON:
         return True
+    if env:
+        raise ValueError(
+            f"the environment variable NQF_PROGRESS={raw!r} is not understood: use one of "
+            f"{', '.join(_PROGRESS_OFF)} (off) or {', '.join(_PROGRESS_ON)} (on), or unset it "
+            "(on only if stderr is a terminal)."
+        )
     stream = sys.stderr if stream is None else stream
     try:
         return bool(stream.isatty())
@@ -365,7 +379,7 @@ def _cmd_reproduce(args, parser) -> int:
     print(f"nqf reproduce {args.name}{' --quick' if args.quick else ''} -> {args.out}", flush=True)
     t0 = time.perf_counter()
     run = experiments[args.name]
-    prog = _Progress(args.name, progress_enabled(args.progress))
+    prog = _Progress(args.name, _progress_or_usage_error(args, parser))
     prog.line(f"running{' (quick)' if args.quick else ''} ...")
     kwargs = {"quick": args.quick}
     if prog.enabled and _accepts_progress(run):
@@ -395,6 +409,32 @@ def _cmd_reproduce(args, parser) -> int:
     return 0
 
 
+def _progress_or_usage_error(args, parser) -> bool:
+    """`progress_enabled` for a command; a bad NQF_PROGRESS is a usage error (exit status 2)."""
+    try:
+        return progress_enabled(args.progress)
+    except ValueError as err:
+        parser.error(str(err))
+
+
+def _check_output_file(path: str | None, option: str, parser) -> None:
+    """Usage error (exit status 2) unless `path` can be written: checked before a long run, so a
+    typo in the output path does not cost the whole run. The file itself is not created."""
+    if path is None:
+        return
+    if os.path.isdir(path):
+        parser.error(f"{option}: {path!r} is a directory; give a file name.")
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(folder):
+        parser.error(f"{option}: cannot write {path!r}: the directory {folder!r} does not exist.")
+    if os.path.exists(path):
+        ok = os.access(path, os.W_OK)
+    else:
+        ok = os.access(folder, os.W_OK | os.X_OK)
+    if not ok:
+        parser.error(f"{option}: cannot write {path!r}: permission denied.")
+
+
 def _accepts_progress(fn) -> bool:
     """Whether an experiment's ``run`` takes a `progress` keyword (its stage reporter)."""
     try:
@@ -409,7 +449,8 @@ def _cmd_validate(args, parser) -> int:
     from .validate import validate
 
     kwargs = {} if args.eps is None else {"eps_values": tuple(args.eps)}
-    prog = _Progress("validate", progress_enabled(args.progress))
+    _check_output_file(args.json, "--json", parser)
+    prog = _Progress("validate", _progress_or_usage_error(args, parser))
     counts = {"n": 0, "failed": 0}
 
     def on_record(rec):
@@ -460,7 +501,8 @@ def _add_compress_parser(sub) -> None:
                      help="compressed width (default k_V + 1; below that: Corollary 3)")
     cmp.add_argument("--lr", type=float, default=0.02, help="learning rate of the original (default 0.02)")
     cmp.add_argument("--steps", type=int, default=1000, help="SGD steps (default 1000)")
-    cmp.add_argument("--batch-size", type=int, default=32, help="minibatch size (default 32; 0: full batch)")
+    cmp.add_argument("--batch-size", type=int, default=None,
+                     help="minibatch size (default min(32, m); 0: full batch)")
     cmp.add_argument("--init-scale", type=float, default=0.3,
                      help="W0 = scale * N(0, 1) / sqrt(d) when W0 is not given (default 0.3)")
     cmp.add_argument("--seed", type=int, default=0, help="seed of W0 and the minibatches (default 0)")
@@ -483,10 +525,24 @@ def _load_compress_model(name: str):
         return NQFModel(datasets.matrix_completion_data(24, 16, 200, active_rows=20, active_cols=12)), None
     if not name.endswith(".npz"):
         raise ValueError(f"DATA must be one of {', '.join(_COMPRESS_DATASETS)} or an .npz file; found {name!r}.")
-    with np.load(name) as f:
-        z = {k: f[k] for k in f.files}
+    if not os.path.isfile(name):
+        raise ValueError(f"{name}: no such file.")
+    try:
+        with np.load(name, allow_pickle=False) as f:
+            z = {k: f[k] for k in f.files}
+    except Exception as err:  # zipfile.BadZipFile, EOFError, pickled objects, truncated members
+        raise ValueError(f"{name}: not a readable .npz archive ({type(err).__name__}: {err}).") from None
+    if not z:
+        raise ValueError(f"{name}: the archive holds no arrays; expected 'y' (m,) and one data "
+                         "representation ('A', or 'U' and 's', or 'a' and 'b', or 'Lambda').")
     if "y" not in z:
         raise ValueError(f"{name}: missing array 'y' (labels, shape (m,)); found {sorted(z)}.")
+    kinds = [k for k, keys in (("A", ("A",)), ("U/s", ("U", "s")), ("a/b", ("a", "b")),
+                               ("Lambda", ("Lambda",))) if any(key in z for key in keys)]
+    if len(kinds) > 1:
+        raise ValueError(f"{name}: holds several data representations ({', '.join(kinds)}); keep exactly "
+                         "one ('A', or 'U' and 's', or 'a' and 'b', or 'Lambda'): nqf will not guess which "
+                         "one is meant.")
     if "A" in z:
         data = DenseData(z["A"], z["y"])
     elif "U" in z and "s" in z:
@@ -506,17 +562,28 @@ def _cmd_compress(args, parser) -> int:
     from .compress import DEFAULT_RTOL, compression_report
     from .experiments._common import jsonable
 
+    _check_output_file(args.json, "--json", parser)
+    if args.d < 1:
+        parser.error(f"--d: the width must be an integer >= 1; found {args.d}.")
+    if not (np.isfinite(args.init_scale) and args.init_scale > 0):
+        parser.error(f"--init-scale: must be finite and > 0 (W0 = scale * N(0, 1) / sqrt(d); 0 starts at "
+                     f"the saddle W = 0, where nothing trains); found {args.init_scale}.")
+    if args.batch_size is not None and args.batch_size < 0:
+        parser.error(f"--batch-size: must be >= 1, or 0 for full batch; found {args.batch_size}.")
     try:
         model, W0 = _load_compress_model(args.data)
         if W0 is None:
             rng = np.random.default_rng(args.seed)
             W0 = args.init_scale * rng.standard_normal((model.p, args.d)) / np.sqrt(args.d)
-        batch = None if args.batch_size == 0 else args.batch_size
+        batch = min(32, model.m) if args.batch_size is None else args.batch_size
+        batch = None if batch == 0 else batch
         rep = compression_report(model, lr=args.lr, steps=args.steps, W0=W0, d_prime=args.d_prime,
                                  batch_size=batch, key=args.seed if batch else None,
                                  rtol=DEFAULT_RTOL if args.rtol is None else args.rtol)
     except (ValueError, TypeError, OSError) as err:
         parser.error(str(err))
+    except FloatingPointError as err:
+        parser.error(f"--lr {args.lr:g}: training diverged ({err}); use a smaller --lr.")
     print(f"p = {model.p}, m = {model.m}: k_V = {rep['k_V']} (singular-value gap {rep['span_gap']:.3g}), "
           f"d = {rep['d']} -> d' = {rep['d_prime']} ({rep['kind']}), lr {rep['lr']:g} -> {rep['lr_compressed']:g}")
     print(f"{rep['steps']} SGD steps: max rel output error {rep['max_output_rel_error']:.3g}, "
@@ -580,7 +647,11 @@ def info() -> dict:
     env = os.environ.get("NQF_COMPILATION_CACHE")
     out["compilation_cache"] = {"NQF_COMPILATION_CACHE": env, "jax_compilation_cache_dir": cache_dir,
                                 "enabled": bool(cache_dir)}
-    out["progress_default"] = progress_enabled()
+    try:
+        out["progress_default"] = progress_enabled()
+    except ValueError as err:  # a bad NQF_PROGRESS: report it, do not crash
+        out["progress_default"] = None
+        out["progress_error"] = str(err)
     return out
 
 
@@ -603,12 +674,15 @@ def _cmd_info(args, parser) -> int:
         where = cc["jax_compilation_cache_dir"]
         print(f"persistent compilation cache: {where}" + (f" (NQF_COMPILATION_CACHE={env})" if env else ""))
     elif env:
-        print(f"persistent compilation cache: NQF_COMPILATION_CACHE={env} is set, but JAX's "
-              "jax_compilation_cache_dir is not (not applied by this version of nqf)")
+        print(f"persistent compilation cache: off: NQF_COMPILATION_CACHE={env} is set, but the "
+              "directory could not be used (see the warning at import), or the value means off")
     else:
         print("persistent compilation cache: off (turn it on with NQF_COMPILATION_CACHE=1 or =DIR)")
-    print(f"progress lines: {'on' if rep['progress_default'] else 'off'} by default here "
-          "(NQF_PROGRESS=0/1, --progress/--no-progress)")
+    if rep["progress_default"] is None:
+        print(f"progress lines: {rep['progress_error']}")
+    else:
+        print(f"progress lines: {'on' if rep['progress_default'] else 'off'} by default here "
+              "(NQF_PROGRESS=0/1, --progress/--no-progress)")
     return 0
 
 

@@ -63,7 +63,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import check_positive, check_width
+from ._checks import as_array, check_positive, check_width
 from ._train_args import as_model, check_lr, check_weight_decay
 from .batches import batch_weights, restrict
 from .data import AbstractData, CommutingData, DenseData, FeedForwardData, LowRankData
@@ -714,11 +714,27 @@ def corollary3_bound(measured, L_steps, *, tail: float, lr: float, map_L_steps=N
     """Evaluate E24 for a measured error trajectory e_0..e_{n-1} (one entry per SGD step) and
     per-step Lipschitz estimates L_0..L_{n-2} (`lipschitz_along`): bound_t = tail exp(lr L t)
     with L = max L_k (overflow gives inf); sharpened_t = e_0 prod_{k<t} (1 + lr L_k); with
-    `map_L_steps`, stepwise_t = e_0 prod_{k<t} map_L_k."""
-    e = np.asarray(measured, float)
-    Ls = np.asarray(L_steps, float)
+    `map_L_steps`, stepwise_t = e_0 prod_{k<t} map_L_k.
+
+    **Raises:** `ValueError` for an empty or negative `measured`, a negative or non-finite
+    `tail`, `lr` <= 0, `L_steps` (or `map_L_steps`) of a shape other than (n - 1,) or negative."""
+    tail = check_positive(tail, "tail", allow_zero=True)
+    lr = check_positive(lr, "lr")
+    e = np.asarray(as_array(measured, "measured", ndim=1))
+    if e.size == 0 or np.any(e < 0):
+        raise ValueError("`measured` must be a non-empty 1-d array of errors >= 0 (one per step); found "
+                         + ("an empty array." if e.size == 0 else f"minimum {e.min():.3g}."))
+    Ls = np.asarray(as_array(L_steps, "L_steps", finite=False))
     if Ls.shape != (e.size - 1,):
         raise ValueError(f"`L_steps` must have shape ({e.size - 1},) (one per step); found {Ls.shape}.")
+    if np.any(Ls < 0) or np.any(np.isnan(Ls)):
+        raise ValueError(f"`L_steps` must be Lipschitz estimates >= 0; found minimum {np.nanmin(Ls, initial=np.nan):.3g}"
+                         + (" and NaN" if np.any(np.isnan(Ls)) else "") + ".")
+    if map_L_steps is not None:
+        mL = np.asarray(as_array(map_L_steps, "map_L_steps", finite=False))
+        if mL.shape != Ls.shape or np.any(~(mL >= 0)):
+            raise ValueError(f"`map_L_steps` must have shape {Ls.shape} and entries >= 0; found shape "
+                             f"{mL.shape}.")
     steps = np.arange(e.size)
     L = float(Ls.max(initial=0.0))
     with np.errstate(over="ignore"):

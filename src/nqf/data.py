@@ -9,6 +9,8 @@ the data is given that way:
   orthogonal P (p, p) shared by all samples (Assumption 1 of the paper).
 - `DiagonalData`: one feature per sample, A_k = lam_k e_k e_k^T (m = p), stored as the vector
   lam (p,): the Fig. 3 right power-law setting at any p (10^6 and beyond) in O(p) memory.
+- `BlockData`: orthogonal samples (Theorem 5) in block form: sample mu owns K modes of a shared
+  basis, stored as `blocks` (m, K): the sample-wise setting of Fig. 4 at any m in O(m K) memory.
 - `LowRankData`: A_mu = sum_j s_{mu j} u_{mu j} u_{mu j}^T with U of shape (m, p, r) and s of
   shape (m, r) (phase retrieval, quadratic networks: A = x x^T).
 - `FeedForwardData`: feed-forward data A = 1/2 [[0, C], [C^T, 0]] (Eq. E3) with C = a b^T
@@ -40,16 +42,21 @@ __all__ = [
     "AbstractCommutingData",
     "CommutingData",
     "DiagonalData",
+    "BlockData",
     "LowRankData",
     "FeedForwardData",
     "feedforward_data",
 ]
 
 
-def _check_labels(y, m: int):
+def _check_labels(y, m: int, p: int | None = None, source: str = ""):
+    """`y` as (m,) labels; ValueError for m = 0 or, given `p`, p = 0 (`source` names the
+    argument that fixes p, e.g. "`A` of shape (2, 0, 0)")."""
     y = as_array(y, "y", ndim=1)
     if m < 1:
         raise ValueError("An NQF data set needs at least one data matrix (m >= 1); found m = 0.")
+    if p is not None and p < 1:
+        raise ValueError(f"An NQF data set needs at least one feature (p >= 1); found p = 0 from {source}.")
     if y.shape[0] != m:
         raise ValueError(
             f"`y` must hold one label per data matrix: expected shape ({m},); found {y.shape}."
@@ -153,7 +160,7 @@ class DenseData(AbstractData):
             raise ValueError(f"`A` must have shape (m, p, p); found {A.shape}.")
         check_symmetric(A, "A")
         self.A = A
-        self.y = _check_labels(y, A.shape[0])
+        self.y = _check_labels(y, A.shape[0], A.shape[1], f"`A` of shape {shape_str(A.shape)}")
 
     @property
     def p(self) -> int:
@@ -217,7 +224,58 @@ class AbstractCommutingData(AbstractData):
         """z_k = (P^T F F^T P)_kk without forming F F^T."""
 
 
-class CommutingData(AbstractCommutingData):
+class _SharedBasisData(AbstractCommutingData):
+    """Commuting data with an explicit optional eigenbasis field `P` (None: the identity): the
+    basis changes shared by `CommutingData` and `BlockData`."""
+
+    def _to_basis(self, X):
+        return X if self.P is None else self.P.T @ X
+
+    def _from_basis(self, X):
+        return X if self.P is None else self.P @ X
+
+    def z(self, M: Float[Array, "p p"]) -> Float[Array, " p"]:
+        """z_k = (P^T M P)_kk, the mode strengths of the GLV form (Eq. E11)."""
+        if self.P is None:
+            return jnp.diagonal(M)
+        return jnp.einsum("ik,ij,jk->k", self.P, M, self.P)
+
+    def z_factor(self, F: Float[Array, "p r"]) -> Float[Array, " p"]:
+        """z_k = (P^T F F^T P)_kk without forming F F^T."""
+        return jnp.sum(self._to_basis(F) ** 2, axis=1)
+
+    def traces(self, X):
+        return self.outputs_z(self.z(X))
+
+    def traces_factor(self, F):
+        return self.outputs_z(self.z_factor(F))
+
+    def apply(self, c, X):
+        h = self.pullback(c)
+        return self._from_basis(h[:, None] * self._to_basis(X))
+
+    def weighted_sum(self, c):
+        h = self.pullback(c)
+        if self.P is None:
+            return jnp.diag(h)
+        return (self.P * h) @ self.P.T
+
+
+def _check_basis(P, p: int):
+    """`P` as a (p, p) array, orthogonal to 1e-10 (concrete values only), or None."""
+    if P is None:
+        return None
+    P = as_array(P, "P", shape=(p, p))
+    if not is_traced(P):
+        err = float(np.abs(np.asarray(P).T @ np.asarray(P) - np.eye(p)).max())
+        if err > 1e-10:
+            raise ValueError(
+                f"`P` must be orthogonal (P^T P = I); found max |P^T P - I| = {err:.3g}."
+            )
+    return P
+
+
+class CommutingData(_SharedBasisData):
     """Commuting data (Assumption 1): A_mu = P diag(Lambda[mu]) P^T.
 
     **Arguments:**
@@ -239,16 +297,8 @@ class CommutingData(AbstractCommutingData):
     def __init__(self, Lambda, y, P=None):
         self.Lambda = as_array(Lambda, "Lambda", ndim=2)
         m, p = self.Lambda.shape
-        self.y = _check_labels(y, m)
-        if P is not None:
-            P = as_array(P, "P", shape=(p, p))
-            if not is_traced(P):
-                err = float(np.abs(np.asarray(P).T @ np.asarray(P) - np.eye(p)).max())
-                if err > 1e-10:
-                    raise ValueError(
-                        f"`P` must be orthogonal (P^T P = I); found max |P^T P - I| = {err:.3g}."
-                    )
-        self.P = P
+        self.y = _check_labels(y, m, p, f"`Lambda` of shape {shape_str(self.Lambda.shape)}")
+        self.P = _check_basis(P, p)
 
     @classmethod
     def from_dense(cls, A, y, *, rtol: float = 1e-10, seed: int = 0) -> "CommutingData":
@@ -285,37 +335,11 @@ class CommutingData(AbstractCommutingData):
     def p(self) -> int:
         return self.Lambda.shape[1]
 
-    def _to_basis(self, X):
-        return X if self.P is None else self.P.T @ X
-
-    def _from_basis(self, X):
-        return X if self.P is None else self.P @ X
-
-    def z(self, M: Float[Array, "p p"]) -> Float[Array, " p"]:
-        """z_k = (P^T M P)_kk, the mode strengths of the GLV form (Eq. E11)."""
-        if self.P is None:
-            return jnp.diagonal(M)
-        return jnp.einsum("ik,ij,jk->k", self.P, M, self.P)
-
-    def z_factor(self, F: Float[Array, "p r"]) -> Float[Array, " p"]:
-        """z_k = (P^T F F^T P)_kk without forming F F^T."""
-        return jnp.sum(self._to_basis(F) ** 2, axis=1)
-
     def traces(self, X):
         return self.Lambda @ self.z(X)
 
     def traces_factor(self, F):
         return self.Lambda @ self.z_factor(F)
-
-    def apply(self, c, X):
-        h = c @ self.Lambda
-        return self._from_basis(h[:, None] * self._to_basis(X))
-
-    def weighted_sum(self, c):
-        h = c @ self.Lambda
-        if self.P is None:
-            return jnp.diag(h)
-        return (self.P * h) @ self.P.T
 
     def dense(self):
         self._check_dense_memory()
@@ -422,6 +446,91 @@ class DiagonalData(AbstractCommutingData):
         return DiagonalData(c * self.lam, self.y)
 
 
+class BlockData(_SharedBasisData):
+    """Orthogonal samples in block form (Theorem 5's assumption A_mu A_nu = 0 for mu != nu, by
+    construction): sample mu owns the K modes mu K .. mu K + K - 1 of a shared orthogonal basis P,
+
+        A_mu = P diag(0, .., 0, blocks[mu], 0, .., 0) P^T,   p = m K,
+
+    i.e. `CommutingData` with the block-diagonal Lambda (m, p) stored as its blocks (m, K)
+    (`nqf.datasets.orthogonal_samples_data` builds the same data as `CommutingData`). A zero entry
+    of `blocks` is an unused mode (samples with fewer than K eigenvalues).
+
+    Every GLV quantity is blockwise: f_mu = sum_j blocks[mu, j] z[mu K + j] and
+    Lambda^T delta = (delta[:, None] * blocks).ravel(), O(p) per evaluation, and the Jacobian of
+    the GLV flow is block-diagonal with m blocks of size K.
+
+    **Arguments:**
+
+    - `blocks`: eigenvalues of each sample on its own modes, shape (m, K).
+    - `y`: labels, shape (m,).
+    - `P`: shared orthogonal basis, shape (p, p) with p = m K; `None` (default) means the
+      identity (diagonal A_mu, no p x p array at all).
+
+    `Lambda` (the (m, p) matrix) and `dense()` are materialized on demand, for small problems only.
+
+    **Raises:** `ValueError` on wrong shapes, non-finite values, or a `P` that is not orthogonal.
+    """
+
+    blocks: Float[Array, "m K"]
+    y: Float[Array, " m"]
+    P: Float[Array, "p p"] | None = None
+
+    def __init__(self, blocks, y, P=None):
+        self.blocks = as_array(blocks, "blocks", ndim=2)
+        m, K = self.blocks.shape
+        if K < 1:
+            raise ValueError(f"`blocks` must have at least one mode per sample (K >= 1); found shape "
+                             f"{shape_str(self.blocks.shape)}.")
+        self.y = _check_labels(y, m)
+        self.P = _check_basis(P, m * K)
+
+    @property
+    def K(self) -> int:
+        """Number of modes owned by each sample."""
+        return self.blocks.shape[1]
+
+    @property
+    def p(self) -> int:
+        return self.blocks.shape[0] * self.blocks.shape[1]
+
+    @property
+    def Lambda(self) -> Float[Array, "m p"]:
+        """The block-diagonal eigenvalue matrix (m, p) (materialized: O(m p) memory)."""
+        m, K = self.blocks.shape
+        return (jnp.eye(m)[:, :, None] * self.blocks[None, :, :]).reshape(m, m * K)
+
+    def outputs_z(self, z):
+        m, K = self.blocks.shape
+        return jnp.sum(z.reshape(z.shape[:-1] + (m, K)) * self.blocks, axis=-1)
+
+    def pullback(self, delta):
+        m, K = self.blocks.shape
+        return (delta[..., :, None] * self.blocks).reshape(delta.shape[:-1] + (m * K,))
+
+    def feature_norms(self):
+        return (self.blocks**2).reshape(-1)
+
+    def dense(self):
+        self._check_dense_memory()
+        Lam = self.Lambda
+        if self.P is None:
+            return jax.vmap(jnp.diag)(Lam)
+        return jnp.einsum("ik,mk,jk->mij", self.P, Lam, self.P)
+
+    def competition(self) -> Float[Array, "p p"]:
+        """C' = Lambda^T Lambda: block-diagonal with blocks b b^T (materialized (p, p))."""
+        Lam = self.Lambda
+        return Lam.T @ Lam
+
+    def as_commuting(self) -> "CommutingData":
+        """The same data as `CommutingData` (Lambda (m, p) materialized)."""
+        return CommutingData(self.Lambda, self.y, self.P)
+
+    def scaled(self, c):
+        return BlockData(c * self.blocks, self.y, self.P)
+
+
 class LowRankData(AbstractData):
     """Low-rank data: A_mu = sum_j s[mu, j] U[mu, :, j] U[mu, :, j]^T.
 
@@ -444,9 +553,9 @@ class LowRankData(AbstractData):
 
     def __init__(self, U, s, y):
         self.U = as_array(U, "U", ndim=3)
-        m, _, r = self.U.shape
+        m, p, r = self.U.shape
         self.s = as_array(s, "s", shape=(m, r))
-        self.y = _check_labels(y, m)
+        self.y = _check_labels(y, m, p, f"`U` of shape {shape_str(self.U.shape)}")
 
     @property
     def p(self) -> int:
@@ -520,6 +629,11 @@ class FeedForwardData(AbstractData):
             raise ValueError(
                 "`a` (m, k, r) and `b` (m, q, r) must agree in m and r; "
                 f"found a {shape_str(a.shape)} and b {shape_str(b.shape)}."
+            )
+        if a.shape[1] < 1 or b.shape[1] < 1:
+            raise ValueError(
+                "`a` (m, k, r) and `b` (m, q, r) need k >= 1 and q >= 1 (the two blocks of "
+                f"A = 1/2 [[0, C], [C^T, 0]]); found a {shape_str(a.shape)} and b {shape_str(b.shape)}."
             )
         self.a_rows = jnp.swapaxes(a, 1, 2)
         self.b_rows = jnp.swapaxes(b, 1, 2)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import as_array, check_positive, shape_str
+from ._checks import as_weights, check_positive
 from .data import AbstractData
 
 __all__ = ["gradient_descent"]
@@ -79,12 +79,7 @@ def gradient_descent(data: AbstractData, W0, *, lr, steps: int, save_every: int 
     lr = check_positive(lr, "lr")
     steps = _check_count(steps, "steps")
     save_every = _check_count(save_every, "save_every")
-    W0 = as_array(W0, "W0", ndim=2)
-    if W0.shape[0] != data.p:
-        raise ValueError(
-            f"`W0` must have shape ({data.p}, d) (one column per neuron) to match the data; found "
-            f"{shape_str(W0.shape)}."
-        )
+    W0 = as_weights(W0, data.p)
     n_saves, remainder = divmod(steps, save_every)
     saved = np.arange(n_saves + 1) * save_every
     if remainder:

@@ -16,12 +16,22 @@ import numpy as np
 import scipy.optimize
 
 from ._config import require_x64
-from .data import AbstractCommutingData, DiagonalData
+from .data import AbstractCommutingData, BlockData, DiagonalData
 
 __all__ = ["glv_equilibrium", "excess_loss", "orthogonal_features_residual", "logistic_z",
            "logistic_log_z"]
 
 _TINY = np.finfo(float).tiny
+
+
+def _check_commuting(data, fn: str) -> None:
+    """TypeError unless `data` is commuting data (the mode coordinates z need a shared basis)."""
+    if not isinstance(data, AbstractCommutingData):
+        raise TypeError(
+            f"`{fn}` needs commuting data (`CommutingData`, `DiagonalData` or `BlockData`: a shared "
+            f"eigenbasis, Assumption 1), since it works in the mode coordinates z; found "
+            f"{type(data).__name__}. Convert commuting dense matrices with `CommutingData.from_dense`."
+        )
 
 
 def orthogonal_features_residual(data: AbstractCommutingData) -> tuple[float, tuple[int, int]]:
@@ -33,7 +43,10 @@ def orthogonal_features_residual(data: AbstractCommutingData) -> tuple[float, tu
     `CommutingData` only the s nonzero columns of Lambda enter (O(m p + m s^2)). More than m
     nonzero columns cannot be orthogonal in R^m, so then the first m + 1 of them are compared
     and the value returned is a lower bound on the residual.
+
+    **Raises:** `TypeError` for data that are not commuting.
     """
+    _check_commuting(data, "orthogonal_features_residual")
     if isinstance(data, DiagonalData):
         return 0.0, (0, 0)
     Lam = np.asarray(data.Lambda)
@@ -100,11 +113,19 @@ def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
     otherwise it is the non-negative least-squares solution (`scipy.optimize.nnls`). Modes with
     lambda_{., k} = 0 do not move and get z*_k = 0 here. Returns shape (p,).
 
+    For `BlockData` (orthogonal samples: each sample's K modes are its own) the problem splits
+    into m problems min_{z >= 0} (b_mu . z - y_mu)^2: z* puts y_mu / b_{mu,j} on the mode j with the
+    largest b_{mu,j} y_mu if that is > 0 (fit exact), else 0; O(m K). The minimizer need not be
+    unique there (NNLS may pick another one with the same outputs Lambda z*); `excess_loss` does
+    not depend on the choice.
+
     Under JAX tracing (data as traced arrays inside jit / vmap / grad) the closed form is used
     for `DiagonalData`; other data must be concrete (NNLS runs on the host).
 
-    **Raises:** `ValueError` for traced data other than `DiagonalData`.
+    **Raises:** `TypeError` for data that are not commuting (e.g. `DenseData`); `ValueError` for
+    traced data other than `DiagonalData`.
     """
+    _check_commuting(data, "glv_equilibrium")
     if isinstance(data, DiagonalData):  # orthogonal features by construction: O(p)
         lam, y = data.lam, data.y
         if _traced(data):
@@ -113,6 +134,15 @@ def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
         lam, y = np.asarray(lam), np.asarray(y)
         safe = np.where(lam != 0, lam, 1.0)
         return np.where(lam != 0, np.maximum(y / safe, 0.0), 0.0)
+    if isinstance(data, BlockData) and not _traced(data):
+        b, y = np.asarray(data.blocks), np.asarray(data.y)
+        score = b * np.where(y >= 0, 1.0, -1.0)[:, None]
+        j = np.argmax(score, axis=1)
+        best = np.take_along_axis(b, j[:, None], axis=1)[:, 0]
+        ok = np.take_along_axis(score, j[:, None], axis=1)[:, 0] > 0
+        z = np.zeros(b.shape)
+        z[np.arange(b.shape[0]), j] = np.where(ok, y / np.where(ok, best, 1.0), 0.0)
+        return z.reshape(-1)
     if _traced(data):
         raise ValueError(
             "glv_equilibrium of traced CommutingData: the non-negative least squares runs on the "
@@ -137,9 +167,11 @@ def excess_loss(data: AbstractCommutingData, z, z_star=None):
     `glv_equilibrium(data)`. Runs under jit / vmap / grad (JAX arrays in, JAX arrays out);
     concrete inputs give numpy arrays.
 
-    **Raises:** `RuntimeError` if JAX's float64 was turned off after importing nqf.
+    **Raises:** `TypeError` for data that are not commuting; `RuntimeError` if JAX's float64 was
+    turned off after importing nqf.
     """
     require_x64()
+    _check_commuting(data, "excess_loss")
     if z_star is None:
         z_star = glv_equilibrium(data)
     m = data.m

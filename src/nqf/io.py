@@ -10,7 +10,7 @@
 A <node> is {"array": key} (a numpy array, JAX arrays are saved as numpy), {"value": v} (None,
 bool, int, str), {"float": "1.5" / "inf" / "nan"}, {"list": [...]}, {"tuple": [...]},
 {"dict": {key: node}}, or {"object": class name, "fields": {name: node}} for nqf's result
-classes, data sets (`DenseData`, `CommutingData`, `DiagonalData`, `LowRankData`,
+classes, data sets (`DenseData`, `CommutingData`, `DiagonalData`, `BlockData`, `LowRankData`,
 `FeedForwardData`) and `NQFModel`. Objects are rebuilt field by field from these names only
 (the classes in `_CLASSES`; no arbitrary imports).
 
@@ -48,7 +48,7 @@ def _classes() -> dict:
     from .sweep import SweepSolution
     from .wspace import WTrajectory
 
-    out = {c.__name__: c for c in (D.DenseData, D.CommutingData, D.DiagonalData, D.LowRankData,
+    out = {c.__name__: c for c in (D.DenseData, D.CommutingData, D.DiagonalData, D.BlockData, D.LowRankData,
                                    D.FeedForwardData, NQFModel, FlowSolution, SweepSolution,
                                    OracleSolution, SampleOracleSolution, MapTrajectory, MapSweep,
                                    WTrajectory, GLVTrajectory)}

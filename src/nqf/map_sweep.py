@@ -53,6 +53,7 @@ from ._train_args import (
     check_count,
     check_lr,
     check_momentum,
+    check_nesterov,
     check_weight_decay,
     first_nonfinite_step,
     loop_counts,
@@ -398,6 +399,7 @@ def closed_sgd_sweep(
     devs = _resolve_devices(devices)
     M0s, mu0s, d, L0s = _initial_batch(model, W0, M0, mu0, d, B)
     lrs, betas, gammas = (np.broadcast_to(swept[k][0], (B,)) for k in ("lr", "momentum", "weight_decay"))
+    check_nesterov(nesterov, betas, " for every member")
     saved, n_saves, remainder = save_schedule(steps, save_every)
 
     config = (form, bool(betas.max() > 0.0), bool(nesterov))

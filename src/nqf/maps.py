@@ -83,7 +83,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .io import Saveable
-from ._checks import as_array, check_symmetric, is_traced, shape_str
+from ._checks import as_array, as_weights, check_symmetric, is_traced, shape_str
 from ._train_args import (
     any_traced,
     as_model,
@@ -91,6 +91,7 @@ from ._train_args import (
     check_finite,
     check_lr,
     check_momentum,
+    check_nesterov,
     check_weight_decay,
     guard,
     loop_counts,
@@ -384,22 +385,25 @@ def _check_width(d, name="d") -> int:
     return int(d)
 
 
-def _check_realizable(M0: np.ndarray, mu0: np.ndarray | None, d: int | None, rtol=1e-8) -> None:
+def _check_realizable(M0: np.ndarray, mu0: np.ndarray | None, d: int | None, rtol=1e-8, *,
+                      names: tuple[str, str] = ("M0", "mu0")) -> None:
     """Raise unless (M0, mu0) = (W W^T, W 1) for some W of shape (p, d).
 
     That holds iff C = M0 - mu0 mu0^T / d = W (I - 1 1^T / d) W^T is PSD of rank <= d - 1
     (mu0 = None: M0 PSD of rank <= d), checked to relative `rtol` of max(|M0|, |mu0|^2 / d).
+    `names` are the argument names used in the messages (`nqf.ntk` passes ("M", "mu")).
     """
+    Mn, mun = names
     C = M0 if mu0 is None or d is None else M0 - np.outer(mu0, mu0) / d
     ev = np.linalg.eigvalsh(C)[::-1]
     scale = max(float(np.abs(np.linalg.eigvalsh(M0)).max(initial=0.0)), np.finfo(float).tiny)
     if mu0 is not None and d is not None:
         scale = max(scale, float(mu0 @ mu0) / d)
     tol = rtol * scale
-    what = "M0" if mu0 is None or d is None else "M0 - mu0 mu0^T / d"
+    what = Mn if mu0 is None or d is None else f"{Mn} - {mun} {mun}^T / d"
     if ev.size and ev[-1] < -tol:
         raise ValueError(
-            f"`M0` is not realizable: {what} must be positive semi-definite (it equals "
+            f"`{Mn}` is not realizable: {what} must be positive semi-definite (it equals "
             f"W (I - 1 1^T/d) W^T); found eigenvalue {ev[-1]:.3g} (scale {scale:.3g})."
         )
     if d is None:
@@ -407,9 +411,9 @@ def _check_realizable(M0: np.ndarray, mu0: np.ndarray | None, d: int | None, rto
     max_rank = d - 1 if mu0 is not None else d
     if max_rank < ev.size and ev[max_rank] > tol:
         raise ValueError(
-            f"(`M0`, `mu0`) cannot come from d={d} neurons: {what} must have rank <= {max_rank}, "
+            f"(`{Mn}`, `{mun}`) cannot come from d={d} neurons: {what} must have rank <= {max_rank}, "
             f"but its eigenvalue #{max_rank + 1} is {ev[max_rank]:.3g} (scale {scale:.3g}). "
-            "Check `d` (or pass `W0`)."
+            + ("Check `d` (or pass `W0`)." if Mn == "M0" else "Check `d`.")
         )
 
 
@@ -491,12 +495,7 @@ def _initial_order_params(model: NQFModel, M0, mu0, d, W0):
     if W0 is not None:
         if M0 is not None or mu0 is not None:
             raise ValueError("Give either `W0` or (`M0`, `mu0`, `d`), not both.")
-        W0 = _traced_finite(as_array(W0, "W0", ndim=2, host=True), "W0")
-        if W0.shape[0] != p:
-            raise ValueError(
-                f"`W0` must have shape ({p}, d) (one column per neuron) to match the data; found "
-                f"{shape_str(W0.shape)}."
-            )
+        W0 = _traced_finite(as_weights(W0, p, host=True), "W0")
         if d is not None and _check_width(d) != W0.shape[1]:
             raise ValueError(
                 f"`d` = {d} is inconsistent with `W0` of shape {shape_str(W0.shape)} "
@@ -612,9 +611,9 @@ def closed_sgd(
     **Raises:** `ValueError` for shapes inconsistent with the model (W0, M0, mu0), a width d that
     is not an integer >= 1 or cannot produce (M0, mu0) (M0 - mu0 mu0^T/d must be PSD of rank
     <= d - 1) or disagrees with W0, an unknown `form`, lr <= 0 or not finite, momentum outside
-    [0, 1), weight_decay < 0, a batch schedule of the wrong shape, out-of-range indices or a
-    batch size outside [1, m], steps/save_every not integers >= 1; `TypeError` for a bad model
-    or loss; `FloatingPointError` if the iteration diverges (reduce `lr`).
+    [0, 1) (or 0 with `nesterov=True`), weight_decay < 0, a batch schedule of the wrong shape,
+    out-of-range indices or a batch size outside [1, m], steps/save_every not integers >= 1;
+    `TypeError` for a bad model or loss; `FloatingPointError` if the iteration diverges (reduce `lr`).
     """
     model = as_model(model)
     lr = check_lr(lr)
@@ -622,8 +621,7 @@ def closed_sgd(
     save_every = check_count(save_every, "save_every")
     gamma = check_weight_decay(weight_decay)
     beta = check_momentum(momentum)
-    if not isinstance(nesterov, (bool, np.bool_)):
-        raise TypeError(f"`nesterov` must be True or False; found {nesterov!r}.")
+    nesterov = check_nesterov(nesterov, beta)
     if form not in FORMS:
         raise ValueError(f"`form` must be one of {FORMS}; found {form!r}.")
     loss = as_loss(loss)

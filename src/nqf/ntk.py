@@ -16,7 +16,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ._checks import as_array, check_symmetric, check_width
+import numpy as np
+
+from ._checks import as_array, check_psd, check_symmetric, check_width, is_traced
 from .data import AbstractData
 from .model import NQFModel
 
@@ -82,8 +84,10 @@ def ntk(model_x, model_xp=None, *, M, mu, d) -> Float[Array, "m1 m2"]:
     **Returns:** Theta, shape (m1, m2), float64.
 
     **Raises:** `TypeError` if a model is neither an `NQFModel` nor a data set; `ValueError` if
-    the two models have different p, `M` is not a finite symmetric (p, p) array, `mu` is not a
-    finite (p,) array, or `d` is not an integer >= 1.
+    the two models have different p, `M` is not a finite symmetric positive semi-definite (p, p)
+    array, `mu` is not a finite (p,) array, `d` is not an integer >= 1, or no W (p, d) realises
+    (M, mu): M - mu mu^T / d must be PSD of rank <= d - 1 (as in `nqf.closed_sgd`; not checked
+    for traced M, mu).
     """
     model1 = _as_model(model_x, "model_x")
     model2 = model1 if model_xp is None else _as_model(model_xp, "model_xp")
@@ -97,5 +101,10 @@ def ntk(model_x, model_xp=None, *, M, mu, d) -> Float[Array, "m1 m2"]:
     check_symmetric(M, "M")
     mu = as_array(mu, "mu", shape=(p,))
     d = check_width(d)
+    if not (is_traced(M) or is_traced(mu)):  # (M, mu, d) must come from some W (p, d)
+        from .maps import _check_realizable
+
+        check_psd(M, "M")
+        _check_realizable(np.asarray(M), np.asarray(mu), d, names=("M", "mu"))
     chunk = max(1, min(model2.m, _CHUNK_ELEMENTS // ((p + 1) * max(p, model2.m))))
     return _ntk(model1, model2, M, mu, jnp.asarray(d, dtype=jnp.float64), chunk)

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import as_array, check_psd, check_symmetric, shape_str
+from ._checks import as_array, as_weights, check_psd, check_symmetric, shape_str
 from .data import AbstractCommutingData, AbstractData, CommutingData
 from .glv import orthogonal_features_residual
 from .io import Saveable
@@ -297,9 +297,7 @@ def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) ->
     if (M0 is None) == (W0 is None):
         raise ValueError("Give exactly one initial condition: `M0` (p, p) or `W0` (p, d).")
     if W0 is not None:
-        W0 = np.asarray(as_array(W0, "W0", ndim=2))
-        if W0.shape[0] != p:
-            raise ValueError(f"`W0` must have shape ({p}, d) to match the data; found {shape_str(W0.shape)}.")
+        W0 = as_weights(W0, p, host=True)
         M0 = W0 @ W0.T
     else:
         M0 = _initial_M(M0, p)

@@ -44,9 +44,9 @@ import numpy as np
 import scipy.integrate
 import scipy.optimize
 
-from ._checks import as_array, shape_str
+from ._checks import as_array, as_weights, shape_str
 from ._config import require_x64
-from .data import AbstractData, CommutingData
+from .data import AbstractData, BlockData, CommutingData, DiagonalData, LowRankData
 from .ignition import _check_rho, _first_crossings
 from .oracles import AssumptionError, OracleSolution, _as_commuting, _check_data, _initial_M, _times
 
@@ -205,9 +205,7 @@ def _initial(data: AbstractData, M0, W0, p: int, z0=None, P=None):
         Q = np.eye(p) if P is None else P
         return (Q * z0) @ Q.T, None
     if W0 is not None:
-        W0 = np.asarray(as_array(W0, "W0", ndim=2))
-        if W0.shape[0] != p:
-            raise ValueError(f"`W0` must have shape ({p}, d) to match the data; found {shape_str(W0.shape)}.")
+        W0 = as_weights(W0, p, host=True)
         return W0 @ W0.T, W0
     return _initial_M(M0, p), None
 
@@ -337,13 +335,19 @@ def orthogonal_samples_residual(data: AbstractData) -> tuple[float, tuple[int, i
     """Measure Theorem 5's assumption: max_{mu != nu} |A_mu A_nu|_F / (|A_mu|_F |A_nu|_F).
 
     For `CommutingData` this is |lambda_mu * lambda_nu|_2 / (|lambda_mu| |lambda_nu|) on Lambda
-    (elementwise product); otherwise it is computed from the dense matrices. Zero matrices are
-    orthogonal to everything. **Returns:** `(residual, (mu, nu))`.
+    (elementwise product); `DiagonalData` and `BlockData` are orthogonal by construction (0);
+    for `LowRankData` it is |Lambda_mu G_{mu nu} Lambda_nu|_F / (|lambda_mu| |lambda_nu|) with
+    G_{mu nu} = Q_mu^T Q_nu the overlaps of the samples' eigenvectors, computed in chunks of
+    samples (O(m p r) memory, O(p (m r)^2) time); otherwise it is computed from the dense
+    matrices. Zero matrices are orthogonal to everything. **Returns:** `(residual, (mu, nu))`.
     """
     _check_data(data)
     m = data.m
-    if m < 2:
+    if m < 2 or isinstance(data, (DiagonalData, BlockData)):
         return 0.0, (0, 0)
+    if isinstance(data, LowRankData):
+        lam, Q = _lowrank_eig(data)
+        return _lowrank_residual(lam, Q)
     if isinstance(data, CommutingData):
         L = np.asarray(data.Lambda)
         nrm = np.linalg.norm(L, axis=1)
@@ -356,6 +360,121 @@ def orthogonal_samples_residual(data: AbstractData) -> tuple[float, tuple[int, i
     np.fill_diagonal(R, 0.0)
     a, b = np.unravel_index(np.argmax(R), R.shape)
     return float(R[a, b]), (int(a), int(b))
+
+
+def _lowrank_eig(data: LowRankData):
+    """Eigenpairs of every A_mu = U_mu diag(s_mu) U_mu^T in its column space: lam (m, r) and
+    orthonormal Q (m, p, r) with A_mu = Q_mu diag(lam_mu) Q_mu^T (QR of U_mu, then an r x r
+    eigh), O(m p r) memory. Eigenvalues below 1e-13 of the sample's largest are set to 0."""
+    U = np.asarray(data.U)
+    Q, R = np.linalg.qr(U)  # (m, p, r), (m, r, r)
+    C = np.einsum("mij,mj,mkj->mik", R, np.asarray(data.s), R)
+    lam, V = np.linalg.eigh(0.5 * (C + np.swapaxes(C, 1, 2)))
+    top = np.abs(lam).max(axis=1, keepdims=True)
+    lam = np.where(np.abs(lam) > 1e-13 * top, lam, 0.0)
+    return lam, np.einsum("mpr,mrj->mpj", Q, V)
+
+
+def _lowrank_residual(lam: np.ndarray, Q: np.ndarray, chunk_elements: int = 2**22):
+    """max_{mu != nu} |diag(lam_mu) Q_mu^T Q_nu diag(lam_nu)|_F / (|lam_mu| |lam_nu|) and its
+    (mu, nu), in chunks of samples (never the (m, m, p, p) products)."""
+    m, p, r = Q.shape
+    nrm = np.linalg.norm(lam, axis=1)
+    best, where = 0.0, (0, 0)
+    c = max(1, chunk_elements // max(1, m * r * r))
+    for a in range(0, m, c):
+        b = min(m, a + c)
+        G = np.einsum("api,bpj->aibj", Q[a:b], Q) * lam[a:b, :, None, None] * lam[None, None, :, :]
+        R = np.sqrt(np.einsum("aibj->ab", G**2)) / np.maximum(np.outer(nrm[a:b], nrm), _TINY)
+        R[np.arange(b - a), np.arange(a, b)] = 0.0
+        i, j = np.unravel_index(np.argmax(R), R.shape)
+        if R[i, j] > best:
+            best, where = float(R[i, j]), (int(a + i), int(j))
+    return best, where
+
+
+@dataclasses.dataclass(frozen=True)
+class _SampleModes:
+    """Orthogonal samples in block form: sample mu owns the modes idx[mu, j] (where mask[mu, j])
+    with eigenvalues lam[mu, j] (0 where not mask); the n_modes modes have the eigenvectors in
+    the columns of `basis` (p, n_modes) (None: the standard basis, n_modes = p). O(m K) plus the
+    basis; never an (m, p) or (m, m) array for DiagonalData, BlockData and LowRankData."""
+
+    lam: np.ndarray
+    idx: np.ndarray
+    mask: np.ndarray
+    basis: np.ndarray | None
+    n_modes: int
+    y: np.ndarray
+    p: int
+
+    @property
+    def m(self) -> int:
+        return self.lam.shape[0]
+
+    def z_initial(self, M0, W0, z0) -> np.ndarray:
+        """z_k(0) (n_modes,) from exactly one of M0 (p, p), W0 (p, d) or z0 (n_modes,)."""
+        if sum(v is not None for v in (M0, W0, z0)) != 1:
+            raise ValueError(
+                f"Give exactly one initial condition: `M0` ({self.p}, {self.p}), `W0` ({self.p}, d) or "
+                f"`z0` ({self.n_modes},).")
+        Q = self.basis
+        if z0 is not None:
+            z0 = np.asarray(as_array(z0, "z0", ndim=1))
+            if z0.shape != (self.n_modes,):
+                raise ValueError(f"`z0` must have shape ({self.n_modes},) (one strength per mode of the "
+                                 f"data); found {shape_str(z0.shape)}.")
+            if np.any(z0 < 0):
+                raise ValueError(f"`z0` must be >= 0 (mode strengths); found min {z0.min():.3g}.")
+            return z0
+        if W0 is not None:
+            W0 = as_weights(W0, self.p, host=True)
+            Wb = W0 if Q is None else Q.T @ W0
+            return np.sum(Wb**2, axis=1)
+        M0 = _initial_M(M0, self.p)
+        z = np.diagonal(M0) if Q is None else np.einsum("ik,ij,jk->k", Q, M0, Q)
+        return np.maximum(z, 0.0)
+
+    def blockwise(self, v: np.ndarray) -> np.ndarray:
+        """A mode vector (..., n_modes) gathered per sample, (..., m, K) (0 where not mask)."""
+        return np.where(self.mask, v[..., self.idx], 0.0)
+
+    def scatter(self, vb: np.ndarray) -> np.ndarray:
+        """Per-sample values (..., m, K) placed on the modes, (..., n_modes) (0 on unowned modes)."""
+        out = np.zeros(vb.shape[:-2] + (self.n_modes,))
+        out[..., self.idx[self.mask]] = vb[..., self.mask]
+        return out
+
+
+def _sample_modes(data: AbstractData, theorem: str, tol: float) -> _SampleModes:
+    """`data` with orthogonal samples in block form (`_SampleModes`): structural for
+    `DiagonalData` (K = 1), `BlockData` and `LowRankData` (eigenpairs of each A_mu, checked
+    with `_lowrank_residual`); through `CommutingData` (m, p) otherwise.
+    AssumptionError if the samples are not orthogonal (residual > tol)."""
+    _check_data(data)
+    y = np.asarray(data.y, float)
+    if isinstance(data, DiagonalData):
+        lam = np.asarray(data.lam)[:, None]
+        return _SampleModes(lam, np.arange(data.p)[:, None], lam != 0, None, data.p, y, data.p)
+    if isinstance(data, BlockData):
+        lam = np.asarray(data.blocks)
+        P = None if data.P is None else np.asarray(data.P)
+        return _SampleModes(lam, np.arange(data.p).reshape(lam.shape), lam != 0, P, data.p, y, data.p)
+    if isinstance(data, LowRankData):
+        lam, Q = _lowrank_eig(data)
+        res, (a, b) = _lowrank_residual(lam, Q)
+        if res > tol:
+            raise AssumptionError(theorem, _THM5_COND, res, tol, where=f"(mu, nu) = ({a}, {b})",
+                                  detail="Residual: |A_mu A_nu|_F / (|A_mu|_F |A_nu|_F).")
+        m, p, r = Q.shape
+        basis = np.ascontiguousarray(Q.transpose(1, 0, 2).reshape(p, m * r))
+        return _SampleModes(lam, np.arange(m * r).reshape(m, r), lam != 0, basis, m * r, y, p)
+    cdata = _orthogonal_commuting(data, theorem, tol)
+    Lam = np.asarray(cdata.Lambda)
+    _, idx, mask = _blocks(Lam)
+    lam = np.where(mask, np.take_along_axis(Lam, idx, axis=1), 0.0)
+    P = np.eye(cdata.p) if cdata.P is None else np.asarray(cdata.P)
+    return _SampleModes(lam, idx, mask, P, cdata.p, np.asarray(cdata.y, float), cdata.p)
 
 
 def _orthogonal_commuting(data: AbstractData, theorem: str, tol: float) -> CommutingData:
@@ -405,6 +524,13 @@ def theorem5(data: AbstractData, ts, *, M0=None, W0=None, z0=None, matrices: boo
     `xi`, `z`, `outputs` and the losses); `tol` for the assumption check; `rtol` of the xi
     integration.
 
+    With ``matrices=False`` the samples are read in block form (each sample's own modes and
+    eigenvalues, O(m K) plus the basis): `DiagonalData` (K = 1) and `BlockData` never form an
+    (m, p) or (m, m) array (m = 1e4 in seconds and tens of MB); `LowRankData` uses the
+    eigenpairs of each A_mu = U_mu diag(s_mu) U_mu^T in its column space, so `z` has shape
+    (n, m r) in the partial eigenbasis `basis` (p, m r), and `z0` is (m r,) in that order.
+    `basis` is None for the standard basis (DiagonalData, BlockData without P).
+
     **Returns:** `SampleOracleSolution` with `xi` (n, m), `z` (n, p), `basis` P, `M` (n, p, p),
     `outputs` (n, m), `sample_losses`, `loss`, and `W` (n, p, d) given `W0`.
 
@@ -414,32 +540,29 @@ def theorem5(data: AbstractData, ts, *, M0=None, W0=None, z0=None, matrices: boo
     theorem = "Theorem 5"
     _check_data(data)
     rtol = _check_rtol(rtol)
+    ts = _times(ts)
+    if not matrices:  # block form: O(m K) plus the basis, for every data class
+        sm = _sample_modes(data, theorem, tol)
+        z0 = sm.z_initial(M0, W0, z0)
+        xi = _solve_scalar_odes(sm.lam * sm.blockwise(z0), 8.0 / sm.m * sm.lam, sm.y, ts, rtol)  # (n, m)
+        expo = sm.scatter(4.0 / sm.m * xi[:, :, None] * sm.lam[None])  # Sigma_kk, (n, n_modes)
+        z = z0[None, :] * np.exp(-2.0 * expo)
+        outputs = np.sum(sm.lam * sm.blockwise(z), axis=-1)  # f_mu = sum_k lambda_{mu,k} z_k
+        return SampleOracleSolution(theorem, ts, z, sm.basis, None, None, xi=xi, outputs=outputs, y=sm.y)
     cdata = _orthogonal_commuting(data, theorem, tol)
     Lam = np.asarray(cdata.Lambda)
     m, p = Lam.shape
     P = np.eye(p) if cdata.P is None else np.asarray(cdata.P)
-    ts = _times(ts)
-    if z0 is not None and not matrices:
-        z0 = np.asarray(as_array(z0, "z0", ndim=1))
-        if z0.shape != (p,) or np.any(z0 < 0):
-            raise ValueError(f"`z0` must have shape ({p},) and entries >= 0; found shape {shape_str(z0.shape)}.")
-        if M0 is not None or W0 is not None:
-            raise ValueError("Give exactly one initial condition: `M0` (p, p), `W0` (p, d) or `z0` (p,).")
-        Mb0 = None
-    else:
-        M0, W0 = _initial(cdata, M0, W0, p, z0=z0, P=P)
-        Mb0 = P.T @ M0 @ P
-        Mb0 = 0.5 * (Mb0 + Mb0.T)
-        z0 = np.maximum(np.diag(Mb0), 0.0)
+    M0, W0 = _initial(cdata, M0, W0, p, z0=z0, P=P)
+    Mb0 = P.T @ M0 @ P
+    Mb0 = 0.5 * (Mb0 + Mb0.T)
+    z0 = np.maximum(np.diag(Mb0), 0.0)
     y = np.asarray(cdata.y, float)
     _, idx, mask = _blocks(Lam)
     lam_b = np.where(mask, np.take_along_axis(Lam, idx, axis=1), 0.0)  # (m, K)
     z0_b = np.where(mask, z0[idx], 0.0)
     xi = _solve_scalar_odes(lam_b * z0_b, 8.0 / m * lam_b, y, ts, rtol)  # (n, m)
     expo = 4.0 / m * xi @ Lam  # Sigma_kk, (n, p)
-    if Mb0 is None:
-        z = z0[None, :] * np.exp(-2.0 * expo)
-        return SampleOracleSolution(theorem, ts, z, P, None, None, xi=xi, outputs=z @ Lam.T, y=y)
     sol = _solution(theorem, ts, P, Mb0, expo, W0, xi, None, y, matrices=matrices)
     return dataclasses.replace(sol, outputs=sol.z @ Lam.T)
 
@@ -469,13 +592,15 @@ def samplewise_rates(data: AbstractData, *, tol: float = 1e-10) -> np.ndarray:
     rate of its slowest-decaying mode; 0 for y_mu = 0 or A_mu = 0). (Theorem 10 states it for
     y_mu > 0: zeta_mu = (8/m) lambda_{mu,max} y_mu.)
 
+    Structural for `DiagonalData`, `BlockData` and `LowRankData` (see `theorem5`: O(m p) memory).
+
+    **Returns:** zeta, shape (m,).
+
     **Raises:** `AssumptionError` if the samples are not orthogonal (Theorem 5's condition).
     """
-    cdata = _orthogonal_commuting(data, "Theorem 10", tol)
-    Lam = np.asarray(cdata.Lambda)
-    y = np.asarray(cdata.y, float)
-    lam_star, _ = _top(Lam, y)
-    return 8.0 / cdata.m * lam_star * y
+    sm = _sample_modes(data, "Theorem 10", tol)
+    lam_star, _ = _top(sm.lam, sm.y)
+    return 8.0 / sm.m * lam_star * sm.y
 
 
 @dataclasses.dataclass(frozen=True)
@@ -563,7 +688,8 @@ def sample_ignition_times(data: AbstractData, *, M0=None, W0=None, z0=None, rho:
     **Arguments:** `data` with orthogonal samples; `M0`, `W0` or `z0` the initial condition (as
     in `theorem5`); `rho` in (0, 1); `eps` > 0, the initial scale used for `leading` and
     `correction` (z_k(0) = eps c_k), optional; `exact`: also compute `corrected` and `exact`
-    (a few quadratures per sample; with False both are None, for large m).
+    (a few quadratures per sample; with False both are None, for large m). Structural for
+    `DiagonalData`, `BlockData` and `LowRankData` (see `theorem5`; `z0` as there).
 
     **Returns:** `SampleIgnition`.
 
@@ -574,22 +700,12 @@ def sample_ignition_times(data: AbstractData, *, M0=None, W0=None, z0=None, rho:
         raise ValueError(f"`rho` must lie in (0, 1); found {rho!r}.")
     if eps is not None and not (np.isfinite(eps) and eps > 0):
         raise ValueError(f"`eps` must be a finite value > 0; found {eps!r}.")
-    cdata = _orthogonal_commuting(data, "Theorem 10", tol)
-    Lam = np.asarray(cdata.Lambda)
-    m, p = Lam.shape
-    P = np.eye(p) if cdata.P is None else np.asarray(cdata.P)
-    if z0 is not None and M0 is None and W0 is None:
-        z0 = np.asarray(as_array(z0, "z0", ndim=1, shape=(p,)))
-        if np.any(z0 < 0):
-            raise ValueError(f"`z0` must be >= 0 (mode strengths); found min {z0.min():.3g}.")
-    else:
-        M0, _ = _initial(cdata, M0, W0, p, z0=z0, P=P)
-        z0 = np.maximum(np.diag(P.T @ M0 @ P), 0.0)
-    y = np.asarray(cdata.y, float)
-    owner, _, _ = _blocks(Lam)
-    lam_star, top = _top(Lam, y)
+    sm = _sample_modes(data, "Theorem 10", tol)
+    m, y, lam = sm.m, sm.y, sm.lam
+    z0_b = sm.blockwise(sm.z_initial(M0, W0, z0))  # (m, K)
+    lam_star, top = _top(lam, y)
     zeta = 8.0 / m * lam_star * y
-    Z0 = np.sum(np.where(top, z0[None, :], 0.0), axis=1)
+    Z0 = np.sum(np.where(top, z0_b, 0.0), axis=1)
     A = lam_star * Z0  # initial output of the top eigenspace (same sign as y when learnable)
     live = (zeta > 0) & (Z0 > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -598,16 +714,16 @@ def sample_ignition_times(data: AbstractData, *, M0=None, W0=None, z0=None, rho:
     corrected = logistic.copy()
     exact_t = np.full(m, np.inf)
     for mu in range(m if exact else 0):
-        supp = owner == mu
+        own = sm.mask[mu]
         if not live[mu]:
             continue
-        exact_t[mu] = _exact_ignition(Lam[mu, supp], z0[supp], y[mu], m, rho)
+        exact_t[mu] = _exact_ignition(lam[mu, own], z0_b[mu, own], y[mu], m, rho)
         if logistic[mu] == 0.0:
             continue
         shift = 0.0
-        for k in np.flatnonzero(supp & ~top[mu]):
-            r = Lam[mu, k] / lam_star[mu]
-            a_k = Lam[mu, k] * z0[k]
+        for k in np.flatnonzero(own & ~top[mu]):
+            r = lam[mu, k] / lam_star[mu]
+            a_k = lam[mu, k] * z0_b[mu, k]
             if a_k == 0.0 or r == 0.0:
                 continue
             q = rho * y[mu] / A[mu]
@@ -674,9 +790,12 @@ def staircase_limit(tau, zeta, y) -> np.ndarray:
         lim L(tau ln(1/eps)) = (1/m) sum_mu y_mu^2 I(tau < 1/zeta_mu),
 
     with samples of zeta_mu <= 0 never learned. **Arguments:** `tau` (n,) >= 0; `zeta`, `y` (m,).
-    **Returns:** (n,).
+    **Returns:** (n,). **Raises:** `ValueError` for a negative `tau`, non-finite values or
+    mismatched shapes.
     """
     tau = np.atleast_1d(np.asarray(as_array(tau, "tau"), float))
+    if np.any(tau < 0):
+        raise ValueError(f"`tau` must be rescaled times t / ln(1/eps) >= 0; found minimum {tau.min():.3g}.")
     zeta = np.asarray(as_array(zeta, "zeta", ndim=1), float)
     y = np.asarray(as_array(y, "y", ndim=1, shape=zeta.shape), float)
     from .powerlaw import featurewise_limit

@@ -23,7 +23,7 @@ import numpy as np
 import optimistix as optx
 
 from ._config import require_x64
-from ._checks import (as_array, check_positive, check_psd, check_symmetric, check_width, is_traced,
+from ._checks import (as_array, as_weights, check_positive, check_psd, check_symmetric, check_width, is_traced,
                       shape_str)
 from .data import AbstractCommutingData, AbstractData, CommutingData, FeedForwardData, LowRankData
 from .flow import RHS, check_form, glv_z, jac_glv_reduced, reduced_log_z, rhs_glv_reduced
@@ -900,12 +900,7 @@ def _initial_state(data: AbstractData, M0, W0, form: str, z0=None):
         check_psd(M0, "M0")
         init, is_factor = M0, False
     else:
-        W0 = as_array(W0, "W0", ndim=2, host=True)
-        if W0.shape[0] != p:
-            raise ValueError(
-                f"`W0` must have shape ({p}, d) (one column per neuron) to match the data; found "
-                f"{shape_str(W0.shape)}."
-            )
+        W0 = as_weights(W0, p, host=True)
         init, is_factor = W0, True
     if form == "auto":
         if isinstance(data, AbstractCommutingData):
@@ -939,12 +934,7 @@ def _initial_state_mu(data: AbstractData, M0, W0, mu0, d):
                 "`mu0` and `d` are derived from `W0` (mu0 = W0 1, d = W0.shape[1]); give them only "
                 "with `M0`."
             )
-        W0 = as_array(W0, "W0", ndim=2)
-        if W0.shape[0] != p:
-            raise ValueError(
-                f"`W0` must have shape ({p}, d) (one column per neuron) to match the data; found "
-                f"{shape_str(W0.shape)}."
-            )
+        W0 = as_weights(W0, p)
         return (W0 @ W0.T, W0.sum(axis=1)), W0, True, W0.shape[1]
     if mu0 is None or d is None:
         raise ValueError(

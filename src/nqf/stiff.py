@@ -25,6 +25,12 @@ iterative) whenever the range of O - I lies in the span of Q.
 For `DiagonalData` (m = p, A_k = lam_k e_k e_k^T) the Jacobian is diagonal; `DiagonalSolver`
 reads the diagonal of O with one product O 1 and divides: O(p) per step.
 
+For `BlockData` (orthogonal samples, sample mu owning K modes: Lambda^T Lambda is block-diagonal
+with blocks b_mu b_mu^T) the Jacobian is block-diagonal with m blocks K x K; `BlockSolver` reads
+all blocks with K products (column j of every block at once, from the probe with a 1 at
+position j of every block), LU-factorizes the m blocks in one batch and solves blockwise:
+O(p K) per Jacobian and per solve, instead of O(p^3) (m = 1000, K = 3: p = 3000).
+
 `glv_root_finder(data, mask)` returns the chord root finder with the right linear solver; it is
 what `solve_flow(..., stiff=True)` uses for the GLV form (and for "kvaerno3"/"kvaerno5" by name).
 The other forms keep lineax's dense default (their Jacobians act on p x p states).
@@ -35,6 +41,7 @@ from __future__ import annotations
 from typing import Any
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
@@ -42,9 +49,9 @@ import lineax as lx
 import numpy as np
 from jaxtyping import Array, Float
 
-from .data import AbstractCommutingData, CommutingData, DiagonalData
+from .data import AbstractCommutingData, BlockData, CommutingData, DiagonalData
 
-__all__ = ["WoodburySolver", "DiagonalSolver", "glv_root_finder"]
+__all__ = ["WoodburySolver", "DiagonalSolver", "BlockSolver", "glv_root_finder"]
 
 
 def _batch_shape(operator: lx.AbstractLinearOperator, p: int, name: str) -> tuple:
@@ -163,10 +170,63 @@ class DiagonalSolver(lx.AbstractLinearSolver):
         return True
 
 
+class BlockSolver(lx.AbstractLinearSolver):
+    """Solve O x = b for a block-diagonal operator O with consecutive K x K blocks (the GLV
+    Jacobian of `BlockData`), read with K products; also on stacked states (B, p) of a joint
+    `nqf.solve_sweep` (each member's blocks at once). Exact when O is block-diagonal with that
+    block size; O(p K) per `init` and per solve.
+
+    **Arguments:** `K`, the block size (an integer >= 1 dividing p).
+
+    **Raises:** `ValueError` for a bad `K`, or (in `init`) an operator whose state size is not a
+    multiple of K.
+    """
+
+    K: int = eqx.field(static=True)
+
+    def __init__(self, K: int):
+        if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
+            raise ValueError(f"`K` (the block size) must be an integer >= 1; found {K!r}.")
+        self.K = int(K)
+
+    def init(self, operator, options: dict[str, Any]):
+        del options
+        struct = operator.in_structure()
+        K = self.K
+        if not isinstance(struct, jax.ShapeDtypeStruct) or len(struct.shape) not in (1, 2) \
+                or struct.shape[-1] % K:
+            raise ValueError(f"`BlockSolver` with K = {K} needs an operator on vectors (p,) or stacked "
+                             f"states (B, p) with p a multiple of K; found {struct}.")
+        shape = struct.shape
+        m = shape[-1] // K
+        probes = jnp.broadcast_to(jnp.eye(K, dtype=struct.dtype)[:, None, :], (K, m, K))
+        probes = jnp.broadcast_to(probes.reshape((K,) + (1,) * (len(shape) - 1) + (shape[-1],)), (K,) + shape)
+        cols = jax.vmap(operator.mv)(probes)  # (K, ..., p): column j of every block
+        blocks = jnp.moveaxis(cols.reshape((K,) + shape[:-1] + (m, K)), 0, -1)  # (..., m, K, K)
+        return jax.vmap(jsl.lu_factor)(blocks.reshape((-1, K, K)))
+
+    def compute(self, state, vector, options: dict[str, Any]):
+        del options
+        K = self.K
+        x = jax.vmap(jsl.lu_solve)(state, vector.reshape((-1, K))).reshape(vector.shape)
+        ok = jnp.all(jnp.isfinite(x))
+        return x, lx.RESULTS.where(ok, lx.RESULTS.successful, lx.RESULTS.singular), {}
+
+    def transpose(self, state, options: dict[str, Any]):
+        raise NotImplementedError("`BlockSolver` does not support transposed solves.")
+
+    def conj(self, state, options: dict[str, Any]):
+        raise NotImplementedError("`BlockSolver` does not support conjugated solves.")
+
+    def assume_full_rank(self) -> bool:
+        return True
+
+
 def glv_linear_solver(data: AbstractCommutingData, mask=None) -> lx.AbstractLinearSolver:
     """The linear solver for the chord step of the GLV form (Eq. E13) on `data`.
 
-    `DiagonalSolver` for `DiagonalData`; `WoodburySolver(D_mask Lambda^T)` for `CommutingData`
+    `DiagonalSolver` for `DiagonalData`; `BlockSolver(K)` for `BlockData` (the mask keeps the
+    Jacobian block-diagonal); `WoodburySolver(D_mask Lambda^T)` for `CommutingData`
     with m < p / 2 (O(p m^2) per Jacobian); lineax's dense LU otherwise (m >= p / 2, where the
     low-rank form saves nothing). `mask` (p,) bool marks the live modes (default: all); several
     masks (k, p) (the members of a sweep) give one basis spanning every D_mask Lambda^T, i.e.
@@ -174,6 +234,8 @@ def glv_linear_solver(data: AbstractCommutingData, mask=None) -> lx.AbstractLine
     """
     if isinstance(data, DiagonalData):
         return DiagonalSolver()
+    if isinstance(data, BlockData):
+        return BlockSolver(data.K)
     if not isinstance(data, CommutingData):
         raise TypeError(f"`data` must be commuting data; found {type(data).__name__}.")
     m, p = data.Lambda.shape
@@ -217,5 +279,5 @@ def linear_solver_of(solver: Any):
 
 def is_structured(solver: Any) -> bool:
     """True if `solver` is a stiff solver whose linear solves use a structured solver."""
-    return isinstance(linear_solver_of(solver), (WoodburySolver, DiagonalSolver))
+    return isinstance(linear_solver_of(solver), (WoodburySolver, DiagonalSolver, BlockSolver))
 

@@ -208,10 +208,10 @@ def _initial_batch(p: int, eps, M0, W0):
         raise ValueError(f"`{name}` is an empty batch.")
     if M0 is not None and x.shape[1:] != (p, p):
         raise ValueError(f"`M0` members must have shape ({p}, {p}) to match the data; found {shape_str(x.shape[1:])}.")
-    if W0 is not None and x.shape[1] != p:
+    if W0 is not None and (x.shape[1] != p or x.shape[2] == 0):
         raise ValueError(
-            f"`W0` members must have shape ({p}, d) (one column per neuron) to match the data; "
-            f"found {shape_str(x.shape[1:])}."
+            f"`W0` members must have shape ({p}, d) with d >= 1 (one column per neuron) to match "
+            f"the data; found {shape_str(x.shape[1:])}."
         )
     return x, W0 is not None, batched
 

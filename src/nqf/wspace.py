@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .io import Saveable
-from ._checks import as_array, check_positive, is_traced, shape_str
+from ._checks import as_weights, check_positive, is_traced
 from ._train_args import (
     any_traced,
     as_model,
@@ -245,14 +245,9 @@ def train_w(
             raise ValueError(f"`adam_b1` and `adam_b2` must lie in [0, 1); found {b1!r}, {b2!r}.")
     eps = check_hyper(adam_eps, "adam_eps")
     loss = as_loss(loss)
-    W0 = as_array(W0, "W0", ndim=2)
+    W0 = as_weights(W0, model.p)
     if is_traced(W0):
         W0 = guard(W0, ~jnp.all(jnp.isfinite(W0)), "`W0` must be finite")
-    if W0.shape[0] != model.p:
-        raise ValueError(
-            f"`W0` must have shape ({model.p}, d) (one column per neuron) to match the data; "
-            f"found {shape_str(W0.shape)}."
-        )
     idx = resolve_batches(batch_indices, batch_size, key, model.m, steps)
     saved, n_saves, remainder = save_schedule(steps, save_every)
     if name == "adam":
