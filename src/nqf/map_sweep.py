@@ -372,7 +372,8 @@ def closed_sgd_sweep(
     `jax.vmap` / `jax.grad` it raises a `TypeError` naming the argument; use ``jax.vmap`` over
     `nqf.closed_sgd` there.
 
-    **Raises:** `TypeError` for a traced argument; everything `closed_sgd` raises for a member's arguments (`ValueError` /
+    **Raises:** `TypeError` for a traced argument; everything `closed_sgd` raises for a member's
+    arguments (`ValueError` /
     `TypeError`, the message naming the member index for batched arguments); `ValueError` if the
     batched arguments have different numbers of members, or a swept value is not a scalar or
     1-d, or for unavailable `devices`; `FloatingPointError` naming the members that diverged

@@ -639,7 +639,8 @@ def solve_sweep(
     `jax.jit` / `jax.vmap` / `jax.grad` it raises a `TypeError` naming the argument. Inside JAX
     code use ``jax.vmap`` over `nqf.solve_flow` (transformable: jit, vmap, grad).
 
-    **Raises:** `TypeError` for a traced argument (see above) or a non-data `data` (an `NQFModel` included: use its `data`);
+    **Raises:** `TypeError` for a traced argument (see above) or a non-data `data` (an
+    `NQFModel` included: use its `data`);
     `ValueError` for data sets of different types, structures or shapes, batch sizes that do not
     agree, eps <= 0 or non-finite, bad shapes, non-symmetric / non-PSD M0, bad tolerances or
     `ts`, form ``"M-mu"``, unavailable devices; `NotImplementedError` for a stiff sweep sharded
