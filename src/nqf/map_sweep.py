@@ -369,12 +369,26 @@ def closed_sgd_sweep(
     **Returns:** a `MapSweep` (arrays with a leading member axis B; `sweep[i]` is member i as a
     `MapTrajectory`; `sweep.to_dataframe()` a tidy table).
 
-    **Raises:** everything `closed_sgd` raises for a member's arguments (`ValueError` /
+    Not transformable (a host-side driver): with a traced argument inside `jax.jit` /
+    `jax.vmap` / `jax.grad` it raises a `TypeError` naming the argument; use ``jax.vmap`` over
+    `nqf.closed_sgd` there.
+
+    **Raises:** `TypeError` for a traced argument; everything `closed_sgd` raises for a member's
+    arguments (`ValueError` /
     `TypeError`, the message naming the member index for batched arguments); `ValueError` if the
     batched arguments have different numbers of members, or a swept value is not a scalar or
     1-d, or for unavailable `devices`; `FloatingPointError` naming the members that diverged
     (with ``throw=True``).
     """
+    for name, value in (("model", model), ("lr", lr), ("W0", W0), ("M0", M0), ("mu0", mu0),
+                        ("momentum", momentum), ("weight_decay", weight_decay), ("key", key)):
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value)):
+            raise TypeError(
+                f"`closed_sgd_sweep` cannot run inside jax.jit / jax.vmap / jax.grad (found a traced "
+                f"`{name}`): it validates, batches, shards and reports its members on the host. Inside "
+                "JAX code use jax.vmap over nqf.closed_sgd, which is transformable, e.g. "
+                "jax.vmap(lambda lr: nqf.closed_sgd(model, W0=W0, lr=lr, steps=steps).loss)(lrs)."
+            )
     model = as_model(model)
     steps = check_count(steps, "steps")
     save_every = check_count(save_every, "save_every")

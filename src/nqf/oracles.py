@@ -141,31 +141,35 @@ def logistic(R, C, z0, ts) -> np.ndarray:
     """Exact solution of the logistic ODE z' = R z - C z^2, z(0) = z0, C >= 0 (Eqs. E16-E18).
 
     Evaluated as z0 / (e^{-R t} + C z0 (1 - e^{-R t}) / R) for R > 0 and
-    z0 e^{R t} / (1 + C z0 (e^{R t} - 1) / R) for R < 0 (with `expm1`; R = 0: z0 / (1 + C z0 t)):
-    both denominators are sums of non-negative terms, so the relative accuracy is that of float64
-    for any z0 (down to 1e-12 and below) and any R t.
+    z0 e^{R t} / (1 + C z0 (e^{R t} - 1) / R) for R < 0 (R = 0: z0 / (1 + C z0 t)), with one
+    exponential e^{-|R| t} <= 1 and (1 - e^{-|R| t}) / |R| to full relative precision: both
+    denominators are sums of non-negative terms, so the relative accuracy is that of float64
+    for any z0 (down to 1e-12 and below) and any R t. Runs under jit / vmap / grad.
 
     **Arguments:** `R`, `C`, `z0` broadcastable, shape (p,); `ts` times, shape (n,).
 
-    **Returns:** z(t), shape (n, p).
+    **Returns:** z(t), shape (n, p) (a numpy array for concrete input).
     """
-    R, C, z0 = (np.asarray(v, dtype=float) for v in (R, C, z0))
-    t = np.asarray(ts, dtype=float)[:, None]
-    return z0 * _logistic_ratio(R, C, z0, t)
+    t = jnp.asarray(ts, dtype=jnp.float64)[:, None]
+    out = jnp.asarray(z0, dtype=jnp.float64) * _logistic_ratio(R, C, z0, t)
+    return out if _traced(out) else np.asarray(out)
 
 
-def _logistic_ratio(R, C, z0, t) -> np.ndarray:
-    """z(t)/z(0) for z' = R z - C z^2 (see `logistic`); 1 where z0 = 0 (the mode stays at 0)."""
-    R, C, z0 = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (R, C, z0)))
-    t = np.asarray(t, dtype=float)
-    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
-        a = R * t
-        Rs = np.where(R != 0, R, 1.0)
-        # phi_+ = (1 - e^{-a}) / R   (R > 0),   phi_- = (e^{a} - 1) / R   (R < 0),  t (R = 0)
-        pos = 1.0 / (np.exp(-a) + C * z0 * np.where(R != 0, -np.expm1(-a) / Rs, t))
-        neg = np.exp(a) / (1.0 + C * z0 * np.expm1(a) / Rs)
-        ratio = np.where(R < 0, neg, pos)
-    return np.where(z0 > 0, ratio, 1.0)
+def _logistic_ratio(R, C, z0, t):
+    """z(t)/z(0) for z' = R z - C z^2 (see `logistic`); 1 where z0 = 0 (the mode stays at 0).
+    JAX arrays in, a JAX array out (traceable; no overflow, so gradients stay finite)."""
+    from .glv import _logistic_terms
+
+    R, C, z0, t = jnp.broadcast_arrays(*(jnp.asarray(v, dtype=jnp.float64) for v in (R, C, z0, t)))
+    _, e, frac = _logistic_terms(R, t)
+    grows = R > 0
+    ratio = jnp.where(grows, 1.0, e) / (jnp.where(grows, e, 1.0) + C * z0 * frac)
+    return jnp.where(z0 > 0, ratio, 1.0)
+
+
+def _host(x):
+    """`x` as numpy unless it is traced (the oracles return numpy arrays for concrete input)."""
+    return x if x is None or _traced(x) else np.asarray(x)
 
 
 def _commutator_residual(A: np.ndarray) -> tuple[float, tuple[int, int]]:
@@ -241,6 +245,7 @@ def theorem6_rates(data: AbstractCommutingData) -> tuple[np.ndarray, np.ndarray]
 
     r_k = (8/m) sum_mu lambda_{mu,k} y_mu and C_kk = (8/m) sum_mu lambda_{mu,k}^2, each shape (p,),
     in the shared eigenbasis P of commuting data. (No assumption check; `theorem6` checks.)
+    Numpy arrays for concrete data; JAX arrays for traced data (jit / vmap / grad).
 
     **Raises:** `TypeError` if `data` is not commuting (`CommutingData` or `DiagonalData`).
     """
@@ -249,8 +254,8 @@ def theorem6_rates(data: AbstractCommutingData) -> tuple[np.ndarray, np.ndarray]
             "`theorem6_rates` needs commuting data (a `CommutingData`); build it with "
             f"`CommutingData.from_dense`. Found {type(data).__name__}."
         )
-    y = np.asarray(data.y)
-    return 8.0 / data.m * np.asarray(data.pullback(y)), 8.0 / data.m * np.asarray(data.feature_norms())
+    r, C = 8.0 / data.m * data.pullback(data.y), 8.0 / data.m * data.feature_norms()
+    return _host(r), _host(C)
 
 
 def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) -> OracleSolution:
@@ -305,7 +310,7 @@ def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) ->
     Mb0 = P.T @ M0 @ P
     z0 = np.maximum(np.diag(Mb0), 0.0)
     r, C = theorem6_rates(cdata)
-    ratio = _logistic_ratio(r, C, z0, ts[:, None])  # (n, p)
+    ratio = np.asarray(_logistic_ratio(r, C, z0, ts[:, None]))  # (n, p)
     s = np.sqrt(ratio)
     z = z0 * ratio
     Mb = s[:, :, None] * Mb0[None] * s[:, None, :]
@@ -451,6 +456,39 @@ def _riccati_isotropic(g, c: float, Mb0, ts) -> np.ndarray:
     return out
 
 
+# sinh(x)/x = sum_k x^(2k) / (2k+1)!, k <= 6: relative error < 1e-16 for |x| < 1/2
+_SINHC = tuple(1.0 / float(np.prod(np.arange(1, 2 * k + 2))) for k in range(7))
+
+
+def _t_sinhc(g, t):
+    """e^{g t} (1 - e^{-2 g t}) / (2 g) = sinh(g t) / g (= t at g = 0), traceable, with finite
+    gradients at g = 0: t times a Taylor polynomial of sinh(x)/x for |x| < 1/2."""
+    x = g * t
+    small = jnp.abs(x) < 0.5
+    xs = jnp.where(small, x, 0.0) ** 2
+    poly = _SINHC[-1]
+    for c in _SINHC[-2::-1]:
+        poly = poly * xs + c
+    xb = jnp.where(small, 1.0, x)
+    return t * jnp.where(small, poly, jnp.sinh(xb) / xb)
+
+
+def _riccati_traced(g, c, X, ts):
+    """Eq. E17 in Y's eigenbasis as one linear solve per time, for traced input:
+    M~(t) = (I + 8 c Z Psi)^{-1} Z with Z = E X E, E = diag(e^{g t}) and
+    (Z Psi)_ij = e^{g_i t} X_ij sinh(g_j t) / g_j (Psi = E^{-1} Phi E^{-1}, Phi = int_0^t e^{2 g s} ds).
+    I + 8 c Z Psi is similar to an SPD matrix with eigenvalues >= 1, so the solve is stable in
+    norm; entries much smaller than |M~| carry absolute (not relative) error ~ 1e-16 |M~|, and
+    e^{g t} must not overflow (|g| t < ~700). Shapes: g (p,), X (p, p), ts (n,) -> (n, p, p)."""
+    t = ts[:, None]
+    E = jnp.exp(g[None, :] * t)  # (n, p)
+    S = _t_sinhc(g[None, :], t)  # (n, p)
+    Z = E[:, :, None] * X[None] * E[:, None, :]
+    A = jnp.eye(g.shape[0]) + 8.0 * c * (E[:, :, None] * X[None] * S[:, None, :])
+    Mb = jnp.linalg.solve(A, Z)
+    return 0.5 * (Mb + jnp.swapaxes(Mb, 1, 2))
+
+
 def theorem7(data: AbstractData, ts, *, M0, tol: float = 1e-10) -> OracleSolution:
     """Theorem 7 (Eq. E17): exact flow for isotropic samples, K(X) = 4 c X.
 
@@ -468,17 +506,45 @@ def theorem7(data: AbstractData, ts, *, M0, tol: float = 1e-10) -> OracleSolutio
     `M_basis` = V^T M(t) V, `z` = its diagonal (n, p) (the z_k of `theorem7_commuting` when M0
     commutes with Y), and `M` (n, p, p).
 
+    **Under jit / vmap / grad** (traced `ts`, `M0`, labels or data values): the graded form
+    needs the rank of M0 and data-dependent orderings, so a traced call evaluates E17 as
+    M~(t) = (I + 8 c Z Psi)^{-1} Z, Z = e^{Gt} M~0 e^{Gt} (`_riccati_traced`: one p x p solve per
+    time, matrices differentiable). It agrees with the concrete path to ~1e-14 relative for
+    moderate data (measured on `isotropic_data(3, 0.5, g=(1, 0.5, -0.4))`, M0 random PSD of
+    scale 0.3, t <= 3: M normwise 2.1e-15, z elementwise 5.7e-15), but entries much smaller
+    than |M(t)| carry an absolute error ~1e-16 |M(t)| instead of a relative one (same data,
+    M0 of scale 1e-12, t <= 20: M normwise 1.0e-11, z elementwise 2.4e-6, so the small modes
+    lose their relative accuracy: use concrete input for those), and
+    e^{g t} must not overflow (|g| t < ~700; no FloatingPointError is raised there). Checks
+    run on whatever is concrete: the isotropy check when `data` is concrete (skipped for traced
+    data, where c = Tr K / (4 dim Sym(p)) is used as is), the PSD / symmetry check of `M0` and
+    t >= 0 when those are concrete. Gradients with respect to labels or data values need
+    distinct eigenvalues of Y (eigh's derivative).
+
     **Raises:** `AssumptionError` if K is not 4 c I on Sym(p) (which needs m >= p(p+1)/2);
     `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times;
     `FloatingPointError` if exp(g t) overflows.
     """
     theorem = "Theorem 7"
     _check_data(data)
-    c = _check_isotropic(data, tol, theorem)
     p = data.p
+    if _traced((data, ts, M0)):
+        with jax.ensure_compile_time_eval():  # concrete parts inside someone's jit: checked on the host
+            if _traced(data):
+                T = jax.vmap(data.traces)(jnp.asarray(sym_basis(p)))  # (n_s, m)
+                c = jnp.sum(T**2) / (data.m * T.shape[0])  # Tr K / (4 dim Sym(p))
+            else:
+                c = _check_isotropic(data, tol, theorem)
+            ts = as_array(ts, "ts", ndim=1) if _traced(ts) else jnp.asarray(_times(ts))
+            M0 = as_array(M0, "M0", shape=(p, p)) if _traced(M0) else jnp.asarray(_initial_M(M0, p))
+            g, V = jnp.linalg.eigh(data.Y())
+        Mb0 = V.T @ M0 @ V
+        Mb = _riccati_traced(g, c, 0.5 * (Mb0 + Mb0.T), ts)
+        return OracleSolution(theorem, ts, jnp.einsum("nkk->nk", Mb), V, Mb)
+    c = _check_isotropic(data, tol, theorem)
     ts = _times(ts)
     M0 = _initial_M(M0, p)
-    g, V = np.linalg.eigh(np.asarray(data.Y()))
+    g, V = (np.asarray(v) for v in jnp.linalg.eigh(jnp.asarray(data.Y())))  # the traced path's basis
     Mb0 = V.T @ M0 @ V
     with np.errstate(over="ignore", invalid="ignore"):
         Mb = _riccati_isotropic(g, c, 0.5 * (Mb0 + Mb0.T), ts)
@@ -504,8 +570,14 @@ def theorem7_commuting(g, c, z0, ts) -> np.ndarray:
 
     **Returns:** z(t), shape (n, p).
 
+    Runs under jit / vmap / grad (the sign checks of c, z0 and times skipped for traced input).
+
     **Raises:** `ValueError` for negative c, z0 or times, or non-finite input.
     """
+    if _traced((g, c, z0, ts)):
+        g = as_array(g, "g", ndim=1)
+        z0 = jnp.broadcast_to(as_array(z0, "z0"), g.shape)
+        return logistic(2.0 * g, 8.0 * as_array(c, "c", ndim=0), z0, as_array(ts, "ts", ndim=1))
     g = np.asarray(as_array(g, "g", ndim=1))
     z0 = np.asarray(as_array(z0, "z0"))
     c = float(as_array(c, "c", ndim=0))
@@ -544,18 +616,41 @@ def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> 
 
     **Returns:** `OracleSolution` with `z` (n, n_a), `M` (n, p, p) (standard basis).
 
+    **Under jit / vmap / grad** (traced `ts`, `M0`, `projectors`, labels or data values): the
+    same formulas run in JAX (g_a, k_a, z_a(0) as traces, the logistic without overflow), so a
+    traced call equals the concrete one to rounding. Checks run on what is concrete: the five
+    assumptions above only when `data`, `projectors` and `M0` are all concrete, the PSD check of
+    `M0` and t >= 0 when those are concrete; shapes always.
+
     **Raises:** `AssumptionError` naming the first violated condition above (and (a, b));
     `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, a zero projector, negative times.
     """
     theorem = "Theorem 16"
     _check_data(data)
     p = data.p
-    Pi = np.asarray(as_array(projectors, "projectors", ndim=3, shape=(None, p, p)))
+    Pi = as_array(projectors, "projectors", ndim=3, shape=(None, p, p))
     n_a = Pi.shape[0]
     if n_a == 0:
         raise ValueError("`projectors` must hold at least one projector; found shape (0, p, p).")
-    ts = _times(ts)
-    M0 = _initial_M(M0, p)
+    with jax.ensure_compile_time_eval():  # concrete parts inside someone's jit: checked on the host
+        ts = as_array(ts, "ts", ndim=1) if _traced(ts) else jnp.asarray(_times(ts))
+        M0 = as_array(M0, "M0", shape=(p, p)) if _traced(M0) else jnp.asarray(_initial_M(M0, p))
+        Y = data.Y()
+        KP = jax.vmap(data.K)(Pi)  # K(Pi_b), (n_a, p, p)
+        if not _traced((data, Pi, M0)):
+            _theorem16_check(theorem, *(np.asarray(v) for v in (Pi, Y, KP, M0)), tol)
+    tr = jnp.einsum("aii->a", Pi)
+    g = jnp.einsum("ij,aji->a", Y, Pi) / tr
+    k = jnp.einsum("aij,aji->a", KP, Pi) / tr
+    z0 = jnp.maximum(jnp.einsum("ij,aji->a", M0, Pi) / tr, 0.0)
+    z = z0 * _logistic_ratio(2.0 * g, 2.0 * k, z0, ts[:, None])  # (n, n_a), Eq. E18
+    M = jnp.einsum("na,aij->nij", z, Pi)
+    return OracleSolution(theorem, _host(ts), _host(z), None, _host(M))
+
+
+def _theorem16_check(theorem, Pi, Y, KP, M0, tol) -> None:
+    """Theorem 16's assumptions 1-5 (see `theorem16`) on concrete numpy arrays."""
+    n_a = Pi.shape[0]
     nrm = np.linalg.norm(Pi, axis=(1, 2))
     tr = np.einsum("aii->a", Pi)
     if np.any(tr < 0.5):
@@ -578,7 +673,6 @@ def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> 
     worst(np.linalg.norm(prod, axis=(2, 3)) / np.maximum.outer(nrm, nrm),
           "orthogonal projectors Pi_a Pi_b = delta_ab Pi_a", "(a, b) = ({}, {})")
     # 3. Y condition
-    Y = np.asarray(data.Y())
     g = np.einsum("ij,aji->a", Y, Pi) / tr
     YP = np.einsum("ij,ajk->aik", Y, Pi)
     R = YP + np.swapaxes(YP, 1, 2) - 2.0 * g[:, None, None] * Pi
@@ -586,7 +680,6 @@ def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> 
     worst(np.linalg.norm(R, axis=(1, 2)) / (2.0 * ys * nrm),
           "Y Pi_a + Pi_a Y = 2 g_a Pi_a", "a = {}")
     # 4. K condition
-    KP = np.asarray(jax.vmap(data.K)(jnp.asarray(Pi)))  # K(Pi_b), (n_a, p, p)
     k = np.einsum("aij,aji->a", KP, Pi) / tr
     KbPa = np.einsum("bij,ajk->abik", KP, Pi)  # K(Pi_b) Pi_a, indexed [a, b]
     R = KbPa + np.swapaxes(KbPa, 2, 3) - 2.0 * (np.eye(n_a) * k[:, None])[:, :, None, None] * Pi[:, None]
@@ -598,9 +691,6 @@ def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> 
     m0n = float(np.linalg.norm(M0))
     res = float(np.linalg.norm(M0 - np.einsum("a,aij->ij", z0, Pi))) / m0n if m0n > 0 else 0.0
     worst([res], "initial condition M0 = sum_a z_a(0) Pi_a", "")
-    z = logistic(2.0 * g, 2.0 * k, z0, ts)  # (n, n_a)
-    M = np.einsum("na,aij->nij", z, Pi)
-    return OracleSolution(theorem, ts, z, None, M)
 
 
 # --------------------------------------------------------------------------------------------
@@ -616,29 +706,38 @@ def proposition7(data: CommutingData, M0, z, *, tol: float = 1e-10) -> np.ndarra
     **Arguments:** `data` a `CommutingData` (z is indexed in its basis P), `M0` (p, p) symmetric
     PSD, `z` (n, p) >= 0, `tol` for the commutativity check of non-`CommutingData` input.
 
-    **Returns:** M(t) in the standard basis, shape (n, p, p).
+    **Returns:** M(t) in the standard basis, shape (n, p, p) (numpy for concrete input).
+
+    Runs under jit / vmap / grad (traced `M0`, `z`, or a traced `CommutingData`): the same
+    formula in JAX; there the PSD check of a traced `M0` and z >= 0 of a traced `z` are skipped
+    (d M / d z is singular where z_i = 0).
 
     **Raises:** `AssumptionError` if `data` is not commuting (residual max|[A_mu, A_nu]| / max|A|^2);
     `TypeError` if it commutes but is not given as `CommutingData` (z's basis would be undefined:
     convert with `CommutingData.from_dense`); `ValueError` for bad shapes, non-finite or negative z,
     or a non-PSD `M0`.
     """
-    cdata = _as_commuting(data, "Proposition 7", tol)
+    with jax.ensure_compile_time_eval():
+        cdata = _as_commuting(data, "Proposition 7", tol)
     if cdata is not data:
         raise TypeError(
             "`proposition7` needs the data as a `CommutingData` so that the basis of `z` is defined; "
             "convert it with `CommutingData.from_dense(A, y)` and solve for z with that object."
         )
     p = cdata.p
-    M0 = _initial_M(M0, p)
-    z = np.asarray(as_array(z, "z", ndim=2, shape=(None, p)))
-    if np.any(z < 0):
-        raise ValueError(f"`z` must be >= 0 (mode strengths); found min {z.min():.3g}.")
-    P = np.eye(p) if cdata.P is None else np.asarray(cdata.P)
+    with jax.ensure_compile_time_eval():  # concrete parts inside someone's jit: checked on the host
+        M0 = as_array(M0, "M0", shape=(p, p)) if _traced(M0) else jnp.asarray(_initial_M(M0, p))
+        if _traced(z):
+            z = as_array(z, "z", ndim=2, shape=(None, p))
+        else:
+            z = np.asarray(as_array(z, "z", ndim=2, shape=(None, p)))
+            if np.any(z < 0):
+                raise ValueError(f"`z` must be >= 0 (mode strengths); found min {z.min():.3g}.")
+    P = jnp.eye(p) if cdata.P is None else cdata.P
     Mb0 = P.T @ M0 @ P
-    z0 = np.diag(Mb0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        s = np.where(z0 > 0, np.sqrt(z / np.where(z0 > 0, z0, 1.0)), 0.0)
+    z0 = jnp.diagonal(Mb0)
+    live = z0 > 0
+    s = jnp.where(live, jnp.sqrt(z / jnp.where(live, z0, 1.0)), 0.0)
     Mb = s[:, :, None] * Mb0[None] * s[:, None, :]
-    np.einsum("nkk->nk", Mb)[...] = np.where(z0 > 0, z, 0.0)
-    return np.einsum("ik,nkl,jl->nij", P, Mb, P)
+    Mb = Mb.at[:, jnp.arange(p), jnp.arange(p)].set(jnp.where(live, z, 0.0))
+    return _host(jnp.einsum("ik,nkl,jl->nij", P, Mb, P))

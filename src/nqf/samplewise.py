@@ -40,15 +40,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import scipy.integrate
 import scipy.optimize
 
 from ._checks import as_array, as_weights, shape_str
 from ._config import require_x64
-from .data import AbstractData, BlockData, CommutingData, DiagonalData, LowRankData
+from .data import AbstractCommutingData, AbstractData, BlockData, CommutingData, DiagonalData, LowRankData
 from .ignition import _check_rho, _first_crossings
-from .oracles import AssumptionError, OracleSolution, _as_commuting, _check_data, _initial_M, _times
+from .oracles import AssumptionError, OracleSolution, _as_commuting, _check_data, _initial_M, _times, _traced
 
 __all__ = [
     "SampleOracleSolution",
@@ -68,6 +70,9 @@ _TINY = np.finfo(float).tiny
 _FREEZE = 16 * np.finfo(float).eps  # |xi'| <= _FREEZE * scale: converged to rounding
 
 
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["ts", "z", "basis", "M_basis", "W", "xi", "outputs", "y"],
+                   meta_fields=["theorem"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class SampleOracleSolution(OracleSolution):
     """An exact solution of Theorem 4 or 5 at times `ts` (all of `OracleSolution`, plus):
@@ -189,6 +194,84 @@ def _solve_scalar_odes(a, b, c, ts, rtol: float) -> np.ndarray:
     return out
 
 
+def _solve_scalar_odes_traced(a, b, c, ts, rtol: float, max_steps: int = 100_000):
+    """`_solve_scalar_odes` for traced input (inside jit / vmap / grad): the same ODEs
+    xi_i' = sum_j a_ij exp(-b_ij xi_i) - c_i, xi_i(0) = 0, and tolerances (`rtol`, atol =
+    rtol * 0.1 / max_j |b_ij| per component), integrated together by diffrax's Dopri8 with a
+    max-norm error control (every component within its own tolerance), stepping onto the sorted
+    saved times; differentiable (diffrax's default RecursiveCheckpointAdjoint, O(log max_steps)
+    checkpoints of the (n_c,) state). Converged components are not frozen: a fast component
+    near its fixed point limits the shared step by stability (about t_max * max rate steps).
+    Shapes: a, b (n_c, K), c (n_c,), ts (n,) >= 0 in any order -> (n, n_c)."""
+    import diffrax
+    import optimistix as optx
+
+    b = jnp.where(a != 0, b, 0.0)
+    n_c = c.shape[0]
+    if ts.shape[0] == 0 or n_c == 0:
+        return jnp.zeros((ts.shape[0], n_c))
+    bmax = jnp.max(jnp.abs(b), axis=1)
+    atol = rtol * 0.1 / jnp.where(bmax > 0, bmax, 1.0)
+    order = jnp.argsort(ts)
+    t_sorted = ts[order]
+
+    def rhs(t, x, args):
+        a, b, c = args
+        return jnp.sum(a * jnp.exp(-b * x[:, None]), axis=1) - c
+
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(rhs), diffrax.Dopri8(), 0.0, t_sorted[-1], None, jnp.zeros(n_c), args=(a, b, c),
+        saveat=diffrax.SaveAt(ts=t_sorted),
+        # steps land on the saved times (no interpolation error: 2e-12 -> 4e-15 against scipy)
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol, norm=optx.max_norm, step_ts=t_sorted),
+        max_steps=max_steps,
+    )
+    return jnp.zeros_like(sol.ys).at[order].set(sol.ys)
+
+
+def _assemble(P, Mb0, expo, W0, matrices: bool = True):
+    """z (n, p), M~(t) = D M~0 D (n, p, p) and W(t) = P D P^T W0 (n, p, d) with
+    D = diag(exp(-expo)) (expo = Sigma_kk, shape (n, p)), in JAX (traceable); the diagonal of M~
+    is exactly z. (None, None) for the matrices when `matrices` is False."""
+    D = jnp.exp(-expo)
+    z = jnp.diagonal(Mb0)[None, :] * D**2
+    if not matrices:
+        return z, None, None
+    p = z.shape[1]
+    Mb = (D[:, :, None] * Mb0[None] * D[:, None, :]).at[:, jnp.arange(p), jnp.arange(p)].set(z)
+    W = None if W0 is None else jnp.einsum("ik,nk,kd->nid", P, D, P.T @ W0)
+    return z, Mb, W
+
+
+def _initial_any(data, M0, W0, p: int, z0=None, P=None):
+    """`_initial` when every initial condition is concrete (all checks); else shape checks only
+    (under tracing the PSD / symmetry of M0 and z0 >= 0 are not checked). JAX arrays out."""
+    if not _traced((M0, W0, z0, P)):
+        with jax.ensure_compile_time_eval():
+            M0, W0 = _initial(data, M0, W0, p, z0=z0, P=None if P is None else np.asarray(P))
+        return jnp.asarray(M0), None if W0 is None else jnp.asarray(W0)
+    if sum(v is not None for v in (M0, W0, z0)) != 1:
+        raise ValueError("Give exactly one initial condition: `M0` (p, p), `W0` (p, d) or `z0` (p,).")
+    if z0 is not None:
+        z0 = as_array(z0, "z0", shape=(p,))
+        Q = jnp.eye(p) if P is None else P
+        return (Q * z0) @ Q.T, None
+    if W0 is not None:
+        W0 = as_array(W0, "W0", ndim=2)
+        if W0.shape[0] != p:
+            raise ValueError(f"`W0` must have shape ({p}, d) to match the data; found {shape_str(W0.shape)}.")
+        return W0 @ W0.T, W0
+    return as_array(M0, "M0", shape=(p, p)), None
+
+
+def _times_any(ts):
+    """`_times` (checks t >= 0) for concrete times, a shape check for traced ones; JAX array."""
+    if _traced(ts):
+        return as_array(ts, "ts", ndim=1)
+    with jax.ensure_compile_time_eval():
+        return jnp.asarray(_times(ts))
+
+
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
@@ -219,18 +302,8 @@ def _check_rtol(rtol) -> float:
 
 def _solution(theorem, ts, P, Mb0, expo, W0, xi, outputs, y, matrices=True) -> SampleOracleSolution:
     """Assemble M~(t) = D M~0 D, D = diag(exp(-expo)) (expo = Sigma_kk, shape (n, p)), and
-    W(t) = P D P^T W0 (only z when `matrices` is False)."""
-    D = np.exp(-expo)
-    z = np.diag(Mb0)[None, :] * D**2
-    if not matrices:
-        return SampleOracleSolution(theorem, ts, z, P, None, None, xi=xi, outputs=outputs,
-                                    y=np.asarray(y, float))
-    Mb = D[:, :, None] * Mb0[None] * D[:, None, :]
-    np.einsum("nkk->nk", Mb)[...] = z
-    W = None
-    if W0 is not None:
-        W = D[:, :, None] * (P.T @ W0)[None]
-        W = np.einsum("ik,nkd->nid", P, W)
+    W(t) = P D P^T W0 (only z when `matrices` is False), as numpy arrays (`_assemble`)."""
+    z, Mb, W = (None if v is None else np.asarray(v) for v in _assemble(P, Mb0, expo, W0, matrices))
     return SampleOracleSolution(theorem, ts, z, P, Mb, W, xi=xi, outputs=outputs, y=np.asarray(y, float))
 
 
@@ -298,17 +371,33 @@ def theorem4(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10,
     **Returns:** `SampleOracleSolution` with `xi` (n,), `z` (n, p) in the eigenbasis `basis` = P of
     A, `M` (n, p, p), `outputs` f_mu = c_mu Tr[M A] (n, m), `loss`, and `W` (n, p, d) given `W0`.
 
+    **Under jit / vmap / grad** (traced `ts`, `M0` / `W0`, labels or data values): the same
+    E14 with xi integrated by diffrax's Dopri8 at the same `rtol` and atol
+    (`_solve_scalar_odes_traced`, differentiable; agrees with the concrete scipy path to
+    ~1e-13) and the matrices assembled by the same JAX code (`_assemble`). Checks run on what is
+    concrete: the proportionality check when `data` is concrete (for traced data the
+    decomposition is exact-under-the-assumption: A is the largest sample matrix normalized,
+    c_mu = <A_mu, A>, A = P diag(lambda) P^T by eigh for dense data, so gradients with respect
+    to dense data values need distinct eigenvalues of A), the PSD check of `M0` and t >= 0 when
+    those are concrete.
+
     **Raises:** `AssumptionError` if max_mu |A_mu - c_mu A|_F / max_mu |A_mu|_F > tol;
     `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times, bad `rtol`.
     """
     theorem = "Theorem 4"
     _check_data(data)
     rtol = _check_rtol(rtol)
-    c, lam, P, res, worst = proportional_decomposition(data)
-    if res > tol:
-        raise AssumptionError(theorem, _THM4_COND, res, tol, where=f"mu = {worst}",
-                              detail="Residual: max_mu |A_mu - c_mu A|_F / max_mu |A_mu|_F for the "
-                                     "best rank-1 fit of the stacked A_mu.")
+    if _traced(data):
+        c, lam, P = _proportional_traced(data)
+    else:
+        with jax.ensure_compile_time_eval():  # concrete data inside someone's jit: check on the host
+            c, lam, P, res, worst = proportional_decomposition(data)
+        if res > tol:
+            raise AssumptionError(theorem, _THM4_COND, res, tol, where=f"mu = {worst}",
+                                  detail="Residual: max_mu |A_mu - c_mu A|_F / max_mu |A_mu|_F for the "
+                                         "best rank-1 fit of the stacked A_mu.")
+    if _traced((data, ts, M0, W0)):
+        return _theorem4_traced(data, ts, M0, W0, rtol, c, lam, P)
     p, m = data.p, data.m
     ts = _times(ts)
     M0, W0 = _initial(data, M0, W0, p)
@@ -323,6 +412,45 @@ def theorem4(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10,
     sol = _solution(theorem, ts, P, Mb0, expo, W0, xi, None, y)
     outputs = np.outer(sol.z @ lam, c)
     return dataclasses.replace(sol, outputs=outputs)
+
+
+def _proportional_traced(data):
+    """(c, lam, P) of A_mu = c_mu A for traced data (no residual): exact when the assumption
+    holds, with `proportional_decomposition`'s normalization |A|_F = 1 and sign (largest |c_mu|
+    positive). A is the sample matrix of largest norm, normalized (in Lambda for
+    `CommutingData`)."""
+    if isinstance(data, CommutingData):
+        X = data.Lambda
+    else:
+        X = data.dense().reshape(data.m, -1)
+    i = jnp.argmax(jnp.sum(X**2, axis=1))
+    v = X[i] / jnp.linalg.norm(X[i])
+    c = X @ v
+    sgn = jnp.where(c[jnp.argmax(jnp.abs(c))] < 0, -1.0, 1.0)
+    v, c = sgn * v, sgn * c
+    p = data.p
+    if isinstance(data, CommutingData):
+        return c, v, (jnp.eye(p) if data.P is None else data.P)
+    Amat = v.reshape(p, p)
+    lam, P = jnp.linalg.eigh(0.5 * (Amat + Amat.T))
+    return c, lam, P
+
+
+def _theorem4_traced(data, ts, M0, W0, rtol, c, lam, P) -> SampleOracleSolution:
+    """`theorem4` under tracing (see its docstring): E14 in JAX, xi by diffrax."""
+    p, m = data.p, data.m
+    c, lam, P = (jnp.asarray(v) for v in (c, lam, P))
+    ts = _times_any(ts)
+    M0, W0 = _initial_any(data, M0, W0, p)
+    Mb0 = P.T @ M0 @ P
+    Mb0 = 0.5 * (Mb0 + Mb0.T)
+    z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
+    y = jnp.asarray(data.y)
+    alpha = 4.0 / m * (c @ c)
+    beta = 4.0 / m * (c @ y)
+    xi = _solve_scalar_odes_traced((alpha * lam * z0)[None], (2.0 * lam)[None], beta[None], ts, rtol)[:, 0]
+    z, Mb, W = _assemble(P, Mb0, xi[:, None] * lam[None, :], W0)
+    return SampleOracleSolution("Theorem 4", ts, z, P, Mb, W, xi=xi, outputs=jnp.outer(z @ lam, c), y=y)
 
 
 # --------------------------------------------------------------------------------------------
@@ -534,12 +662,32 @@ def theorem5(data: AbstractData, ts, *, M0=None, W0=None, z0=None, matrices: boo
     **Returns:** `SampleOracleSolution` with `xi` (n, m), `z` (n, p), `basis` P, `M` (n, p, p),
     `outputs` (n, m), `sample_losses`, `loss`, and `W` (n, p, d) given `W0`.
 
+    **Under jit / vmap / grad** (traced `ts`, `M0` / `W0` / `z0`, labels or data values): the
+    same E15 with the m xi_mu integrated together by diffrax's Dopri8 at the same `rtol` and
+    per-sample atol (`_solve_scalar_odes_traced`, max-norm error control, differentiable;
+    agrees with the concrete scipy path to ~1e-13), each xi_mu summing over all p modes (the
+    other samples' eigenvalues are 0 under the assumption), and the matrices assembled by the
+    same JAX code (`_assemble`). Checks run on what is concrete: the orthogonality check and the
+    joint diagonalization of dense data when `data` is concrete (traced data must be
+    `CommutingData` or `DiagonalData`, unchecked), the PSD check of `M0`, z0 >= 0 and t >= 0
+    when those are concrete.
+
     **Raises:** `AssumptionError` if max_{mu != nu} |A_mu A_nu|_F / (|A_mu|_F |A_nu|_F) > tol;
     `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times, bad `rtol`.
     """
     theorem = "Theorem 5"
     _check_data(data)
     rtol = _check_rtol(rtol)
+    if _traced((data, ts, M0, W0, z0)):
+        if _traced(data):
+            if not isinstance(data, AbstractCommutingData):
+                raise ValueError("Under jit / vmap / grad with traced data `theorem5` needs CommutingData or "
+                                 f"DiagonalData (dense data are diagonalized on the host); found {type(data).__name__}.")
+            cdata = data
+        else:
+            with jax.ensure_compile_time_eval():  # concrete data inside someone's jit: check on the host
+                cdata = _orthogonal_commuting(data, theorem, tol)
+        return _theorem5_traced(cdata, ts, M0, W0, z0, matrices, rtol)
     ts = _times(ts)
     if not matrices:  # block form: O(m K) plus the basis, for every data class
         sm = _sample_modes(data, theorem, tol)
@@ -565,6 +713,39 @@ def theorem5(data: AbstractData, ts, *, M0=None, W0=None, z0=None, matrices: boo
     expo = 4.0 / m * xi @ Lam  # Sigma_kk, (n, p)
     sol = _solution(theorem, ts, P, Mb0, expo, W0, xi, None, y, matrices=matrices)
     return dataclasses.replace(sol, outputs=sol.z @ Lam.T)
+
+
+def _theorem5_traced(cdata, ts, M0, W0, z0, matrices, rtol) -> SampleOracleSolution:
+    """`theorem5` under tracing (see its docstring): E15 in JAX, the xi_mu by diffrax."""
+    Lam = jnp.asarray(cdata.Lambda)
+    m, p = Lam.shape
+    P = jnp.eye(p) if cdata.P is None else cdata.P
+    ts = _times_any(ts)
+    if z0 is not None and not matrices:
+        if M0 is not None or W0 is not None:
+            raise ValueError("Give exactly one initial condition: `M0` (p, p), `W0` (p, d) or `z0` (p,).")
+        if _traced(z0):
+            z0 = as_array(z0, "z0", shape=(p,))
+        else:
+            with jax.ensure_compile_time_eval():
+                z0 = np.asarray(as_array(z0, "z0", ndim=1))
+            if z0.shape != (p,) or np.any(z0 < 0):
+                raise ValueError(f"`z0` must have shape ({p},) and entries >= 0; found shape {shape_str(z0.shape)}.")
+            z0 = jnp.asarray(z0)
+        Mb0 = None
+    else:
+        M0, W0 = _initial_any(cdata, M0, W0, p, z0=z0, P=P)
+        Mb0 = P.T @ M0 @ P
+        Mb0 = 0.5 * (Mb0 + Mb0.T)
+        z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
+    y = jnp.asarray(cdata.y)
+    xi = _solve_scalar_odes_traced(Lam * z0[None, :], 8.0 / m * Lam, y, ts, rtol)  # (n, m)
+    expo = 4.0 / m * xi @ Lam  # Sigma_kk, (n, p)
+    if Mb0 is None:
+        z, Mb, W = z0[None, :] * jnp.exp(-2.0 * expo), None, None
+    else:
+        z, Mb, W = _assemble(P, Mb0, expo, W0, matrices)
+    return SampleOracleSolution("Theorem 5", ts, z, P, Mb, W, xi=xi, outputs=z @ Lam.T, y=y)
 
 
 # --------------------------------------------------------------------------------------------

@@ -538,6 +538,21 @@ class SweepSolution(Saveable):
 # Front end
 
 
+def _refuse_traced(**args) -> None:
+    """`solve_sweep` is a host-side driver: a clear error (naming the argument and the
+    transformable alternative) instead of a TracerArrayConversionError under jit / vmap / grad."""
+    for name, value in args.items():
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value)):
+            raise TypeError(
+                f"`solve_sweep` cannot run inside jax.jit / jax.vmap / jax.grad (found a traced `{name}`): "
+                "it validates, batches, shards and reports its members on the host. Inside JAX code, "
+                "batch with jax.vmap over nqf.solve_flow, which is transformable end to end (same "
+                "solver and tolerances), e.g. jax.vmap(lambda e: nqf.solve_flow(data, "
+                "W0=jnp.sqrt(e) * jnp.eye(p), t1=t1, ts=ts).loss)(eps); call solve_sweep itself with "
+                "concrete arrays (it compiles the batch once)."
+            )
+
+
 def solve_sweep(
     data,
     *,
@@ -619,13 +634,20 @@ def solve_sweep(
 
     **Returns:** a `SweepSolution` (batched arrays; `sol[i]` is member i as a `FlowSolution`).
 
-    **Raises:** `TypeError` for a non-data `data` (an `NQFModel` included: use its `data`);
+    Not transformable: `solve_sweep` is the host-side driver of one compiled batch (validation,
+    stacking, device placement, per-member reports); called with a traced argument inside
+    `jax.jit` / `jax.vmap` / `jax.grad` it raises a `TypeError` naming the argument. Inside JAX
+    code use ``jax.vmap`` over `nqf.solve_flow` (transformable: jit, vmap, grad).
+
+    **Raises:** `TypeError` for a traced argument (see above) or a non-data `data` (an
+    `NQFModel` included: use its `data`);
     `ValueError` for data sets of different types, structures or shapes, batch sizes that do not
     agree, eps <= 0 or non-finite, bad shapes, non-symmetric / non-PSD M0, bad tolerances or
     `ts`, form ``"M-mu"``, unavailable devices; `NotImplementedError` for a stiff sweep sharded
     where it is not supported (see `devices`); `MaxStepsReached` (naming the members) if a
     member runs out of steps; `FloatingPointError` if a member blows up.
     """
+    _refuse_traced(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, ts=ts, atol=atol)
     if mode not in ("auto", "joint", "vmap"):
         raise ValueError(f"`mode` must be 'auto', 'joint' or 'vmap'; found {mode!r}.")
     datas, data_batched = _stack_data(data)
