@@ -205,3 +205,77 @@ def test_population_flow_vs_scipy():
     np.testing.assert_allclose(T.a.T @ late @ T.a, np.diag(T.lam), atol=1e-8)
     loss = T.population_loss(got)
     assert np.all(np.diff(loss) < 0)
+
+
+# ---- piece 3: the spectral view ---------------------------------------------------------------------
+def test_top_eigenpairs_vs_dense_eigh(rng):
+    data, _ = spiked_he2_data(300, 30, gamma=1.0, K=5, seed=4)
+    Y = np.asarray(data.Y())
+    w, U = np.linalg.eigh(Y)
+    for source in (data, Y, spectral.Y_operator(data)):
+        g, V = spectral.top_eigenpairs(source, 4)
+        np.testing.assert_allclose(g, w[::-1][:4], rtol=1e-9)
+        np.testing.assert_allclose(np.abs(V.T @ U[:, ::-1][:, :4]), np.eye(4), atol=1e-6)
+    v = rng.standard_normal((30, 2))
+    np.testing.assert_allclose(spectral.Y_operator(data).matmat(v), Y @ v, rtol=1e-10)
+    np.testing.assert_allclose(spectral.Y_operator(_dense_data(rng, p=5)).matvec(np.ones(5)).shape, (5,))
+    with pytest.raises(ValueError, match="`k`"):
+        spectral.top_eigenpairs(Y, 30)
+    with pytest.raises(ValueError, match="`Y` must be square"):
+        spectral.top_eigenpairs(np.ones((3, 4)), 1)
+
+
+def test_noise_of_Y_has_the_stated_variances():
+    """The two variances behind the thresholds, measured on one draw: (Y/4 - 2 M*) entries
+    between bulk directions have variance s^2 / n, entries between a_1 and the bulk rho_1 s^2 / n."""
+    n, d = 4000, 60
+    data, T = spiked_he2_data(n, d, gamma=0.0, K=1, Z=1.0, sigma=0.5, seed=5)
+    B = np.linalg.qr(np.concatenate([T.a, np.random.default_rng(0).standard_normal((d, d - 1))], axis=1))[0]
+    N = B.T @ (np.asarray(data.Y()) / 4 - 2 * T.M_star()) @ B  # the noise in the basis (a_1, bulk)
+    bulk = N[1:, 1:][np.triu_indices(d - 1, 1)]
+    row = N[0, 1:]
+    np.testing.assert_allclose(n * bulk.var(), T.s2, rtol=0.06)
+    rho = spectral.spike_variance_ratio(T.lam, sigma=0.5)[0]
+    np.testing.assert_allclose(rho, 1 + 8 / 2.25, rtol=1e-14)
+    np.testing.assert_allclose(n * row.var(), rho * T.s2, rtol=0.25)  # 59 samples of the row
+
+
+def test_bbp_formulas():
+    lam = np.array([1.0, 0.5])
+    s2 = 2 * 1.25 + 0.25
+    ni = spectral.bbp_thresholds(lam, 100, sigma=0.5)
+    np.testing.assert_allclose(ni, 100 * s2 / (4 * lam**2), rtol=1e-14)
+    rho = 1 + 8 * lam**2 / s2
+    n = np.array([10.0, 1e3, 1e5])
+    np.testing.assert_allclose(spectral.bbp_overlap(n, lam, 100, sigma=0.5),
+                               np.clip(1 - rho * ni / n[:, None], 0, None), rtol=1e-14)
+    np.testing.assert_allclose(spectral.bbp_overlap(n, lam, 100, sigma=0.5, gaussian_row=True),
+                               np.clip(1 - ni / n[:, None], 0, None), rtol=1e-14)
+    half = spectral.half_overlap_sizes(lam, 100, sigma=0.5)
+    np.testing.assert_allclose(spectral.bbp_overlap(half, lam, 100, sigma=0.5).diagonal(), 0.5, rtol=1e-12)
+    np.testing.assert_allclose(spectral.bulk_edge(1e4, 100, lam=lam, sigma=0.5), 8 * np.sqrt(s2 * 100 / 1e4))
+    with pytest.raises(ValueError, match="`lam`"):
+        spectral.bbp_thresholds([1.0, 0.0], 10)
+    with pytest.raises(ValueError, match="`d`"):
+        spectral.bbp_thresholds([1.0], 0)
+    with pytest.raises(ValueError, match="`sigma`"):
+        spectral.bbp_thresholds([1.0], 10, sigma=-1.0)
+    with pytest.raises(ValueError, match="`n`"):
+        spectral.bbp_overlap(0.0, [1.0], 10)
+
+
+def test_overlap_above_threshold_matches_prediction():
+    """Spiked He2 data (d = 120, one spike): the top eigenvector's cos^2 at n = 4 rho n_1
+    (predicted 0.75) and 8 rho n_1 (0.875), mean of 3 seeds, within 0.06."""
+    d = 120
+    _, T = spiked_he2_data(1, d, gamma=0.0, K=1, sigma=0.5)
+    nh = spectral.half_overlap_sizes(T.lam, d, sigma=0.5)[0]  # = 2 rho n_1
+    for f, want in ((2.0, 0.75), (4.0, 0.875)):
+        n = int(f * nh)
+        got = []
+        for seed in range(3):
+            data, T = spiked_he2_data(n, d, gamma=0.0, K=1, sigma=0.5, seed=seed)
+            _, V = spectral.top_eigenpairs(np.asarray(data.Y()), 2)
+            got.append((V[:, 0] @ T.a[:, 0]) ** 2)
+        np.testing.assert_allclose(spectral.bbp_overlap(n, T.lam, d, sigma=0.5)[0], want, atol=0.002)
+        assert abs(np.mean(got) - want) < 0.06, (f, got)

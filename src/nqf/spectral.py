@@ -27,13 +27,24 @@ y = sum_i lambda_i (<a_i, x>^2 - 1) + sigma xi) with m = n samples:
 
       n_i = d s^2 / (4 lambda_i^2) = d (2 sum_j lambda_j^2 + sigma^2) i^(2 gamma) / (4 Z^2)   (`bbp_thresholds`)
 
-  for lambda_i = Z i^-gamma (q = 1 in the notation of arXiv 2605.14567), and above it the
-  top-i-th eigenvector has the squared overlap
+  for lambda_i = Z i^-gamma (q = 1 in the notation of arXiv 2605.14567), with the eigenvalue
+  of Y at 4 (R / 2) (theta_i + 1 / theta_i) outside the bulk edge 8 s sqrt(d / n) (`bulk_edge`).
+- Overlap above threshold. For a GOE the squared overlap of the i-th top eigenvector with a_i
+  is 1 - n_i / n. Here the noise is not GOE in the spike's own row: the entries
+  (1/n) sum y <a_i, x> x_k coupling a_i to the bulk have variance rho_i s^2 / n with
 
-      cos^2 theta_i = 1 - n_i / n   (n > n_i; 0 below)                                      (`bbp_overlap`)
+      rho_i = E[y^2 <a_i, x>^2] / E[y^2] = 1 + 8 lambda_i^2 / s^2                          (`spike_variance_ratio`)
 
-  with the eigenvalue of Y at 4 (R / 2) (theta_i + 1 / theta_i) outside the bulk edge
-  8 s sqrt(d / n) (`bulk_edge`).
+  (E[(g^2 - 1)^2 g^2] = 10 for g ~ N(0, 1)), and first-order perturbation theory in the
+  bulk resolvent gives 1 - cos^2 theta_i = rho_i r^2 / theta_i^2 + O(n_i^2 / n^2), i.e.
+
+      cos^2 theta_i = 1 - rho_i n_i / n  (leading order in n_i / n; 0 where it would be < 0)  (`bbp_overlap`)
+
+  which reduces to the GOE formula for weak spikes (rho_i -> 1: lambda_i^2 << s^2) and is
+  slower by the factor rho_i for strong ones. The overlap reaches 1/2 at
+  n_half,i = 2 rho_i n_i (`half_overlap_sizes`), the measurable threshold position used by
+  ``nqf reproduce sample-scaling``. (The correction rho_i was derived after a pilot run at
+  d = 200 showed the GOE overlap overestimating cos^2 theta_1 by about this factor.)
 
 These are the large-d, n >> d (semicircle) approximations: at n ~ d the bulk of
 (1/n) sum y x x^T is not yet a semicircle (its skewness E[y^3] != 0 shifts the edge), and the
@@ -60,6 +71,8 @@ __all__ = [
     "bbp_thresholds",
     "bbp_overlap",
     "bulk_edge",
+    "spike_variance_ratio",
+    "half_overlap_sizes",
     "Y_operator",
     "top_eigenpairs",
 ]
@@ -195,12 +208,25 @@ def bbp_thresholds(lam, d: int, *, sigma: float = 0.0) -> np.ndarray:
     return d * _s2(lam, sigma) / (4.0 * lam**2)
 
 
-def bbp_overlap(n, lam, d: int, *, sigma: float = 0.0) -> np.ndarray:
-    """Predicted squared overlap cos^2 theta_i = (v_i^T a_i)^2 of the i-th top eigenvector of Y
-    with a_i: 1 - n_i / n above the threshold n_i (`bbp_thresholds`), 0 below (spiked Wigner,
-    theta_i^2 = n / n_i; Benaych-Georges & Nadakuditi 2011).
+def spike_variance_ratio(lam, *, sigma: float = 0.0) -> np.ndarray:
+    """rho_i = E[y^2 <a_i, x>^2] / E[y^2] = 1 + 8 lambda_i^2 / s^2 (module docstring): the
+    variance of the noise of Y in a_i's own row relative to the bulk's, for the spiked He2 model.
 
-    **Arguments:** `n` sample sizes, scalar or (N,); `lam` (K,); `d`; `sigma`.
+    **Arguments:** `lam` (K,) > 0 all spike strengths; `sigma` >= 0 label noise.
+
+    **Returns:** rho_i, shape (K,), >= 1.
+    """
+    lam = _spikes(lam)
+    return 1.0 + 8.0 * lam**2 / _s2(lam, sigma)
+
+
+def bbp_overlap(n, lam, d: int, *, sigma: float = 0.0, gaussian_row: bool = False) -> np.ndarray:
+    """Predicted squared overlap cos^2 theta_i = (v_i^T a_i)^2 of the i-th top eigenvector of Y
+    with a_i (module docstring): max(0, 1 - rho_i n_i / n), rho_i = `spike_variance_ratio`, to
+    leading order in n_i / n; with ``gaussian_row=True`` the GOE (spiked Wigner) formula
+    max(0, 1 - n_i / n) (rho_i = 1; Benaych-Georges & Nadakuditi 2011).
+
+    **Arguments:** `n` sample sizes, scalar or (N,) > 0; `lam` (K,); `d`; `sigma`.
 
     **Returns:** shape n.shape + (K,).
 
@@ -210,7 +236,14 @@ def bbp_overlap(n, lam, d: int, *, sigma: float = 0.0) -> np.ndarray:
     if np.any(n <= 0):
         raise ValueError("`n` (sample sizes) must be > 0.")
     ni = bbp_thresholds(lam, d, sigma=sigma)
-    return np.clip(1.0 - ni / n[..., None], 0.0, None)
+    rho = 1.0 if gaussian_row else spike_variance_ratio(lam, sigma=sigma)
+    return np.clip(1.0 - rho * ni / n[..., None], 0.0, None)
+
+
+def half_overlap_sizes(lam, d: int, *, sigma: float = 0.0) -> np.ndarray:
+    """n_half,i = 2 rho_i n_i: the sample size at which the predicted cos^2 theta_i
+    (`bbp_overlap`) reaches 1/2, shape (K,)."""
+    return 2.0 * spike_variance_ratio(lam, sigma=sigma) * bbp_thresholds(lam, d, sigma=sigma)
 
 
 def bulk_edge(n, d: int, *, lam, sigma: float = 0.0) -> np.ndarray:
