@@ -170,7 +170,7 @@ def test_sample_scaling_rules():
     np.testing.assert_allclose(ss.crossing(n, [0.0, 0.25, 0.75]), np.sqrt(100 * 1000), rtol=1e-12)
     assert ss.crossing(n, [0.6, 0.7, 0.8]) == 10.0
     np.testing.assert_array_equal(ss.n_grid(100, 3), [100, 1000, 10000])
-    assert ss.n_grid(400, 5).max() <= ss.N_MAX
+    assert ss.n_grid(400, 5).max() == ss.N_MAX and np.all(np.diff(ss.n_grid(400, 17)) > 0)
     # R: the teacher weight outside span(V): V = the first two a_i captures them exactly
     a = np.linalg.qr(np.random.default_rng(0).standard_normal((6, 3)))[0]
     lam = np.array([3.0, 2.0, 1.0])

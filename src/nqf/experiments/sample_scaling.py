@@ -26,7 +26,7 @@ Predictions (`nqf.spectral`, stated before measuring):
 
 Measurements. For every gamma in {0, 0.4, 0.6, 1}, d in {100, 200, 400} and seed, one data set
 of n_max = min(d^2, 10^5) samples; n runs over the prefixes n = round(d^alpha), alpha on a grid
-in [1, 2], and Y of each prefix is accumulated in one pass over the data (only the new rows'
+in [1, 2] (points above 10^5 replaced by 10^5), and Y of each prefix is accumulated in one pass over the data (only the new rows'
 X^T diag(y) X at each n). Y's top k_eig = min(K - 1, 60) eigenpairs by Lanczos
 (`nqf.spectral.top_eigenpairs`). Panel (a): cos^2 theta_i = (v_i^T a_i)^2 (the i-th top
 eigenvector against a_i), seed mean; measured n_half,i = the first n at which it crosses 1/2
@@ -91,9 +91,10 @@ def _config(quick: bool) -> dict:
 
 
 def n_grid(d: int, n_alpha: int) -> np.ndarray:
-    """n = round(d^alpha), alpha on `n_alpha` equally spaced points of [1, 2], capped at N_MAX."""
+    """n = round(d^alpha), alpha on `n_alpha` equally spaced points of [1, 2]; where that exceeds
+    N_MAX, the points above it are replaced by N_MAX itself (the largest n the issue asks for)."""
     n = np.unique(np.round(float(d) ** np.linspace(1.0, 2.0, n_alpha)).astype(int))
-    return n[n <= N_MAX] if n.max() > N_MAX else n
+    return np.append(n[n < N_MAX], N_MAX) if n.max() > N_MAX else n
 
 
 def crossing(n, c, level: float = 0.5) -> float:
