@@ -43,6 +43,22 @@ def test_linearized_solves_the_linear_flow(rng):
     np.testing.assert_allclose(M[2], E @ M0 @ E, rtol=1e-10)
 
 
+def test_linearized_is_the_linear_part_of_nqfs_vector_field(rng):
+    """Y of `linearized` is nqf's own: rhs_M (the flow's M' = -(H M + M H)) at eps M0, divided by
+    eps, tends to Y M0 + M0 Y (the K(M) term is O(eps))."""
+    from nqf.flow import rhs_M
+
+    data = _dense_data(rng)
+    F = rng.standard_normal((5, 3))
+    M0 = F @ F.T
+    lin = jax.jacfwd(lambda t: nqf.linearized(data, t, M0=M0))(0.0)
+    KM = np.asarray(data.K(M0))
+    quad = KM @ M0 + M0 @ KM  # the O(M^2) term: rhs_M(eps M0) = eps (Y M0 + M0 Y) - eps^2 quad
+    eps = 1e-4
+    v = np.asarray(rhs_M(0.0, eps * M0, (data, 0.0, None))) / eps
+    np.testing.assert_allclose((v - lin) / eps, -quad, rtol=1e-6, atol=1e-8 * np.abs(quad).max())
+
+
 def test_linearized_under_jit_vmap_grad(rng):
     data = _dense_data(rng)
     M0 = np.eye(5) * 1e-3
