@@ -94,7 +94,7 @@ def _python_blocks(path: pathlib.Path) -> str:
 
 @pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md", "docs/guides/simulate-a-layer.md",
                                   "docs/guides/validate-a-theorem.md", "docs/guides/map-sweeps.md",
-                                  "docs/guides/jax.md"])
+                                  "docs/guides/jax.md", "docs/guides/two-power-laws.md"])
 def test_page_code_runs(page, tmp_path):
     """The Python blocks of a page, in order, in one fresh process (as a reader would paste them)."""
     code = _python_blocks(ROOT / page)

@@ -134,3 +134,44 @@ def test_claim_and_sensitivity_helpers():
     full = sensitivity([row], quick=False)
     assert full == {"skipped": False, "reason": None, "rows": [row]}
     assert sensitivity([], quick=False, reason="r") == {"skipped": False, "reason": "r", "rows": []}
+
+
+def test_sample_scaling_quick(tmp_path_factory):
+    """Issue 18's reproduction in quick mode: the package checks pass, every threshold and exponent
+    record is there, and the measured numbers are the ones the rules define (recomputed here from
+    the saved curves)."""
+    from nqf import spectral
+    from nqf.experiments import sample_scaling as ss
+
+    rc, out, _, res = quick_run("sample-scaling", tmp_path_factory)
+    assert rc == 0 and all(c["passed"] for c in res["checks"])
+    assert (out / "sample-scaling.png").exists()
+    ds = res["settings"]["ds"]
+    assert set(res["spectral"]) == {f"gamma={g:g},d={d}" for g in ss.GAMMAS for d in ds}
+    for key, sp in res["spectral"].items():
+        d, gamma = sp["d"], sp["gamma"]
+        lam = ss.sp_lam(sp)
+        th = res["thresholds"][key]
+        np.testing.assert_allclose(th["n_half_predicted"], spectral.half_overlap_sizes(lam, d, sigma=ss.SIGMA)[:6],
+                                   rtol=1e-12)
+        meas = [ss.crossing(sp["n"], np.asarray(sp["cos2"])[:, i]) for i in range(6)]
+        np.testing.assert_allclose([np.nan if m is None else m for m in th["n_half_measured"]], meas, rtol=1e-12)
+        np.testing.assert_allclose(sp["R_pred"], ss.predicted_error(np.asarray(sp["n"]), lam, d), rtol=1e-12)
+        assert np.all(np.asarray(sp["cos2"]) >= 0) and np.all(np.asarray(sp["cos2"]) <= 1)
+    names = [c["name"] for c in res["claims"]]
+    assert len(names) == 2 * len(ds) + 4 + 1  # thresholds (gamma, d), exponents (gamma), flow (gamma = 1 in quick)
+
+
+def test_sample_scaling_rules():
+    from nqf.experiments import sample_scaling as ss
+
+    n = np.array([10.0, 100.0, 1000.0])
+    assert np.isnan(ss.crossing(n, [0.1, 0.2, 0.3]))
+    np.testing.assert_allclose(ss.crossing(n, [0.0, 0.25, 0.75]), np.sqrt(100 * 1000), rtol=1e-12)
+    assert ss.crossing(n, [0.6, 0.7, 0.8]) == 10.0
+    np.testing.assert_array_equal(ss.n_grid(100, 3), [100, 1000, 10000])
+    assert ss.n_grid(400, 5).max() == ss.N_MAX and np.all(np.diff(ss.n_grid(400, 17)) > 0)
+    # R: the teacher weight outside span(V): V = the first two a_i captures them exactly
+    a = np.linalg.qr(np.random.default_rng(0).standard_normal((6, 3)))[0]
+    lam = np.array([3.0, 2.0, 1.0])
+    np.testing.assert_allclose(ss.representation_error(a[:, :2], a, lam), 1.0 / 14.0, rtol=1e-12)

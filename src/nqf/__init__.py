@@ -17,6 +17,7 @@ from .data import (
     DenseData,
     DiagonalData,
     FeedForwardData,
+    He2Data,
     LowRankData,
     feedforward_data,
 )
@@ -66,6 +67,8 @@ from .sweep import SweepSolution, solve_sweep  # batched sweeps (vmap, sharding 
 from .map_sweep import MapSweep, closed_sgd_sweep  # sweeps of the discrete maps (one compiled call)
 from .cache import enable_compilation_cache  # JAX's persistent compilation cache (first-call latency)
 from . import stiff  # structured linear solves (diagonal, Woodbury) for the stiff GLV path
+from . import spectral  # the early-time power method and the spectral view of Y (issue 18)
+from .spectral import linearized, linearized_horizon
 from . import exact, rosenbrock  # Theorem 6 as a solve path; the Rodas5P stiff solver
 
 __version__ = "0.1.0"

@@ -1,6 +1,6 @@
 """The NQF data set: m symmetric p x p data matrices A_mu with labels y_mu (THEORY sec. 1, 4).
 
-Five representations share one interface (`AbstractData`), so that every flow and oracle runs on
+Six representations share one interface (`AbstractData`), so that every flow and oracle runs on
 whichever is cheapest for the structure at hand and never materializes an (m, p, p) tensor unless
 the data is given that way:
 
@@ -13,6 +13,8 @@ the data is given that way:
   basis, stored as `blocks` (m, K): the sample-wise setting of Fig. 4 at any m in O(m K) memory.
 - `LowRankData`: A_mu = sum_j s_{mu j} u_{mu j} u_{mu j}^T with U of shape (m, p, r) and s of
   shape (m, r) (phase retrieval, quadratic networks: A = x x^T).
+- `He2Data`: A_mu = x_mu x_mu^T - I from the inputs X (m, p) (quadratic networks and phase
+  retrieval with Gaussian inputs, centred: the spiked He2 model of `nqf.spectral`).
 - `FeedForwardData`: feed-forward data A = 1/2 [[0, C], [C^T, 0]] (Eq. E3) with C = a b^T
   stored as its factors a (m, k, r), b (m, q, r) (built by `feedforward_data`); an MLP's
   structure matrix is rank 2 with a = x, b = 1.
@@ -46,6 +48,7 @@ __all__ = [
     "LowRankData",
     "FeedForwardData",
     "feedforward_data",
+    "He2Data",
 ]
 
 
@@ -795,3 +798,59 @@ def feedforward_data(y, C=None, *, a=None, b=None, front: int = 0, back: int = 0
     elif a is None or b is None:
         raise ValueError("Give both `a` (m, k, r) and `b` (m, q, r).")
     return FeedForwardData(a, b, y, front=front, back=back)
+
+
+class He2Data(AbstractData):
+    """Gaussian-input quadratic data A_mu = c (x_mu x_mu^T - I_p) = c He2(x_mu) (the second
+    Hermite tensor of x; THEORY sec. 2: the quadratic network / phase retrieval A(x) = x x^T,
+    centred), stored as the inputs X (m, p): rank one plus a multiple of the identity, the
+    identity handled structurally (never an (m, p, p) tensor, nor a p x p matrix per sample).
+
+    Every operation is a matrix product with X (for a factor F (p, r): O(m p r) flops):
+    `traces_factor(F)` = c (|F^T x|^2 - |F|_F^2), `apply(c', F)` = c (X^T (c' * (X F)) -
+    sum(c') F), `weighted_sum(c')` = c (X^T diag(c') X - sum(c') I) (O(m p^2), one pass over the
+    data). So Y = (4/m) sum_mu y_mu A_mu costs one pass, and Y v one pass over X per product.
+
+    **Arguments:**
+
+    - `X`: inputs, shape (m, p) (the rows are the x_mu).
+    - `y`: labels, shape (m,).
+    - `c`: a scale (default 1; `scaled` multiplies it).
+
+    **Raises:** `ValueError` on wrong shapes or non-finite values.
+    """
+
+    X: Float[Array, "m p"]
+    y: Float[Array, " m"]
+    c: Float[Array, ""]
+
+    def __init__(self, X, y, c=1.0):
+        self.X = as_array(X, "X", ndim=2)
+        self.y = _check_labels(y, self.X.shape[0])
+        self.c = as_array(c, "c", ndim=0)
+
+    @property
+    def p(self) -> int:
+        return self.X.shape[1]
+
+    def traces(self, S):
+        return self.c * (jnp.sum((self.X @ S) * self.X, axis=1) - jnp.trace(S))
+
+    def traces_factor(self, F):
+        return self.c * (jnp.sum((self.X @ F) ** 2, axis=1) - jnp.sum(F**2))
+
+    def apply(self, c, Z):
+        return self.c * (self.X.T @ (c[:, None] * (self.X @ Z)) - jnp.sum(c) * Z)
+
+    def weighted_sum(self, c):
+        return self.c * (self.X.T @ (c[:, None] * self.X) - jnp.sum(c) * jnp.eye(self.p))
+
+    def dense(self):
+        self._check_dense_memory()
+        return self.c * (jnp.einsum("mi,mj->mij", self.X, self.X) - jnp.eye(self.p))
+
+    def subset(self, idx):
+        return He2Data(self.X[idx], self.y[idx], self.c)
+
+    def scaled(self, c):
+        return He2Data(self.X, self.y, c * self.c)

@@ -408,3 +408,133 @@ def fourier_mlp_data(P: int = 64, M: int = 256, *, beta: float = 1.5, theta: flo
     Q[idx, P + idx] = h
     Q[P + idx, P + idx] = -h
     return CommutingData(np.concatenate([lam, -lam], axis=1), y, Q)
+
+
+# --------------------------------------------------------------------------------------------
+# The spiked He2 model (issue 18): sample-size power laws from one NQF (`nqf.spectral`).
+# --------------------------------------------------------------------------------------------
+__all__ += ["SpikedTeacher", "spiked_he2_data"]
+
+
+class SpikedTeacher:
+    """The teacher of the spiked He2 model, y = sum_i lambda_i (<a_i, x>^2 - 1) + sigma xi with
+    x ~ N(0, I_d), xi ~ N(0, 1), and its exact population quantities (nqf's normalisation:
+    Y = (4/m) sum_mu y_mu A_mu, A(x) = x x^T - I, THEORY Eq. E9).
+
+    The teacher is itself an NQF: y = Tr[M* A(x)] + sigma xi with M* = sum_i lambda_i a_i a_i^T.
+    By Wick's theorem, E[y A] = 2 M* and E[<A, X> A] = 2 X for symmetric X, so
+
+    - E[Y] = 8 M* (`EY`), eigenvalues 8 lambda_i on a_i, 0 on their complement;
+    - the population K(X) = 8 X: the population flow is Theorem 7's isotropic flow with c = 2,
+      M(t) = e^{tY} M0 [I + 16 Phi(t) M0]^{-1} e^{tY}, Y = 8 M* (`population_flow`, THEORY E17);
+    - the population loss E[(Tr[M A] - y)^2] = 2 |M - M*|_F^2 + sigma^2 (`population_loss`);
+    - E[y^2] = s^2 = 2 sum_i lambda_i^2 + sigma^2 (`s2`), which sets the noise of Y.
+
+    **Attributes:** `a` (d, K) orthonormal directions (columns); `lam` (K,) spike strengths;
+    `sigma` label-noise standard deviation; `gamma`, `Z` the power law lambda_i = Z i^-gamma.
+    """
+
+    def __init__(self, a, lam, sigma: float, gamma: float, Z: float):
+        self.a = np.asarray(a, dtype=float)
+        self.lam = np.asarray(lam, dtype=float)
+        self.sigma, self.gamma, self.Z = float(sigma), float(gamma), float(Z)
+
+    @property
+    def d(self) -> int:
+        """Input dimension d."""
+        return self.a.shape[0]
+
+    @property
+    def K(self) -> int:
+        """Number K of teacher directions."""
+        return self.a.shape[1]
+
+    @property
+    def s2(self) -> float:
+        """E[y^2] = 2 sum_i lambda_i^2 + sigma^2."""
+        return float(2.0 * np.sum(self.lam**2) + self.sigma**2)
+
+    def labels(self, X, rng=None) -> np.ndarray:
+        """Labels y (n,) of inputs X (n, d) (noise drawn from `rng` when sigma > 0)."""
+        X = np.asarray(as_array(X, "X", ndim=2, shape=(None, self.d)))
+        y = ((X @ self.a) ** 2 - 1.0) @ self.lam
+        if self.sigma > 0:
+            rng = np.random.default_rng() if rng is None else rng
+            y = y + self.sigma * rng.standard_normal(X.shape[0])
+        return y
+
+    def M_star(self) -> np.ndarray:
+        """M* = sum_i lambda_i a_i a_i^T, shape (d, d)."""
+        return (self.a * self.lam) @ self.a.T
+
+    def EY(self) -> np.ndarray:
+        """E[Y] = 8 M*, shape (d, d)."""
+        return 8.0 * self.M_star()
+
+    def population_loss(self, M) -> np.ndarray:
+        """E[(Tr[M A(x)] - y)^2] = 2 |M - M*|_F^2 + sigma^2 for M of shape (..., d, d)."""
+        M = np.asarray(as_array(M, "M"))
+        if M.shape[-2:] != (self.d, self.d):
+            raise ValueError(f"`M` must have shape (..., {self.d}, {self.d}); found {M.shape}.")
+        return 2.0 * np.sum((M - self.M_star()) ** 2, axis=(-2, -1)) + self.sigma**2
+
+    def population_flow(self, ts, M0) -> np.ndarray:
+        """The population (n -> infinity) MSE flow M' = Y M + M Y - 16 M^2, Y = 8 M*, from
+        M0 (d, d) symmetric PSD at gradient-flow times `ts` (n_t,) >= 0: Theorem 7's exact
+        solution with c = 2 (THEORY E17, `nqf.oracles` graded evaluation).
+
+        **Returns:** M(t), shape (n_t, d, d).
+        """
+        from .oracles import _initial_M, _riccati_isotropic, _times
+
+        ts = _times(ts)
+        M0 = _initial_M(M0, self.d)
+        g, V = np.linalg.eigh(self.EY())
+        Mb = _riccati_isotropic(g, 2.0, V.T @ M0 @ V, ts)
+        return np.einsum("ij,njk,lk->nil", V, Mb, V)
+
+
+def spiked_he2_data(n: int, d: int, *, gamma: float, K: int | None = None, Z: float | None = None,
+                    sigma: float = 0.0, seed: int = 0):
+    """Gaussian inputs and a spiked quadratic teacher (arXiv 2605.14567's hierarchical model in
+    nqf's form; `nqf.spectral`): x ~ N(0, I_d), y = sum_{i=1..K} lambda_i (<a_i, x>^2 - 1) +
+    sigma xi, lambda_i = Z i^-gamma, orthonormal a_i (the first K columns of a random orthogonal
+    matrix). The NQF data are A(x) = x x^T - I (quadratic network / phase retrieval, centred),
+    returned as `nqf.He2Data` (the inputs X (n, d); never an n x d x d tensor).
+
+    **Arguments:**
+
+    - `n`: number of samples (m = n); `d`: input dimension.
+    - `gamma` >= 0: spike decay; `K`: number of directions, 1 <= K <= d (default d // 2);
+      `Z` > 0: scale (default: normalised so that sum_i lambda_i^2 = 1, E[y^2] = 2 + sigma^2).
+    - `sigma` >= 0: label-noise standard deviation; `seed`: one seed for the directions, the
+      inputs and the noise (the directions do not depend on n, so data sets of different n with
+      one seed share the teacher, and the first n' rows of the largest are the n'-sample set).
+
+    **Returns:** `(data, teacher)`: `He2Data` (X (n, d), y (n,)) and the `SpikedTeacher` with the
+    population quantities (E[Y] = 8 M*, the population flow and loss).
+
+    **Raises:** `ValueError` for n, d < 1, K outside [1, d], gamma < 0, Z <= 0, sigma < 0.
+    """
+    from .data import He2Data
+    from ._checks import check_positive
+
+    for name, v in (("n", n), ("d", d)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"`{name}` must be an integer >= 1; found {v!r}.")
+    n, d = int(n), int(d)
+    K = max(d // 2, 1) if K is None else K
+    if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or not 1 <= K <= d:
+        raise ValueError(f"`K` (number of teacher directions) must be an integer in [1, d = {d}]; found {K!r}.")
+    gamma = check_positive(gamma, "gamma", allow_zero=True)
+    sigma = check_positive(sigma, "sigma", allow_zero=True)
+    i = np.arange(1, K + 1, dtype=float)
+    shape = i**-gamma
+    Z = 1.0 / np.sqrt(np.sum(shape**2)) if Z is None else check_positive(Z, "Z")
+    lam = Z * shape
+    rng = np.random.default_rng(seed)
+    a = _random_orthogonal(d, rng)[:, :K]
+    teacher = SpikedTeacher(a, lam, sigma, gamma, Z)
+    X = rng.standard_normal((n, d))
+    y = teacher.labels(X, rng)
+    return He2Data(X, y), teacher

@@ -11,7 +11,7 @@ A <node> is {"array": key} (a numpy array, JAX arrays are saved as numpy), {"val
 bool, int, str), {"float": "1.5" / "inf" / "nan"}, {"list": [...]}, {"tuple": [...]},
 {"dict": {key: node}}, or {"object": class name, "fields": {name: node}} for nqf's result
 classes, data sets (`DenseData`, `CommutingData`, `DiagonalData`, `BlockData`, `LowRankData`,
-`FeedForwardData`) and `NQFModel`. Objects are rebuilt field by field from these names only
+`FeedForwardData`, `He2Data`) and `NQFModel`. Objects are rebuilt field by field from these names only
 (the classes in `_CLASSES`; no arbitrary imports).
 
 What a loaded result keeps: every saved array (states, losses, stats, the data set, the initial
@@ -49,7 +49,7 @@ def _classes() -> dict:
     from .wspace import WTrajectory
 
     out = {c.__name__: c for c in (D.DenseData, D.CommutingData, D.DiagonalData, D.BlockData, D.LowRankData,
-                                   D.FeedForwardData, NQFModel, FlowSolution, SweepSolution,
+                                   D.FeedForwardData, D.He2Data, NQFModel, FlowSolution, SweepSolution,
                                    OracleSolution, SampleOracleSolution, MapTrajectory, MapSweep,
                                    WTrajectory, GLVTrajectory)}
     out.update(_EXTRA)

@@ -24,6 +24,9 @@ reduces the work (coarser grids, smaller problems) but still runs every check.
   NQFs with Adam full batch (`nqf.experiments.digits`; needs the ``digits`` extra).
 - ``fig8``: Fig. 8, a 4-layer MLP and a 2-layer attention vs their 2-layer and 1-layer NQFs
   (Theorem 14; `nqf.experiments.fig8`).
+- ``sample-scaling``: sample-size power laws of the spiked He2 model (issue 18): Y's eigenvectors
+  against the BBP thresholds, the spectral estimator's exponent, the trained flow
+  (`nqf.experiments.sample_scaling`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from collections.abc import Callable
 from . import fig2, fig3, fig3_powerlaw
 from . import fig4, fig4_powerlaw, fig5, fig8
 from . import digits, fig6
+from . import sample_scaling
 
 __all__ = ["EXPERIMENTS", "TITLES", "run"]
 
@@ -46,6 +50,7 @@ EXPERIMENTS: dict[str, Callable[..., dict]] = {
     fig6.NAME: fig6.run,
     digits.NAME: digits.run,
     fig8.NAME: fig8.run,
+    sample_scaling.NAME: sample_scaling.run,
 }
 """Name -> ``run(out_dir, quick=False) -> dict`` for every reproducible figure."""
 
@@ -59,6 +64,7 @@ TITLES: dict[str, str] = {
     fig6.NAME: fig6.TITLE,
     digits.NAME: digits.TITLE,
     fig8.NAME: fig8.TITLE,
+    sample_scaling.NAME: sample_scaling.TITLE,
 }
 """Name -> one-line description (shown by ``nqf list``)."""
 
