@@ -37,6 +37,8 @@ def test_linearized_solves_the_linear_flow(rng):
     # W0 form: M0 = W0 W0^T; scalar t gives (p, p); t of any shape is vectorised
     np.testing.assert_allclose(nqf.linearized(data, 0.37, W0=F), M[2], rtol=1e-12)
     assert nqf.linearized(data, np.zeros((2, 4)), M0=M0).shape == (2, 4, 5, 5)
+    with pytest.raises(FloatingPointError, match="`linearized` overflowed"):
+        nqf.linearized(data, 1e6, M0=M0)
     # the matrix exponential, independently (scipy.linalg.expm)
     from scipy.linalg import expm
     E = expm(0.37 * Y)

@@ -267,6 +267,12 @@ def test_host_reduced_path_matches_explicit_flow(host):
     np.testing.assert_allclose(lossy.excess_loss, ref.excess_loss, rtol=1e-6)
     with pytest.raises(ValueError, match=f"solver='{host}' integrates the GLV flow of CommutingData with m < p"):
         nqf.solve_flow(nqf.datasets.fig3_data(), z0=np.ones(5), t1=1.0, solver=host)
+    with pytest.raises(ValueError, match="`rtol` must be < 1"):
+        nqf.solve_flow(data, solver=host, rtol=2.0, **kw)
+    with pytest.raises(ValueError, match="`max_steps` must be a positive integer; found 0"):
+        nqf.solve_flow(data, solver=host, max_steps=0, **kw)
+    with pytest.raises(TypeError, match=f"solver='{host}' runs in numpy on the host and is not traceable"):
+        jax.jit(lambda z: nqf.solve_flow(data, solver=host, z0=z, t1=200.0).loss[-1])(z0)
 
 
 # -- issue 16: block-diagonal Newton for BlockData ------------------------------------------------

@@ -72,7 +72,7 @@ def _make_solver(solver, stiff: bool, data=None, form=None, mask=None):
             cls = SOLVERS[solver.lower()]
         except KeyError:
             raise ValueError(
-                f"`solver` must be a diffrax solver or one of {sorted(SOLVERS)}; found {solver!r}."
+                f"`solver` must be a diffrax solver or one of {sorted(SOLVERS) + ['cvode', 'lsoda']}; found {solver!r}."
             ) from None
         if cls is Rodas5P and form == "glv":
             return cls(linear_solver=glv_linear_solver(data, mask))
@@ -1031,8 +1031,17 @@ def _solve_reduced_host(method, data, model, form, kind, x0, init, is_factor, in
             f"(`nqf.lsoda`); found {type(data).__name__} (m = {data.m}, p = {data.p}) with form={form!r}. "
             "Use stiff=True (Rodas5P) otherwise."
         )
+    if _is_traced((data, model, x0, t0, t1, ts, rtol, atol, weight_decay)):
+        raise TypeError(
+            f"solver={method!r} runs in numpy on the host and is not traceable (jit / vmap / grad); "
+            "use stiff=True (Rodas5P, the same m-coordinate flow in JAX) inside transformations."
+        )
     rtol = check_positive(rtol, "rtol")
+    if rtol >= 1.0:
+        raise ValueError(f"`rtol` must be < 1 (a relative tolerance); found {rtol!r}.")
     atol = None if atol is None else check_positive(atol, "atol")
+    if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
+        raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
     t0, t1, ts = _time_grid(t0, t1, ts)
     gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
     if save not in ("state", "loss"):

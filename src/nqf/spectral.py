@@ -126,7 +126,8 @@ def linearized(data: AbstractData, t, *, M0=None, W0=None):
 
     **Raises:** `ValueError` unless exactly one of `M0`, `W0` is given, for shapes that do not
     match the data, non-finite values, or (concrete values) a non-symmetric or non-PSD `M0`;
-    `TypeError` if `data` is not an nqf data set.
+    `TypeError` if `data` is not an nqf data set; `FloatingPointError` (concrete values) if
+    e^{2 g t} overflows.
     """
     _check_data(data)
     M0 = _initial(data, M0, W0)
@@ -135,7 +136,13 @@ def linearized(data: AbstractData, t, *, M0=None, W0=None):
     Mb0 = V.T @ M0 @ V
     e = jnp.exp(t[..., None] * g)  # t.shape + (p,)
     Mb = e[..., :, None] * Mb0 * e[..., None, :]
-    return V @ Mb @ V.T
+    out = V @ Mb @ V.T
+    if not (any(is_traced(x) for x in jax.tree.leaves((data, M0, t))) or bool(jnp.all(jnp.isfinite(out)))):
+        raise FloatingPointError(
+            f"`linearized` overflowed: e^(2 g_max t) with g_max t = {float(jnp.max(jnp.abs(g)) * jnp.max(jnp.abs(t))):.4g} "
+            "exceeds float64; the linearized flow is only meaningful before `linearized_horizon`."
+        )
+    return out
 
 
 def linearized_horizon(data: AbstractData, *, M0=None, W0=None, delta: float = 0.1):
