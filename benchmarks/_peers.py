@@ -378,7 +378,7 @@ class Coupled:
 
     def __init__(self, p: int, m: int = 100):
         from nqf.data import CommutingData
-        from nqf.glv import glv_equilibrium
+        from nqf import glv_equilibrium
 
         self.p, self.m = int(p), int(m)
         rng = np.random.default_rng(0)
@@ -393,7 +393,7 @@ class Coupled:
         self.keep = self.E_ref >= 1e-10 * self.E_ref[0]
 
     def excess(self, u):
-        from nqf.glv import excess_loss
+        from nqf import excess_loss
 
         return excess_loss(self.data, np.exp(u), self.z_star)
 

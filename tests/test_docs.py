@@ -2,6 +2,7 @@
 generated API reference, every public module has a reference page, the theory map covers the top
 level, and the Python code on the newcomer's pages (README, getting started, guides) runs."""
 
+import importlib
 import os
 import pathlib
 import re
@@ -43,41 +44,83 @@ def _top_level_names() -> list[str]:
 
 
 def _public_modules() -> list[str]:
+    """nqf's public modules, from the source tree: the public subpackages (``src/nqf/NAME/``, NAME
+    without a leading underscore), the public modules inside them (``nqf.solvers.stiff``), the
+    public top-level modules (``nqf.cli``), and the namespace modules of ``nqf.__all__`` whose home
+    is private (``nqf.memory`` = ``nqf._core.memory``)."""
     src = ROOT / "src" / "nqf"
-    mods = [p.stem for p in src.glob("*.py") if not p.stem.startswith("_")]
-    mods += [p.parent.name for p in src.glob("*/__init__.py") if not p.parent.name.startswith("_")]
+    mods = {f"nqf.{p.stem}" for p in src.glob("*.py") if not p.stem.startswith("_")}
+    for init in src.rglob("__init__.py"):
+        parts = init.parent.relative_to(src).parts
+        if not parts or any(part.startswith("_") for part in parts):
+            continue
+        pkg = ".".join(("nqf",) + parts)
+        mods.add(pkg)
+        mods |= {f"{pkg}.{p.stem}" for p in init.parent.glob("*.py") if not p.stem.startswith("_")}
+    for name in nqf.__all__:
+        obj = getattr(nqf, name)
+        if isinstance(obj, types.ModuleType) and any(part.startswith("_") for part in obj.__name__.split(".")):
+            mods.add(f"nqf.{name}")
     return sorted(mods)
+
+
+def _page(mod: str) -> str:
+    """The reference page of a public module: nqf.solvers -> reference/solvers.md,
+    nqf.solvers.stiff -> reference/solvers/stiff.md."""
+    return "reference/" + "/".join(mod.split(".")[1:]) + ".md"
+
+
+def _anchors(name: str) -> set[str]:
+    """The anchor ids that document ``nqf.NAME``: NAME on the page of each public module that
+    re-exports the same object in its ``__all__`` (``nqf.solvers.solve_flow``), or on the page of the
+    module that defines it (``nqf._core._cache.enable_compilation_cache``)."""
+    obj = getattr(nqf, name)
+    anchors = set()
+    for mod in _public_modules():
+        module = sys.modules.get(mod)  # what `import nqf` loaded (not the experiments, not the CLI)
+        if module is not None and name in getattr(module, "__all__", ()) and getattr(module, name) is obj:
+            anchors.add(f"{mod}.{name}")
+    home = getattr(obj, "__module__", None)
+    if isinstance(home, str) and home.startswith("nqf."):
+        anchors.add(f"{home}.{name}")
+    return anchors
 
 
 def test_docs_build_strict(site):
     assert (site / "index.html").exists()
     for page in ("getting-started", "theory", "numerics", "guides/simulate-a-layer",
                  "guides/validate-a-theorem", "guides/map-sweeps", "guides/benchmarks", "guides/examples",
-                 "reference"):
+                 "reference", "reference/solvers", "reference/solvers/stiff"):
         assert (site / page / "index.html").exists(), page
 
 
 def test_every_public_name_is_in_the_api_reference(site):
     ids = _ids(site)
-    missing = []
-    for name in _top_level_names():
-        mod = getattr(getattr(nqf, name), "__module__", None)
-        if mod and mod.startswith("nqf.") and f"{mod}.{name}" in ids:
-            continue
-        if not any(i.endswith("." + name) and i.count(".") == 2 for i in ids):
-            missing.append(name)
+    missing = [name for name in _top_level_names() if not _anchors(name) & ids]
     assert not missing, f"public names without an API reference entry: {missing}"
+
+
+def test_every_public_module_is_rendered_with_its_all(site):
+    """Each public module's page renders the module and every name of its ``__all__`` (a
+    subpackage's re-exports from its private modules included)."""
+    ids = _ids(site)
+    missing = []
+    for mod in _public_modules():
+        module = importlib.import_module(mod)
+        expected = [mod] + [f"{mod}.{n}" for n in getattr(module, "__all__", ())]
+        missing += [i for i in expected if i not in ids]
+    assert not missing, f"not in the built API reference: {missing}"
 
 
 def test_every_public_module_has_a_reference_page():
     nav = (ROOT / "mkdocs.yml").read_text()
     problems = []
     for mod in _public_modules():
-        page = DOCS / "reference" / f"{mod}.md"
-        if not page.exists() or f"::: nqf.{mod}" not in page.read_text():
-            problems.append(f"docs/reference/{mod}.md with the line '::: nqf.{mod}'")
-        if f"reference/{mod}.md" not in nav:
-            problems.append(f"mkdocs.yml nav entry '- nqf.{mod}: reference/{mod}.md'")
+        page = DOCS / _page(mod)
+        if not page.exists() or not re.search(rf"^::: {re.escape(mod)}$", page.read_text(), re.M):
+            problems.append(f"docs/{_page(mod)} with the line '::: {mod}'")
+        if not re.search(rf"^\s*- {re.escape(mod)}: {re.escape(_page(mod))}$", nav, re.M):
+            problems.append(f"mkdocs.yml nav entry '- {mod}: {_page(mod)}'")
     assert not problems, "add: " + "; ".join(problems)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import nqf
-import nqf.gd
+import nqf.dynamics._gd
 from nqf.cli import main
 
 FIG3 = nqf.datasets.fig3_data()  # CommutingData, m = p = 5
@@ -28,7 +28,7 @@ _NO_COLUMNS = r"`W0` must have at least one column \(width d >= 1 neurons\); fou
          r"`glv_equilibrium` needs commuting data.*found DenseData"),
         (lambda: nqf.excess_loss(nqf.DenseData(np.asarray(FIG3.dense()), FIG3.y), np.ones(5)), TypeError,
          r"`excess_loss` needs commuting data.*found DenseData"),
-        (lambda: nqf.glv.orthogonal_features_residual(nqf.DenseData(np.asarray(FIG3.dense()), FIG3.y)),
+        (lambda: nqf.dynamics._glv.orthogonal_features_residual(nqf.DenseData(np.asarray(FIG3.dense()), FIG3.y)),
          TypeError, r"`orthogonal_features_residual` needs commuting data"),
         # width d = 0
         (lambda: nqf.closed_sgd(FIG3, lr=0.01, steps=3, W0=np.zeros((5, 0))), ValueError,
@@ -71,7 +71,7 @@ _NO_COLUMNS = r"`W0` must have at least one column \(width d >= 1 neurons\); fou
         (lambda: nqf.solve_flow(FIG3, W0=np.zeros((5, 0)), t1=1.0), ValueError, _NO_COLUMNS),
         (lambda: nqf.solve_flow(FIG3, W0=np.zeros((5, 0)), t1=1.0, form="M-mu"), ValueError, _NO_COLUMNS),
         (lambda: nqf.train_w(FIG3, np.zeros((5, 0)), lr=0.1, steps=3), ValueError, _NO_COLUMNS),
-        (lambda: nqf.gd.gradient_descent(FIG3, np.zeros((5, 0)), lr=0.1, steps=3), ValueError, _NO_COLUMNS),
+        (lambda: nqf.dynamics._gd.gradient_descent(FIG3, np.zeros((5, 0)), lr=0.1, steps=3), ValueError, _NO_COLUMNS),
         (lambda: nqf.theorem6(FIG3, [0.0, 1.0], W0=np.zeros((5, 0))), ValueError, _NO_COLUMNS),
         (lambda: nqf.theorem5(nqf.BlockData(np.ones((2, 2)), [1.0, 1.0]), [1.0], W0=np.zeros((4, 0))),
          ValueError, _NO_COLUMNS),
@@ -165,7 +165,7 @@ def test_block_data_flow_equals_commuting_flow_and_saves(tmp_path):
 
 
 def test_unusable_compilation_cache_warns_and_goes_on(monkeypatch, tmp_path):
-    from nqf.cache import CacheWarning, _enable_from_env
+    from nqf._core._cache import CacheWarning, _enable_from_env
 
     blocker = tmp_path / "a_file"
     blocker.write_text("x")

@@ -513,9 +513,9 @@ def _add_compress_parser(sub) -> None:
 def _load_compress_model(name: str):
     import numpy as np
 
-    from . import datasets
-    from .data import CommutingData, DenseData, FeedForwardData, LowRankData
-    from .model import NQFModel
+    from .data import datasets
+    from .data._model import NQFModel
+    from .data._operators import CommutingData, DenseData, FeedForwardData, LowRankData
 
     if name == "mlp":
         return NQFModel(datasets.mlp_data(200, 39, rank=31)), None
@@ -559,8 +559,8 @@ def _load_compress_model(name: str):
 def _cmd_compress(args, parser) -> int:
     import numpy as np
 
-    from .compress import DEFAULT_RTOL, compression_report
     from .experiments._common import jsonable
+    from .theory.compress import DEFAULT_RTOL, compression_report
 
     _check_output_file(args.json, "--json", parser)
     if args.d < 1:

@@ -79,7 +79,7 @@ import time
 
 import numpy as np
 
-from ..modules import CNN, MLP, QKAttention
+from ..data.modules import CNN, MLP, QKAttention
 from ._common import COLORS, check, chosen, claim, phase_end, prepare_out_dir, sensitivity, write_outputs
 from ._pair import init_gap_order, least_squares_loss, train_pair
 

@@ -92,7 +92,7 @@ import time
 import jax.numpy as jnp
 import numpy as np
 
-from ..modules import CNN, MHA, MLP, QKAttention, unvec
+from ..data.modules import CNN, MHA, MLP, QKAttention, unvec
 from ._common import COLORS, check, chosen, claim, prepare_out_dir, sensitivity, write_outputs
 from ._pair import OPTIMIZERS, init_gap_order, train_pair
 

@@ -8,12 +8,12 @@ comparison.
 What is measured (all in gradient-flow time):
 
 - the flow (`nqf.solve_flow`, GLV form in log z) against the closed form of Theorem 6
-  (`nqf.oracles.theorem6`): maximum relative error of every z_k over a dense grid of times;
+  (`nqf.theory.theorem6`): maximum relative error of every z_k over a dense grid of times;
 - ignition times t*_k (z_k reaches z_k(inf) / 2), measured by root finding on the solver's dense
   output (`nqf.measure_ignition_times`) against Eq. E19 (`nqf.predicted_ignition_times` with
-  r, C from `nqf.oracles.theorem6_rates`, rho = 1/2);
+  r, C from `nqf.theory.theorem6_rates`, rho = 1/2);
 - the same two at eps = 1e-12 on [0, 600] (ignition times grow like ln(1/eps));
-- GD in weight space (`nqf.gd.gradient_descent`) against the flow: maximum relative deviation of
+- GD in weight space (`nqf.dynamics.gradient_descent`) against the flow: maximum relative deviation of
   z_k at the saved GD steps. GD is a first-order discretization: in the exponential phase its
   ln z_k lags by about lr r_k^2 t / 4, i.e. ~3% for mode 1 at its ignition (t ~ 11.5), hence the
   bound 0.05 of that check.
@@ -32,15 +32,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import datasets
-from ..gd import gradient_descent
-from ..glv import excess_loss
-from ..ignition import measure_ignition_times, predicted_ignition_times
-from ..oracles import theorem6, theorem6_rates
-from ..solve import solve_flow
-from ..samplewise import crossing_times
-from ._common import (COLORS, check, chosen, claim, max_rel_error, new_figure, prepare_out_dir, sensitivity,
-                      write_outputs)
+from ..data import datasets
+from ..dynamics._gd import gradient_descent
+from ..dynamics._glv import excess_loss
+from ..solvers._solve import solve_flow
+from ..theory._ignition import measure_ignition_times, predicted_ignition_times
+from ..theory._oracles import theorem6, theorem6_rates
+from ..theory.samplewise import crossing_times
+from ._common import (
+    COLORS,
+    check,
+    chosen,
+    claim,
+    max_rel_error,
+    new_figure,
+    prepare_out_dir,
+    sensitivity,
+    write_outputs,
+)
 
 NAME = "fig3"
 TITLE = "Fig. 3 left/middle: sudden learning (m = p = 5, eps = 1e-5), flow vs Theorem 6 vs GD"

@@ -50,10 +50,10 @@ import time
 
 import numpy as np
 
-from .. import datasets
-from ..ignition import predicted_ignition_times
-from ..oracles import theorem6_rates
-from ..solve import solve_flow
+from ..data import datasets
+from ..solvers._solve import solve_flow
+from ..theory._ignition import predicted_ignition_times
+from ..theory._oracles import theorem6_rates
 from ._common import check, chosen, claim, new_figure, prepare_out_dir, sensitivity, write_outputs
 
 NAME = "fig3-powerlaw"

@@ -48,16 +48,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import datasets
-from ..gd import gradient_descent
-from ..samplewise import (
+from ..data import datasets
+from ..dynamics._gd import gradient_descent
+from ..solvers._solve import solve_flow
+from ..theory.samplewise import (
     crossing_times,
     measure_sample_ignition_times,
     sample_ignition_times,
     staircase_limit,
     theorem5,
 )
-from ..solve import solve_flow
 from ..validate import matrix_relative_error, relative_error
 from ._common import COLORS, check, chosen, claim, new_figure, prepare_out_dir, sensitivity, write_outputs
 

@@ -35,9 +35,9 @@ import time
 
 import numpy as np
 
-from .. import datasets
-from ..powerlaw import finite_eps_exponent, fit_power_law, samplewise_exponent, window_average
-from ..samplewise import sample_ignition_times, staircase_limit, theorem5
+from ..data import datasets
+from ..theory.powerlaw import finite_eps_exponent, fit_power_law, samplewise_exponent, window_average
+from ..theory.samplewise import sample_ignition_times, staircase_limit, theorem5
 from ._common import check, chosen, claim, new_figure, prepare_out_dir, sensitivity, write_outputs
 
 NAME = "fig4-powerlaw"

@@ -146,12 +146,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import datasets
-from ..ignition import predicted_ignition_times
-from ..data import CommutingData
-from ..oracles import theorem6, theorem6_rates
-from ..solve import solve_flow
-from ..powerlaw import (
+from ..data import datasets
+from ..data._operators import CommutingData
+from ..solvers._solve import solve_flow
+from ..theory._ignition import predicted_ignition_times
+from ..theory._oracles import theorem6, theorem6_rates
+from ..theory.powerlaw import (
     featurewise_exponent,
     finite_eps_exponent,
     first_drop_time,

@@ -63,7 +63,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..modules import MLP, QKAttention
+from ..data.modules import MLP, QKAttention
 from ._common import COLORS, check, chosen, claim, prepare_out_dir, sensitivity, write_outputs
 from ._pair import train_online
 

@@ -117,8 +117,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import multilayer as ml
-from ..powerlaw import first_drop_time
+from ..dynamics import multilayer as ml
+from ..theory.powerlaw import first_drop_time
 from ._common import check, chosen, claim, phase_end, prepare_out_dir, sensitivity, write_outputs
 
 NAME = "fig8"
@@ -289,7 +289,7 @@ def _tracking_steps(L, L_ref, steps) -> int:
 
 def run_case(arch: str, init: str, *, steps: int, n_saves: int, seed: int = SEED, var: float | None = None) -> dict:
     """Train the original, its 2-layer and its 1-layer NQF from the same init (variance `var`,
-    default INITS[arch][init]); losses, gaps, drop times, the 2-layer NQF's learning phase."""
+    default `INITS[arch][init]`); losses, gaps, drop times, the 2-layer NQF's learning phase."""
     Xtr, ytr, Xte, yte = make_data(arch, seed)
     var = INITS[arch][init] if var is None else var
     rng = np.random.default_rng(seed + 1)

@@ -57,10 +57,10 @@ import time
 
 import numpy as np
 
-from .. import spectral
-from ..datasets import spiked_he2_data
-from ..powerlaw import fit_power_law
-from ..solve import solve_flow
+from ..data.datasets import spiked_he2_data
+from ..solvers._solve import solve_flow
+from ..theory import spectral
+from ..theory.powerlaw import fit_power_law
 from ._common import COLORS, check, chosen, claim, prepare_out_dir, sensitivity, write_outputs
 
 NAME = "sample-scaling"

@@ -1,0 +1,32 @@
+"""The error an oracle raises when its theorem's assumption fails on the given data."""
+
+__all__ = ["AssumptionError"]
+
+
+class AssumptionError(ValueError):
+    """An oracle's assumption does not hold on the given data (or initial condition).
+
+    **Attributes:**
+
+    - `theorem`: the result whose assumption failed, e.g. ``"Theorem 6"``.
+    - `condition`: the violated condition in words, prefixed with the theorem, e.g.
+      ``"Theorem 6: orthogonal features sum_mu lambda_{mu,k} lambda_{mu,j} = 0 (k != j)"``.
+    - `residual`: the measured relative residual of that condition (float).
+    - `tol`: the tolerance it was compared with (float).
+    - `where`: where the worst violation sits (e.g. ``"(k, j) = (0, 1)"``), or ``""``.
+    """
+
+    def __init__(self, theorem: str, condition: str, residual: float, tol: float,
+                 where: str = "", detail: str = ""):
+        self.theorem = theorem
+        self.condition = f"{theorem}: {condition}"
+        self.residual = float(residual)
+        self.tol = float(tol)
+        self.where = where
+        msg = (
+            f"{theorem} does not apply to this data: its assumption '{condition}' fails"
+            + (f" at {where}" if where else "")
+            + f"; relative residual {self.residual:.3g} > tol {self.tol:.3g}."
+            + (f" {detail}" if detail else "")
+        )
+        super().__init__(msg)

@@ -1,0 +1,167 @@
+"""Saving and loading results: `result.save(path)` and `nqf.load(path)`.
+
+**On-disk format** (version 1). One ``.npz`` file (numpy's zip of arrays, written and read with
+``allow_pickle=False``, so loading never executes code):
+
+- ``__nqf__``: a JSON document {"format": "nqf-result", "version": 1, "nqf": the writer's
+  version, "root": <node>} describing the object;
+- one array per array-valued field, under the key the JSON names.
+
+A <node> is {"array": key} (a numpy array, JAX arrays are saved as numpy), {"value": v} (None,
+bool, int, str), {"float": "1.5" / "inf" / "nan"}, {"list": [...]}, {"tuple": [...]},
+{"dict": {key: node}}, or {"object": class name, "fields": {name: node}} for nqf's result
+classes, data sets (`DenseData`, `CommutingData`, `DiagonalData`, `BlockData`, `LowRankData`,
+`FeedForwardData`, `He2Data`) and `NQFModel`. Objects are rebuilt field by field from these names only
+(the classes registered with `register`; no arbitrary imports).
+
+What a loaded result keeps: every saved array (states, losses, stats, the data set, the initial
+condition) and the solver settings (`FlowSolution.settings`), so derived quantities (M, z,
+loss, excess loss, ignition times) work as before, and dense output (`evaluate`, `z_at`, `M_at`,
+`step_times`) is rebuilt on first use by solving again with the same settings (as an unsaved
+solution's default `dense=None` does). A solution solved with a solver *instance* (not a name)
+has no recorded solver and refuses dense output after loading; its saved arrays are complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+
+import numpy as np
+
+from ._version import __version__
+
+__all__ = ["save", "load", "Saveable", "register"]
+
+FORMAT, VERSION = "nqf-result", 1
+
+
+_CLASSES: dict = {}  # class name -> class: what `save` writes and `load` rebuilds
+
+
+def register(*classes):
+    """Let `save`/`load` write and rebuild the dataclasses (or equinox Modules) `classes` field by
+    field (by class name; `load` never imports anything). nqf's data sets and `NQFModel` are
+    registered where they are defined; subclasses of `Saveable` register themselves. Returns the
+    first class (usable as a decorator)."""
+    for cls in classes:
+        _CLASSES[cls.__name__] = cls
+    return classes[0] if classes else None
+
+
+class Saveable:
+    """Mixin of nqf's result types: `save(path)` writes the result in the format above; pickling
+    keeps the dataclass fields only (derived, cached quantities are recomputed after loading).
+
+    A subclass names the fields it does not write in `_unsaved_fields` and rebuilds them in
+    `_after_load` (called on the object `load` rebuilt)."""
+
+    _unsaved_fields: tuple = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        register(cls)
+
+    def __getstate__(self):
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def __setstate__(self, state):
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+
+    def _after_load(self) -> None:
+        """Rebuild the `_unsaved_fields` after `load` (default: nothing to rebuild)."""
+
+    def save(self, path) -> str:
+        """Write this result to `path` (a ``.npz`` file; the suffix is added if missing) and
+        return the path written. Read it back with `nqf.load`."""
+        return save(self, path)
+
+
+def _is_array(x) -> bool:
+    import jax
+
+    return isinstance(x, (np.ndarray, np.generic, jax.Array)) and not isinstance(x, (bool, str))
+
+
+def _encode(x, arrays: dict, key: str):
+    if x is None or isinstance(x, (bool, str)):
+        return {"value": x}
+    if isinstance(x, (int, np.integer)) and not isinstance(x, np.bool_):
+        return {"value": int(x)}
+    if isinstance(x, (float, np.floating)):
+        return {"float": repr(float(x))}
+    if _is_array(x):
+        arrays[key] = np.asarray(x)
+        return {"array": key}
+    if isinstance(x, (list, tuple)):
+        kind = "list" if isinstance(x, list) else "tuple"
+        return {kind: [_encode(v, arrays, f"{key}.{i}") for i, v in enumerate(x)]}
+    if isinstance(x, dict):
+        return {"dict": {str(k): _encode(v, arrays, f"{key}.{k}") for k, v in x.items()}}
+    name = type(x).__name__
+    if _CLASSES.get(name) is not type(x) or not dataclasses.is_dataclass(x):
+        raise TypeError(f"nqf.save cannot write a {name} (in field {key!r}).")
+    skip = getattr(x, "_unsaved_fields", ())
+    fields = {}
+    for f in dataclasses.fields(x):
+        if f.name in skip:
+            continue  # rebuilt by `_after_load` (e.g. dense output: on first use; module docstring)
+        fields[f.name] = _encode(getattr(x, f.name), arrays, f"{key}.{f.name}")
+    return {"object": name, "fields": fields}
+
+
+def _decode(node, arrays):
+    if "value" in node:
+        return node["value"]
+    if "float" in node:
+        return float(node["float"])
+    if "array" in node:
+        return arrays[node["array"]]
+    if "list" in node:
+        return [_decode(v, arrays) for v in node["list"]]
+    if "tuple" in node:
+        return tuple(_decode(v, arrays) for v in node["tuple"])
+    if "dict" in node:
+        return {k: _decode(v, arrays) for k, v in node["dict"].items()}
+    cls = _CLASSES.get(node["object"])
+    if cls is None:
+        raise ValueError(f"nqf.load: unknown object type {node['object']!r} in the file.")
+    obj = object.__new__(cls)
+    for name, v in node["fields"].items():
+        object.__setattr__(obj, name, _decode(v, arrays))
+    if isinstance(obj, Saveable):
+        obj._after_load()
+    return obj
+
+
+def save(obj, path) -> str:
+    """Write a result (`FlowSolution`, `SweepSolution`, `OracleSolution`, `MapTrajectory`, ...)
+    to the ``.npz`` file `path` (suffix added if missing); returns the path written.
+
+    **Raises:** `TypeError` for an object (or a field) the format cannot hold."""
+    path = os.fspath(path)
+    if not path.endswith(".npz"):
+        path += ".npz"
+    arrays: dict = {}
+    root = _encode(obj, arrays, "root")
+    header = {"format": FORMAT, "version": VERSION, "nqf": __version__, "root": root}
+    np.savez(path, __nqf__=np.array(json.dumps(header, allow_nan=False)), **arrays)
+    return path
+
+
+def load(path):
+    """Read a result written by `save` / `result.save`.
+
+    **Raises:** `ValueError` if the file is not an nqf result (or a newer format version)."""
+    with np.load(os.fspath(path), allow_pickle=False) as f:
+        if "__nqf__" not in f.files:
+            raise ValueError(f"{os.fspath(path)!r} is not an nqf result file (no '__nqf__' header).")
+        header = json.loads(str(f["__nqf__"]))
+        arrays = {k: f[k] for k in f.files if k != "__nqf__"}
+    if header.get("format") != FORMAT or header.get("version", math.inf) > VERSION:
+        raise ValueError(f"{os.fspath(path)!r}: unsupported format {header.get('format')!r} "
+                         f"version {header.get('version')!r} (this nqf reads {FORMAT!r} version {VERSION}).")
+    return _decode(header["root"], arrays)

@@ -1,0 +1,149 @@
+"""Isotropic data (Theorem 7's assumption K(X) = 4 c X on Sym(p)) and the isotropic Riccati
+solution M(t) of THEORY E17, shared by the data sets' population flow and Theorem 7's oracle."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._checks import as_array, check_psd, check_symmetric, shape_str
+from ._operators import AbstractData
+
+
+def _times(ts) -> np.ndarray:
+    ts = np.asarray(as_array(ts, "ts", ndim=1))
+    if ts.size and ts.min() < 0:
+        raise ValueError(
+            f"`ts` must be gradient-flow times >= 0 (the oracles start at t = 0); found min {ts.min()}."
+        )
+    return ts
+
+
+def _initial_M(M0, p: int, name: str = "M0") -> np.ndarray:
+    M0 = as_array(M0, name, ndim=2)
+    if M0.shape != (p, p):
+        raise ValueError(f"`{name}` must have shape ({p}, {p}) to match the data; found {shape_str(M0.shape)}.")
+    check_symmetric(M0, name)
+    check_psd(M0, name)
+    M0 = np.asarray(M0)
+    return 0.5 * (M0 + M0.T)
+
+
+def _check_data(data) -> None:
+    if not isinstance(data, AbstractData):
+        raise TypeError(f"`data` must be an nqf data set (e.g. `DenseData`); found {type(data).__name__}.")
+
+
+def sym_basis(p: int) -> np.ndarray:
+    """Orthonormal basis of Sym(p) under <X, Y> = Tr[X Y]: E_ii and (E_ij + E_ji)/sqrt 2, i < j.
+
+    Returns shape (p (p + 1) / 2, p, p).
+    """
+    out = []
+    for i in range(p):
+        for j in range(i, p):
+            B = np.zeros((p, p))
+            if i == j:
+                B[i, i] = 1.0
+            else:
+                B[i, j] = B[j, i] = np.sqrt(0.5)
+            out.append(B)
+    return np.asarray(out).reshape(-1, p, p)
+
+
+def isotropy(data: AbstractData) -> tuple[float, float, np.ndarray]:
+    """Measure Theorem 7's assumption: the matrix of K on an orthonormal basis of Sym(p).
+
+    K_ab = <B_a, K(B_b)> = (4/m) sum_mu <A_mu, B_a> <A_mu, B_b> (a PSD matrix of size
+    p (p + 1) / 2); isotropy is K = 4 c I.
+
+    **Returns:** `(c, residual, eigenvalues)`: c = Tr K / (4 dim Sym(p)), the relative residual
+    max_i |kappa_i - 4 c| / max_i kappa_i over the eigenvalues kappa of K (0 when K = 0), and the
+    eigenvalues.
+    """
+    _check_data(data)
+    p = data.p
+    B = jnp.asarray(sym_basis(p))
+    T = np.asarray(jax.vmap(data.traces)(B))  # (n_s, m)
+    Kmat = 4.0 / data.m * (T @ T.T)
+    kappa = np.linalg.eigvalsh(Kmat)
+    c = float(np.trace(Kmat)) / (4.0 * Kmat.shape[0])
+    top = float(np.abs(kappa).max(initial=0.0))
+    res = float(np.abs(kappa - 4.0 * c).max(initial=0.0)) / top if top > 0 else 0.0
+    return c, res, kappa
+
+
+def _log_psi(g, t):
+    """log Psi, Psi = (1 - exp(-2 g t)) / (2 g) = exp(-2 g t) int_0^t exp(2 g s) ds (t for g = 0),
+    for t > 0, without overflow: for g < 0 it is 2|g| t + log(1 - e^{-2|g| t}) - log(2|g|)."""
+    a = np.abs(g)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a_s = np.where(a > 0, a, 1.0)
+        core = np.log(-np.expm1(-2.0 * a_s * t)) - np.log(2.0 * a_s)
+        return np.where(g > 0, core, np.where(g < 0, 2.0 * a * t + core, np.log(t + 0.0 * g)))
+
+
+def _riccati_isotropic(g, c: float, Mb0, ts) -> np.ndarray:
+    """M~(t) = E M~0 [I + 8 c Phi M~0]^{-1} E in Y's eigenbasis (E = diag(e^{g t}),
+    Phi = diag(phi), phi_k = int_0^t e^{2 g_k s} ds), evaluated without overflow or loss of the
+    small modes' relative accuracy.
+
+    On the range of M~0 (orthonormal basis Q, rank r, restricted M_R = Q^T M~0 Q) E17 reads
+    M~ = E Q (M_R^{-1} + 8 c Q^T Phi Q)^{-1} Q^T E (the information form N' = -Y N - N Y + 8 c I).
+    Sort the modes by decreasing g (so by decreasing phi, for every t > 0) and rotate Q so that
+    its sorted rows are lower trapezoidal (an LQ factorization, Q_sorted = L O^T): then
+    A = O^T M_R^{-1} O + 8 c L^T Phi L is graded (entry (i, j) of the Phi part involves only rows
+    with phi <= phi_i, phi_j), and after the symmetric scaling A = S Ahat S (unit diagonal, built
+    in log space) its Cholesky solve is accurate; M~ = (E L S^{-1}) Ahat^{-1} (E L S^{-1})^T.
+    """
+    p = g.shape[0]
+    n = ts.shape[0]
+    out = np.zeros((n, p, p))
+    ev, U = np.linalg.eigh(Mb0)
+    keep = ev > 10.0 * p * np.finfo(float).eps * max(float(ev.max(initial=0.0)), 0.0)
+    r = int(keep.sum())
+    if r == 0:
+        return out
+    if c == 0:  # K = 0: M(t) = E M0 E
+        E = np.exp(np.outer(ts, g))
+        return E[:, :, None] * Mb0[None] * E[:, None, :]
+    live = ts > 0
+    out[~live] = Mb0
+    if not live.any():
+        return out
+    t = ts[live][:, None]  # (n', 1)
+    order = np.argsort(-g, kind="stable")
+    Qs = U[:, keep][order]  # (p, r), rows sorted by decreasing g
+    O_, Lt = np.linalg.qr(Qs.T)  # Qs^T = O Lt  =>  Qs = Lt^T O^T, L = Lt^T lower trapezoidal
+    L = Lt.T  # (p, r)
+    Ninv = (O_.T * (1.0 / ev[keep])) @ O_  # O^T M_R^{-1} O, (r, r)
+    gs = g[order]
+    logphi = 2.0 * gs[None, :] * t + _log_psi(gs[None, :], t)  # (n', p)
+    with np.errstate(divide="ignore"):
+        logL = np.log(np.abs(L))  # (p, r), -inf for zeros
+    sgnL = np.sign(L)
+    log8c = np.log(8.0 * c)
+    # terms[n, k, i, j] = log(8 c phi_k |L_ki| |L_kj|)
+    with np.errstate(invalid="ignore", under="ignore"):
+        lt = log8c + logphi[:, :, None, None] + logL[None, :, :, None] + logL[None, :, None, :]
+        # log of the diagonal of A: logsumexp over k and the Ninv diagonal
+        diag_terms = np.concatenate(
+            [np.broadcast_to(np.log(np.diag(Ninv))[None, None, :], (t.shape[0], 1, r)),
+             np.einsum("nkii->nki", lt)], axis=1)  # (n', p + 1, r)
+        mx = diag_terms.max(axis=1, keepdims=True)
+        logS2 = (mx + np.log(np.exp(diag_terms - mx).sum(axis=1, keepdims=True)))[:, 0, :]  # (n', r)
+        half = 0.5 * logS2
+        scale = half[:, :, None] + half[:, None, :]  # log(S_i S_j)
+        Ahat = Ninv[None] * np.exp(-scale)
+        Ahat = Ahat + np.einsum("nkij->nij", sgnL[None, :, :, None] * sgnL[None, :, None, :]
+                                * np.exp(lt - scale[:, None]))
+        # G = E L S^{-1}: G_ki = sign(L_ki) exp(g_k t + log|L_ki| - log S_i)
+        G = sgnL[None] * np.exp(gs[None, :, None] * t[:, :, None] + logL[None] - half[:, None, :])
+    Ahat = 0.5 * (Ahat + np.swapaxes(Ahat, 1, 2))
+    Ch = np.linalg.cholesky(Ahat)  # (n', r, r)
+    H = np.swapaxes(np.linalg.solve(Ch, np.swapaxes(G, 1, 2)), 1, 2)  # G Ch^{-T}, (n', p, r)
+    Ms = H @ np.swapaxes(H, 1, 2)  # sorted order
+    inv = np.argsort(order)
+    out[live] = Ms[:, inv][:, :, inv]
+    return out

@@ -1,0 +1,540 @@
+"""Generated NQF data sets with known structure (the paper's settings and theorem test beds).
+
+Nothing is downloaded: every data set here is generated from a seed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._core._checks import as_array
+from ._operators import CommutingData, DenseData, DiagonalData
+
+__all__ = [
+    "orthogonal_features_data",
+    "fig3_data",
+    "powerlaw_data",
+    "isotropic_data",
+    "projector_data",
+]
+
+
+def _random_orthogonal(n: int, rng) -> np.ndarray:
+    Q, R = np.linalg.qr(rng.standard_normal((n, n)))
+    return Q * np.sign(np.diag(R))
+
+
+def orthogonal_features_data(r, C=1.0, *, m: int | None = None, seed: int = 0,
+                             mix_samples: bool = True, rotate_basis: bool = False) -> CommutingData:
+    """Commuting data with orthogonal features (Theorem 6) and prescribed r_k and C_kk.
+
+    Lambda = Q diag(sqrt(C m / 8)) with Q (m, p) orthonormal columns (random if `mix_samples`,
+    else the first p unit vectors, i.e. one nonzero per A_k), so that
+    sum_mu lambda_{mu,k} lambda_{mu,j} = 0 (k != j) and C_kk = (8/m) sum_mu lambda_{mu,k}^2 = C_k;
+    labels y = Q (m r / (8 sqrt(C m / 8))) give r_k = (8/m) sum_mu lambda_{mu,k} y_mu exactly.
+    With `rotate_basis` the shared eigenbasis P is a random orthogonal matrix (else identity).
+
+    **Arguments:** `r` (p,) growth rates (any sign), `C` (p,) or scalar > 0, `m >= p` samples
+    (default p), `seed`.
+
+    **Raises:** `ValueError` if C <= 0 or m < p.
+    """
+    r = np.asarray(as_array(r, "r", ndim=1))
+    p = r.shape[0]
+    C = np.broadcast_to(np.asarray(as_array(C, "C")), (p,))
+    if np.any(C <= 0):
+        raise ValueError(f"`C` must be > 0; found min {C.min()}.")
+    m = p if m is None else int(m)
+    if m < p:
+        raise ValueError(f"orthogonal features need m >= p; found m={m}, p={p}.")
+    rng = np.random.default_rng(seed)
+    Q = _random_orthogonal(m, rng)[:, :p] if mix_samples else np.eye(m, p)
+    d = np.sqrt(C * m / 8.0)
+    Lam = Q * d
+    y = Q @ (m * r / (8.0 * d))
+    P = _random_orthogonal(p, rng) if rotate_basis else None
+    return CommutingData(Lam, y, P)
+
+
+FIG3_R = (1.0, 0.5, 0.25, 0.125, 0.0625)
+
+
+def fig3_data(seed: int = 0) -> CommutingData:
+    """The paper's Fig. 3 left/middle setting (THEORY sec. 11): m = p = 5, diagonal A_mu whose
+    diagonal is column mu of a random orthogonal matrix, C_kk = 1, r = (1, 1/2, 1/4, 1/8, 1/16)."""
+    return orthogonal_features_data(FIG3_R, 1.0, seed=seed)
+
+
+def powerlaw_data(p: int = 1000, *, a1: float = 2.0, a2: float = 0.8) -> DiagonalData:
+    """The paper's Fig. 3 right setting (THEORY sec. 11): m = p, A_k = lam_k e_k e_k^T with
+    r_k = k^-a2 and V_k = r_k^2 / (8 C_kk) = k^-a1, so C_kk = k^(a1 - 2 a2) / 8.
+
+    Returned as `DiagonalData` (O(p) memory: p = 10^6 and beyond): lam_k = sqrt(C_kk p / 8),
+    y_k = p r_k / (8 lam_k), so that r_k = (8/p) lam_k y_k and C_kk = (8/p) lam_k^2 (Eq. E16).
+
+    **Raises:** `ValueError` if p < 1.
+    """
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
+        raise ValueError(f"`p` must be an integer >= 1; found {p!r}.")
+    k = np.arange(1, p + 1, dtype=float)
+    r = k**-a2
+    C = r**2 / (8.0 * k**-a1)
+    lam = np.sqrt(C * p / 8.0)
+    return DiagonalData(lam, p * r / (8.0 * lam))
+
+
+def isotropic_data(p: int, c: float = 1.0, *, y=None, g=None, m: int | None = None,
+                   seed: int = 0) -> DenseData:
+    """Exactly isotropic data (Theorem 7): K(X) = 4 c X for every symmetric X.
+
+    With B_1..B_n an orthonormal basis of Sym(p) (n = p (p + 1) / 2, `nqf.theory.sym_basis`) and
+    Q (m, n) a random matrix with orthonormal columns (a random orthogonal matrix when m = n),
+    A_mu = sqrt(c m) sum_a Q[mu, a] B_a, so (4/m) sum_mu <A_mu, X> A_mu = 4 c sum_a <B_a, X> B_a
+    = 4 c X. The construction is verified numerically (relative residual <= 1e-12).
+
+    **Arguments:**
+
+    - `p`: neuron dimension; `c` > 0 the isotropy constant; `m` >= p (p + 1) / 2 samples
+      (default p (p + 1) / 2).
+    - `y` (m,): labels; or `g` (p,): prescribed eigenvalues of Y = (4/m) sum_mu y_mu A_mu (in a
+      random eigenbasis), the growth rates of Theorem 7; default: standard normal labels.
+    - `seed`: seed of every random choice.
+
+    **Returns:** a `DenseData` with A of shape (m, p, p).
+
+    **Raises:** `ValueError` for p < 1, c <= 0, m < p (p + 1) / 2, both `y` and `g`, wrong shapes.
+    """
+    from ._isotropic import isotropy, sym_basis
+
+    p = int(p)
+    if p < 1:
+        raise ValueError(f"`p` must be >= 1; found {p}.")
+    c = float(as_array(c, "c", ndim=0))
+    if not c > 0:
+        raise ValueError(f"`c` must be > 0; found {c}.")
+    n = p * (p + 1) // 2
+    m = n if m is None else int(m)
+    if m < n:
+        raise ValueError(f"isotropic data needs m >= p(p+1)/2 = {n}; found m = {m}.")
+    if y is not None and g is not None:
+        raise ValueError("Give at most one of `y` (labels) and `g` (eigenvalues of Y).")
+    rng = np.random.default_rng(seed)
+    B = sym_basis(p)
+    Q = _random_orthogonal(m, rng)[:, :n]
+    scale = np.sqrt(c * m)
+    A = scale * np.einsum("ma,aij->mij", Q, B)
+    A = 0.5 * (A + np.swapaxes(A, 1, 2))
+    if g is not None:
+        g = np.asarray(as_array(g, "g", ndim=1, shape=(p,)))
+        R = _random_orthogonal(p, rng)
+        Y = (R * g) @ R.T
+        coords = np.einsum("aij,ij->a", B, Y)
+        y = Q @ coords * (m / (4.0 * scale))
+    elif y is None:
+        y = rng.standard_normal(m)
+    data = DenseData(A, y)
+    _, res, _ = isotropy(data)
+    if res > 1e-12:
+        raise RuntimeError(f"isotropic_data: construction not isotropic (residual {res:.3g}).")
+    return data
+
+
+def projector_data(block_sizes, g, k=1.0, *, m: int | None = None, seed: int = 0,
+                   rotate_basis: bool = True) -> tuple[CommutingData, np.ndarray]:
+    """Commuting data satisfying Theorem 16 (but not Theorem 6) with projectors Pi_a.
+
+    The p = sum(block_sizes) modes are split into consecutive blocks; every mode of block a has the
+    same feature column lambda_{., k} = f_a, and the f_a are mutually orthogonal:
+    f_a = sqrt(k_a m / (4 n_a)) q_a with orthonormal q_a (random), n_a the block size. With
+    Pi_a = P_a P_a^T (P_a the block's columns of a random orthogonal P), Y Pi_a + Pi_a Y =
+    2 g_a Pi_a and K(Pi_b) Pi_a + Pi_a K(Pi_b) = 2 k_a delta_ab Pi_a hold exactly, with labels
+    y = sum_a (g_a m / 4) q_a / |f_a|. A block of size >= 2 repeats a feature, so Theorem 6's
+    orthogonal-features assumption fails.
+
+    **Arguments:** `block_sizes` (n_b,) positive ints; `g` (n_b,) growth rates (any sign); `k`
+    (n_b,) or scalar > 0 self-competition; `m` >= n_b samples (default n_b); `seed`;
+    `rotate_basis` (else P = I).
+
+    **Returns:** `(data, projectors)` with `projectors` of shape (n_b, p, p).
+
+    **Raises:** `ValueError` for non-positive block sizes or k, m < n_b, shape mismatches.
+    """
+    sizes = np.asarray(block_sizes)
+    if sizes.ndim != 1 or sizes.size == 0 or not np.issubdtype(sizes.dtype, np.integer) or np.any(sizes < 1):
+        raise ValueError(f"`block_sizes` must be a non-empty 1-d list of positive ints; found {block_sizes!r}.")
+    n_b = sizes.size
+    g = np.asarray(as_array(g, "g", ndim=1, shape=(n_b,)))
+    k = np.broadcast_to(np.asarray(as_array(k, "k")), (n_b,))
+    if np.any(k <= 0):
+        raise ValueError(f"`k` must be > 0; found min {k.min()}.")
+    m = n_b if m is None else int(m)
+    if m < n_b:
+        raise ValueError(f"projector_data needs m >= number of blocks = {n_b}; found m = {m}.")
+    rng = np.random.default_rng(seed)
+    q = _random_orthogonal(m, rng)[:, :n_b]
+    fn = np.sqrt(k * m / (4.0 * sizes))
+    block = np.repeat(np.arange(n_b), sizes)
+    Lam = (q * fn)[:, block]
+    y = q @ (g * m / 4.0 / fn)
+    p = int(sizes.sum())
+    P = _random_orthogonal(p, rng) if rotate_basis else np.eye(p)
+    Pi = np.stack([P[:, block == a] @ P[:, block == a].T for a in range(n_b)])
+    return CommutingData(Lam, y, P if rotate_basis else None), Pi
+
+
+# --------------------------------------------------------------------------------------------
+# Low-rank test beds for compression (Theorem 3): MLP, phase retrieval, matrix completion.
+# Each can confine its structure matrices to a subspace, so that k_V < p.
+# --------------------------------------------------------------------------------------------
+__all__ += ["mlp_data", "phase_retrieval_data", "matrix_completion_data"]
+
+
+def _subspace_vectors(rng, n: int, dim: int, rank: int | None) -> np.ndarray:
+    """n Gaussian vectors in R^dim (rows), confined to a random rank-`rank` subspace if given."""
+    if rank is None or rank >= dim:
+        return rng.standard_normal((n, dim))
+    if rank < 1:
+        raise ValueError(f"`rank` must be >= 1; found {rank}.")
+    Q = _random_orthogonal(dim, rng)[:, :rank]
+    return rng.standard_normal((n, rank)) @ Q.T
+
+
+def mlp_data(m: int, k: int, *, rank: int | None = None, width: int = 4, seed: int = 0):
+    """Two-layer MLP data f = sum_i v_i tanh(u_i^T x) (Prop. 1): A(x) = 1/2 [[0, x], [x^T, 0]]
+    (phi'(0) = 1), neurons w = [u (k); v (1)], p = k + 1, as `FeedForwardData` (a = x, b = 1: rank-2 A).
+
+    Inputs x ~ N(0, I_k) (confined to a random `rank`-dimensional subspace if `rank` < k, so
+    that k_V = rank + 1); labels from a teacher tanh MLP of `width` units with N(0, 1/k) first
+    and N(0, 1/width) second-layer weights, standardized to unit variance.
+
+    **Raises:** `ValueError` for m, k < 1 or rank < 1.
+    """
+    from ._operators import feedforward_data
+
+    m, k = int(m), int(k)
+    if m < 1 or k < 1:
+        raise ValueError(f"`m` and `k` must be >= 1; found m={m}, k={k}.")
+    rng = np.random.default_rng(seed)
+    X = _subspace_vectors(rng, m, k, rank)
+    U = rng.standard_normal((width, k)) / np.sqrt(k)
+    v = rng.standard_normal(width) / np.sqrt(width)
+    y = np.tanh(X @ U.T) @ v
+    y = (y - y.mean()) / max(y.std(), 1e-300)
+    return feedforward_data(y, a=X[:, :, None], b=np.ones((m, 1, 1)))
+
+
+def phase_retrieval_data(m: int, p: int, *, rank: int | None = None, teacher_rank: int = 1,
+                         seed: int = 0):
+    """Phase retrieval y = a^T M* a with A(a) = a a^T (THEORY sec. 2) as `LowRankData`.
+
+    Sensing vectors a ~ N(0, I_p / p) (in a random `rank`-dimensional subspace if given, so
+    k_V = rank); teacher M* = W* W*^T with W* (p, teacher_rank) standard normal / sqrt(p).
+
+    **Raises:** `ValueError` for m, p < 1 or rank < 1.
+    """
+    from ._operators import LowRankData
+
+    m, p = int(m), int(p)
+    if m < 1 or p < 1:
+        raise ValueError(f"`m` and `p` must be >= 1; found m={m}, p={p}.")
+    rng = np.random.default_rng(seed)
+    a = _subspace_vectors(rng, m, p, rank) / np.sqrt(p)
+    Ws = rng.standard_normal((p, teacher_rank)) / np.sqrt(p)
+    y = np.sum((a @ Ws) ** 2, axis=1)
+    return LowRankData(a[:, :, None], np.ones((m, 1)), y)
+
+
+def matrix_completion_data(n_rows: int, n_cols: int, n_observed: int, *, rank: int = 1,
+                           active_rows: int | None = None, active_cols: int | None = None,
+                           seed: int = 0):
+    """Matrix completion R_ij = u_i^T v_j (THEORY sec. 2): A = 1/2 [[0, e_i e_j^T],
+    [e_j e_i^T, 0]], neurons w = [u (n_rows); v (n_cols)], p = n_rows + n_cols, as
+    `FeedForwardData` (rank 2 per sample).
+
+    `n_observed` distinct entries (i, j) are drawn uniformly from the first `active_rows` rows
+    and `active_cols` columns (default: all); the other rows/columns are never observed (cold
+    start), so k_V = (rows observed) + (columns observed). Labels: the entries of a rank-`rank`
+    teacher U* V*^T with standard normal factors / rank^(1/4).
+
+    **Raises:** `ValueError` if `n_observed` exceeds active_rows * active_cols or sizes are < 1.
+    """
+    from ._operators import feedforward_data
+
+    n_rows, n_cols = int(n_rows), int(n_cols)
+    ar = n_rows if active_rows is None else int(active_rows)
+    ac = n_cols if active_cols is None else int(active_cols)
+    if min(n_rows, n_cols, ar, ac, int(n_observed)) < 1 or ar > n_rows or ac > n_cols:
+        raise ValueError(
+            f"need 1 <= active_rows <= n_rows, 1 <= active_cols <= n_cols, n_observed >= 1; found "
+            f"n_rows={n_rows}, n_cols={n_cols}, active_rows={ar}, active_cols={ac}, "
+            f"n_observed={n_observed}."
+        )
+    if n_observed > ar * ac:
+        raise ValueError(
+            f"`n_observed` must be <= active_rows * active_cols = {ar * ac} (distinct entries); "
+            f"found {n_observed}."
+        )
+    rng = np.random.default_rng(seed)
+    flat = rng.choice(ar * ac, size=int(n_observed), replace=False)
+    i, j = np.divmod(flat, ac)
+    Us = rng.standard_normal((n_rows, rank)) / rank**0.25
+    Vs = rng.standard_normal((n_cols, rank)) / rank**0.25
+    y = np.sum(Us[i] * Vs[j], axis=1)
+    a = np.eye(n_rows)[i][:, :, None]
+    b = np.eye(n_cols)[j][:, :, None]
+    return feedforward_data(y, a=a, b=b)
+
+
+# --------------------------------------------------------------------------------------------
+# Theorems 4, 5 and 10 (sample-wise); the Fourier MLP of Fig. 5 (`nqf.samplewise`, fig4, fig5)
+# --------------------------------------------------------------------------------------------
+__all__ += [
+    "proportional_data",
+    "orthogonal_samples_data",
+    "FIG4_Y",
+    "FIG4_BLOCK",
+    "fig4_data",
+    "samplewise_powerlaw_data",
+    "fourier_mlp_data",
+]
+
+
+def proportional_data(lam, c, y, *, rotate_basis: bool = True, seed: int = 0) -> CommutingData:
+    """Proportional samples (Theorem 4): A_mu = c_mu A, A = P diag(lam) P^T.
+
+    **Arguments:** `lam` (p,) eigenvalues of A; `c` (m,) proportionality constants; `y` (m,)
+    labels; `rotate_basis`: P a random orthogonal matrix (else the identity); `seed`.
+
+    **Returns:** a `CommutingData` with Lambda = outer(c, lam) (rank 1).
+    """
+    lam = np.asarray(as_array(lam, "lam", ndim=1))
+    c = np.asarray(as_array(c, "c", ndim=1))
+    P = _random_orthogonal(lam.shape[0], np.random.default_rng(seed)) if rotate_basis else None
+    return CommutingData(np.outer(c, lam), y, P)
+
+
+def orthogonal_samples_data(blocks, y, *, rotate_basis: bool = False, seed: int = 0) -> CommutingData:
+    """Orthogonal samples (Theorem 5): A_mu A_nu = 0 for mu != nu.
+
+    Sample mu owns the modes mu K .. mu K + K - 1 (p = m K): A_mu = P diag(lambda_mu) P^T with
+    lambda_mu zero outside its block and equal to `blocks[mu]` on it.
+
+    **Arguments:** `blocks` (m, K) the eigenvalues of each sample on its own block; `y` (m,);
+    `rotate_basis`: P a random orthogonal matrix (else the identity: diagonal A_mu); `seed`.
+
+    **Raises:** `ValueError` for bad shapes or non-finite values.
+    """
+    blocks = np.asarray(as_array(blocks, "blocks", ndim=2))
+    m, K = blocks.shape
+    p = m * K
+    Lam = np.zeros((m, p))
+    for mu in range(m):
+        Lam[mu, mu * K:(mu + 1) * K] = blocks[mu]
+    P = _random_orthogonal(p, np.random.default_rng(seed)) if rotate_basis else None
+    return CommutingData(Lam, y, P)
+
+
+FIG4_BLOCK = (1.0, 1.5, 2.0)
+"""The three nonzero eigenvalues of every A_mu in the paper's Fig. 4 (Appendix C)."""
+
+FIG4_Y = (1.0, 0.5, 0.25, 0.125)
+"""Labels chosen for Fig. 4 (the paper does not give them): y_mu = 2^-mu, so that
+zeta_mu = (8/m) 2 y_mu = (4, 2, 1, 1/2) are distinct and the plateaus are equally spaced in
+log time, and the staircase levels (1/m) sum_{nu > mu} y_nu^2 drop by factors ~4."""
+
+
+def fig4_data(y=FIG4_Y) -> CommutingData:
+    """The paper's Fig. 4 setting (THEORY sec. 11): m = 4, K = 3, p = 12, diagonal A_mu with
+    nonzeros (1, 1.5, 2) on the block [mu K, mu K + K - 1]; labels `y` (default `FIG4_Y`)."""
+    y = np.asarray(as_array(y, "y", ndim=1))
+    return orthogonal_samples_data(np.tile(FIG4_BLOCK, (y.shape[0], 1)), y)
+
+
+def samplewise_powerlaw_data(m: int, g1: float, g2: float, *, ratios=(0.5, 0.75, 1.0),
+                             c_zeta: float = 1.0) -> CommutingData:
+    """Orthogonal samples with power-law growth rates and labels (Theorem 10, Eq. E23).
+
+    y_mu = mu^-g1 and zeta_mu = (8/m) lambda*_mu y_mu = c_zeta mu^-g2 (mu = 1..m), so
+    lambda*_mu = m c_zeta mu^-g2 / (8 y_mu); sample mu owns K = len(ratios) diagonal modes with
+    eigenvalues lambda*_mu * ratios (the largest ratio must be 1; Fig. 4's 1 : 1.5 : 2 is
+    (0.5, 0.75, 1)), so every sample has subdominant eigenvalues and the data are genuinely of
+    Theorem 5's kind (features within a block are parallel, so Theorem 6 does not apply).
+
+    **Raises:** `ValueError` for m < 1, g1 <= 1/2, g2 <= 0, c_zeta <= 0, ratios not in (0, 1]
+    with maximum 1.
+    """
+    m = int(m)
+    ratios = np.asarray(as_array(ratios, "ratios", ndim=1))
+    if m < 1 or not g1 > 0.5 or not g2 > 0 or not c_zeta > 0:
+        raise ValueError(f"Need m >= 1, g1 > 1/2, g2 > 0, c_zeta > 0; found m={m}, g1={g1}, g2={g2}, "
+                         f"c_zeta={c_zeta}.")
+    if np.any(ratios <= 0) or ratios.max() != 1.0:
+        raise ValueError(f"`ratios` must lie in (0, 1] with maximum 1; found {ratios}.")
+    mu = np.arange(1, m + 1, dtype=float)
+    y = mu**-g1
+    lam_star = m * c_zeta * mu**-g2 / (8.0 * y)
+    return orthogonal_samples_data(lam_star[:, None] * ratios[None, :], y)
+
+
+def fourier_mlp_data(P: int = 64, M: int = 256, *, beta: float = 1.5, theta: float = 0.0) -> CommutingData:
+    """The NQF of the paper's Fourier MLP (Fig. 5, THEORY sec. 11).
+
+    f(x) = P^-1/2 sum_k W_k tanh(s_k a_k psi_k(x)), psi_k(x) = sqrt(2) cos(2 pi k x) on the grid
+    x in {0, 1/M, ..., (M-1)/M}, s_k = k^-theta; target y = sum_k b_k psi_k, b_k = k^-beta.
+    Its NQF (tanh'(0) = 1) is f = Tr[w w^T A(x)] with one neuron (d = 1) w = [a_1..a_P, W_1..W_P]
+    (p = 2P) and A(x) block diagonal over units: A_k(x) = s_k/(2 sqrt P) [[0, psi_k], [psi_k, 0]] on
+    (a_k, W_k). In the eigenbasis P_basis (column k: (e_{a_k} + e_{W_k})/sqrt 2, column P + k:
+    (e_{a_k} - e_{W_k})/sqrt 2) the eigenvalues are +-lambda_{x,k}, lambda_{x,k} = s_k psi_k(x) /
+    (2 sqrt P). Under the mean-MSE flow r_k = 4 s_k b_k / sqrt P, C_kk = 2 s_k^2 / P and
+    V_k = r_k^2 / (8 C_kk) = b_k^2 (so a1 = 2 beta, a2 = theta + beta).
+
+    **Returns:** `CommutingData` with Lambda (M, 2P), labels y (M,), basis P_basis (2P, 2P).
+
+    **Raises:** `ValueError` unless 1 <= P < M/2 (the Fourier modes are then orthogonal on the grid).
+    """
+    P, M = int(P), int(M)
+    if not (1 <= P and 2 * P < M):
+        raise ValueError(f"Need 1 <= P < M/2 for orthogonal Fourier modes on the grid; found P={P}, M={M}.")
+    k = np.arange(1, P + 1, dtype=float)
+    x = np.arange(M) / M
+    psi = np.sqrt(2.0) * np.cos(2.0 * np.pi * np.outer(x, k))  # (M, P)
+    lam = psi * k**-float(theta) / (2.0 * np.sqrt(P))
+    y = psi @ k**-float(beta)
+    Q = np.zeros((2 * P, 2 * P))
+    idx = np.arange(P)
+    h = np.sqrt(0.5)
+    Q[idx, idx] = h
+    Q[P + idx, idx] = h
+    Q[idx, P + idx] = h
+    Q[P + idx, P + idx] = -h
+    return CommutingData(np.concatenate([lam, -lam], axis=1), y, Q)
+
+
+# --------------------------------------------------------------------------------------------
+# The spiked He2 model (issue 18): sample-size power laws from one NQF (`nqf.spectral`).
+# --------------------------------------------------------------------------------------------
+__all__ += ["SpikedTeacher", "spiked_he2_data"]
+
+
+class SpikedTeacher:
+    """The teacher of the spiked He2 model, y = sum_i lambda_i (<a_i, x>^2 - 1) + sigma xi with
+    x ~ N(0, I_d), xi ~ N(0, 1), and its exact population quantities (nqf's normalisation:
+    Y = (4/m) sum_mu y_mu A_mu, A(x) = x x^T - I, THEORY Eq. E9).
+
+    The teacher is itself an NQF: y = Tr[M* A(x)] + sigma xi with M* = sum_i lambda_i a_i a_i^T.
+    By Wick's theorem, E[y A] = 2 M* and E[<A, X> A] = 2 X for symmetric X, so
+
+    - E[Y] = 8 M* (`EY`), eigenvalues 8 lambda_i on a_i, 0 on their complement;
+    - the population K(X) = 8 X: the population flow is Theorem 7's isotropic flow with c = 2,
+      M(t) = e^{tY} M0 [I + 16 Phi(t) M0]^{-1} e^{tY}, Y = 8 M* (`population_flow`, THEORY E17);
+    - the population loss E[(Tr[M A] - y)^2] = 2 |M - M*|_F^2 + sigma^2 (`population_loss`);
+    - E[y^2] = s^2 = 2 sum_i lambda_i^2 + sigma^2 (`s2`), which sets the noise of Y.
+
+    **Attributes:** `a` (d, K) orthonormal directions (columns); `lam` (K,) spike strengths;
+    `sigma` label-noise standard deviation; `gamma`, `Z` the power law lambda_i = Z i^-gamma.
+    """
+
+    def __init__(self, a, lam, sigma: float, gamma: float, Z: float):
+        self.a = np.asarray(a, dtype=float)
+        self.lam = np.asarray(lam, dtype=float)
+        self.sigma, self.gamma, self.Z = float(sigma), float(gamma), float(Z)
+
+    @property
+    def d(self) -> int:
+        """Input dimension d."""
+        return self.a.shape[0]
+
+    @property
+    def K(self) -> int:
+        """Number K of teacher directions."""
+        return self.a.shape[1]
+
+    @property
+    def s2(self) -> float:
+        """E[y^2] = 2 sum_i lambda_i^2 + sigma^2."""
+        return float(2.0 * np.sum(self.lam**2) + self.sigma**2)
+
+    def labels(self, X, rng=None) -> np.ndarray:
+        """Labels y (n,) of inputs X (n, d) (noise drawn from `rng` when sigma > 0)."""
+        X = np.asarray(as_array(X, "X", ndim=2, shape=(None, self.d)))
+        y = ((X @ self.a) ** 2 - 1.0) @ self.lam
+        if self.sigma > 0:
+            rng = np.random.default_rng() if rng is None else rng
+            y = y + self.sigma * rng.standard_normal(X.shape[0])
+        return y
+
+    def M_star(self) -> np.ndarray:
+        """M* = sum_i lambda_i a_i a_i^T, shape (d, d)."""
+        return (self.a * self.lam) @ self.a.T
+
+    def EY(self) -> np.ndarray:
+        """E[Y] = 8 M*, shape (d, d)."""
+        return 8.0 * self.M_star()
+
+    def population_loss(self, M) -> np.ndarray:
+        """E[(Tr[M A(x)] - y)^2] = 2 |M - M*|_F^2 + sigma^2 for M of shape (..., d, d)."""
+        M = np.asarray(as_array(M, "M"))
+        if M.shape[-2:] != (self.d, self.d):
+            raise ValueError(f"`M` must have shape (..., {self.d}, {self.d}); found {M.shape}.")
+        return 2.0 * np.sum((M - self.M_star()) ** 2, axis=(-2, -1)) + self.sigma**2
+
+    def population_flow(self, ts, M0) -> np.ndarray:
+        """The population (n -> infinity) MSE flow M' = Y M + M Y - 16 M^2, Y = 8 M*, from
+        M0 (d, d) symmetric PSD at gradient-flow times `ts` (n_t,) >= 0: Theorem 7's exact
+        solution with c = 2 (THEORY E17, `nqf.theory` graded evaluation).
+
+        **Returns:** M(t), shape (n_t, d, d).
+        """
+        from ._isotropic import _initial_M, _riccati_isotropic, _times
+
+        ts = _times(ts)
+        M0 = _initial_M(M0, self.d)
+        g, V = np.linalg.eigh(self.EY())
+        Mb = _riccati_isotropic(g, 2.0, V.T @ M0 @ V, ts)
+        return np.einsum("ij,njk,lk->nil", V, Mb, V)
+
+
+def spiked_he2_data(n: int, d: int, *, gamma: float, K: int | None = None, Z: float | None = None,
+                    sigma: float = 0.0, seed: int = 0):
+    """Gaussian inputs and a spiked quadratic teacher (arXiv 2605.14567's hierarchical model in
+    nqf's form; `nqf.spectral`): x ~ N(0, I_d), y = sum_{i=1..K} lambda_i (<a_i, x>^2 - 1) +
+    sigma xi, lambda_i = Z i^-gamma, orthonormal a_i (the first K columns of a random orthogonal
+    matrix). The NQF data are A(x) = x x^T - I (quadratic network / phase retrieval, centred),
+    returned as `nqf.He2Data` (the inputs X (n, d); never an n x d x d tensor).
+
+    **Arguments:**
+
+    - `n`: number of samples (m = n); `d`: input dimension.
+    - `gamma` >= 0: spike decay; `K`: number of directions, 1 <= K <= d (default d // 2);
+      `Z` > 0: scale (default: normalised so that sum_i lambda_i^2 = 1, E[y^2] = 2 + sigma^2).
+    - `sigma` >= 0: label-noise standard deviation; `seed`: one seed for the directions, the
+      inputs and the noise (the directions do not depend on n, so data sets of different n with
+      one seed share the teacher, and the first n' rows of the largest are the n'-sample set).
+
+    **Returns:** `(data, teacher)`: `He2Data` (X (n, d), y (n,)) and the `SpikedTeacher` with the
+    population quantities (E[Y] = 8 M*, the population flow and loss).
+
+    **Raises:** `ValueError` for n, d < 1, K outside [1, d], gamma < 0, Z <= 0, sigma < 0.
+    """
+    from .._core._checks import check_positive
+    from ._operators import He2Data
+
+    for name, v in (("n", n), ("d", d)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"`{name}` must be an integer >= 1; found {v!r}.")
+    n, d = int(n), int(d)
+    K = max(d // 2, 1) if K is None else K
+    if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or not 1 <= K <= d:
+        raise ValueError(f"`K` (number of teacher directions) must be an integer in [1, d = {d}]; found {K!r}.")
+    gamma = check_positive(gamma, "gamma", allow_zero=True)
+    sigma = check_positive(sigma, "sigma", allow_zero=True)
+    i = np.arange(1, K + 1, dtype=float)
+    shape = i**-gamma
+    Z = 1.0 / np.sqrt(np.sum(shape**2)) if Z is None else check_positive(Z, "Z")
+    lam = Z * shape
+    rng = np.random.default_rng(seed)
+    a = _random_orthogonal(d, rng)[:, :K]
+    teacher = SpikedTeacher(a, lam, sigma, gamma, Z)
+    X = rng.standard_normal((n, d))
+    y = teacher.labels(X, rng)
+    return He2Data(X, y), teacher

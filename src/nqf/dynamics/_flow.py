@@ -1,0 +1,166 @@
+"""Vector fields of the MSE gradient flow on the order parameters (THEORY sec. 4-5).
+
+Time is gradient-flow time: t = eta * (number of GD steps). Four exact forms:
+
+- ``"M"``: M' = -(H M + M H), H = (4/m) sum_mu Delta_mu A_mu + gamma I (Eqs. E8-E9).
+- ``"factor"``: F' = -H F with F F^T = M (exact, PSD by construction; W' = -H W is the factor
+  form with F = W).
+- ``"glv"`` (commuting data only): u = log z, u_k' = -(8/m) sum_mu lambda_{mu,k} Delta_mu - 2 gamma
+  (Eq. E13 in log space, which keeps relative accuracy while z ~ eps). Modes with z_k(0) = 0 stay
+  at zero and are masked.
+  For `CommutingData` with m < p the stiff path integrates the same flow in m coordinates
+  (`rhs_glv_reduced`): the integrated residuals G_mu = -(8/m) int Delta_mu, from which
+  u = u0 + D_mask (Lambda^T G - 2 gamma t) exactly.
+- ``"M-mu"`` (the general model f = f0 + g^T mu + mu^T B mu + Tr[M A], `nqf.NQFModel`): state
+  (M, mu), mu' = -(d v + H mu), M' = -(v mu^T + mu v^T + H M + M H) (Eq. E10, Theorem 2 in the
+  flow limit), v = sum_x l'_x u(x), H = sum_x 2 l'_x A(x) + gamma I, l'_x = (2/m)(f_x - y_x).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from ..data._model import NQFModel
+from ..data._operators import AbstractCommutingData, AbstractData
+
+__all__ = ["FORMS", "RHS", "rhs_M", "rhs_factor", "rhs_glv", "rhs_glv_reduced", "jac_glv_reduced", "rhs_M_mu",
+           "reduced_log_z", "glv_z", "check_form"]
+
+FORMS = ("M", "factor", "glv", "M-mu")
+
+
+def rhs_M(t, M, args):
+    data, gamma, _ = args
+    H_M = data.apply(4.0 / data.m * data.residual(M), M) + gamma * M
+    return -(H_M + H_M.T)
+
+
+def rhs_factor(t, F, args):
+    data, gamma, _ = args
+    delta = data.traces_factor(F) - data.y
+    return -(data.apply(4.0 / data.m * delta, F) + gamma * F)
+
+
+def glv_z(u, mask):
+    """z = exp(u) on live modes, 0 on masked (z(0) = 0) modes."""
+    return jnp.where(mask, jnp.exp(jnp.where(mask, u, 0.0)), 0.0)
+
+
+def rhs_glv(t, u, args):
+    data, gamma, mask = args
+    delta = data.outputs_z(glv_z(u, mask)) - data.y
+    du = -(8.0 / data.m) * data.pullback(delta) - 2.0 * gamma
+    return jnp.where(mask, du, 0.0)
+
+
+def reduced_log_z(t, G, args):
+    """log z of the reduced GLV form: u(t) = u0 + D_mask (Lambda^T G - 2 gamma (t - t0)), shape
+    (p,) (0 on masked modes)."""
+    data, gamma, mask, u0, t0 = args
+    return jnp.where(mask, u0 + data.pullback(G) - 2.0 * gamma * (t - t0), 0.0)
+
+
+def rhs_glv_reduced(t, G, args):
+    """The GLV flow (Eq. E13) of commuting data with m < p in m coordinates. Its velocity
+    u' = -(8/m) D_mask Lambda^T Delta - 2 gamma lies in the range of D_mask Lambda^T (plus a
+    constant), so u(t) = u0 + D_mask (Lambda^T G(t) - 2 gamma t) exactly, with
+    G_mu(t) = -(8/m) int_0^t Delta_mu, the integrated residuals (m values, not p):
+    G' = -(8/m) (Lambda z - y), z = exp(u) on live modes. args = (data, gamma, mask, u0, t0)."""
+    data = args[0]
+    z = glv_z(reduced_log_z(t, G, args), args[2])
+    return -(8.0 / data.m) * (data.outputs_z(z) - data.y)
+
+
+def jac_glv_reduced(t, G, args):
+    """Jacobian of `rhs_glv_reduced`: -(8/m) Lambda diag(z) Lambda^T (D_mask z = z), shape
+    (m, m), one (m, p) x (p, m) product."""
+    data = args[0]
+    z = glv_z(reduced_log_z(t, G, args), args[2])
+    return -(8.0 / data.m) * (data.Lambda * z) @ data.Lambda.T
+
+
+def rhs_M_mu(t, state, args):
+    """Eq. E10 with weight decay: state = (M (p, p), mu (p,)), args = (model or data, gamma, d).
+
+    The third slot of `args` carries the width d (a float64 scalar) instead of a GLV mask. A bare
+    data set is the model with g = B = f0 = 0 (then u = 0 and mu' = -H mu).
+    """
+    M, mu = state
+    model, gamma, d = args
+    data = model.data if isinstance(model, NQFModel) else model
+    f = model.outputs(M, mu) if isinstance(model, NQFModel) else data.traces(M)
+    delta = f - data.y
+    HX = data.apply(4.0 / data.m * delta, jnp.concatenate([M, mu[:, None]], axis=1))
+    H_M = HX[:, :-1] + gamma * M
+    H_mu = HX[:, -1] + gamma * mu
+    if isinstance(model, NQFModel) and model.has_mean_field:
+        v = (2.0 / data.m * delta) @ model.u(mu)
+        vmu = jnp.outer(v, mu)
+        return -(H_M + H_M.T + vmu + vmu.T), -(d * v + H_mu)
+    return -(H_M + H_M.T), -H_mu
+
+
+# Each right-hand side takes args = (data, gamma, mask); mask is used by the GLV form only, and
+# the "M-mu" form takes (model or data, gamma, d).
+RHS = {"M": rhs_M, "factor": rhs_factor, "glv": rhs_glv, "M-mu": rhs_M_mu}
+
+
+def check_form(form: str, data: AbstractData) -> None:
+    if form not in FORMS:
+        raise ValueError(f"`form` must be one of {FORMS} or 'auto'; found {form!r}.")
+    if form == "glv" and not isinstance(data, AbstractCommutingData):
+        raise ValueError(
+            "`form='glv'` needs commuting data (a `CommutingData` or `DiagonalData`); found "
+            f"{type(data).__name__}. Use form='M' or 'factor', or build the data with "
+            "`CommutingData.from_dense`."
+        )
+
+
+# ---- the flow's state and observables (shared by the solvers) ----
+def _saved_losses(t, y, args, *, form, z_star, grad):
+    """SaveAt function of ``save="loss"``: the loss and, for commuting data, the excess loss
+    (the cancellation-free KKT form of `nqf.excess_loss`) from the state y of any form."""
+    data, _, third = args
+    model = data if isinstance(data, NQFModel) else None
+    data = data.data if model is not None else data
+    if form == "glv":
+        z = glv_z(y, third)
+        f = data.outputs_z(z)
+    elif form == "factor":
+        f = data.traces_factor(y)
+        z = data.z_factor(y) if z_star is not None else None
+    elif form == "M":
+        f = data.traces(y)
+        z = data.z(y) if z_star is not None else None
+    else:
+        f = model.outputs(*y) if model is not None else data.traces(y[0])
+        z = None
+    return _losses(data, f, z, z_star, grad)
+
+
+def _losses(data, f, z, z_star, grad):
+    """{"loss": (1/m) |f - y|^2} for outputs f (m,), plus "excess_loss" from the mode
+    strengths z (p,) when the equilibrium z_star (and the loss gradient there) is given."""
+    out = {"loss": jnp.mean((f - data.y) ** 2)}
+    if z_star is not None:
+        dz = z - z_star
+        lin = jnp.sum(jnp.where(z_star == 0, jnp.maximum(grad, 0.0) * z, 0.0))
+        out["excess_loss"] = jnp.sum(data.outputs_z(dz) ** 2) / data.m + lin
+    return out
+
+
+def _initial_y0(form: str, init: str, data, x):
+    """The initial state of `form` and its live-mode mask (GLV form; None otherwise) from the
+    initial condition `x` of kind `init` (traceable; shapes were checked at the boundary)."""
+    if form == "M-mu":
+        return x, None
+    if form == "glv":
+        z0 = x if init == "z" else (data.z_factor(x) if init == "W" else data.z(x))
+        mask = z0 > 0
+        return jnp.where(mask, jnp.log(jnp.where(mask, z0, 1.0)), 0.0), mask
+    if form == "M":
+        return (x @ x.T if init == "W" else x), None
+    if init == "W":
+        return x, None
+    ev, V = jnp.linalg.eigh(x)  # (p, p) factor of M0: the compiled shape never depends on rank
+    return V * jnp.sqrt(jnp.maximum(ev, 0.0)), None

@@ -1,0 +1,679 @@
+"""Exact discrete training maps on the order parameters (M, mu) (Theorem 2, Corollary 2).
+
+For the general NQF model f_x(W) = f0(x) + g(x)^T mu + mu^T B(x) mu + Tr[M A(x)] (Eq. E2,
+`nqf.NQFModel`), the batch loss L = sum_x w_x ell(f_x, y_x) (`nqf.dynamics`, `nqf.dynamics`) and
+weight decay gamma (penalty gamma/2 |W|^2) have the weight gradient
+
+    grad_W (L + gamma/2 |W|^2) = v 1^T + (H + gamma I) W,                                   (E4)
+    v = sum_x l'_x u(x),  u(x) = g(x) + 2 B(x) mu,  H = sum_x 2 l'_x A(x),  l'_x = dL/df_x.
+
+Weight decay changes only H (v does not involve W's individual columns). One SGD step
+W+ = W - eta grad therefore maps (M, mu) to (M+, mu+) exactly (E5-E6 with H -> H + gamma I),
+whatever the width d, which enters only as a number:
+
+    mu+ = mu - eta (d v + H mu)
+    M+  = M - eta (v mu^T + mu v^T + H M + M H) + eta^2 (d v v^T + v mu^T H + H mu v^T + H M H).
+
+Momentum (Corollary 2): every update that combines past gradients and past weights with scalar
+coefficients keeps W_t = P_t W_0 + Q_t 1^T, with P_t (p, p) and Q_t (p,); the gradient of E4 is
+(H P) W_0 + (v + H Q) 1^T in this representation. With the velocity V_t = VP_t W_0 + VQ_t 1^T,
+heavy ball (`torch.optim.SGD` form: V <- beta V + grad, W <- W - eta V; equivalently
+W+ = W - eta grad + beta (W - W_prev)) and Nesterov (W <- W - eta (grad + beta V)) act on
+(P, Q, VP, VQ), and (M, mu) follow from E7:
+
+    mu_t = P_t mu_0 + d Q_t,
+    M_t  = P_t M_0 P_t^T + P_t mu_0 Q_t^T + Q_t mu_0^T P_t^T + d Q_t Q_t^T.
+
+**Two exact forms** (`form=`), equal in exact arithmetic:
+
+- ``"factor"`` (default): the centered factor. Write W = mu 1^T / d + L Z with Z (r, d) fixed
+  (orthonormal rows, Z 1 = 0) and C = M - mu mu^T / d = L L^T (rank <= d - 1). The gradient is
+  (d v + H mu) 1^T / d + (H L) Z, so every update above acts on (L, mu) (and velocities (VL,
+  Vmu)) by p x p left multiplications: L+ = L - eta H L, mu+ = mu - eta (d v + H mu) for SGD, and
+  M = L L^T + mu mu^T / d. Expanding M+ = L+ L+^T + mu+ mu+^T / d reproduces E6 term by term,
+  and V-form momentum on (L, mu) reproduces E7. L starts as a p x p factor of C_0 (the centered
+  W_0 padded with zero columns for d <= p, its QR for p < d <= 2p, eigh of R_0 R_0^T beyond; or
+  eigh of M_0 - mu_0 mu_0^T / d keeping at most d - 1 modes).
+- ``"M"``: E5-E6 literally on (M, mu), and E7 with (P, Q) for momentum.
+
+Both are exact, but they differ in floating point when C is rank-deficient (d <= p, or a
+low-rank W_0) and H has negative eigenvalues along directions no neuron occupies (a saddle of
+the rank-constrained problem): E6 on M does not preserve rank(C), so rounding errors there grow
+like (1 - eta lambda_min(H))^(2n), and P_t in E7 grows along them and cancels catastrophically in
+P_t W_0. Measured (p = 5, d = 1, 500 steps, vs `nqf.train_w`): "M" 1e-13 to 1e-8 relative
+without momentum and up to O(1) with momentum 0.9; "factor" at most 1e-15 in every case. The
+factor form keeps the rank of C exactly, like W-space does, and is never slower (p x p products
+either way).
+
+Adam is not closed on (M, mu): its per-coordinate normalization 1/sqrt(v_hat) acts on individual
+entries of W, which M = W W^T and mu = W 1 do not determine. Only the W-space simulation
+`nqf.train_w(..., optimizer="adam")` is exact for it; `closed_map(optimizer="adam")` raises.
+
+**Cost per step** (independent of d): two or three dense p x p products, O(p^3) (two for SGD in
+either form, three for "M" with momentum), plus the data operations `traces` and `weighted_sum`
+over the m training inputs (O(m p^2) for dense A, O(m p^2 r) for rank-r `LowRankData`) and
+O(m p^2) for B. A W-space step costs O(p^2 d) on top of the same data operations (forming W W^T
+and the gradient through it), so the closed map's advantage grows linearly with d once p^2 d
+exceeds the data cost. A minibatch step evaluates only its b rows (`nqf.dynamics.restrict`), so m
+becomes the batch size b above (for the dense, low-rank and commuting representations; any other
+representation weights all m samples). Measured (`benchmarks/bench_maps.py`: MLP
+data p = 65, m = 600, rank-2 A, batch 64, 1000 steps, 2-core CPU): the closed map takes ~0.2 s
+at every d; W-space speed-up 1.3x, 6.8x, 47x at d = 10^2, 10^3, 10^4.
+
+Time: step n is gradient-flow time t = eta * n; as eta -> 0 at fixed t the map converges to the
+gradient flow (Eq. E10) at first order in eta.
+
+**Under jit, vmap and grad.** `closed_sgd` validates concrete inputs on the host, then calls ONE
+pure core, `_simulate` (JAX arrays in, JAX arrays out), which `closed_sgd_sweep`
+(`nqf.solvers`) vmaps over members. Traced inputs (inside the user's `jax.jit`, `jax.vmap`,
+`jax.grad`) take the same core: value checks move to run time (`equinox.error_if`), the loops
+become fixed-length scans (reverse mode), and the initial factor gets tangent rules that do not
+differentiate QR or eigh (`_factor_of_C`, `_centered_factor_from_W`). `MapTrajectory` is a
+registered pytree. What is skipped under tracing: `closed_sgd`'s docstring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._checks import as_array, as_weights, check_symmetric, is_traced, shape_str
+from .._core.io import Saveable
+from ..data._model import NQFModel, as_model
+from ._batches import batch_weights, restrict
+from ._losses import PerSampleLoss, as_loss
+from ._train_args import (
+    any_traced,
+    check_count,
+    check_finite,
+    check_lr,
+    check_momentum,
+    check_nesterov,
+    check_weight_decay,
+    guard,
+    loop_counts,
+    parse_optimizer,
+    resolve_batches,
+    save_schedule,
+)
+
+__all__ = ["MapTrajectory", "closed_sgd", "closed_map", "gradient_terms"]
+
+# Counts traces of the compiled map; tests assert that new values of the same shapes (including
+# a new width d, learning rate, momentum or weight decay) do not recompile.
+TRACE_COUNT = [0]
+
+FORMS = ("factor", "M")
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["steps", "t", "M", "mu", "outputs", "loss", "L", "P", "Q", "lr"],
+    meta_fields=["d", "form"],
+)
+@dataclasses.dataclass(frozen=True, eq=False)
+class MapTrajectory(Saveable):
+    """Result of `closed_sgd` / `closed_map`. `n` is the number of saved steps.
+
+    A plain frozen dataclass (it pickles) registered as a JAX pytree: the arrays and `lr` are
+    leaves, `d` and `form` static. So `closed_sgd` can be returned from `jax.jit`, and
+    `jax.vmap(closed_sgd-calling function)` returns one `MapTrajectory` whose leaves carry a
+    leading batch axis. Fields are numpy arrays from a plain call, JAX arrays under tracing.
+
+    **Attributes:**
+
+    - `steps`: saved step numbers, int array (n,); `t`: gradient-flow times lr * steps, (n,).
+    - `M`: M = W W^T after those steps, (n, p, p).
+    - `mu`: mu = W 1, (n, p); None for a plain model (g = B = 0) started without `mu0`.
+    - `outputs`: f_x on all m training inputs, (n, m).
+    - `loss`: full-training-set loss (1/m) sum_mu ell(f_mu, y_mu), without the weight-decay
+      penalty, (n,).
+    - `L`: the centered factor, L_t L_t^T = M_t - mu_t mu_t^T / d (= M_t without `mu0`),
+      (n, p, p), for ``form="factor"``: W_t = mu_t 1^T / d + L_t Z for one Z (p, d) fixed by
+      W_0; None for ``form="M"``.
+    - `P`, `Q`: the Corollary 2 representation W_t = P_t W_0 + Q_t 1^T, (n, p, p) and (n, p),
+      for ``form="M"`` with momentum; None otherwise.
+    - `d`: the width (None if it was not needed); `lr`: the learning rate; `form`.
+    """
+
+    steps: np.ndarray
+    t: np.ndarray
+    M: np.ndarray
+    mu: np.ndarray | None
+    outputs: np.ndarray
+    loss: np.ndarray
+    L: np.ndarray | None
+    P: np.ndarray | None
+    Q: np.ndarray | None
+    d: int | None
+    lr: float
+    form: str
+
+
+def gradient_terms(model: NQFModel, w, loss: PerSampleLoss, M, mu, gamma):
+    """(v, H + gamma I) of Eq. E4 for per-sample weights `w` (one per sample of `model`, e.g. a
+    minibatch restricted with `nqf.dynamics.restrict`): shapes (p,) and (p, p).
+
+    l'_mu = w_mu ell'(f_mu, y_mu); v = sum_mu l'_mu (g_mu + 2 B_mu mu); H = sum_mu 2 l'_mu A_mu.
+    """
+    f = model.outputs(M, mu)
+    lp = w * loss.grad(f, model.y)
+    H = model.data.weighted_sum(2.0 * lp) + gamma * jnp.eye(model.p)
+    v = jnp.zeros(model.p)
+    if model.g is not None:
+        v = v + lp @ model.g
+    if model.B is not None:
+        v = v + 2.0 * jnp.einsum("m,mij,j->i", lp, model.B, mu)
+    return v, H
+
+
+def _factor_gradient(model: NQFModel, w, loss: PerSampleLoss, L, mu, d, gamma):
+    """(H L, d v + H mu) of Eq. E4 with H = sum 2 l'_mu A_mu + gamma I applied through the data
+    structure (`apply`, `traces_factor`: no p x p matrix is formed for low-rank or feed-forward
+    data), for M = L L^T + mu mu^T / d: shapes (p, r) and (p,)."""
+    F = jnp.concatenate([L, mu[:, None] / jnp.sqrt(d)], axis=1)  # M = F F^T
+    f = model.outputs_factor(F, mu)
+    lp = w * loss.grad(f, model.y)
+    HX = model.data.apply(2.0 * lp, jnp.concatenate([L, mu[:, None]], axis=1)) \
+        + gamma * jnp.concatenate([L, mu[:, None]], axis=1)
+    v = jnp.zeros(model.p)
+    if model.g is not None:
+        v = v + lp @ model.g
+    if model.B is not None:
+        v = v + 2.0 * jnp.einsum("m,mij,j->i", lp, model.B, mu)
+    return HX[:, :-1], d * v + HX[:, -1]
+
+
+def _sym(X):
+    return 0.5 * (X + X.T)
+
+
+class _EMap(eqx.Module):
+    """Theorem 2's maps E5-E6 literally, on the state (M, mu) (``form="M"``, no momentum)."""
+
+    model: NQFModel
+    loss: PerSampleLoss
+    lr: jax.Array
+    d: jax.Array
+    gamma: jax.Array
+
+    def init(self, M0, mu0, L0):
+        return (M0, mu0)
+
+    def order_params(self, state):
+        return state
+
+    def extras(self, state):
+        return {}
+
+    def step(self, state, batch):
+        M, mu = state
+        lr, d = self.lr, self.d
+        v, H = gradient_terms(*batch, self.loss, M, mu, self.gamma)
+        HM = H @ M
+        Hmu = H @ mu
+        vmu = jnp.outer(v, mu)
+        vHmu = jnp.outer(v, Hmu)
+        first = vmu + vmu.T + HM + HM.T
+        second = d * jnp.outer(v, v) + vHmu + vHmu.T + HM @ H
+        return (_sym(M - lr * first + lr**2 * second), mu - lr * (d * v + Hmu))
+
+
+class _PQMap(eqx.Module):
+    """Corollary 2 with E7 on the state (P, Q, VP, VQ): W = P W0 + Q 1^T, velocity
+    VP W0 + VQ 1^T (``form="M"`` with momentum)."""
+
+    model: NQFModel
+    loss: PerSampleLoss
+    lr: jax.Array
+    d: jax.Array
+    gamma: jax.Array
+    beta: jax.Array
+    M0: jax.Array
+    mu0: jax.Array
+    nesterov: bool = eqx.field(static=True)
+
+    def init(self, M0, mu0, L0):
+        p = self.model.p
+        return (jnp.eye(p), jnp.zeros(p), jnp.zeros((p, p)), jnp.zeros(p))
+
+    def order_params(self, state):
+        P, Q, _, _ = state
+        Pmu = P @ self.mu0
+        PQ = jnp.outer(Pmu, Q)
+        M = P @ self.M0 @ P.T + PQ + PQ.T + self.d * jnp.outer(Q, Q)
+        return (_sym(M), Pmu + self.d * Q)
+
+    def extras(self, state):
+        return {"P": state[0], "Q": state[1]}
+
+    def step(self, state, batch):
+        P, Q, VP, VQ = state
+        M, mu = self.order_params(state)
+        v, H = gradient_terms(*batch, self.loss, M, mu, self.gamma)
+        gP, gQ = H @ P, v + H @ Q
+        VP, VQ = self.beta * VP + gP, self.beta * VQ + gQ
+        if self.nesterov:
+            sP, sQ = gP + self.beta * VP, gQ + self.beta * VQ
+        else:
+            sP, sQ = VP, VQ
+        return (P - self.lr * sP, Q - self.lr * sQ, VP, VQ)
+
+
+class _FactorMap(eqx.Module):
+    """The same maps on the centered factor (``form="factor"``, the default).
+
+    W = mu 1^T / d + L Z with Z (r, d) fixed (orthonormal rows, Z 1 = 0): the gradient of E4 is
+    (d v + H mu) 1^T / d + (H L) Z, so SGD and momentum act on (L, mu) (and the velocities
+    (VL, Vmu)) by p x p left multiplications, and M = L L^T + mu mu^T / d. Expanding M+ gives
+    E6 term by term; unlike iterating E6 on M, the rank of C = M - mu mu^T / d (at most d - 1)
+    is kept exactly, so rounding cannot grow along directions that no neuron occupies.
+    """
+
+    model: NQFModel
+    loss: PerSampleLoss
+    lr: jax.Array
+    d: jax.Array
+    gamma: jax.Array
+    beta: jax.Array
+    momentum: bool = eqx.field(static=True)
+    nesterov: bool = eqx.field(static=True)
+
+    def init(self, M0, mu0, L0):
+        if self.momentum:
+            return (L0, mu0, jnp.zeros_like(L0), jnp.zeros_like(mu0))
+        return (L0, mu0)
+
+    def order_params(self, state):
+        L, mu = state[0], state[1]
+        return (_sym(L @ L.T + jnp.outer(mu, mu) / self.d), mu)
+
+    def extras(self, state):
+        return {"L": state[0]}
+
+    def step(self, state, batch):
+        L, mu = state[0], state[1]
+        gL, gmu = _factor_gradient(*batch, self.loss, L, mu, self.d, self.gamma)
+        if not self.momentum:
+            return (L - self.lr * gL, mu - self.lr * gmu)
+        VL, Vmu = self.beta * state[2] + gL, self.beta * state[3] + gmu
+        if self.nesterov:
+            sL, smu = gL + self.beta * VL, gmu + self.beta * Vmu
+        else:
+            sL, smu = VL, Vmu
+        return (L - self.lr * sL, mu - self.lr * smu, VL, Vmu)
+
+
+def _stepper(model: NQFModel, loss: PerSampleLoss, config, params, init):
+    """The map of `config` = (form, momentum?, nesterov) with `params` = (lr, d, gamma, beta)
+    and, for ``form="M"`` with momentum, the initial order parameters of `init`."""
+    form, momentum, nesterov = config
+    lr, d, gamma, beta = params
+    M0, mu0, _ = init
+    common = dict(model=model, loss=loss, lr=lr, d=d, gamma=gamma)
+    if form == "factor":
+        return _FactorMap(**common, beta=beta, momentum=momentum, nesterov=nesterov)
+    if momentum:
+        return _PQMap(**common, beta=beta, M0=M0, mu0=mu0, nesterov=nesterov)
+    return _EMap(**common)
+
+
+def _simulate(model, loss, config, params, init, idx, n_saves: int, save_every, remainder,
+              has_remainder: bool):
+    """The one traceable core of `closed_sgd`, `closed_map` and `closed_sgd_sweep`: a pure
+    function of JAX arrays (no host checks, no host values), so it runs under jit, vmap (the
+    sweep vmaps it over members) and grad.
+
+    `config` = (form, momentum?, nesterov) (static); `params` = (lr, d, gamma, beta) scalars;
+    `init` = (M0 (p, p), mu0 (p,), L0 (p, p)) with L0 L0^T = M0 - mu0 mu0^T / d; `idx` the batch
+    schedule (steps, b) or None. `save_every`, `remainder`: int32 arrays (one compilation for
+    any `steps` with the same number of saves) or Python ints (fixed-length loops, which reverse-
+    mode autodiff needs). Returns (M (n, p, p), mu (n, p), outputs (n, m), loss (n,), extras).
+    """
+    TRACE_COUNT[0] += 1
+    stepper = _stepper(model, loss, config, params, init)
+    M0, mu0, L0 = init
+    m = model.m
+
+    def batch(k):
+        """(model restricted to step k's batch, per-sample weights)."""
+        if idx is None:
+            return model, jnp.full(m, 1.0 / m)
+        rows = jax.lax.dynamic_index_in_dim(idx, k, keepdims=False)
+        sub = restrict(model, rows)
+        if sub is None:  # unknown data representation: weight all m samples
+            return model, batch_weights(rows, m)
+        return sub, jnp.full(rows.shape[0], 1.0 / rows.shape[0])
+
+    def block(carry, n):
+        def body(_, carry):
+            state, k = carry
+            return stepper.step(state, batch(k)), k + 1
+
+        return jax.lax.fori_loop(0, n, body, carry)
+
+    def observe(state):
+        return stepper.order_params(state), stepper.extras(state)
+
+    def scan_body(carry, _):
+        carry = block(carry, save_every)
+        return carry, observe(carry[0])
+
+    carry0 = (stepper.init(M0, mu0, L0), jnp.asarray(0, dtype=jnp.int32))
+    carry, saved = jax.lax.scan(scan_body, carry0, None, length=n_saves)
+    parts = [jax.tree.map(lambda x: x[None], observe(carry0[0])), saved]
+    if has_remainder:
+        parts.append(jax.tree.map(lambda x: x[None], observe(block(carry, remainder)[0])))
+    (Ms, mus), extras = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)
+    outputs = jax.vmap(model.outputs)(Ms, mus)
+    losses = jnp.mean(jax.vmap(stepper.loss.value, in_axes=(0, None))(outputs, model.y), axis=1)
+    return Ms, mus, outputs, losses, extras
+
+
+_run = eqx.filter_jit(_simulate)
+
+
+def _check_width(d, name="d") -> int:
+    if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 1:
+        raise ValueError(f"`{name}` (the number of neurons) must be an integer >= 1; found {d!r}.")
+    return int(d)
+
+
+def _check_realizable(M0: np.ndarray, mu0: np.ndarray | None, d: int | None, rtol=1e-8, *,
+                      names: tuple[str, str] = ("M0", "mu0")) -> None:
+    """Raise unless (M0, mu0) = (W W^T, W 1) for some W of shape (p, d).
+
+    That holds iff C = M0 - mu0 mu0^T / d = W (I - 1 1^T / d) W^T is PSD of rank <= d - 1
+    (mu0 = None: M0 PSD of rank <= d), checked to relative `rtol` of max(|M0|, |mu0|^2 / d).
+    `names` are the argument names used in the messages (`nqf.ntk` passes ("M", "mu")).
+    """
+    Mn, mun = names
+    C = M0 if mu0 is None or d is None else M0 - np.outer(mu0, mu0) / d
+    ev = np.linalg.eigvalsh(C)[::-1]
+    scale = max(float(np.abs(np.linalg.eigvalsh(M0)).max(initial=0.0)), np.finfo(float).tiny)
+    if mu0 is not None and d is not None:
+        scale = max(scale, float(mu0 @ mu0) / d)
+    tol = rtol * scale
+    what = Mn if mu0 is None or d is None else f"{Mn} - {mun} {mun}^T / d"
+    if ev.size and ev[-1] < -tol:
+        raise ValueError(
+            f"`{Mn}` is not realizable: {what} must be positive semi-definite (it equals "
+            f"W (I - 1 1^T/d) W^T); found eigenvalue {ev[-1]:.3g} (scale {scale:.3g})."
+        )
+    if d is None:
+        return
+    max_rank = d - 1 if mu0 is not None else d
+    if max_rank < ev.size and ev[max_rank] > tol:
+        raise ValueError(
+            f"(`{Mn}`, `{mun}`) cannot come from d={d} neurons: {what} must have rank <= {max_rank}, "
+            f"but its eigenvalue #{max_rank + 1} is {ev[max_rank]:.3g} (scale {scale:.3g}). "
+            + ("Check `d` (or pass `W0`)." if Mn == "M0" else "Check `d`.")
+        )
+
+
+def _xp(*xs):
+    """jax.numpy if any of `xs` is traced, else numpy (host arrays stay on the host)."""
+    return jnp if any_traced(xs) else np
+
+
+_sg = jax.lax.stop_gradient
+
+
+def _factor_of_C(C, keep: int):
+    """L0 (p, p) with L0 L0^T = C (symmetric PSD), keeping the `keep` largest eigenvalues of C
+    clipped at 0: L0 = V sqrt(ev) from eigh.
+
+    Traced C: eigh is not differentiated (its derivative divides by eigenvalue gaps and is
+    undefined for the repeated zero eigenvalues of a rank-deficient C). The tangent is instead
+    dL0 = (I - Pi/2) dC L0^{+T} (Pi the projector onto range(L0)), which satisfies
+    dL0 L0^T + L0 dL0^T = dC for every dC = X L0^T + L0 X^T tangent to the rank-r matrices
+    (all that the M trajectory, a function of C alone, can see at fixed rank; it is exact for
+    full-rank C, and for C0 = R0 R0^T from traced weights).
+    """
+    xp = _xp(C)
+    p = C.shape[0]
+    Cs = 0.5 * (C + C.T)
+    ev, V = xp.linalg.eigh(_sg(Cs) if xp is jnp else Cs)
+    ev = xp.where(xp.arange(p) < p - keep, 0.0, xp.maximum(ev, 0.0))
+    L0 = V * xp.sqrt(ev)
+    if xp is np:
+        return L0
+    live = ev > 10 * p * np.finfo(np.float64).eps * jnp.max(ev)
+    inv_sqrt = jnp.where(live, 1.0 / jnp.sqrt(jnp.where(live, ev, 1.0)), 0.0)
+    K = jnp.eye(p) - 0.5 * (V * live) @ V.T
+    return _sg(L0) + _sg(K) @ (Cs - _sg(Cs)) @ _sg(V * inv_sqrt)
+
+
+def _centered_factor_from_W(W0):
+    """L0 (p, p) with L0 L0^T = R0 R0^T, R0 = W0 (I - 1 1^T / d) the centered weights.
+
+    d <= p: L0 = [R0, 0] (R0 padded with p - d zero columns: exact, no factorization, rank kept
+    exactly). p < d <= 2 p: L0 = r^T from the QR of R0^T = Q r. d > 2 p: eigh of the p x p
+    matrix R0 R0^T (one O(p^2 d) product instead of an O(p^2 d) Householder QR, ~9x faster at
+    d = 10^4). Traced W0: the same factors; the QR is not differentiated: L0 = R0 Q, so its
+    tangent is dR0 Q (exact for any rank).
+    """
+    xp = _xp(W0)
+    p, d = W0.shape
+    R0 = W0 - W0.mean(axis=1, keepdims=True)
+    if d <= p:
+        return xp.pad(R0, ((0, 0), (0, p - d)))
+    if d > 2 * p:  # full rank: C0 = R0 R0^T = L0 L0^T
+        return _factor_of_C(R0 @ R0.T, p)
+    if xp is np:
+        return np.linalg.qr(R0.T, mode="r").T  # R0^T = Q r, (p, p) since d > p
+    Q, r = jnp.linalg.qr(_sg(R0).T)
+    return _sg(r.T) + (R0 - _sg(R0)) @ _sg(Q)
+
+
+def _centered_factor_from_M(M0, mu0, d: int | None):
+    """L0 (p, p) with L0 L0^T = C0 = M0 - mu0 mu0^T / d (M0 if mu0 is None), keeping the
+    min(p, max rank) largest eigenvalues (max rank d - 1, or d without mu0) clipped at 0."""
+    p = M0.shape[0]
+    C = M0 if mu0 is None else M0 - _xp(M0, mu0).outer(mu0, mu0) / d
+    keep = p if d is None else min(p, d - 1 if mu0 is not None else d)
+    return _factor_of_C(C, keep)
+
+
+def _traced_finite(x, name: str):
+    """A traced array checked for finiteness at run time (concrete arrays: `as_array` did)."""
+    return guard(x, ~jnp.all(jnp.isfinite(x)), f"`{name}` must be finite") if is_traced(x) else x
+
+
+def _initial_order_params(model: NQFModel, M0, mu0, d, W0):
+    """Validate the initial condition; return (M0, mu0 or None, d or None, L0), numpy arrays
+    (JAX arrays if traced), L0 (p, p) the centered factor (L0 L0^T = M0 - mu0 mu0^T / d).
+    Traced values: shapes are checked, finiteness at run time; symmetry and realizability
+    (`_check_realizable`) are not checked."""
+    p = model.p
+    if W0 is not None:
+        if M0 is not None or mu0 is not None:
+            raise ValueError("Give either `W0` or (`M0`, `mu0`, `d`), not both.")
+        W0 = _traced_finite(as_weights(W0, p, host=True), "W0")
+        if d is not None and _check_width(d) != W0.shape[1]:
+            raise ValueError(
+                f"`d` = {d} is inconsistent with `W0` of shape {shape_str(W0.shape)} "
+                f"(d = {W0.shape[1]} neurons)."
+            )
+        mu0 = W0.sum(axis=1)
+        L0 = _centered_factor_from_W(W0)
+        return L0 @ L0.T + _xp(W0).outer(mu0, mu0) / W0.shape[1], mu0, W0.shape[1], L0
+    if M0 is None:
+        raise ValueError(
+            "Give the initial condition: `W0` (p, d), or `M0` (p, p) with `mu0` (p,) and `d`."
+        )
+    M0 = _traced_finite(as_array(M0, "M0", ndim=2, host=True), "M0")
+    if M0.shape != (p, p):
+        raise ValueError(
+            f"`M0` must have shape ({p}, {p}) to match the data; found {shape_str(M0.shape)}."
+        )
+    check_symmetric(M0, "M0")
+    if mu0 is not None:
+        mu0 = _traced_finite(as_array(mu0, "mu0", ndim=1, host=True), "mu0")
+        if mu0.shape != (p,):
+            raise ValueError(f"`mu0` must have shape ({p},) to match the data; found {mu0.shape}.")
+    if d is not None:
+        d = _check_width(d)
+    if model.has_mean_field and (mu0 is None or d is None):
+        raise ValueError(
+            "This model has g or B (mu enters the dynamics): give `mu0` (p,) and the width `d`, "
+            "or `W0` (p, d)."
+        )
+    if mu0 is not None and d is None:
+        raise ValueError("`mu0` needs the width `d` (mu = W 1 sums d neurons).")
+    if not any_traced(M0, mu0):
+        _check_realizable(M0, mu0, d)
+    return M0, mu0, d, _centered_factor_from_M(M0, mu0, d)
+
+
+def closed_sgd(
+    model,
+    *,
+    W0=None,
+    M0=None,
+    mu0=None,
+    d=None,
+    lr,
+    steps: int,
+    batch_indices=None,
+    batch_size: int | None = None,
+    key=None,
+    weight_decay: float = 0.0,
+    momentum: float = 0.0,
+    nesterov: bool = False,
+    loss=None,
+    save_every: int = 1,
+    form: str = "factor",
+) -> MapTrajectory:
+    """Train an NQF with (minibatch) SGD, weight decay and momentum, exactly on (M, mu).
+
+    Iterates Theorem 2's update maps E5-E6 (no momentum) and Corollary 2 / E7 (momentum) as one
+    compiled `lax.scan`, in the centered-factor form (default) or literally on (M, mu)
+    (``form="M"``); see the module docstring for both and why the factor form is the default.
+    The trajectory equals that of W-space training (`nqf.train_w`) from any W0 with
+    W0 W0^T = M0, W0 1 = mu0, to rounding, for every width d. New values of the same shapes
+    (including a new `d`, `lr`, `momentum`, `weight_decay`, labels, batches, and a new `steps`
+    with the same number of saves) reuse the compiled program. Cost per step: two or three
+    p x p products plus the data operations (module docstring); it does not depend on d.
+
+    **Arguments:**
+
+    - `model`: an `nqf.NQFModel` (any data representation; g, B, f0 optional) or a bare data set
+      (the plain model f = Tr[M A]).
+    - Initial condition: `W0` (p, d), or `M0` (p, p) symmetric, `mu0` (p,) and the width `d`
+      (an integer >= 1). For a plain model (g = B = 0) mu does not affect M and `mu0`, `d` may be
+      omitted (then `mu` is not reported).
+    - `lr`: learning rate eta > 0; step n is gradient-flow time t = eta * n.
+    - `steps`: number of steps (integer >= 1); `save_every`: save every this many steps (step 0
+      and the last step are always saved).
+    - Batches: full batch by default; or `batch_indices` (steps, b) integer array shared with
+      `nqf.train_w`; or `batch_size` b with a `key` (PRNG key or int seed, default 0), drawn by
+      `nqf.batch_indices` (identical to what `train_w` draws from the same key). The step loss
+      is L = (1/b) sum_{j} ell(f_{idx_j}, y_{idx_j}).
+    - `weight_decay`: gamma >= 0, penalty gamma/2 |W|^2 (H -> H + gamma I; v unchanged).
+    - `momentum`: beta in [0, 1) (heavy ball, `torch.optim.SGD` convention); `nesterov`: Nesterov
+      momentum instead.
+    - `loss`: per-sample loss, ``"mse"`` (default, (f - y)^2) or a callable ell(f, y) -> scalar
+      (see `nqf.dynamics`).
+    - `form`: ``"factor"`` (default: (L, mu) with M = L L^T + mu mu^T / d; rank-preserving) or
+      ``"M"`` (E5-E6 on (M, mu), E7 with (P, Q) for momentum).
+
+    **Returns:** a `MapTrajectory` with M (n, p, p), mu (n, p), outputs (n, m), loss (n,), and
+    L (``"factor"``) or (P, Q) (``"M"`` with momentum).
+
+    **Under jit, vmap and grad.** `lr`, `momentum`, `weight_decay`, `W0`, `M0`, `mu0`,
+    `batch_indices`, `key` (a PRNG key or an integer seed) and the model's arrays (labels y, data
+    values, g, B, f0) may be traced, e.g. ``jax.vmap(lambda lr: closed_sgd(..., lr=lr).loss)``
+    or ``jax.grad(lambda y: closed_sgd(nqf.DenseData(A, y), ...).loss[-1])``; the result is
+    then a `MapTrajectory` of JAX arrays (vmap: with a leading batch axis). `steps`,
+    `save_every`, `batch_size`, `d`, `form`, `nesterov` and `loss` fix the program and must
+    be concrete. What changes under tracing: lr > 0, momentum in [0, 1), weight_decay >= 0,
+    finite W0/M0/mu0, batch indices in [0, m) and divergence (non-finite M) are checked at run
+    time with `equinox.error_if` (an error raised by the compiled program, or NaN outputs with
+    ``EQX_ON_ERROR=nan``) instead of raising `ValueError`/`FloatingPointError` here; the
+    symmetry of M0 and the realizability of (M0, mu0, d) are NOT checked. A traced `momentum`
+    always runs the momentum program (with beta = 0 it is plain SGD: the same numbers for
+    ``form="factor"``). The loops become fixed-length scans, so `jax.grad` (reverse mode) works
+    and stores one state per step: memory O(steps p^2); `jax.jacfwd` / `jax.jvp` (forward mode)
+    store nothing per step. Derivatives through the initial factor: with respect to W0 exact at
+    any rank; with respect to (M0, mu0) exact along directions that keep the rank of
+    M0 - mu0 mu0^T / d (all directions when it has full rank p). The factor `L` of a traced
+    initial condition may differ from the concrete call's by a right orthogonal factor
+    (L L^T is the same); M, mu, outputs and loss agree to rounding. For many members at once
+    with host validation, sharding and a tidy table, use `nqf.closed_sgd_sweep`.
+
+    **Raises:** `ValueError` for shapes inconsistent with the model (W0, M0, mu0), a width d that
+    is not an integer >= 1 or cannot produce (M0, mu0) (M0 - mu0 mu0^T/d must be PSD of rank
+    <= d - 1) or disagrees with W0, an unknown `form`, lr <= 0 or not finite, momentum outside
+    [0, 1) (or 0 with `nesterov=True`), weight_decay < 0, a batch schedule of the wrong shape,
+    out-of-range indices or a batch size outside [1, m], steps/save_every not integers >= 1;
+    `TypeError` for a bad model or loss; `FloatingPointError` if the iteration diverges (reduce `lr`).
+    """
+    model = as_model(model)
+    lr = check_lr(lr)
+    steps = check_count(steps, "steps")
+    save_every = check_count(save_every, "save_every")
+    gamma = check_weight_decay(weight_decay)
+    beta = check_momentum(momentum)
+    nesterov = check_nesterov(nesterov, beta)
+    if form not in FORMS:
+        raise ValueError(f"`form` must be one of {FORMS}; found {form!r}.")
+    loss = as_loss(loss)
+    M0, mu0, d, L0 = _initial_order_params(model, M0, mu0, d, W0)
+    idx = resolve_batches(batch_indices, batch_size, key, model.m, steps)
+    saved, n_saves, remainder = save_schedule(steps, save_every)
+    traced = any_traced(model, lr, gamma, beta, M0, mu0, L0, idx)
+    config = (form, is_traced(beta) or beta > 0.0, bool(nesterov))
+    params, init = _numeric(traced, lr, d, gamma, beta, M0, mu0, L0)
+    out = _run(model, loss, config, params, init, idx, n_saves,
+               *loop_counts(save_every, remainder, static=traced))
+    if not traced:
+        out = jax.tree.map(np.asarray, out)
+    Ms, mus, outputs, losses, extras = check_finite(
+        out, out[0], saved, "The closed map diverged: non-finite M", lr)
+    return MapTrajectory(
+        steps=saved, t=lr * saved, M=Ms, mu=None if mu0 is None else mus,
+        outputs=outputs, loss=losses, L=extras.get("L"), P=extras.get("P"), Q=extras.get("Q"),
+        d=d, lr=lr, form=form,
+    )
+
+
+def _numeric(traced: bool, lr, d, gamma, beta, M0, mu0, L0):
+    """(params, init) as float64 arrays for `_simulate`: numpy (transferred by the jit call)
+    or, traced, JAX; mu0 = None (plain model without mu0) becomes zeros, d = None becomes 1."""
+    f64 = functools.partial(jnp.asarray if traced else np.asarray, dtype=np.float64)
+    p = M0.shape[-1]
+    params = (f64(lr), f64(1.0 if d is None else d), f64(gamma), f64(beta))
+    return params, (f64(M0), f64(np.zeros(p) if mu0 is None else mu0), f64(L0))
+
+
+def closed_map(
+    model, *, optimizer: str = "sgd", momentum=None, nesterov: bool = False, **kwargs
+) -> MapTrajectory:
+    """`closed_sgd` selected by optimizer name, mirroring `nqf.train_w`.
+
+    **Arguments:** `optimizer`: ``"sgd"`` (momentum default 0), ``"momentum"`` (heavy ball,
+    default 0.9), ``"nesterov"`` (default 0.9); `momentum`: beta in [0, 1) or None for the
+    default; every other keyword goes to `closed_sgd`. Runs under jit, vmap and grad as
+    `closed_sgd` does (`momentum` may be traced; `optimizer` and `nesterov` must be concrete).
+
+    **Raises:** `ValueError` for ``"adam"``: Adam has no closed map on (M, mu) (its
+    per-coordinate normalization depends on the individual weights, which (M, mu) do not
+    determine); simulate it in weight space with `nqf.train_w(..., optimizer="adam")`. Also
+    `ValueError` for an unknown optimizer name and everything `closed_sgd` raises.
+    """
+    if isinstance(optimizer, str) and optimizer.lower() == "adam":
+        raise ValueError(
+            "Adam has no closed map on (M, mu): its update divides each weight's step by a "
+            "running RMS of that weight's own gradient, which depends on individual entries of W "
+            "that M = W W^T and mu = W 1 do not determine (Theorem 2 / Corollary 2 cover updates "
+            "linear in past gradients and weights only). Simulate Adam in weight space with "
+            "`nqf.train_w(model, W0, optimizer='adam', ...)`."
+        )
+    _, beta, nesterov = parse_optimizer(optimizer, momentum, nesterov)
+    return closed_sgd(model, momentum=beta, nesterov=nesterov, **kwargs)

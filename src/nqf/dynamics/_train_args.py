@@ -1,0 +1,183 @@
+"""Argument handling shared by the closed training maps (`nqf.dynamics`, `nqf.solvers`) and the
+W-space reference (`nqf.dynamics`): the same inputs are validated the same way, with the same error
+messages.
+
+**Under tracing** (an argument is a JAX tracer: the call sits inside `jax.jit`, `jax.vmap`,
+`jax.grad`, ...) a value is unknown when the Python code runs. The real-valued hyperparameters
+(`lr`, `momentum`, `weight_decay`, Adam's constants) and batch indices are then checked at run
+time with `equinox.error_if` (same condition, the message says it was checked at run time; with
+``EQX_ON_ERROR=nan`` the outputs become NaN instead), and `any_traced` tells the simulators to
+take their traced path. Arguments that fix shapes or the program (`steps`, `save_every`,
+`batch_size`, `d`, `form`, `nesterov`, `optimizer`, `loss`) must stay concrete Python values.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._checks import check_positive, is_traced, shape_str
+from ._batches import batch_indices as draw_batches
+from ._batches import check_batch_indices
+
+OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam")
+DEFAULT_MOMENTUM = {"sgd": 0.0, "momentum": 0.9, "nesterov": 0.9}
+
+
+def check_count(x, name: str) -> int:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) or x < 1:
+        raise ValueError(f"`{name}` must be an integer >= 1; found {x!r}.")
+    return int(x)
+
+
+def any_traced(*trees) -> bool:
+    """True if any leaf of `trees` is a JAX tracer (inside jit, vmap, grad, ...)."""
+    return any(is_traced(x) for x in jax.tree.leaves(trees))
+
+
+def guard(x, bad, message: str):
+    """`x` (any pytree), raising `message` at run time where the traced predicate `bad` holds
+    (`equinox.error_if`; the check runs only if the returned value is used)."""
+    return eqx.error_if(x, bad, message + " (checked at run time: the value was traced)")
+
+
+def _traced_real(x, name: str, ok, condition: str):
+    """A traced scalar hyperparameter as float64, with `ok(x)` checked at run time."""
+    x = jnp.asarray(x, dtype=jnp.float64)
+    if x.ndim != 0:
+        raise ValueError(f"`{name}` must be a scalar; found shape {shape_str(x.shape)}.")
+    return guard(x, ~(jnp.isfinite(x) & ok(x)), f"`{name}` must be {condition}")
+
+
+def check_hyper(x, name: str, *, allow_zero: bool = False):
+    """`x` as float, finite and > 0 (>= 0 with `allow_zero`); or, traced, as a float64 scalar
+    with that condition checked at run time."""
+    if is_traced(x):
+        ok = (lambda v: v >= 0) if allow_zero else (lambda v: v > 0)
+        return _traced_real(x, name, ok, "finite and " + (">= 0" if allow_zero else "> 0"))
+    return check_positive(x, name, allow_zero=allow_zero)
+
+
+def check_lr(lr):
+    return check_hyper(lr, "lr")
+
+
+def check_weight_decay(gamma):
+    return check_hyper(gamma, "weight_decay", allow_zero=True)
+
+
+def check_unit_interval(x, name: str):
+    """`x` as float in [0, 1) (momentum, Adam's decay rates), or, traced, checked at run time."""
+    if is_traced(x):
+        return _traced_real(x, name, lambda v: (v >= 0) & (v < 1), "in [0, 1)")
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"`{name}` must be a real number in [0, 1); found {x!r}.") from None
+    if not (np.isfinite(v) and 0.0 <= v < 1.0):
+        raise ValueError(f"`{name}` must lie in [0, 1); found {v!r}.")
+    return v
+
+
+def check_momentum(beta):
+    """`momentum` beta in [0, 1) (a float, or a traced scalar checked at run time)."""
+    return check_unit_interval(beta, "momentum")
+
+
+def check_nesterov(nesterov, beta, where: str = "") -> bool:
+    """`nesterov` as bool: TypeError unless a bool; ValueError for Nesterov with a concrete
+    momentum beta = 0 (then there is no look-ahead: it is plain SGD, so the flag is a mistake).
+    `beta` may be a float, an array of member values, or traced (not checked)."""
+    if not isinstance(nesterov, (bool, np.bool_)):
+        raise TypeError(f"`nesterov` must be True or False; found {nesterov!r}.")
+    if nesterov and not is_traced(beta) and np.any(np.asarray(beta) == 0.0):
+        raise ValueError(
+            f"`nesterov=True` needs a momentum beta in (0, 1){where}; found momentum = 0 (Nesterov "
+            "with beta = 0 is plain SGD). Pass e.g. momentum=0.9, or drop `nesterov`."
+        )
+    return bool(nesterov)
+
+
+def parse_optimizer(optimizer: str, momentum, nesterov: bool) -> tuple[str, object, bool]:
+    """Resolve (`optimizer`, `momentum`, `nesterov`) to (name, beta, nesterov).
+
+    ``"sgd"``: momentum defaults to 0 (any beta in [0, 1) gives heavy-ball momentum, as in
+    `torch.optim.SGD`); ``"momentum"``: heavy ball, beta default 0.9; ``"nesterov"``: Nesterov
+    momentum, beta default 0.9; ``"adam"``: `momentum` must be None (Adam uses `adam_b1`).
+    beta is a float, or the traced scalar (checked at run time) for a traced `momentum`.
+    Nesterov (the flag or the name) with beta = 0 raises `ValueError`.
+    """
+    if not isinstance(optimizer, str) or optimizer.lower() not in OPTIMIZERS:
+        raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}; found {optimizer!r}.")
+    name = optimizer.lower()
+    if not isinstance(nesterov, (bool, np.bool_)):
+        raise TypeError(f"`nesterov` must be True or False; found {nesterov!r}.")
+    if name == "adam":
+        if momentum is not None or nesterov:
+            raise ValueError(
+                "`momentum`/`nesterov` do not apply to optimizer='adam'; set its moment decay "
+                "rates with `adam_b1`, `adam_b2`."
+            )
+        return name, 0.0, False
+    beta = check_momentum(DEFAULT_MOMENTUM[name] if momentum is None else momentum)
+    return name, beta, check_nesterov(bool(nesterov or name == "nesterov"), beta)
+
+
+def resolve_batches(batch_indices, batch_size, key, m: int, steps: int):
+    """The batch schedule (steps, b) as a JAX int array, or None for full batch.
+
+    Give either `batch_indices` (steps, b) or `batch_size` (with `key`, default seed 0).
+    """
+    if batch_indices is not None:
+        if batch_size is not None or key is not None:
+            raise ValueError(
+                "Give either `batch_indices` or (`batch_size`, `key`), not both: the batch "
+                "schedule is drawn from (`key`, `batch_size`) only when no indices are given."
+            )
+        return check_batch_indices(batch_indices, m, steps)
+    if batch_size is None:
+        if key is not None:
+            raise ValueError("`key` draws minibatches and needs `batch_size`.")
+        return None
+    return draw_batches(0 if key is None else key, m, batch_size, steps)
+
+
+def save_schedule(steps: int, save_every: int):
+    """(saved step numbers (n,), number of full save blocks, remainder steps)."""
+    n_saves, remainder = divmod(steps, save_every)
+    saved = np.arange(n_saves + 1) * save_every
+    if remainder:
+        saved = np.append(saved, steps)
+    return saved, n_saves, remainder
+
+
+def first_nonfinite_step(saved, values) -> int | None:
+    """The first saved step whose value is not finite, or None."""
+    ok = np.isfinite(values).reshape(values.shape[0], -1).all(axis=1)
+    if ok.all():
+        return None
+    return int(saved[np.argmax(~ok)])
+
+
+def check_finite(tree, values, saved, what: str, lr):
+    """Return `tree` if the saved `values` (n, ...) are all finite; else raise
+    ``FloatingPointError("{what} by step {k} (lr=...). Reduce `lr`.")``. Traced `values`: the
+    same check at run time (`guard`) on every leaf of `tree`."""
+    if is_traced(values):
+        return guard(tree, ~jnp.all(jnp.isfinite(values)), f"{what}; reduce `lr`")
+    bad = first_nonfinite_step(saved, values)
+    if bad is not None:
+        raise FloatingPointError(f"{what} by step {bad} (lr={lr:g}). Reduce `lr`.")
+    return tree
+
+
+def loop_counts(save_every: int, remainder: int, static: bool = False):
+    """(save_every, remainder, remainder > 0) for the compiled loop: traced int32 scalars (and
+    the static flag), so that runs that differ only in `steps`/`save_every` (same number of
+    saves) share one compilation; or, with `static`, Python ints, which make the loops fixed-
+    length scans that reverse-mode autodiff (`jax.grad`) can differentiate."""
+    if static:
+        return save_every, remainder, remainder > 0
+    return jnp.asarray(save_every, jnp.int32), jnp.asarray(remainder, jnp.int32), remainder > 0

@@ -1,0 +1,268 @@
+"""Weight-space reference simulators: train the p x d weight matrix W itself (Theorem 2's
+left-hand side), for the same models, losses, batches and optimizers as the closed maps.
+
+The model is the function of W of Eq. E2, f_x(W) = f0(x) + g(x)^T (W 1) + (W 1)^T B(x) (W 1)
++ Tr[A(x) W W^T] (`NQFModel.outputs` at M = W W^T, mu = W 1), and the gradient of the step loss
+L(W) = (1/b) sum_{j < b} ell(f_{idx_j}(W), y_{idx_j}) + gamma/2 |W|_F^2 is taken by `jax.grad`:
+nothing here uses Theorem 2's update formulas (E4-E7), so agreement with `nqf.closed_sgd` is an
+independent check of them.
+
+Optimizers (one compiled `lax.scan` each; grad = the gradient above):
+
+- ``"sgd"`` / ``"momentum"`` / ``"nesterov"``: the `torch.optim.SGD` form V <- beta V + grad,
+  W <- W - eta V (heavy ball), or W <- W - eta (grad + beta V) (Nesterov); beta = 0 is plain SGD.
+- ``"adam"``: m <- b1 m + (1 - b1) grad, s <- b2 s + (1 - b2) grad^2 (elementwise),
+  W <- W - eta m_hat / (sqrt(s_hat) + eps) with bias corrections m_hat = m / (1 - b1^k),
+  s_hat = s / (1 - b2^k) at step k = 1, 2, ...; weight decay is the coupled L2 term in grad (as in
+  `torch.optim.Adam`). Adam has no closed map on (M, mu) (see `nqf.dynamics`): this is its only exact
+  simulation.
+
+Cost per step: O(p^2 d) for W W^T and the gradient through it, plus the data operations over the
+m inputs and, for Adam, O(p d) elementwise work. Time: step n is t = eta * n.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._checks import as_weights, check_positive, is_traced
+from .._core.io import Saveable
+from ..data._model import NQFModel, as_model
+from ._batches import restrict
+from ._losses import PerSampleLoss, as_loss
+from ._train_args import (
+    any_traced,
+    check_count,
+    check_finite,
+    check_hyper,
+    check_lr,
+    check_unit_interval,
+    check_weight_decay,
+    guard,
+    loop_counts,
+    parse_optimizer,
+    resolve_batches,
+    save_schedule,
+)
+
+__all__ = ["WTrajectory", "train_w", "w_objective"]
+
+TRACE_COUNT = [0]
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["steps", "t", "W", "M", "mu", "outputs", "loss", "lr"],
+    meta_fields=["optimizer"],
+)
+@dataclasses.dataclass(frozen=True, eq=False)
+class WTrajectory(Saveable):
+    """Result of `train_w`. `n` is the number of saved steps.
+
+    **Attributes:** `steps` (n,) int; `t` = lr * steps (n,); `W` (n, p, d); `M` = W W^T
+    (n, p, p); `mu` = W 1 (n, p); `outputs` f_x on all m training inputs (n, m); `loss`
+    (1/m) sum_mu ell(f_mu, y_mu) without the weight-decay penalty (n,); `optimizer`, `lr`.
+
+    A plain frozen dataclass (it pickles) registered as a JAX pytree (arrays and `lr` are
+    leaves, `optimizer` static), like `nqf.MapTrajectory`: numpy arrays from a plain call, JAX
+    arrays (batched under vmap) when `train_w` runs under tracing.
+    """
+
+    steps: np.ndarray
+    t: np.ndarray
+    W: np.ndarray
+    M: np.ndarray
+    mu: np.ndarray
+    outputs: np.ndarray
+    loss: np.ndarray
+    optimizer: str
+    lr: float
+
+
+def w_objective(model: NQFModel, loss: PerSampleLoss, W, idx=None, gamma=0.0):
+    """The training objective L(W) of one step, a scalar.
+
+    L = mean over the batch `idx` (b,) (all m inputs if None) of ell(f_x(W), y_x), plus
+    gamma/2 |W|_F^2; f_x(W) is Eq. E2 evaluated at M = W W^T, mu = W 1.
+    """
+    sub = None if idx is None else restrict(model, idx)
+    if sub is not None:  # evaluate the b batch rows only
+        model, idx = sub, None
+    f = model.outputs(W @ W.T, jnp.sum(W, axis=1))
+    y = model.y
+    if idx is not None:
+        f, y = f[idx], y[idx]
+    return jnp.mean(loss.value(f, y)) + 0.5 * gamma * jnp.sum(W**2)
+
+
+class _Optimizer(eqx.Module):
+    model: NQFModel
+    loss: PerSampleLoss
+    lr: jax.Array
+    gamma: jax.Array
+    beta: jax.Array
+    b1: jax.Array
+    b2: jax.Array
+    eps: jax.Array
+    kind: str = eqx.field(static=True)  # "sgd", "heavy", "nesterov", "adam"
+
+    def init(self, W):
+        if self.kind == "sgd":
+            return (W,)
+        if self.kind == "adam":
+            return (W, jnp.zeros_like(W), jnp.zeros_like(W))
+        return (W, jnp.zeros_like(W))
+
+    def step(self, state, idx, k):
+        W = state[0]
+        grad = jax.grad(w_objective, argnums=2)(self.model, self.loss, W, idx, self.gamma)
+        if self.kind == "sgd":
+            return (W - self.lr * grad,)
+        if self.kind == "adam":
+            _, m1, m2 = state
+            m1 = self.b1 * m1 + (1.0 - self.b1) * grad
+            m2 = self.b2 * m2 + (1.0 - self.b2) * grad**2
+            n = (k + 1).astype(W.dtype)
+            m_hat = m1 / (1.0 - self.b1**n)
+            s_hat = m2 / (1.0 - self.b2**n)
+            return (W - self.lr * m_hat / (jnp.sqrt(s_hat) + self.eps), m1, m2)
+        V = self.beta * state[1] + grad
+        direction = grad + self.beta * V if self.kind == "nesterov" else V
+        return (W - self.lr * direction, V)
+
+
+def _simulate(opt, W0, idx, n_saves: int, save_every, remainder, has_remainder: bool):
+    """The traceable core of `train_w`: pure JAX, so it runs under jit, vmap and grad.
+    `save_every`, `remainder` as in `nqf.dynamics._maps._simulate` (int32 arrays, or Python ints for
+    fixed-length loops that reverse-mode autodiff can differentiate)."""
+    TRACE_COUNT[0] += 1
+    model = opt.model
+
+    def block(carry, n):
+        def body(_, carry):
+            state, k = carry
+            batch = None if idx is None else jax.lax.dynamic_index_in_dim(idx, k, keepdims=False)
+            return opt.step(state, batch, k), k + 1
+
+        return jax.lax.fori_loop(0, n, body, carry)
+
+    def scan_body(carry, _):
+        carry = block(carry, save_every)
+        return carry, carry[0][0]
+
+    carry0 = (opt.init(W0), jnp.asarray(0, dtype=jnp.int32))
+    carry, Ws = jax.lax.scan(scan_body, carry0, None, length=n_saves)
+    parts = [W0[None], Ws]
+    if has_remainder:
+        parts.append(block(carry, remainder)[0][0][None])
+    Ws = jnp.concatenate(parts, axis=0)
+    Ms = jnp.einsum("nid,njd->nij", Ws, Ws)
+    mus = jnp.sum(Ws, axis=2)
+    outputs = jax.vmap(model.outputs)(Ms, mus)
+    losses = jnp.mean(jax.vmap(opt.loss.value, in_axes=(0, None))(outputs, model.y), axis=1)
+    return Ws, Ms, mus, outputs, losses
+
+
+_run = eqx.filter_jit(_simulate)
+
+
+def train_w(
+    model,
+    W0,
+    *,
+    lr,
+    steps: int,
+    optimizer: str = "sgd",
+    momentum=None,
+    nesterov: bool = False,
+    weight_decay: float = 0.0,
+    batch_indices=None,
+    batch_size: int | None = None,
+    key=None,
+    loss=None,
+    adam_b1: float = 0.9,
+    adam_b2: float = 0.999,
+    adam_eps: float = 1e-8,
+    save_every: int = 1,
+) -> WTrajectory:
+    """Train the weights W (p, d) of an NQF directly, with autodiff gradients.
+
+    The reference for `nqf.closed_sgd` / `nqf.closed_map` (same arguments, same batches from the
+    same `batch_indices` or `key`), and the only exact simulator for Adam.
+
+    **Arguments:**
+
+    - `model`: an `nqf.NQFModel` or a bare data set (plain model).
+    - `W0`: initial weights, shape (p, d), one column per neuron.
+    - `lr`: eta > 0; `steps`: integer >= 1; `save_every`: integer >= 1 (step 0 and the last step
+      are always saved).
+    - `optimizer`: ``"sgd"`` (momentum default 0), ``"momentum"`` (heavy ball, default 0.9),
+      ``"nesterov"`` (default 0.9) or ``"adam"``; `momentum`: beta in [0, 1) or None for the
+      default; `nesterov`: Nesterov form for "sgd"/"momentum".
+    - `weight_decay`: gamma >= 0 (penalty gamma/2 |W|^2, added to the gradient).
+    - Batches: `batch_indices` (steps, b), or `batch_size` with `key` (default seed 0) drawn by
+      `nqf.batch_indices`; full batch if neither.
+    - `loss`: ``"mse"`` (default) or a callable ell(f, y) -> scalar (`nqf.dynamics`).
+    - `adam_b1`, `adam_b2` in [0, 1), `adam_eps` > 0: Adam's constants.
+
+    **Returns:** a `WTrajectory` (W (n, p, d), M, mu, outputs, loss); step n is at t = lr * n
+    (gradient-flow time for SGD; just a step count for Adam). Cost per step O(p^2 d) plus the
+    data operations over m inputs; compiled once per shape (and optimizer kind).
+
+    **Under jit, vmap and grad** (as `nqf.closed_sgd`): `W0`, `lr`, `momentum`,
+    `weight_decay`, Adam's constants, `batch_indices`, `key` and the model's arrays may be
+    traced; the result is then a `WTrajectory` of JAX arrays (batched under vmap). `steps`,
+    `save_every`, `batch_size`, `optimizer`, `nesterov` and `loss` must be concrete. The value
+    checks (lr > 0, momentum and Adam's rates in [0, 1), weight_decay >= 0, adam_eps > 0, finite
+    W0, batch indices in range, divergence) run at run time with `equinox.error_if`; a traced
+    `momentum` runs the momentum program (beta = 0 gives SGD's numbers). The loops become
+    fixed-length scans: `jax.grad` stores one state per step (memory O(steps p d)).
+
+    **Raises:** `ValueError` for a `W0` not of shape (p, d) or not finite, lr <= 0 or not finite,
+    momentum outside [0, 1), weight_decay < 0, bad Adam constants, an unknown optimizer, a bad
+    batch schedule (shape, range, batch size outside [1, m]), steps/save_every not integers
+    >= 1; `TypeError` for a bad model or loss; `FloatingPointError` on divergence.
+    """
+    model = as_model(model)
+    name, beta, nesterov = parse_optimizer(optimizer, momentum, nesterov)
+    lr = check_lr(lr)
+    steps = check_count(steps, "steps")
+    save_every = check_count(save_every, "save_every")
+    gamma = check_weight_decay(weight_decay)
+    if any_traced(adam_b1, adam_b2):
+        b1, b2 = check_unit_interval(adam_b1, "adam_b1"), check_unit_interval(adam_b2, "adam_b2")
+    else:
+        b1 = check_positive(adam_b1, "adam_b1", allow_zero=True)
+        b2 = check_positive(adam_b2, "adam_b2", allow_zero=True)
+        if b1 >= 1.0 or b2 >= 1.0:
+            raise ValueError(f"`adam_b1` and `adam_b2` must lie in [0, 1); found {b1!r}, {b2!r}.")
+    eps = check_hyper(adam_eps, "adam_eps")
+    loss = as_loss(loss)
+    W0 = as_weights(W0, model.p)
+    if is_traced(W0):
+        W0 = guard(W0, ~jnp.all(jnp.isfinite(W0)), "`W0` must be finite")
+    idx = resolve_batches(batch_indices, batch_size, key, model.m, steps)
+    saved, n_saves, remainder = save_schedule(steps, save_every)
+    if name == "adam":
+        kind = "adam"
+    elif not is_traced(beta) and beta == 0.0:
+        kind = "sgd"
+    else:  # a traced beta runs the momentum program (beta = 0 gives the same numbers as SGD)
+        kind = "nesterov" if nesterov else "heavy"
+    traced = any_traced(model, lr, gamma, beta, b1, b2, eps, W0, idx)
+    f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
+    opt = _Optimizer(model=model, loss=loss, lr=f64(lr), gamma=f64(gamma), beta=f64(beta),
+                     b1=f64(b1), b2=f64(b2), eps=f64(eps), kind=kind)
+    out = _run(opt, W0, idx, n_saves, *loop_counts(save_every, remainder, static=traced))
+    if not traced:
+        out = jax.tree.map(np.asarray, out)
+    Ws, Ms, mus, outputs, losses = check_finite(
+        out, out[0], saved, "W-space training diverged: non-finite weights", lr)
+    return WTrajectory(steps=saved, t=lr * saved, W=Ws, M=Ms, mu=mus, outputs=outputs, loss=losses,
+                       optimizer=name, lr=lr)

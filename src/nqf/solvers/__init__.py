@@ -1,0 +1,39 @@
+"""Solvers: the closed flow solved in time (layer 3 of nqf).
+
+`solve_flow` (the diffrax front end, Eqs. E8-E13; explicit, stiff Rosenbrock/Kvaerno with
+structured Newton solves (`nqf.stiff`), scipy LSODA and SUNDIALS CVODE for the reduced GLV
+form, and Theorem 6's exact solution as a solve path (`nqf.exact`)), stopping conditions
+(`Stop`), batched sweeps of flows and maps (vmap, sharding over devices), and the numba GLV
+kernels for very large p (`nqf.kernels`). Times are gradient-flow times t = eta * steps.
+
+May import `nqf._core`, `nqf.data` and `nqf.dynamics`. Private modules: `_solve`, `_events`,
+`_lsoda`, `_sweep`, `_map_sweep`.
+"""
+
+from ._solve import SOLVERS, FlowSolution, MaxStepsReached, solve_flow
+from ._events import Stop
+from ._sweep import SweepSolution, solve_sweep
+from ._map_sweep import MapSweep, closed_sgd_sweep
+from .kernels import GLVTrajectory, glv_gd, glv_rhs
+from .rosenbrock import Rodas5P
+from . import exact, kernels, rosenbrock, stiff
+
+__all__ = [
+    "solve_flow",
+    "FlowSolution",
+    "MaxStepsReached",
+    "SOLVERS",
+    "Stop",
+    "solve_sweep",
+    "SweepSolution",
+    "closed_sgd_sweep",
+    "MapSweep",
+    "GLVTrajectory",
+    "glv_gd",
+    "glv_rhs",
+    "Rodas5P",
+    "exact",
+    "kernels",
+    "rosenbrock",
+    "stiff",
+]

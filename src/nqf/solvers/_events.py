@@ -1,0 +1,89 @@
+"""Stopping a flow at an event: `solve_flow(..., stop=Stop...)`.
+
+A `Stop` describes a condition on the flow; `solve_flow` ends the solve at the first time it
+holds, located by diffrax's event handling with a Newton root find on the dense output (so the
+time is accurate to the solver tolerance and differentiable: `jax.grad` of the stop time with
+respect to eps, labels or data works under the default reverse-mode adjoint). The solution records
+`stop_time` (gradient-flow time; inf when the condition never held before t1) and `stop_reason`
+(the `Stop`'s name, or None).
+
+Conditions:
+
+- `Stop.loss_below(value)`: the MSE loss (1/m) sum (f_x - y_x)^2 falls to `value`.
+- `Stop.ignition(k, rho=0.5)`: mode k ignites, z_k(t) = rho z_k(inf) (commuting data, GLV form;
+  z(inf) is the GLV equilibrium `nqf.glv_equilibrium`, Eq. E19's definition of the ignition time).
+- `Stop.when(fn, name=...)`: fn(t, state) crosses zero from below (a float), or becomes True (a
+  bool: the end of the step where it first holds, no root find). `state` is the order parameter
+  in natural coordinates: the mode strengths z (p,) in the GLV form, M (p, p) in the M form, the
+  factor F (p, r) (M = F F^T) in the factor form, and (M, mu) in the ``"M-mu"`` form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import equinox as eqx
+
+__all__ = ["Stop"]
+
+
+class Stop(eqx.Module):
+    """A stopping condition for `solve_flow` (build it with `loss_below`, `ignition` or
+    `when`). `value` is the threshold (loss_below), rho (ignition) or unused (when)."""
+
+    kind: str = eqx.field(static=True)
+    value: float | None = None
+    k: int = eqx.field(static=True, default=-1)
+    fn: Callable | None = eqx.field(static=True, default=None)
+    name: str = eqx.field(static=True, default="")
+
+    @classmethod
+    def loss_below(cls, value) -> "Stop":
+        """Stop when the loss reaches `value` (> 0)."""
+        return cls("loss_below", value, name=f"loss_below({value:g})" if isinstance(value, (int, float)) else "loss_below")
+
+    @classmethod
+    def ignition(cls, k: int, rho: float = 0.5) -> "Stop":
+        """Stop when mode k reaches rho times its equilibrium value, z_k = rho z_k(inf), rho in
+        (0, 1) (commuting data)."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(f"`k` (the mode) must be an integer >= 0; found {k!r}.")
+        if isinstance(rho, (int, float)) and not 0.0 < rho < 1.0:
+            raise ValueError(f"`rho` must lie in (0, 1); found {rho!r}.")
+        return cls("ignition", rho, k=k, name=f"ignition({k})")
+
+    @classmethod
+    def when(cls, fn: Callable, name: str = "when") -> "Stop":
+        """Stop when fn(t, state) crosses zero from below (float) or becomes True (bool); `state`
+        as in the module docstring."""
+        if not callable(fn):
+            raise TypeError(f"`fn` must be a function of (t, state); found {type(fn).__name__}.")
+        return cls("when", None, fn=fn, name=name)
+
+
+def natural_state(form: str, y, args):
+    """The order parameter in the coordinates `Stop.when` documents, from the raw state y of
+    `form` (args as in `nqf.dynamics`)."""
+    from ..dynamics._flow import glv_z
+
+    return glv_z(y, args[2]) if form == "glv" else y
+
+
+def condition(stop: Stop, form: str, target) -> Callable:
+    """The diffrax event condition f(t, y, args) of `stop` on the raw state of `form`; `target`
+    is the dynamic threshold (the loss value, or rho z_k(inf))."""
+    from ..dynamics._flow import _saved_losses, glv_z
+
+    def cond(t, y, args, **kwargs):
+        if stop.kind == "loss_below":
+            return _saved_losses(t, y, args, form=form, z_star=None, grad=None)["loss"] - target
+        if stop.kind == "ignition":
+            return glv_z(y, args[2])[stop.k] - target
+        return stop.fn(t, natural_state(form, y, args))
+
+    return cond
+
+
+def direction(stop: Stop):
+    """Down-crossings for the loss, up-crossings for ignition and user conditions."""
+    return False if stop.kind == "loss_below" else True

@@ -1,0 +1,840 @@
+"""Batched sweeps: many flows (an eps grid, seeds, a theta grid) in one compiled call.
+
+`solve_sweep` integrates a batch of gradient flows (THEORY Eqs. E9, E13) with the same
+right-hand sides (`nqf.dynamics`), solver, PID controller and default tolerances as
+`nqf.solve_flow`, in ONE compiled call, and optionally shards the batch over several JAX
+devices. Members are a batch of initial conditions (``eps``: M0 = eps * I, or stacked `M0` /
+`W0`; for commuting data mode strengths ``z0``, and ``eps`` alone means z0 = eps, so no p x p
+matrix is formed) and/or a batch of data sets of the same type and shapes (seeds, a theta
+grid), paired member by member. Implicit solvers get `nqf.stiff`'s structured Newton solve in
+the GLV form (`DiagonalData`, or one shared `CommutingData`), as in `solve_flow`. Two ways to
+batch (`mode`):
+
+**Joint (``mode="joint"``; the default where it applies).** All members form ONE ODE on the
+stacked state Y (B, ...), with the vector field vmapped over members, so there is one adaptive
+loop whose step size all members share. The PID controller's error norm is the MAX over members
+of each member's RMS norm of the scaled error (diffrax's default, an RMS over the whole state,
+would let one member's error hide among the others), so every member's error per step stays
+within its tolerance: each member is at least as accurate as its own `solve_flow` call, and the
+sweep takes (about) the union of the members' step demands. The norm needs one scalar atol.
+The GLV form's default atol is rtol for every member (log space), so ``mode="auto"`` picks the
+joint mode for it, and for any sweep given one scalar `atol`. For unequal per-member atol (the
+M and factor forms' default, rtol * max|state_i(0)|) ``mode="auto"`` falls back to the vmap
+mode; ``mode="joint"`` still works there: it integrates each member's state divided by
+s_i = atol_i / max(atol), which turns its tolerance into the shared one exactly (up to rounding
+of the rescaling). Stats and the result (success, max steps) are shared: every member reports
+the same num_steps, and if the steps run out, all members stop. `sol[i]` re-solves member i
+alone (its own steps) on first use of its dense output (`evaluate`, `z_at`, `step_times`).
+
+**Lockstep (``mode="vmap"``).** ``jit(vmap(diffeqsolve))``: each member keeps its own step
+sizes, accepts/rejects and step count (its answer is that of its own `solve_flow` call to
+rounding), but the loop runs until the member needing the most steps has finished, and finished
+members idle. vmap turns the loop's control flow into selects over all members, so on a CPU an
+iteration costs 20-30x a single step. A sweep costs about (max steps over members) x (cost of a
+batched step), so group members of similar stiffness.
+
+**Sharding.** ``devices="all"`` (or an int n, or a list of devices) places the batch axis on a
+one-axis `jax.sharding.Mesh` named ``"batch"`` (`NamedSharding(mesh, PartitionSpec("batch"))`);
+the batch is padded to a multiple of the device count with copies of the last member, and the
+padding is stripped from the result. Each device runs its shard's loop (`jax.shard_map`). In the
+joint mode the error norm's max is also taken over the devices (`lax.pmax`, one collective per
+step), so all devices take the same steps as the unsharded solve: a max is exact in any order
+and a padded copy does not change it. The same code runs on one CPU, several CPU devices
+(``XLA_FLAGS=--xla_force_host_platform_device_count=N`` set before JAX is first imported) or
+GPUs; results do not depend on the number of devices (checked bit for bit, both modes, on 2
+host devices, for fig3 and for stiff `DiagonalData` sweeps; a sharded stiff Woodbury sweep
+differs from the unsharded one by rounding, 1.5e-10 measured).
+
+**Measured** (2 shared CPU cores, float64; `benchmarks/bench_sweep.py`, docs/performance.md):
+a 64-member eps sweep of the Fig. 3 problem (GLV form, eps = 1e-12 .. 1e-2, rtol 1e-10, 201
+saved times) in one call, against 64 calls of the compiled `solve_flow` (best of 7
+interleaved, 3 plain-script runs and asv): joint mode 7.4-10x (~32 ms against 237-328 ms;
+822 shared steps, single solves take 264-456), vmap mode 4.6-6.2x (~51-53 ms). Members agree
+with their single solves to 1.25e-9 relative on M (joint; normwise per saved time 5.0e-9, which
+is the single solve's own error: against a rtol = 1e-13 reference that member's single solve is
+off 4.7e-9, the joint one 2.9e-10) and 5.5e-10 (vmap). The sweep sharded over 2 host devices
+equals the unsharded one exactly (both modes); on 2 shared cores it is slower (unsharded /
+sharded 0.58 for the joint mode: one collective per step). The first call (trace + compile)
+of such a sweep, joint mode, takes ~2.4-2.5 s in a fresh process (cold cache).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from .._core._checks import as_array, check_positive, check_symmetric, shape_str
+from .._core.io import Saveable
+from ..data._model import NQFModel
+from ..data._operators import AbstractCommutingData, AbstractData, DiagonalData
+from ..dynamics._flow import RHS, check_form
+from ._solve import (
+    _CODE_OF,
+    FlowSolution,
+    MaxStepsReached,
+    _check_mode_strengths,
+    _check_solve_memory,
+    _dense_by_resolving,
+    _initial_state,
+    _integrate,
+    _make_solver,
+    _settings,
+    _time_grid,
+)
+from .stiff import is_stiff, is_structured
+
+__all__ = ["solve_sweep", "SweepSolution"]
+
+_f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
+
+
+# ------------------------------------------------------------------------------------------
+# Inputs
+
+
+def _stack_data(data) -> tuple[list[AbstractData], bool]:
+    """(list of members' data sets, batched?) from one data set or a sequence of them."""
+    if isinstance(data, NQFModel):
+        raise TypeError(
+            "`solve_sweep` takes data sets (`DenseData`, `CommutingData`, `LowRankData`), not an "
+            "`NQFModel`; pass `model.data` (a model with f0 but no g, B: its data with labels "
+            "y - f0), or use `solve_flow` per member for the 'M-mu' form."
+        )
+    if isinstance(data, AbstractData):
+        return [data], False
+    if not isinstance(data, Sequence) or isinstance(data, (str, bytes)):
+        raise TypeError(
+            "`data` must be an nqf data set or a sequence (list/tuple) of data sets of the same "
+            f"type and shapes; found {type(data).__name__}."
+        )
+    datas = list(data)
+    if not datas:
+        raise ValueError("`data` is an empty sequence; give at least one data set.")
+    d0 = datas[0]
+    for i, d in enumerate(datas):
+        if not isinstance(d, AbstractData):
+            raise TypeError(f"`data[{i}]` must be an nqf data set; found {type(d).__name__}.")
+        if type(d) is not type(d0):
+            raise ValueError(
+                f"All data sets of a sweep must have the same type; data[0] is "
+                f"{type(d0).__name__} but data[{i}] is {type(d).__name__}."
+            )
+        s0, si = jax.tree.structure(d0), jax.tree.structure(d)
+        if s0 != si:
+            raise ValueError(
+                f"All data sets of a sweep must have the same structure; data[{i}] differs from "
+                "data[0] (e.g. one has a basis `P` and the other not)."
+            )
+        for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(d0), jax.tree.leaves(d)):
+            if jnp.shape(a) != jnp.shape(b):
+                name = jax.tree_util.keystr(path).lstrip(".")
+                raise ValueError(
+                    f"All data sets of a sweep must have the same shapes; `{name}` has shape "
+                    f"{shape_str(jnp.shape(a))} in data[0] but {shape_str(jnp.shape(b))} in "
+                    f"data[{i}]."
+                )
+    return datas, True
+
+
+def _check_eps(eps) -> np.ndarray:
+    """`eps` as a 0-d or 1-d array of finite values > 0."""
+    e = np.asarray(as_array(eps, "eps", finite=False))
+    if e.ndim > 1:
+        raise ValueError(f"`eps` must be a scalar or a 1-d array; found shape {shape_str(e.shape)}.")
+    if e.size == 0:
+        raise ValueError("`eps` is empty; give at least one value.")
+    bad = ~(np.isfinite(e) & (e > 0))
+    if bad.any():
+        i = int(np.argmax(bad.ravel()))
+        raise ValueError(
+            f"`eps` must be finite and > 0 (M0 = eps * I); found {float(e.ravel()[i])!r} at index {i}."
+        )
+    return e
+
+
+def _initial_z_batch(p: int, eps, z0):
+    """GLV initial mode strengths as a batch (B0, p) and whether it is batched: `z0` ((p,) or
+    (B, p), >= 0), times `eps` if given (z0_i = eps_i z0); `eps` alone is z0 = eps (M0 = eps I)."""
+    if z0 is None:
+        e = _check_eps(eps)
+        return np.broadcast_to(e.reshape(-1)[:, None], (e.size, p)), e.ndim == 1
+    z = np.asarray(as_array(z0, "z0"))
+    if z.ndim not in (1, 2) or z.shape[-1] != p:
+        raise ValueError(f"`z0` must have shape ({p},) or a batch (B, {p}); found {shape_str(z.shape)}.")
+    if z.shape[0] == 0:
+        raise ValueError(f"`z0` is an empty batch; give shape ({p},) or (B, {p}) with B >= 1.")
+    _check_mode_strengths(z)
+    batched = z.ndim == 2
+    z = z if batched else z[None]
+    if eps is not None:
+        e = _check_eps(eps)
+        if batched and e.ndim == 1:
+            raise ValueError(
+                f"Give `eps` (B,) with one base `z0` ({p},), or a batch `z0` (B, {p}) without `eps` "
+                f"(or with a scalar `eps`); found `eps` {shape_str(e.shape)} and `z0` {shape_str(z.shape)}."
+            )
+        return e.reshape(-1)[:, None] * z, batched or e.ndim == 1
+    return z, batched
+
+
+def _initial_batch(p: int, eps, M0, W0):
+    """Initial conditions as a batch: (inits (B0, ...), is_factor, batched?)."""
+    if eps is not None:
+        if W0 is not None:
+            raise ValueError("Give `eps` alone (M0 = eps * I) or with a base `M0` (M0 = eps * M0), not with `W0`.")
+        e = _check_eps(eps)
+        base = np.eye(p)
+        if M0 is not None:
+            base = np.asarray(as_array(M0, "M0", ndim=2))
+            if base.shape != (p, p):
+                raise ValueError(
+                    f"With `eps`, `M0` is one base matrix of shape ({p}, {p}) (M0_i = eps_i * M0); "
+                    f"found {shape_str(base.shape)}."
+                )
+        return e.reshape(-1)[:, None, None] * base[None], False, e.ndim == 1
+    if (M0 is None) == (W0 is None):
+        raise ValueError(
+            "Give exactly one initial condition: `eps` (M0 = eps * I), `M0` ((p, p) or a batch "
+            "(B, p, p)), `W0` ((p, d) or a batch (B, p, d)) or, for commuting data, `z0` ((p,) or "
+            "a batch (B, p))."
+        )
+    name, x = ("M0", M0) if M0 is not None else ("W0", W0)
+    x = np.asarray(as_array(x, name))
+    if x.ndim not in (2, 3):
+        raise ValueError(
+            f"`{name}` must be one initial condition (2-d) or a batch of them (3-d); found shape "
+            f"{shape_str(x.shape)}."
+        )
+    batched = x.ndim == 3
+    x = x if batched else x[None]
+    if x.shape[0] == 0:
+        raise ValueError(f"`{name}` is an empty batch.")
+    if M0 is not None and x.shape[1:] != (p, p):
+        raise ValueError(f"`M0` members must have shape ({p}, {p}) to match the data; found {shape_str(x.shape[1:])}.")
+    if W0 is not None and (x.shape[1] != p or x.shape[2] == 0):
+        raise ValueError(
+            f"`W0` members must have shape ({p}, d) with d >= 1 (one column per neuron) to match "
+            f"the data; found {shape_str(x.shape[1:])}."
+        )
+    return x, W0 is not None, batched
+
+
+def _check_psd_batch(M: np.ndarray, name: str, rtol: float = 1e-10) -> None:
+    ev = np.linalg.eigvalsh(M)
+    scale = np.maximum(np.abs(ev).max(axis=-1), np.finfo(float).tiny)
+    bad = ev[:, 0] < -rtol * scale
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"`{name}[{i}]` must be positive semi-definite (an order parameter M = W W^T); found "
+            f"smallest eigenvalue {ev[i, 0]:.3g} (largest |eigenvalue| {scale[i]:.3g})."
+        )
+
+
+@eqx.filter_jit
+def _glv_z_batch(data, init, is_factor, data_batched):
+    f = (lambda d, x: d.z_factor(x)) if is_factor else (lambda d, x: d.z(x))
+    return jax.vmap(f, in_axes=(0 if data_batched else None, 0))(data, init)
+
+
+def _states(datas, stacked, data_batched, inits, is_factor, form):
+    """Batched version of `nqf.solvers._solve._initial_state` (same formulas, vectorized over members).
+    Member 0 goes through `_initial_state` itself, which also resolves ``form="auto"``."""
+    form, _, _, _ = _initial_state(datas[0], None if is_factor else inits[0], inits[0] if is_factor else None, form)
+    if not is_factor:
+        check_symmetric(inits, "M0")
+        _check_psd_batch(inits, "M0")
+    mask = None
+    if form == "M":
+        y0 = np.einsum("bir,bjr->bij", inits, inits) if is_factor else inits
+    elif form == "factor":
+        if is_factor:
+            y0 = inits
+        else:
+            ev, V = np.linalg.eigh(inits)
+            y0 = V * np.sqrt(np.maximum(ev, 0.0))[:, None, :]
+    else:
+        z0 = np.asarray(_glv_z_batch(stacked, jnp.asarray(inits), is_factor, data_batched))
+        mask = z0 > 0
+        y0 = np.where(mask, np.log(np.where(mask, z0, 1.0)), 0.0)
+    return form, y0, mask
+
+
+def _resolve_devices(devices) -> list | None:
+    """None (no placement) or the list of devices to shard the batch over."""
+    if devices is None:
+        return None
+    available = jax.devices()
+    hint = (
+        f"available: {len(available)} device(s) {available}. For several CPU devices, set "
+        "XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX is first imported."
+    )
+    if isinstance(devices, str):
+        if devices != "all":
+            raise ValueError(f"`devices` must be None, 'all', an int or a list of devices; found {devices!r}.")
+        return available
+    if isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
+        if not 1 <= devices <= len(available):
+            raise ValueError(f"`devices={devices}` asks for more devices than there are (or < 1); {hint}")
+        return available[: int(devices)]
+    try:
+        devs = list(devices)
+    except TypeError:
+        raise TypeError(f"`devices` must be None, 'all', an int or a list of devices; found {devices!r}.") from None
+    if not devs:
+        raise ValueError("`devices` is an empty list.")
+    for d in devs:
+        if d not in available:
+            raise ValueError(f"Device {d!r} is not available to JAX here; {hint}")
+    if len(set(devs)) != len(devs):
+        raise ValueError(f"`devices` lists a device twice: {devs}.")
+    return devs
+
+
+# ------------------------------------------------------------------------------------------
+# The compiled batch
+
+
+def _solve_one(rhs, solver, rtol, pcoeff, icoeff, gamma, t0, t1, ts, dt0, max_steps, data, y0, mask, atol):
+    """One member, exactly `solve_flow`'s program (`nqf.solvers._solve._integrate`), dense output off."""
+    controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff)
+    sol = _integrate(rhs, solver, controller, data, y0, (data, gamma, mask), t0, t1, ts, dt0,
+                     max_steps, False, diffrax.NoProgressMeter())
+    return sol.ys, sol.stats, sol.result
+
+
+@eqx.filter_jit
+def _solve_batch(rhs, solver, rtol, pcoeff, icoeff, gamma, t0, t1, ts, dt0, max_steps, data,
+                 data_batched, y0, mask, atol, mesh):
+    one = functools.partial(_solve_one, rhs, solver, rtol, pcoeff, icoeff, gamma, t0, t1, ts, dt0, max_steps)
+    batched = jax.vmap(one, in_axes=(0 if data_batched else None, 0, 0, 0))
+    if mesh is None:
+        return batched(data, y0, mask, atol)
+    b, rep = PartitionSpec("batch"), PartitionSpec()
+    # Each device runs its own shard's adaptive loop (no cross-device sync per step).
+    sharded = jax.shard_map(batched, mesh=mesh, in_specs=(b if data_batched else rep, b, b, b),
+                            out_specs=b, check_vma=False)
+    return sharded(data, y0, mask, atol)
+
+
+def _member_rms_max(x, axis_name=None):
+    """The joint mode's error norm: max over members (leading axis) of each member's RMS norm.
+
+    diffrax's default norm is an RMS over the whole (B, ...) state, which would let one
+    member's error hide among B - 1 members with small errors (diluted by up to sqrt(B)); the
+    max keeps every member's scaled error below 1, as its own `solve_flow` call does. With
+    `axis_name` (inside `shard_map`), the max is also taken over the devices' shards (`pmax`):
+    all devices take the same steps. A max is exact in any order, so the result does not
+    depend on how members are grouped on devices."""
+    leaves = jax.tree.leaves(x)
+    b = leaves[0].shape[0]
+    sq = sum(jnp.sum(jnp.reshape(leaf, (b, -1)) ** 2, axis=1) for leaf in leaves)
+    n = sum(int(np.prod(leaf.shape[1:])) for leaf in leaves)
+    out = jnp.max(jnp.sqrt(sq / max(n, 1)))
+    return out if axis_name is None else jax.lax.pmax(out, axis_name)
+
+
+def _joint_rhs(rhs, data_axis, t, Y, args):
+    """The joint vector field: `rhs` (one member's, `nqf.dynamics.RHS`) vmapped over the members of
+    the stacked state Y (B, ...). With per-member scales s (B,), the state is Y = y / s."""
+    data, gamma, mask, scale = args
+    f = jax.vmap(rhs, in_axes=(None, 0, (data_axis, None, 0)))
+    if scale is None:
+        return f(t, Y, (data, gamma, mask))
+    s = jnp.reshape(scale, (-1,) + (1,) * (Y.ndim - 1))
+    return f(t, Y * s, (data, gamma, mask)) / s
+
+
+@eqx.filter_jit
+def _solve_joint(rhs, solver, rtol, pcoeff, icoeff, gamma, t0, t1, ts, dt0, max_steps, data,
+                 data_batched, y0, mask, atol, scale, mesh):
+    """All members as ONE ODE on the stacked state (shared adaptive steps), `solve_flow`'s
+    program (`nqf.solvers._solve._integrate`) otherwise; ys (B, n, ...), stats and result are shared."""
+    term = functools.partial(_joint_rhs, rhs, 0 if data_batched else None)
+
+    def joint(data, y0, mask, scale, axis_name=None):
+        norm = functools.partial(_member_rms_max, axis_name=axis_name)
+        controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff, norm=norm)
+        x0 = y0 if scale is None else y0 / jnp.reshape(scale, (-1,) + (1,) * (y0.ndim - 1))
+        sol = _integrate(term, solver, controller, data, x0, (data, gamma, mask, scale), t0, t1, ts,
+                         dt0, max_steps, False, diffrax.NoProgressMeter())
+        ys = jnp.moveaxis(sol.ys, 0, 1)  # (n, B, ...) -> (B, n, ...)
+        if scale is not None:
+            ys = ys * jnp.reshape(scale, (-1,) + (1,) * (ys.ndim - 1))
+        return ys, sol.stats, sol.result
+
+    if mesh is None:
+        return joint(data, y0, mask, scale)
+    b, rep = PartitionSpec("batch"), PartitionSpec()
+    # Each device integrates its shard; the error norm's pmax makes all devices share the steps.
+    sharded = jax.shard_map(functools.partial(joint, axis_name="batch"), mesh=mesh,
+                            in_specs=(b if data_batched else rep, b, b, b), out_specs=(b, rep, rep),
+                            check_vma=False)
+    return sharded(data, y0, mask, scale)
+
+
+def _pad(tree, n: int):
+    """Repeat the last member along axis 0 until the batch has n members."""
+    def pad(x):
+        extra = n - x.shape[0]
+        return x if extra == 0 else jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)])
+
+    return jax.tree.map(pad, tree)
+
+
+# ------------------------------------------------------------------------------------------
+# Result
+
+
+class Members:
+    """The sequence protocol of a sweep of B members: ``len(sweep)``, ``for member in sweep``,
+    ``sweep[i]`` and `member` (i in [-B, B)); a subclass defines ``__len__`` and ``_member(i)``
+    for 0 <= i < B."""
+
+    def __iter__(self):
+        return (self._member(i) for i in range(len(self)))
+
+    def __getitem__(self, i: int):
+        return self.member(i)
+
+    def member(self, i: int):
+        """Member i as its own call's result (`FlowSolution` of `solve_flow` for `solve_sweep`,
+        `MapTrajectory` of `closed_sgd` for `closed_sgd_sweep`).
+
+        **Raises:** `IndexError` for i outside [-B, B) or not an integer."""
+        B = len(self)
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) or not -B <= i < B:
+            raise IndexError(f"member index {i!r} out of range for a sweep of {B} members.")
+        return self._member(int(i) % B)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SweepSolution(Members, Saveable):
+    """Result of `solve_sweep`: B members, each the answer of one `solve_flow` call (to tolerance).
+
+    **Attributes:**
+
+    - `ts`: saved times, shape (n,) (shared by all members); `form`: the integrated form.
+    - `ys`: the raw batched state (B, n, ...): F (B, n, p, r), log z (B, n, p) or M (B, n, p, p).
+    - `data`: the members' data sets (a list of length B; the same object repeated when one data
+      set was swept over initial conditions); `init`: initial conditions (B, ...) (M0, W0, or
+      the mode strengths z0 (B, p) when `init_is_z`).
+    - `stats`: {num_steps, num_accepted_steps, num_rejected_steps: int arrays (B,), max_steps};
+      `results`: diffrax's result message per member; `successful`: bool array (B,).
+    - `atol`: the absolute tolerance of each member (B,) (`solve_flow`'s default rule, per
+      member, unless given).
+    - `eps`: the eps values (B,) when the sweep was given `eps`, else None.
+    - `devices`: the devices the batch was sharded over (None: not placed).
+    - `mode`: ``"joint"`` (shared steps: `stats`, `results` equal for all members) or ``"vmap"``.
+
+    Derived (computed on access, per member as in `FlowSolution`): `M` (B, n, p, p), `z`
+    (B, n, p) for commuting data, `W` (B, n, p, r), `loss` (B, n). `sol[i]` (or `member(i)`) is
+    member i as a `FlowSolution` (dense output available: it repeats that member's solve alone
+    with dense output on first use, as `solve_flow`'s default does; in the joint mode that solve
+    takes the member's own steps, so `step_times` and the interpolant are those of its single
+    solve, and its `stats` are the shared ones); `len(sol)` is B.
+    """
+
+    _unsaved_fields = ("_problem",)  # the members' problem for dense output; a loaded sweep solves again
+
+    def _after_load(self) -> None:
+        object.__setattr__(self, "_problem", None)
+
+    ts: np.ndarray
+    form: str
+    ys: np.ndarray
+    data: list
+    init: np.ndarray
+    init_is_factor: bool
+    stats: dict
+    results: list
+    successful: np.ndarray
+    atol: np.ndarray | None = None
+    eps: np.ndarray | None = None
+    devices: list | None = None
+    mode: str = "vmap"
+    init_is_z: bool = False
+    _y0: np.ndarray = dataclasses.field(repr=False, default=None)
+    _mask: np.ndarray | None = dataclasses.field(repr=False, default=None)
+    _problem: tuple = dataclasses.field(repr=False, default=None)
+    settings: tuple = dataclasses.field(repr=False, default=())
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def _member(self, i: int) -> FlowSolution:
+        """Member i as a `FlowSolution` (the result its `solve_flow` call would give, to tolerance)."""
+        return self._members[i]
+
+    @functools.cached_property
+    def _members(self) -> list:
+        if self._problem is None:  # a loaded sweep: dense output by solving the member alone again
+            return [self._loaded_member(i) for i in range(len(self))]
+        out = []
+        rhs, solver, controller_kw, gamma, t0, t1, ts, dt0 = self._problem
+        for i in range(len(self)):
+            data = self.data[i]
+            mask = None if self._mask is None else jnp.asarray(self._mask[i])
+            y0 = jnp.asarray(self._y0[i])
+            controller = diffrax.PIDController(atol=_f64(self.atol[i]), **controller_kw)
+            problem = (rhs, solver, controller, data, y0, (data, gamma, mask), t0, t1, ts, dt0)
+            steps = int(self.stats["num_steps"][i])
+            info = np.array([_CODE_OF[self.results[i]], steps, int(self.stats["num_accepted_steps"][i]),
+                             int(self.stats["num_rejected_steps"][i]), 1])
+            # Joint mode: member i alone may take a few more steps than the shared count; vmap mode:
+            # the same steps up to rounding (batched linear algebra can flip an accept/reject).
+            need = steps + 8 if self.mode == "vmap" else 2 * steps + 16
+            room = 1 << int(need).bit_length()
+            redo = functools.partial(_integrate, *problem, room, True, diffrax.NoProgressMeter())
+            out.append(FlowSolution(
+                ts=self.ts, form=self.form, ys=self.ys[i], data=data, init=self.init[i],
+                init_is_factor=self.init_is_factor, _info=info, max_steps=int(self.stats["max_steps"]),
+                _y0=self._y0[i], _redo=redo, _mask=mask, init_is_z=self.init_is_z,
+            ))
+        return out
+
+    def _loaded_member(self, i: int) -> FlowSolution:
+        """Member i of a loaded sweep (`nqf.load`): its saved arrays, and the settings of the
+        sweep (with the member's atol) to rebuild dense output by `solve_flow`."""
+        steps = int(self.stats["num_steps"][i])
+        info = np.array([_CODE_OF[self.results[i]], steps, int(self.stats["num_accepted_steps"][i]),
+                         int(self.stats["num_rejected_steps"][i]), 1])
+        settings = tuple((k, float(self.atol[i]) if k == "atol" else v) for k, v in self.settings)
+        member = FlowSolution(
+            ts=self.ts, form=self.form, ys=self.ys[i], data=self.data[i], init=self.init[i],
+            init_is_factor=self.init_is_factor, _info=info, max_steps=int(self.stats["max_steps"]),
+            _y0=self._y0[i], _mask=None if self._mask is None else self._mask[i], init_is_z=self.init_is_z,
+            settings=settings,
+        )
+        object.__setattr__(member, "_redo", _dense_by_resolving(member))
+        return member
+
+    def to_dataframe(self):
+        """A tidy pandas DataFrame: one row per member and saved time, columns ``member``,
+        ``eps`` (eps sweeps only), ``t`` (gradient-flow time), ``loss`` and, for commuting
+        data, ``excess_loss``.
+
+        **Raises:** `ImportError` naming pandas if it is not installed."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("SweepSolution.to_dataframe needs pandas: pip install pandas") from None
+        B, n = len(self), len(self.ts)
+        cols = {"member": np.repeat(np.arange(B), n)}
+        if self.eps is not None:
+            cols["eps"] = np.repeat(self.eps, n)
+        cols["t"] = np.tile(np.asarray(self.ts), B)
+        cols["loss"] = np.asarray(self.loss).reshape(-1)
+        excess = self._stack("excess_loss")
+        if excess is not None:
+            cols["excess_loss"] = excess.reshape(-1)
+        return pd.DataFrame(cols)
+
+    def _stack(self, name):
+        vals = [getattr(m, name) for m in self._members]
+        return None if vals[0] is None else np.stack(vals)
+
+    @functools.cached_property
+    def M(self) -> np.ndarray:
+        """M(t) per member, shape (B, n, p, p)."""
+        return self._stack("M")
+
+    @functools.cached_property
+    def W(self) -> np.ndarray:
+        """A factor W(t) per member, shape (B, n, p, r) (see `FlowSolution.W`)."""
+        return self._stack("W")
+
+    @functools.cached_property
+    def z(self) -> np.ndarray | None:
+        """Mode strengths z(t) per member for commuting data, shape (B, n, p); else None."""
+        return self._stack("z")
+
+    @functools.cached_property
+    def loss(self) -> np.ndarray:
+        """MSE loss per member at the saved times, shape (B, n)."""
+        return self._stack("loss")
+
+
+# ------------------------------------------------------------------------------------------
+# Front end
+
+
+def _refuse_traced(**args) -> None:
+    """`solve_sweep` is a host-side driver: a clear error (naming the argument and the
+    transformable alternative) instead of a TracerArrayConversionError under jit / vmap / grad."""
+    for name, value in args.items():
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value)):
+            raise TypeError(
+                f"`solve_sweep` cannot run inside jax.jit / jax.vmap / jax.grad (found a traced `{name}`): "
+                "it validates, batches, shards and reports its members on the host. Inside JAX code, "
+                "batch with jax.vmap over nqf.solve_flow, which is transformable end to end (same "
+                "solver and tolerances), e.g. jax.vmap(lambda e: nqf.solve_flow(data, "
+                "W0=jnp.sqrt(e) * jnp.eye(p), t1=t1, ts=ts).loss)(eps); call solve_sweep itself with "
+                "concrete arrays (it compiles the batch once)."
+            )
+
+
+def solve_sweep(
+    data,
+    *,
+    eps=None,
+    M0=None,
+    W0=None,
+    z0=None,
+    t1,
+    t0: float = 0.0,
+    ts=None,
+    form: str = "auto",
+    solver=None,
+    stiff: bool = False,
+    rtol: float = 1e-10,
+    atol=None,
+    pcoeff: float | None = None,
+    icoeff: float | None = None,
+    dt0: float | None = None,
+    max_steps: int = 100_000,
+    weight_decay: float = 0.0,
+    devices=None,
+    mode: str = "auto",
+    throw: bool = True,
+    memory_budget: float | None = None,
+) -> SweepSolution:
+    """Solve a batch of MSE gradient flows (Eq. E9 / E13) in one compiled call.
+
+    Member i is the flow `solve_flow(data_i, M0=M0_i (or W0=W0_i), ...)` with the same solver,
+    tolerances and saved times. Its answer equals that call's to the solver tolerance (fig3,
+    rtol = 1e-10, 64 members: <= 1.25e-9 relative in the joint mode, whose shared steps make
+    each member at least as accurate as its single solve; <= 5.5e-10 in the vmap mode, where
+    batched kernels round differently and move the adaptive steps slightly).
+
+    **Arguments:**
+
+    - `data`: one data set (`DenseData`, `CommutingData`, `LowRankData`) shared by all members,
+      or a sequence of B data sets of the same type and shapes (seeds, a theta grid), stacked
+      into one batched pytree.
+    - Initial conditions, exactly one of: `eps` (scalar or (B,)): M0 = eps * I (small
+      initialization W0 = sqrt(eps) I), or with a base `M0` (p, p): M0_i = eps_i * M0; `M0`
+      (p, p) or a batch (B, p, p); `W0` (p, d) or a batch (B, p, d); for commuting data (GLV
+      form) `z0` (p,) or a batch (B, p) of mode strengths >= 0, alone or with `eps` (B,)
+      (z0_i = eps_i z0). With commuting data and the GLV form, `eps` alone is z0 = eps (the
+      mode strengths of M0 = eps I): no p x p matrix is formed, so eps sweeps run at any p
+      (`DiagonalData` at p = 10^6); `init` then holds z0 (B, p) (`init_is_z`), and `W` is the
+      factor P diag(sqrt z) of M, as for `solve_flow(z0=...)` (M, z and the loss are those of
+      M0 = eps I). An unbatched initial
+      condition is shared by all data sets; a batched one is paired member by member with a
+      sequence of data sets (the sizes must agree). For a full grid (every eps for every seed)
+      repeat the data list and tile `eps`.
+    - `t1`, `t0`, `ts` (default 201 equally spaced times), `form` (``"auto"``, ``"M"``,
+      ``"factor"``, ``"glv"``; not ``"M-mu"``), `solver`, `stiff`, `rtol`, `atol`, `pcoeff`,
+      `icoeff`, `dt0`, `max_steps`, `weight_decay`: as in `solve_flow`. The default `atol` is
+      per member, as `solve_flow` would choose it: ``rtol * max|state_i(0)|`` (``rtol`` for
+      GLV); a given `atol` is a scalar or one value per member (B,). A stiff solver
+      (`stiff=True`, "rodas5p" or a Kvaerno name) gets `nqf.stiff`'s structured linear solve in the GLV
+      form, as in `solve_flow`, for `DiagonalData` and for one `CommutingData` shared by all
+      members (Woodbury with one basis spanning D_mask Lambda^T for each distinct set of live
+      modes among the members, also on the stacked joint state); a batch of different
+      `CommutingData` and the M / factor forms use lineax's dense LU, for which ``mode="auto"``
+      picks the vmap mode (p x p per member; the joint mode would factorize (B p) x (B p)).
+    - `memory_budget`: bytes the sweep may allocate (default: ``NQF_MEMORY_BUDGET`` or half the
+      available memory): B members' saved states and working vectors are estimated first
+      (`nqf.memory.MemoryBudgetError` otherwise).
+    - `devices`: None (default: run on JAX's default device, batch not placed), ``"all"``
+      (every device in `jax.devices()`), an int n (the first n devices) or a list of devices.
+      With more than one device the batch is sharded over a ``"batch"`` mesh axis (padded to a
+      multiple of the device count, the padding stripped). Stiff sweeps shard for
+      `DiagonalData` (both modes) and for a shared `CommutingData` with the Woodbury solve in
+      the joint mode; other stiff sweeps over several devices raise `NotImplementedError`.
+    - `mode`: ``"auto"`` (default: ``"joint"`` when all members have the same atol, as in the
+      GLV form or with a scalar `atol`; else ``"vmap"``), ``"joint"`` (one ODE on the stacked
+      state, shared steps, error norm = max over members of the per-member RMS; unequal atol by
+      rescaling each member's state) or ``"vmap"`` (lockstep, each member its own steps). See
+      the module docstring. In the joint mode `stats` and `results` are the same for every
+      member (all fail together).
+    - `throw`: raise if any member fails (default); with False, failures are reported in
+      `results` / `successful` and the failed members' states are whatever the solver reached.
+
+    **Returns:** a `SweepSolution` (batched arrays; `sol[i]` is member i as a `FlowSolution`).
+
+    Not transformable: `solve_sweep` is the host-side driver of one compiled batch (validation,
+    stacking, device placement, per-member reports); called with a traced argument inside
+    `jax.jit` / `jax.vmap` / `jax.grad` it raises a `TypeError` naming the argument. Inside JAX
+    code use ``jax.vmap`` over `nqf.solve_flow` (transformable: jit, vmap, grad).
+
+    **Raises:** `TypeError` for a traced argument (see above) or a non-data `data` (an
+    `NQFModel` included: use its `data`);
+    `ValueError` for data sets of different types, structures or shapes, batch sizes that do not
+    agree, eps <= 0 or non-finite, bad shapes, non-symmetric / non-PSD M0, bad tolerances or
+    `ts`, form ``"M-mu"``, unavailable devices; `NotImplementedError` for a stiff sweep sharded
+    where it is not supported (see `devices`); `MaxStepsReached` (naming the members) if a
+    member runs out of steps; `FloatingPointError` if a member blows up.
+    """
+    _refuse_traced(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, ts=ts, atol=atol)
+    if mode not in ("auto", "joint", "vmap"):
+        raise ValueError(f"`mode` must be 'auto', 'joint' or 'vmap'; found {mode!r}.")
+    datas, data_batched = _stack_data(data)
+    devs = _resolve_devices(devices)
+    p = datas[0].p
+    if form == "M-mu":
+        raise ValueError("`solve_sweep` does not support form='M-mu' (Eq. E10); use `solve_flow` per member.")
+    solver_arg = solver
+    _make_solver(solver, stiff)  # validates the name before the data work below
+    rtol = check_positive(rtol, "rtol")
+    t0, t1, ts = _time_grid(t0, t1, ts)
+    gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
+    if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
+        raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
+    commuting = isinstance(datas[0], AbstractCommutingData)
+    is_z = z0 is not None or (eps is not None and M0 is None and W0 is None and commuting
+                              and form in ("auto", "glv"))
+    if is_z:  # GLV mode strengths: no p x p matrix at any p
+        if M0 is not None or W0 is not None:
+            raise ValueError("Give exactly one initial condition: `z0` (with or without `eps`), `M0` or `W0`.")
+        if not commuting:
+            raise ValueError(
+                "`z0` (mode strengths) needs commuting data (`CommutingData` or `DiagonalData`); "
+                f"found {type(datas[0]).__name__}. Give `eps`, `M0` or `W0`."
+            )
+        if form != "auto":
+            check_form(form, datas[0])
+        if form not in ("auto", "glv"):
+            raise ValueError(f"`z0` is the initial state of the GLV form; found form={form!r}.")
+        inits, init_batched = _initial_z_batch(p, eps, z0)
+        is_factor = False
+    else:
+        inits, is_factor, init_batched = _initial_batch(p, eps, M0, W0)
+    B = len(datas) if data_batched else inits.shape[0]
+    if data_batched and init_batched and inits.shape[0] != len(datas):
+        raise ValueError(
+            f"Batch sizes do not agree: {len(datas)} data sets but {inits.shape[0]} initial "
+            "conditions (members are paired one to one; give one shared initial condition or one "
+            "per data set)."
+        )
+    if inits.shape[0] != B:
+        inits = np.broadcast_to(inits, (B,) + inits.shape[1:])
+    # B members' states and saved times, estimated before any batched array is built
+    early_form = "glv" if is_z else _initial_state(datas[0], None if is_factor else inits[0],
+                                                   inits[0] if is_factor else None, form)[0]
+    _check_solve_memory(early_form, inits[0], datas[0], len(ts), "state", None, False, False, max_steps,
+                        memory_budget, members=B)
+    if not data_batched:
+        datas = datas * B
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *datas) if data_batched else datas[0]
+    if is_z:
+        form, mask = "glv", inits > 0
+        y0 = np.where(mask, np.log(np.where(mask, inits, 1.0)), 0.0)
+    else:
+        form, y0, mask = _states(datas, stacked, data_batched, inits, is_factor, form)
+    # Implicit solvers named by string get the structured Newton solve of `nqf.stiff` for the
+    # GLV form, as in `solve_flow`: diagonal for DiagonalData; Woodbury for a shared CommutingData,
+    # with one basis spanning D_mask Lambda^T for every distinct mask of live modes among the
+    # members (each member's Jacobian range). Data sets that differ per member have different
+    # bases: lineax's dense LU there.
+    structured = form == "glv" and (isinstance(datas[0], DiagonalData) or not data_batched)
+    solver = _make_solver(solver_arg, stiff, datas[0], form if structured else None,
+                          None if mask is None else np.unique(mask, axis=0))
+    if is_stiff(solver):  # and the stiff solver's matrices
+        _check_solve_memory(form, inits[0], datas[0], len(ts), "state", solver, False, False, max_steps,
+                            memory_budget, members=B)
+
+    if atol is None:  # solve_flow's rule, per member
+        scale = np.abs(y0).reshape(B, -1).max(axis=1) if form != "glv" else np.ones(B)
+        atol = rtol * np.where(scale > 0, scale, 1.0)
+    else:
+        a = np.asarray(as_array(atol, "atol", finite=False))
+        if a.ndim > 1 or (a.ndim == 1 and a.shape[0] != B):
+            raise ValueError(f"`atol` must be a scalar or have shape ({B},); found {shape_str(a.shape)}.")
+        for v in a.reshape(-1):
+            check_positive(v, "atol")
+        atol = np.broadcast_to(a, (B,)).astype(float)
+    implicit = is_stiff(solver)
+    pcoeff = (0.3 if implicit else 0.0) if pcoeff is None else pcoeff
+    icoeff = (0.4 if implicit else 1.0) if icoeff is None else icoeff
+
+    rhs = RHS[form]
+    controller_kw = dict(rtol=_f64(rtol), pcoeff=_f64(pcoeff), icoeff=_f64(icoeff))
+    static = (rhs, solver, controller_kw["rtol"], controller_kw["pcoeff"], controller_kw["icoeff"],
+              _f64(gamma), _f64(t0), _f64(t1), _f64(ts), None if dt0 is None else _f64(dt0), int(max_steps))
+    uniform = bool(np.all(atol == atol[0]))
+    # An implicit solver with lineax's dense LU would factorize the joint state's (B p) x (B p)
+    # Jacobian in the joint mode (B^3 the work of B separate p x p LUs): vmap mode there.
+    dense_newton = implicit and not is_structured(solver)
+    if mode == "auto":
+        mode = "joint" if uniform and not dense_newton else "vmap"
+    if devs is not None and len(devs) > 1 and implicit and (dense_newton or mode == "vmap") \
+            and not isinstance(datas[0], DiagonalData):
+        raise NotImplementedError(
+            "Sharding a stiff sweep over several devices is supported for DiagonalData (both modes) "
+            "and for one shared CommutingData with the structured (Woodbury) solve in mode='joint'; "
+            f"found {type(datas[0]).__name__}"
+            + (" with lineax's dense LU" if dense_newton else "") + f" in mode={mode!r}. Use "
+            "devices=None (one device)" + ("" if dense_newton else " or mode='joint'") + "."
+        )
+    if mode == "joint":  # one scalar atol; unequal per-member atol by rescaling the states
+        atol_ref = float(atol.max())
+        scale = None if uniform else _f64(atol / atol_ref)
+        batch = (stacked, jnp.asarray(y0), None if mask is None else jnp.asarray(mask), scale)
+    else:
+        batch = (stacked, jnp.asarray(y0), None if mask is None else jnp.asarray(mask), _f64(atol))
+    mesh = None
+    if devs is not None and len(devs) > 1:
+        n = -(-B // len(devs)) * len(devs)
+        mesh = Mesh(np.array(devs), ("batch",))
+        b_sh, rep_sh = NamedSharding(mesh, PartitionSpec("batch")), NamedSharding(mesh, PartitionSpec())
+        d_in = jax.device_put(_pad(stacked, n), b_sh) if data_batched else jax.device_put(stacked, rep_sh)
+        batch = (d_in,) + tuple(jax.device_put(_pad(x, n), b_sh) for x in batch[1:])
+    elif devs is not None:
+        batch = jax.device_put(batch, devs[0])
+    if mode == "joint":
+        ys, stats, result = _solve_joint(*static, batch[0], data_batched, *batch[1:3], _f64(atol_ref),
+                                         batch[3], mesh)
+        result = jax.tree.map(lambda v: jnp.broadcast_to(v, (B,)), result)
+        stats = {k: jnp.broadcast_to(v, (B,)) for k, v in stats.items()}
+    else:
+        ys, stats, result = _solve_batch(*static, batch[0], data_batched, *batch[1:], mesh)
+
+    ys = np.asarray(ys)[:B]
+    codes = np.asarray(result._value)[:B]
+    stats = {k: np.asarray(v)[:B] for k, v in stats.items()}
+    ok = codes == diffrax.RESULTS.successful._value
+    result = jax.tree.map(np.asarray, result)
+    messages = {c: str(jax.tree.map(lambda v, i=int(np.argmax(codes == c)): jnp.asarray(v[i]), result))
+                for c in np.unique(codes)}
+    results = [messages[c] for c in codes]
+    if throw:
+        hit = np.flatnonzero(codes == diffrax.RESULTS.max_steps_reached._value)
+        if hit.size:
+            joint = (" (mode='joint': the members share their steps, so all of them stop together; "
+                     "mode='vmap' names the members that need the steps)") if mode == "joint" else ""
+            raise MaxStepsReached(
+                f"Members {hit.tolist()} used all max_steps={max_steps} steps before reaching "
+                f"t1={t1}{joint}. Increase `max_steps` or loosen `rtol`/`atol`"
+                + ("." if implicit else ", or, if the problem is stiff, pass `stiff=True`.")
+            )
+        if not ok.all():
+            bad = np.flatnonzero(~ok).tolist()
+            raise RuntimeError(f"The flow solve failed for members {bad}: {results[bad[0]]}")
+        nonfinite = ~np.isfinite(ys.reshape(B, -1)).all(axis=1)
+        if nonfinite.any():
+            raise FloatingPointError(
+                f"The flow produced non-finite values for members {np.flatnonzero(nonfinite).tolist()} "
+                "(the solution blew up); check the sign of the labels and the scale of the data, "
+                "or reduce t1."
+            )
+    stats["max_steps"] = int(max_steps)
+    return SweepSolution(
+        ts=np.asarray(ts), form=form, ys=ys, data=datas, init=np.asarray(inits),
+        init_is_factor=is_factor, stats=stats, results=results, successful=ok, atol=np.asarray(atol),
+        eps=None if eps is None else np.broadcast_to(np.asarray(eps, float).reshape(-1), (B,)).copy(),
+        devices=devs, mode=mode, init_is_z=is_z, _y0=np.asarray(y0), _mask=None if mask is None else np.asarray(mask),
+        _problem=(rhs, solver, controller_kw, static[5], static[6], static[7], static[8], static[9]),
+        settings=_settings(form, solver_arg, stiff, t0, t1, rtol, None, pcoeff, icoeff, dt0, max_steps,
+                           weight_decay, "state", "ode", "auto", None),
+    )

@@ -1,0 +1,579 @@
+"""Exact solutions of the MSE gradient flow (THEORY sec. 6) with checked assumptions.
+
+Each oracle first measures the assumption it rests on, on the data set it is given, as a relative
+residual, and refuses with an `AssumptionError` naming the violated condition if the residual
+exceeds `tol`. Only then does it evaluate the closed form. Time is gradient-flow time
+t = eta * (number of GD steps), the same time as `nqf.solve_flow`.
+
+- `theorem6`: commuting data with orthogonal features (Theorem 6, Eq. E16): every mode is logistic.
+- `theorem7` / `theorem7_commuting`: isotropic samples, K(X) = 4 c X (Theorem 7, Eq. E17).
+- `theorem16`: invariant orthogonal projectors (Theorem 16, Eq. E18), unifying 6 and commuting 7.
+- `proposition7`: the off-diagonal slaving of commuting data (Proposition 7, Eq. E12), given any
+  trajectory of the mode strengths z.
+
+All closed forms are evaluated so that no two large terms cancel (`expm1`, positive sums only), so
+their relative accuracy holds for initial scales z(0) ~ 1e-12 and large growth r t.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._checks import as_array, as_weights
+from .._core._errors import AssumptionError
+from .._core.io import Saveable
+from ..data._isotropic import _check_data, _initial_M, _riccati_isotropic, _times, isotropy, sym_basis
+from ..data._operators import AbstractCommutingData, AbstractData, CommutingData
+from ..dynamics._glv import _THM6_COND, orthogonal_features_residual
+
+__all__ = [
+    "AssumptionError",
+    "OracleSolution",
+    "theorem6_rates",
+    "theorem6",
+    "theorem7",
+    "theorem7_commuting",
+    "theorem16",
+    "proposition7",
+    "logistic",
+    "isotropy",
+    "sym_basis",
+]
+
+_TINY = np.finfo(float).tiny
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["ts", "z", "basis", "M_basis", "W"],
+                   meta_fields=["theorem"])
+@dataclasses.dataclass(frozen=True, eq=False)
+class OracleSolution(Saveable):
+    """An exact solution evaluated at times `ts`.
+
+    **Attributes:**
+
+    - `theorem`: which result produced it (``"Theorem 6"``, ...).
+    - `ts`: gradient-flow times, shape (n,).
+    - `z`: mode strengths, shape (n, p) (Theorems 6, 7: diagonal of M in `basis`) or (n, n_a)
+      (Theorem 16: coefficients of the projectors).
+    - `basis`: orthogonal (p, p) basis in which `M_basis` is expressed (None: standard basis).
+    - `M_basis`: M(t) in `basis`, shape (n, p, p); small entries keep their relative accuracy here.
+    - `W`: W(t) = Q(t) W0, shape (n, p, d), when the oracle was given a factor W0 (else None).
+
+    `M` (property): M(t) = basis M_basis basis^T in the standard basis, shape (n, p, p).
+    """
+
+    theorem: str
+    ts: np.ndarray
+    z: np.ndarray
+    basis: np.ndarray | None
+    M_basis: np.ndarray = dataclasses.field(repr=False)
+    W: np.ndarray | None = dataclasses.field(repr=False, default=None)
+
+    @functools.cached_property
+    def M(self) -> np.ndarray:
+        """Order parameter M(t) in the standard basis, shape (n, p, p)."""
+        if self.basis is None:
+            return self.M_basis
+        out = jnp.einsum("ik,nkl,jl->nij", self.basis, self.M_basis, self.basis)
+        return out if _traced(out) else np.asarray(out)
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+
+
+def logistic(R, C, z0, ts) -> np.ndarray:
+    """Exact solution of the logistic ODE z' = R z - C z^2, z(0) = z0, C >= 0 (Eqs. E16-E18).
+
+    Evaluated as z0 / (e^{-R t} + C z0 (1 - e^{-R t}) / R) for R > 0 and
+    z0 e^{R t} / (1 + C z0 (e^{R t} - 1) / R) for R < 0 (R = 0: z0 / (1 + C z0 t)), with one
+    exponential e^{-|R| t} <= 1 and (1 - e^{-|R| t}) / |R| to full relative precision: both
+    denominators are sums of non-negative terms, so the relative accuracy is that of float64
+    for any z0 (down to 1e-12 and below) and any R t. Runs under jit / vmap / grad.
+
+    **Arguments:** `R`, `C`, `z0` broadcastable, shape (p,); `ts` times, shape (n,).
+
+    **Returns:** z(t), shape (n, p) (a numpy array for concrete input).
+    """
+    t = jnp.asarray(ts, dtype=jnp.float64)[:, None]
+    out = jnp.asarray(z0, dtype=jnp.float64) * _logistic_ratio(R, C, z0, t)
+    return out if _traced(out) else np.asarray(out)
+
+
+def _logistic_ratio(R, C, z0, t):
+    """z(t)/z(0) for z' = R z - C z^2 (see `logistic`); 1 where z0 = 0 (the mode stays at 0).
+    JAX arrays in, a JAX array out (traceable; no overflow, so gradients stay finite)."""
+    from ..dynamics._glv import _logistic_terms
+
+    R, C, z0, t = jnp.broadcast_arrays(*(jnp.asarray(v, dtype=jnp.float64) for v in (R, C, z0, t)))
+    _, e, frac = _logistic_terms(R, t)
+    grows = R > 0
+    ratio = jnp.where(grows, 1.0, e) / (jnp.where(grows, e, 1.0) + C * z0 * frac)
+    return jnp.where(z0 > 0, ratio, 1.0)
+
+
+def _host(x):
+    """`x` as numpy unless it is traced (the oracles return numpy arrays for concrete input)."""
+    return x if x is None or _traced(x) else np.asarray(x)
+
+
+def _commutator_residual(A: np.ndarray) -> tuple[float, tuple[int, int]]:
+    """max_{mu,nu} max|A_mu A_nu - A_nu A_mu| / max|A|^2 and its (mu, nu)."""
+    scale = max(float(np.abs(A).max(initial=0.0)), _TINY)
+    AB = np.einsum("aij,bjk->abik", A, A)
+    comm = np.abs(AB - np.swapaxes(AB, 0, 1)).max(axis=(2, 3), initial=0.0)
+    a, b = np.unravel_index(np.argmax(comm), comm.shape)
+    return float(comm[a, b]) / scale**2, (int(a), int(b))
+
+
+_COMMUTING = "commuting data A_mu A_nu = A_nu A_mu (Assumption 1: a shared eigenbasis P)"
+
+
+def _as_commuting(data: AbstractData, theorem: str, tol: float) -> CommutingData:
+    """`data` as `CommutingData`, converting dense forms; AssumptionError if it does not commute."""
+    _check_data(data)
+    if isinstance(data, AbstractCommutingData):
+        return data
+    A = np.asarray(data.dense())
+    res, (a, b) = _commutator_residual(A)
+    if res > tol:
+        raise AssumptionError(theorem, _COMMUTING, res, tol, where=f"(mu, nu) = ({a}, {b})",
+                              detail="Residual: max|A_mu A_nu - A_nu A_mu| / max|A|^2.")
+    try:
+        return CommutingData.from_dense(A, np.asarray(data.y), rtol=max(tol, 1e-14))
+    except ValueError as err:  # joint diagonalization failed
+        raise AssumptionError(theorem, _COMMUTING, float("nan"), tol, detail=str(err)) from None
+
+
+# --------------------------------------------------------------------------------------------
+# Theorem 6
+# --------------------------------------------------------------------------------------------
+
+
+def _traced(tree) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
+
+
+def _theorem6_traced(data, ts, M0, W0) -> "OracleSolution":
+    """`theorem6` inside jit / vmap / grad: the same formulas in JAX. Not checked under tracing:
+    the orthogonal-features assumption, the PSD initial condition, t >= 0; the data must already
+    be commuting (`CommutingData` or `DiagonalData`)."""
+    from ..dynamics._glv import _logistic_terms
+
+    if not isinstance(data, AbstractCommutingData):
+        raise ValueError("Under jit / vmap / grad `theorem6` needs CommutingData or DiagonalData "
+                         "(dense data are converted on the host).")
+    if (M0 is None) == (W0 is None):
+        raise ValueError("Give exactly one initial condition: `M0` (p, p) or `W0` (p, d).")
+    p = data.p
+    ts = as_array(ts, "ts", ndim=1)
+    M0 = W0 @ W0.T if W0 is not None else as_array(M0, "M0", shape=(p, p))
+    P = jnp.eye(p) if data.P is None else data.P
+    Mb0 = P.T @ M0 @ P
+    z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
+    r, C = 8.0 / data.m * data.pullback(data.y), 8.0 / data.m * data.feature_norms()
+    _, e, frac = _logistic_terms(r, ts[:, None])
+    grows = r > 0
+    ratio = jnp.where(grows, 1.0, e) / (jnp.where(grows, e, 1.0) + C * z0 * frac)
+    ratio = jnp.where(z0 > 0, ratio, 1.0)  # (n, p): z(t)/z(0), Eq. E16
+    s = jnp.sqrt(ratio)
+    z = z0 * ratio
+    Mb = s[:, :, None] * Mb0[None] * s[:, None, :]
+    Mb = Mb.at[:, jnp.arange(p), jnp.arange(p)].set(z)
+    W = None if W0 is None else jnp.einsum("ik,nk,kd->nid", P, s, P.T @ W0)
+    return OracleSolution("Theorem 6", ts, z, P, Mb, W)
+
+
+def theorem6_rates(data: AbstractCommutingData) -> tuple[np.ndarray, np.ndarray]:
+    """Growth rates and self-competition of Theorem 6 (Eq. E16).
+
+    r_k = (8/m) sum_mu lambda_{mu,k} y_mu and C_kk = (8/m) sum_mu lambda_{mu,k}^2, each shape (p,),
+    in the shared eigenbasis P of commuting data. (No assumption check; `theorem6` checks.)
+    Numpy arrays for concrete data; JAX arrays for traced data (jit / vmap / grad).
+
+    **Raises:** `TypeError` if `data` is not commuting (`CommutingData` or `DiagonalData`).
+    """
+    if not isinstance(data, AbstractCommutingData):
+        raise TypeError(
+            "`theorem6_rates` needs commuting data (a `CommutingData`); build it with "
+            f"`CommutingData.from_dense`. Found {type(data).__name__}."
+        )
+    r, C = 8.0 / data.m * data.pullback(data.y), 8.0 / data.m * data.feature_norms()
+    return _host(r), _host(C)
+
+
+def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) -> OracleSolution:
+    """Theorem 6 (Eq. E16): exact flow for commuting data with orthogonal features.
+
+    With A_mu = P diag(lambda_mu) P^T and sum_mu lambda_{mu,k} lambda_{mu,j} = 0 for k != j, every
+    mode strength z_k = (P^T M P)_kk is logistic,
+    z_k(t) = r_k z_k(0) / (C_kk z_k(0) + (r_k - C_kk z_k(0)) exp(-r_k t))  (r_k = 0:
+    z_k(0) / (1 + C_kk z_k(0) t)), with r, C from `theorem6_rates`, and
+    W(t) = Q(t) W(0), M(t) = Q(t) M(0) Q(t), Q = P diag(sqrt(z(t)/z(0))) P^T (for any PSD M(0),
+    off-diagonals included: Proposition 7). Modes with z_k(0) = 0 stay at 0.
+
+    **Arguments:**
+
+    - `data`: a `CommutingData`, or any data set whose matrices commute (converted with
+      `CommutingData.from_dense`; then `z` is in that conversion's basis, returned as `basis`).
+    - `ts`: gradient-flow times t = eta * steps, shape (n,), >= 0.
+    - `M0` (p, p) symmetric PSD, or `W0` (p, d) with M0 = W0 W0^T (exactly one).
+    - `tol`: tolerance of the assumption checks (relative residuals).
+
+    **Returns:** `OracleSolution` with `z` (n, p), `basis` = P, `M` (n, p, p) and, given `W0`,
+    `W` (n, p, d).
+
+    Runs under jit / vmap / grad (times, initial condition and data values traced); there the
+    assumption checks are skipped and the data must be `CommutingData` or `DiagonalData`.
+
+    **Raises:** `AssumptionError` if the data does not commute (residual
+    max|[A_mu, A_nu]| / max|A|^2) or the features are not orthogonal (residual: the largest cosine
+    |sum_mu lambda_{mu,k} lambda_{mu,j}| / (|lambda_k| |lambda_j|), k != j); `ValueError` for bad
+    shapes, non-finite input, a non-PSD `M0`, negative times.
+    """
+    theorem = "Theorem 6"
+    if _traced((data, ts, M0, W0)):
+        return _theorem6_traced(data, ts, M0, W0)
+    cdata = _as_commuting(data, theorem, tol)
+    res, (k, j) = orthogonal_features_residual(cdata)
+    if res > tol:
+        raise AssumptionError(
+            theorem, _THM6_COND, res, tol, where=f"(k, j) = ({k}, {j})",
+            detail="Residual: |sum_mu lambda_{mu,k} lambda_{mu,j}| / (|lambda_k| |lambda_j|).",
+        )
+    p = cdata.p
+    ts = _times(ts)
+    if (M0 is None) == (W0 is None):
+        raise ValueError("Give exactly one initial condition: `M0` (p, p) or `W0` (p, d).")
+    if W0 is not None:
+        W0 = as_weights(W0, p, host=True)
+        M0 = W0 @ W0.T
+    else:
+        M0 = _initial_M(M0, p)
+    P = np.eye(p) if cdata.P is None else np.asarray(cdata.P)
+    Mb0 = P.T @ M0 @ P
+    z0 = np.maximum(np.diag(Mb0), 0.0)
+    r, C = theorem6_rates(cdata)
+    ratio = np.asarray(_logistic_ratio(r, C, z0, ts[:, None]))  # (n, p)
+    s = np.sqrt(ratio)
+    z = z0 * ratio
+    Mb = s[:, :, None] * Mb0[None] * s[:, None, :]
+    np.einsum("nkk->nk", Mb)[...] = z  # diagonal exactly z (no rounding from s^2)
+    W = None
+    if W0 is not None:
+        W = np.einsum("ik,nk,kd->nid", P, s, P.T @ W0)
+    return OracleSolution(theorem, ts, z, P, Mb, W)
+
+
+# --------------------------------------------------------------------------------------------
+# Theorem 7
+# --------------------------------------------------------------------------------------------
+_THM7_COND = "isotropic samples K(X) = 4 c X for every symmetric X"
+
+
+def _check_isotropic(data: AbstractData, tol: float, theorem: str = "Theorem 7") -> float:
+    c, res, kappa = isotropy(data)
+    if res > tol:
+        p, m = data.p, data.m
+        ns = p * (p + 1) // 2
+        detail = (
+            f"Residual: max|kappa - 4c| / max kappa over the eigenvalues kappa of K on Sym({p}) "
+            f"(they span [{kappa.min():.4g}, {kappa.max():.4g}], 4c = {4 * c:.4g})."
+        )
+        if m < ns:
+            detail += f" Isotropy needs m >= p(p+1)/2 = {ns} samples; found m = {m}."
+        raise AssumptionError(theorem, _THM7_COND, res, tol, detail=detail)
+    return c
+
+
+# sinh(x)/x = sum_k x^(2k) / (2k+1)!, k <= 6: relative error < 1e-16 for |x| < 1/2
+_SINHC = tuple(1.0 / float(np.prod(np.arange(1, 2 * k + 2))) for k in range(7))
+
+
+def _t_sinhc(g, t):
+    """e^{g t} (1 - e^{-2 g t}) / (2 g) = sinh(g t) / g (= t at g = 0), traceable, with finite
+    gradients at g = 0: t times a Taylor polynomial of sinh(x)/x for |x| < 1/2."""
+    x = g * t
+    small = jnp.abs(x) < 0.5
+    xs = jnp.where(small, x, 0.0) ** 2
+    poly = _SINHC[-1]
+    for c in _SINHC[-2::-1]:
+        poly = poly * xs + c
+    xb = jnp.where(small, 1.0, x)
+    return t * jnp.where(small, poly, jnp.sinh(xb) / xb)
+
+
+def _riccati_traced(g, c, X, ts):
+    """Eq. E17 in Y's eigenbasis as one linear solve per time, for traced input:
+    M~(t) = (I + 8 c Z Psi)^{-1} Z with Z = E X E, E = diag(e^{g t}) and
+    (Z Psi)_ij = e^{g_i t} X_ij sinh(g_j t) / g_j (Psi = E^{-1} Phi E^{-1}, Phi = int_0^t e^{2 g s} ds).
+    I + 8 c Z Psi is similar to an SPD matrix with eigenvalues >= 1, so the solve is stable in
+    norm; entries much smaller than |M~| carry absolute (not relative) error ~ 1e-16 |M~|, and
+    e^{g t} must not overflow (|g| t < ~700). Shapes: g (p,), X (p, p), ts (n,) -> (n, p, p)."""
+    t = ts[:, None]
+    E = jnp.exp(g[None, :] * t)  # (n, p)
+    S = _t_sinhc(g[None, :], t)  # (n, p)
+    Z = E[:, :, None] * X[None] * E[:, None, :]
+    A = jnp.eye(g.shape[0]) + 8.0 * c * (E[:, :, None] * X[None] * S[:, None, :])
+    Mb = jnp.linalg.solve(A, Z)
+    return 0.5 * (Mb + jnp.swapaxes(Mb, 1, 2))
+
+
+def theorem7(data: AbstractData, ts, *, M0, tol: float = 1e-10) -> OracleSolution:
+    """Theorem 7 (Eq. E17): exact flow for isotropic samples, K(X) = 4 c X.
+
+    M(t) = exp(Y t) M0 [I + 8 c Phi(t) M0]^{-1} exp(Y t), Phi(t) = int_0^t exp(2 Y s) ds,
+    Y = (4/m) sum_mu y_mu A_mu. Evaluated in the eigenbasis V of Y (Y = V diag(g) V^T) from a
+    graded information form on the range of M0 (see `_riccati_isotropic`), never forming the
+    ill-conditioned I + 8 c Phi M0: valid for any PSD M0 (singular included; eigenvalues below
+    ~1e-15 of the largest are treated as zero), no overflow, and the small modes keep their
+    relative accuracy for z(0) down to 1e-12 and large |g| t.
+
+    **Arguments:** `data` (any representation), `ts` gradient-flow times (n,) >= 0, `M0` (p, p)
+    symmetric PSD, `tol` for the isotropy check.
+
+    **Returns:** `OracleSolution` with `basis` = V (eigenvectors of Y, ascending eigenvalues),
+    `M_basis` = V^T M(t) V, `z` = its diagonal (n, p) (the z_k of `theorem7_commuting` when M0
+    commutes with Y), and `M` (n, p, p).
+
+    **Under jit / vmap / grad** (traced `ts`, `M0`, labels or data values): the graded form
+    needs the rank of M0 and data-dependent orderings, so a traced call evaluates E17 as
+    M~(t) = (I + 8 c Z Psi)^{-1} Z, Z = e^{Gt} M~0 e^{Gt} (`_riccati_traced`: one p x p solve per
+    time, matrices differentiable). It agrees with the concrete path to ~1e-14 relative for
+    moderate data (measured on `isotropic_data(3, 0.5, g=(1, 0.5, -0.4))`, M0 random PSD of
+    scale 0.3, t <= 3: M normwise 2.1e-15, z elementwise 5.7e-15), but entries much smaller
+    than |M(t)| carry an absolute error ~1e-16 |M(t)| instead of a relative one (same data,
+    M0 of scale 1e-12, t <= 20: M normwise 1.0e-11, z elementwise 2.4e-6, so the small modes
+    lose their relative accuracy: use concrete input for those), and
+    e^{g t} must not overflow (|g| t < ~700; no FloatingPointError is raised there). Checks
+    run on whatever is concrete: the isotropy check when `data` is concrete (skipped for traced
+    data, where c = Tr K / (4 dim Sym(p)) is used as is), the PSD / symmetry check of `M0` and
+    t >= 0 when those are concrete. Gradients with respect to labels or data values need
+    distinct eigenvalues of Y (eigh's derivative).
+
+    **Raises:** `AssumptionError` if K is not 4 c I on Sym(p) (which needs m >= p(p+1)/2);
+    `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times;
+    `FloatingPointError` if exp(g t) overflows.
+    """
+    theorem = "Theorem 7"
+    _check_data(data)
+    p = data.p
+    if _traced((data, ts, M0)):
+        with jax.ensure_compile_time_eval():  # concrete parts inside someone's jit: checked on the host
+            if _traced(data):
+                T = jax.vmap(data.traces)(jnp.asarray(sym_basis(p)))  # (n_s, m)
+                c = jnp.sum(T**2) / (data.m * T.shape[0])  # Tr K / (4 dim Sym(p))
+            else:
+                c = _check_isotropic(data, tol, theorem)
+            ts = as_array(ts, "ts", ndim=1) if _traced(ts) else jnp.asarray(_times(ts))
+            M0 = as_array(M0, "M0", shape=(p, p)) if _traced(M0) else jnp.asarray(_initial_M(M0, p))
+            g, V = jnp.linalg.eigh(data.Y())
+        Mb0 = V.T @ M0 @ V
+        Mb = _riccati_traced(g, c, 0.5 * (Mb0 + Mb0.T), ts)
+        return OracleSolution(theorem, ts, jnp.einsum("nkk->nk", Mb), V, Mb)
+    c = _check_isotropic(data, tol, theorem)
+    ts = _times(ts)
+    M0 = _initial_M(M0, p)
+    g, V = (np.asarray(v) for v in jnp.linalg.eigh(jnp.asarray(data.Y())))  # the traced path's basis
+    Mb0 = V.T @ M0 @ V
+    with np.errstate(over="ignore", invalid="ignore"):
+        Mb = _riccati_isotropic(g, c, 0.5 * (Mb0 + Mb0.T), ts)
+    if not np.all(np.isfinite(Mb)):
+        raise FloatingPointError(
+            "Theorem 7 oracle overflowed (g_max t = "
+            f"{float(np.abs(g).max(initial=0.0) * ts.max(initial=0.0)):.4g}); use smaller times."
+        )
+    Mb = 0.5 * (Mb + np.swapaxes(Mb, 1, 2))
+    z = np.einsum("nkk->nk", Mb).copy()
+    return OracleSolution(theorem, ts, z, V, Mb)
+
+
+def theorem7_commuting(g, c, z0, ts) -> np.ndarray:
+    """Theorem 7 when M0 commutes with Y (Eq. E17, eigenvalue form).
+
+    z_k(t) = g_k z_k(0) / (4 c z_k(0) + (g_k - 4 c z_k(0)) exp(-2 g_k t)); g_k = 0:
+    z_k(0) / (1 + 8 c z_k(0) t). This is the logistic z' = 2 g z - 8 c z^2, evaluated with
+    `logistic` (relative accuracy for any z0 and g t).
+
+    **Arguments:** `g` eigenvalues of Y (p,), `c` >= 0 the isotropy constant, `z0` (p,) >= 0 the
+    eigenvalues of M0 in Y's eigenbasis, `ts` gradient-flow times (n,).
+
+    **Returns:** z(t), shape (n, p).
+
+    Runs under jit / vmap / grad (the sign checks of c, z0 and times skipped for traced input).
+
+    **Raises:** `ValueError` for negative c, z0 or times, or non-finite input.
+    """
+    if _traced((g, c, z0, ts)):
+        g = as_array(g, "g", ndim=1)
+        z0 = jnp.broadcast_to(as_array(z0, "z0"), g.shape)
+        return logistic(2.0 * g, 8.0 * as_array(c, "c", ndim=0), z0, as_array(ts, "ts", ndim=1))
+    g = np.asarray(as_array(g, "g", ndim=1))
+    z0 = np.asarray(as_array(z0, "z0"))
+    c = float(as_array(c, "c", ndim=0))
+    if c < 0 or np.any(z0 < 0):
+        raise ValueError("`c` and `z0` must be >= 0.")
+    ts = _times(ts)
+    return logistic(2.0 * g, 8.0 * c, np.broadcast_to(z0, g.shape), ts)
+
+
+# --------------------------------------------------------------------------------------------
+# Theorem 16
+# --------------------------------------------------------------------------------------------
+def _spec(X) -> float:
+    return float(np.abs(np.linalg.eigvalsh(0.5 * (X + X.T))).max(initial=0.0))
+
+
+def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> OracleSolution:
+    """Theorem 16 (Eq. E18): exact flow in the span of invariant orthogonal projectors.
+
+    Assumptions (each measured as a relative residual and checked against `tol`):
+
+    1. Pi_a symmetric: |Pi_a - Pi_a^T|_F / |Pi_a|_F.
+    2. Pi_a Pi_b = delta_ab Pi_a: |Pi_a Pi_b - delta_ab Pi_a|_F / max(|Pi_a|_F, |Pi_b|_F).
+    3. Y Pi_a + Pi_a Y = 2 g_a Pi_a, g_a = Tr[Y Pi_a] / Tr Pi_a:
+       |Y Pi_a + Pi_a Y - 2 g_a Pi_a|_F / (2 |Y|_2 |Pi_a|_F).
+    4. K(Pi_b) Pi_a + Pi_a K(Pi_b) = 2 k_a delta_ab Pi_a, k_a = Tr[K(Pi_a) Pi_a] / Tr Pi_a:
+       |K(Pi_b) Pi_a + Pi_a K(Pi_b) - 2 k_a delta_ab Pi_a|_F / (2 |K(Pi_b)|_2 |Pi_a|_F).
+    5. M0 = sum_a z_a(0) Pi_a, z_a(0) = Tr[M0 Pi_a] / Tr Pi_a: |M0 - sum_a z_a(0) Pi_a|_F / |M0|_F.
+
+    Then M(t) = sum_a z_a(t) Pi_a with the logistic z_a' = 2 g_a z_a - 2 k_a z_a^2:
+    z_a(t) = g_a z_a(0) / (k_a z_a(0) + (g_a - k_a z_a(0)) exp(-2 g_a t));
+    g_a = 0: z_a(0) / (1 + 2 k_a z_a(0) t).
+
+    **Arguments:** `data` (any representation), `projectors` (n_a, p, p), `ts` gradient-flow times
+    (n,) >= 0, `M0` (p, p) symmetric PSD, `tol`.
+
+    **Returns:** `OracleSolution` with `z` (n, n_a), `M` (n, p, p) (standard basis).
+
+    **Under jit / vmap / grad** (traced `ts`, `M0`, `projectors`, labels or data values): the
+    same formulas run in JAX (g_a, k_a, z_a(0) as traces, the logistic without overflow), so a
+    traced call equals the concrete one to rounding. Checks run on what is concrete: the five
+    assumptions above only when `data`, `projectors` and `M0` are all concrete, the PSD check of
+    `M0` and t >= 0 when those are concrete; shapes always.
+
+    **Raises:** `AssumptionError` naming the first violated condition above (and (a, b));
+    `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, a zero projector, negative times.
+    """
+    theorem = "Theorem 16"
+    _check_data(data)
+    p = data.p
+    Pi = as_array(projectors, "projectors", ndim=3, shape=(None, p, p))
+    n_a = Pi.shape[0]
+    if n_a == 0:
+        raise ValueError("`projectors` must hold at least one projector; found shape (0, p, p).")
+    with jax.ensure_compile_time_eval():  # concrete parts inside someone's jit: checked on the host
+        ts = as_array(ts, "ts", ndim=1) if _traced(ts) else jnp.asarray(_times(ts))
+        M0 = as_array(M0, "M0", shape=(p, p)) if _traced(M0) else jnp.asarray(_initial_M(M0, p))
+        Y = data.Y()
+        KP = jax.vmap(data.K)(Pi)  # K(Pi_b), (n_a, p, p)
+        if not _traced((data, Pi, M0)):
+            _theorem16_check(theorem, *(np.asarray(v) for v in (Pi, Y, KP, M0)), tol)
+    tr = jnp.einsum("aii->a", Pi)
+    g = jnp.einsum("ij,aji->a", Y, Pi) / tr
+    k = jnp.einsum("aij,aji->a", KP, Pi) / tr
+    z0 = jnp.maximum(jnp.einsum("ij,aji->a", M0, Pi) / tr, 0.0)
+    z = z0 * _logistic_ratio(2.0 * g, 2.0 * k, z0, ts[:, None])  # (n, n_a), Eq. E18
+    M = jnp.einsum("na,aij->nij", z, Pi)
+    return OracleSolution(theorem, _host(ts), _host(z), None, _host(M))
+
+
+def _theorem16_check(theorem, Pi, Y, KP, M0, tol) -> None:
+    """Theorem 16's assumptions 1-5 (see `theorem16`) on concrete numpy arrays."""
+    n_a = Pi.shape[0]
+    nrm = np.linalg.norm(Pi, axis=(1, 2))
+    tr = np.einsum("aii->a", Pi)
+    if np.any(tr < 0.5):
+        a = int(np.argmin(tr))
+        raise ValueError(f"`projectors[{a}]` has trace {tr[a]:.3g}; each projector must be nonzero (rank >= 1).")
+
+    def worst(res, name, where_fmt, detail=""):
+        res = np.asarray(res)
+        idx = np.unravel_index(np.argmax(res), res.shape)
+        if res[idx] > tol:
+            raise AssumptionError(theorem, name, float(res[idx]), tol,
+                                  where=where_fmt.format(*[int(i) for i in idx]), detail=detail)
+
+    # 1. symmetric
+    worst(np.linalg.norm(Pi - np.swapaxes(Pi, 1, 2), axis=(1, 2)) / nrm,
+          "symmetric projectors Pi_a = Pi_a^T", "a = {}")
+    # 2. orthogonal projectors
+    prod = np.einsum("aij,bjk->abik", Pi, Pi)
+    prod -= np.eye(n_a)[:, :, None, None] * Pi[:, None]
+    worst(np.linalg.norm(prod, axis=(2, 3)) / np.maximum.outer(nrm, nrm),
+          "orthogonal projectors Pi_a Pi_b = delta_ab Pi_a", "(a, b) = ({}, {})")
+    # 3. Y condition
+    g = np.einsum("ij,aji->a", Y, Pi) / tr
+    YP = np.einsum("ij,ajk->aik", Y, Pi)
+    R = YP + np.swapaxes(YP, 1, 2) - 2.0 * g[:, None, None] * Pi
+    ys = max(_spec(Y), _TINY)
+    worst(np.linalg.norm(R, axis=(1, 2)) / (2.0 * ys * nrm),
+          "Y Pi_a + Pi_a Y = 2 g_a Pi_a", "a = {}")
+    # 4. K condition
+    k = np.einsum("aij,aji->a", KP, Pi) / tr
+    KbPa = np.einsum("bij,ajk->abik", KP, Pi)  # K(Pi_b) Pi_a, indexed [a, b]
+    R = KbPa + np.swapaxes(KbPa, 2, 3) - 2.0 * (np.eye(n_a) * k[:, None])[:, :, None, None] * Pi[:, None]
+    ks = np.maximum(np.array([_spec(K) for K in KP]), _TINY)
+    worst(np.linalg.norm(R, axis=(2, 3)) / (2.0 * ks[None, :] * nrm[:, None]),
+          "K(Pi_b) Pi_a + Pi_a K(Pi_b) = 2 k_a delta_ab Pi_a", "(a, b) = ({}, {})")
+    # 5. initial condition in the span
+    z0 = np.maximum(np.einsum("ij,aji->a", M0, Pi) / tr, 0.0)
+    m0n = float(np.linalg.norm(M0))
+    res = float(np.linalg.norm(M0 - np.einsum("a,aij->ij", z0, Pi))) / m0n if m0n > 0 else 0.0
+    worst([res], "initial condition M0 = sum_a z_a(0) Pi_a", "")
+
+
+# --------------------------------------------------------------------------------------------
+# Proposition 7
+# --------------------------------------------------------------------------------------------
+def proposition7(data: CommutingData, M0, z, *, tol: float = 1e-10) -> np.ndarray:
+    """Proposition 7 (Eq. E12): off-diagonal slaving of commuting data.
+
+    In the shared eigenbasis P, M~ = P^T M P obeys M~_ij(t) = M~_ij(0) sqrt(z_i z_j / (z_i0 z_j0))
+    for any trajectory z(t) of the mode strengths z_k = M~_kk (from a GLV solve, `theorem6`, ...),
+    with z_0 = diag(P^T M0 P); the diagonal is z itself. Rows with z_i0 = 0 are zero (M0 PSD).
+
+    **Arguments:** `data` a `CommutingData` (z is indexed in its basis P), `M0` (p, p) symmetric
+    PSD, `z` (n, p) >= 0, `tol` for the commutativity check of non-`CommutingData` input.
+
+    **Returns:** M(t) in the standard basis, shape (n, p, p) (numpy for concrete input).
+
+    Runs under jit / vmap / grad (traced `M0`, `z`, or a traced `CommutingData`): the same
+    formula in JAX; there the PSD check of a traced `M0` and z >= 0 of a traced `z` are skipped
+    (d M / d z is singular where z_i = 0).
+
+    **Raises:** `AssumptionError` if `data` is not commuting (residual max|[A_mu, A_nu]| / max|A|^2);
+    `TypeError` if it commutes but is not given as `CommutingData` (z's basis would be undefined:
+    convert with `CommutingData.from_dense`); `ValueError` for bad shapes, non-finite or negative z,
+    or a non-PSD `M0`.
+    """
+    with jax.ensure_compile_time_eval():
+        cdata = _as_commuting(data, "Proposition 7", tol)
+    if cdata is not data:
+        raise TypeError(
+            "`proposition7` needs the data as a `CommutingData` so that the basis of `z` is defined; "
+            "convert it with `CommutingData.from_dense(A, y)` and solve for z with that object."
+        )
+    p = cdata.p
+    with jax.ensure_compile_time_eval():  # concrete parts inside someone's jit: checked on the host
+        M0 = as_array(M0, "M0", shape=(p, p)) if _traced(M0) else jnp.asarray(_initial_M(M0, p))
+        if _traced(z):
+            z = as_array(z, "z", ndim=2, shape=(None, p))
+        else:
+            z = np.asarray(as_array(z, "z", ndim=2, shape=(None, p)))
+            if np.any(z < 0):
+                raise ValueError(f"`z` must be >= 0 (mode strengths); found min {z.min():.3g}.")
+    P = jnp.eye(p) if cdata.P is None else cdata.P
+    Mb0 = P.T @ M0 @ P
+    z0 = jnp.diagonal(Mb0)
+    live = z0 > 0
+    s = jnp.where(live, jnp.sqrt(z / jnp.where(live, z0, 1.0)), 0.0)
+    Mb = s[:, :, None] * Mb0[None] * s[:, None, :]
+    Mb = Mb.at[:, jnp.arange(p), jnp.arange(p)].set(jnp.where(live, z, 0.0))
+    return _host(jnp.einsum("ik,nkl,jl->nij", P, Mb, P))

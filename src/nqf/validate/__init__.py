@@ -1,0 +1,70 @@
+"""Validation: the theorem checks behind `nqf validate` (layer 5 of nqf; see the package layout).
+
+May import every lower layer (`nqf.data`, `nqf.dynamics`, `nqf.solvers`, `nqf.theory`); imported
+by `nqf.experiments` and the CLI. One private module per family of checks: `_flow` (flow vs the
+exact solutions, refusals, NTK, general model, dictionary), `_theorem2` (closed maps vs weight
+space), `_samplewise` (Theorems 4, 5, 10), `_compress` (Theorems 3, 14, 15, Corollary 3); the
+registry, records, error measures and the runner live in `_common`. Importing this package
+registers the built-in checks in that order.
+
+Validate the flow solver against the paper's exact solutions (the `nqf validate` report).
+
+`validate` runs every check in the registry `CHECKS` and returns one record per measurement:
+``{"name": str, "value": float, "bound": float, "passed": bool}``. The built-in checks
+
+- integrate the flow (`nqf.solve_flow`) on generated data that satisfies Theorem 6, Theorem 7,
+  Theorem 16 and Proposition 7, for each initial scale eps, and record the maximum relative error
+  against the oracle over the whole trajectory (bound `FLOW_BOUND` = 1e-8);
+- give each oracle a data set that violates its assumption and record the measured residual
+  (bound: the oracle's `tol`); the check passes if the oracle refused with `AssumptionError`;
+- compare the NTK of Proposition 8 (`nqf.ntk`, Eq. E25) with J J^T of the weight-space model by
+  autodiff (bound `NTK_BOUND` = 1e-12), and the (M, mu) flow of the general model (Eq. E10) with
+  the weight-space gradient flow W' = -grad_W L integrated by scipy (bound `FLOW_BOUND`);
+- compare the closed discrete maps of Theorem 2 / Corollary 2 (`nqf.closed_map`) with weight-space
+  training (`nqf.train_w`): full batch, minibatches with shared indices, weight decay, heavy-ball
+  and Nesterov momentum, plain and general (g, B, f0) models (bound 1e-10,
+  `nqf.validate._theorem2`).
+
+Extending: append a function ``check(eps_values: tuple[float, ...]) -> list[dict]`` to `CHECKS`
+(or decorate it with `register`); build records with `record`. A check that raises is reported as
+one failed record naming the exception, so one broken check never hides the others.
+
+Error measures (all maxima over the saved times):
+
+- `relative_error(x, ref)`: max |x - ref| / |ref| elementwise (mode strengths z).
+- `matrix_relative_error(M, ref)`: max_ij |M_ij - ref_ij| / sqrt(ref_ii ref_jj), the entrywise
+  error in the natural scale of a PSD matrix (small modes keep their own scale); for matrices in
+  the basis where they are computed.
+- `norm_relative_error(M, ref)`: max_t |M(t) - ref(t)|_F / |ref(t)|_F (basis-independent; used
+  where the flow's state mixes modes of very different size, e.g. a rotated basis).
+"""
+
+from . import _common
+from ._common import (
+    CHECKS,
+    FLOW_BOUND,
+    NTK_BOUND,
+    THM6_C,
+    THM6_R,
+    generic_commuting_data,
+    matrix_relative_error,
+    norm_relative_error,
+    record,
+    register,
+    relative_error,
+    validate,
+)
+from . import _flow, _theorem2, _samplewise, _compress  # noqa: E402,F401  (register, in this order)
+from ._flow import (
+    DICTIONARY_BOUND,
+    check_dictionary_vs_autodiff,
+    check_flow_general,
+    check_ntk,
+    check_proposition7,
+    check_refusals,
+    check_theorem6,
+    check_theorem7,
+    check_theorem16,
+)
+
+__all__ = [*_common.__all__, "DICTIONARY_BOUND"]
