@@ -92,6 +92,25 @@ _NO_COLUMNS = r"`W0` must have at least one column \(width d >= 1 neurons\); fou
         # a file as the compilation cache directory
         (lambda: nqf.enable_compilation_cache(__file__), ValueError,
          r"`path` .* cannot be used as the compilation cache directory \(FileExistsError"),
+        # an oracle's tolerance: NaN would let every violated assumption pass
+        (lambda: nqf.theorem6(FIG3, [0.0, 1.0], M0=1e-3 * np.eye(5), tol=float("nan")), ValueError,
+         r"`tol` must be finite and >= 0; found nan"),
+        (lambda: nqf.theorem7(FIG3, [0.0, 1.0], M0=1e-3 * np.eye(5), tol=-1.0), ValueError,
+         r"`tol` must be finite and >= 0; found -1.0"),
+        (lambda: nqf.samplewise_rates(nqf.DiagonalData(np.ones(3), np.ones(3)), tol=-1e-3), ValueError,
+         r"`tol` must be finite and >= 0; found -0.001"),
+        (lambda: nqf.theorem4(FIG3, [0.0, 1.0], M0=1e-3 * np.eye(5), tol=float("inf")), ValueError,
+         r"`tol` must be finite and >= 0; found inf"),
+        # a data set scaled by a non-finite or non-scalar c (the error named `A` before)
+        (lambda: FIG3.scaled(float("nan")), ValueError, r"`c` must be a finite real scalar; found nan"),
+        (lambda: nqf.DenseData(np.ones((2, 3, 3)), [1.0, 2.0]).scaled(np.ones(2)), ValueError,
+         r"`c` must be a finite real scalar; found array"),
+        # Lanczos on a non-symmetric Y (eigsh would read one triangle)
+        (lambda: nqf.spectral.top_eigenpairs(np.triu(np.ones((5, 5))), 2), ValueError,
+         r"`Y` must be symmetric \(A = A\^T\); found \|A - A\^T\| = 1 at index \(0, 1\)"),
+        # extract with a p that the function cannot take
+        (lambda: nqf.extract(lambda W, x: (W.T @ x) @ (W.T @ x), np.ones((4, 3)), 5), ValueError,
+         r"`f\(W, x\)` fails for W of shape \(p, d\) = \(5, 2\) on the inputs `x`: is `p` the number"),
     ],
 )
 def test_bad_input_is_named(call, exc, match):

@@ -171,6 +171,21 @@ _blocks_jit = jax.jit(_blocks, static_argnums=(0, 1))
 _outputs_jit = jax.jit(_outputs, static_argnums=0)
 
 
+def _probe(f, p: int, x) -> None:
+    """Trace f(W, x) at W of shape (p, 2) (no computation): a function that cannot take p rows
+    gets an error naming `p`, not a raw shape error from deep inside the user's code."""
+    W = jax.ShapeDtypeStruct((p, 2), jnp.float64)
+    try:
+        jax.eval_shape(lambda WW: _outputs(f, WW, x), W)
+    except (TypeError, ValueError, IndexError) as err:
+        if "must return a scalar or a vector" in str(err):
+            raise
+        raise ValueError(
+            f"`f(W, x)` fails for W of shape (p, d) = ({p}, 2) on the inputs `x`: is `p` the number of "
+            f"parameters of one neuron (the rows of W)? {type(err).__name__}: {err}"
+        ) from err
+
+
 @dataclasses.dataclass(frozen=True)
 class _Normalized:
     """f_d(W, x) / c(d): the sum form of a module with a declared width normalisation c(d)
@@ -240,6 +255,7 @@ def extract_report(f, x, p: int, y=None, *, width: int = 2, scale: float = 0.3, 
         f = _Normalized(f, normalization)
     m = _batch_size(x)
     x = jax.tree_util.tree_map(np.asarray, x)
+    _probe(f, int(p), x)
     g, h11, h12 = (np.asarray(v) for v in _blocks_jit(f, int(p), x))
     k = g.shape[1]
     AH = 0.5 * (h11 + np.swapaxes(h11, -1, -2)) / 2.0

@@ -123,7 +123,16 @@ class AbstractData(eqx.Module):
 
     def scaled(self, c: float) -> "AbstractData":
         """The data set with every A_mu multiplied by c (labels kept), in the same
-        representation where it has one (else `DenseData`)."""
+        representation where it has one (else `DenseData`).
+
+        **Raises:** `ValueError` if `c` is not a finite real scalar (a traced c is not checked)."""
+        if not is_traced(c):
+            v = np.asarray(c)
+            if v.ndim != 0 or v.dtype.kind not in "biuf" or not np.isfinite(v):
+                raise ValueError(f"`c` must be a finite real scalar; found {c!r}.")
+        return self._scaled(c)
+
+    def _scaled(self, c) -> "AbstractData":
         return DenseData(c * jnp.asarray(self.dense()), self.y)
 
     # Derived MSE quantities (THEORY E8-E9).
@@ -188,7 +197,7 @@ class DenseData(AbstractData):
     def subset(self, idx):
         return DenseData(self.A[idx], self.y[idx])
 
-    def scaled(self, c):
+    def _scaled(self, c):
         return DenseData(c * self.A, self.y)
 
 
@@ -367,7 +376,7 @@ class CommutingData(_SharedBasisData):
     def subset(self, idx):
         return CommutingData(self.Lambda[idx], self.y[idx], self.P)
 
-    def scaled(self, c):
+    def _scaled(self, c):
         return CommutingData(c * self.Lambda, self.y, self.P)
 
 
@@ -446,7 +455,7 @@ class DiagonalData(AbstractCommutingData):
         """C' = diag(lam^2), shape (p, p) (materialized: small p only)."""
         return jnp.diag(self.lam**2)
 
-    def scaled(self, c):
+    def _scaled(self, c):
         return DiagonalData(c * self.lam, self.y)
 
 
@@ -531,7 +540,7 @@ class BlockData(_SharedBasisData):
         """The same data as `CommutingData` (Lambda (m, p) materialized)."""
         return CommutingData(self.Lambda, self.y, self.P)
 
-    def scaled(self, c):
+    def _scaled(self, c):
         return BlockData(c * self.blocks, self.y, self.P)
 
 
@@ -586,7 +595,7 @@ class LowRankData(AbstractData):
     def subset(self, idx):
         return LowRankData(self.U[idx], self.s[idx], self.y[idx])
 
-    def scaled(self, c):
+    def _scaled(self, c):
         return LowRankData(self.U, c * self.s, self.y)
 
 
@@ -758,7 +767,7 @@ class FeedForwardData(AbstractData):
     def subset(self, idx):
         return FeedForwardData(self.a[idx], self.b[idx], self.y[idx], front=self.front, back=self.back)
 
-    def scaled(self, c):
+    def _scaled(self, c):
         return FeedForwardData(c * self.a, self.b, self.y, front=self.front, back=self.back)
 
     def as_lowrank(self) -> LowRankData:
@@ -853,7 +862,7 @@ class He2Data(AbstractData):
     def subset(self, idx):
         return He2Data(self.X[idx], self.y[idx], self.c)
 
-    def scaled(self, c):
+    def _scaled(self, c):
         return He2Data(self.X, self.y, c * self.c)
 
 

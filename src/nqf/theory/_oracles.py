@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._checks import as_array, as_weights
+from .._core._checks import as_array, as_weights, check_positive
 from .._core._errors import AssumptionError
 from .._core.io import Saveable
 from ..data._isotropic import _check_data, _initial_M, _riccati_isotropic, _times, isotropy, sym_basis
@@ -237,6 +237,7 @@ def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) ->
     |sum_mu lambda_{mu,k} lambda_{mu,j}| / (|lambda_k| |lambda_j|), k != j); `ValueError` for bad
     shapes, non-finite input, a non-PSD `M0`, negative times.
     """
+    tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
     theorem = "Theorem 6"
     if _traced((data, ts, M0, W0)):
         return _theorem6_traced(data, ts, M0, W0)
@@ -361,6 +362,7 @@ def theorem7(data: AbstractData, ts, *, M0, tol: float = 1e-10) -> OracleSolutio
     `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times;
     `FloatingPointError` if exp(g t) overflows.
     """
+    tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
     theorem = "Theorem 7"
     _check_data(data)
     p = data.p
@@ -461,6 +463,7 @@ def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> 
     **Raises:** `AssumptionError` naming the first violated condition above (and (a, b));
     `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, a zero projector, negative times.
     """
+    tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
     theorem = "Theorem 16"
     _check_data(data)
     p = data.p
@@ -553,6 +556,7 @@ def proposition7(data: CommutingData, M0, z, *, tol: float = 1e-10) -> np.ndarra
     convert with `CommutingData.from_dense`); `ValueError` for bad shapes, non-finite or negative z,
     or a non-PSD `M0`.
     """
+    tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
     with jax.ensure_compile_time_eval():
         cdata = _as_commuting(data, "Proposition 7", tol)
     if cdata is not data:

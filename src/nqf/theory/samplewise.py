@@ -46,7 +46,7 @@ import numpy as np
 import scipy.integrate
 import scipy.optimize
 
-from .._core._checks import as_array, as_weights, shape_str
+from .._core._checks import as_array, as_weights, check_positive, shape_str
 from .._core._config import require_x64
 from ..data._operators import (
     AbstractCommutingData,
@@ -394,6 +394,7 @@ def theorem4(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10,
     **Raises:** `AssumptionError` if max_mu |A_mu - c_mu A|_F / max_mu |A_mu|_F > tol;
     `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times, bad `rtol`.
     """
+    tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
     theorem = "Theorem 4"
     _check_data(data)
     rtol = _check_rtol(rtol)
@@ -685,6 +686,7 @@ def theorem5(data: AbstractData, ts, *, M0=None, W0=None, z0=None, matrices: boo
     **Raises:** `AssumptionError` if max_{mu != nu} |A_mu A_nu|_F / (|A_mu|_F |A_nu|_F) > tol;
     `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times, bad `rtol`.
     """
+    tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
     theorem = "Theorem 5"
     _check_data(data)
     rtol = _check_rtol(rtol)
@@ -789,6 +791,7 @@ def samplewise_rates(data: AbstractData, *, tol: float = 1e-10) -> np.ndarray:
 
     **Raises:** `AssumptionError` if the samples are not orthogonal (Theorem 5's condition).
     """
+    tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
     sm = _sample_modes(data, "Theorem 10", tol)
     lam_star, _ = _top(sm.lam, sm.y)
     return 8.0 / sm.m * lam_star * sm.y
@@ -887,6 +890,7 @@ def sample_ignition_times(data: AbstractData, *, M0=None, W0=None, z0=None, rho:
     **Raises:** `AssumptionError` if the samples are not orthogonal; `ValueError` for rho outside
     (0, 1), eps <= 0 or bad initial conditions.
     """
+    tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
     if not 0.0 < rho < 1.0:
         raise ValueError(f"`rho` must lie in (0, 1); found {rho!r}.")
     if eps is not None and not (np.isfinite(eps) and eps > 0):

@@ -62,7 +62,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._checks import as_array, check_positive, is_traced, shape_str
+from .._core._checks import as_array, check_positive, check_symmetric, is_traced, shape_str
 from ..data._operators import AbstractData
 
 __all__ = [
@@ -324,7 +324,7 @@ def top_eigenpairs(Y, k: int, *, tol: float = 1e-10, seed: int = 0):
     **Returns:** `(g, V)`: eigenvalues (k,) in descending order and eigenvectors (p, k) as
     columns (unit norm, sign fixed so that the largest-|.| entry is positive).
 
-    **Raises:** `ValueError` for k outside [1, p - 1] or a non-square `Y`.
+    **Raises:** `ValueError` for k outside [1, p - 1] or a non-square or non-symmetric `Y`.
     """
     from scipy.sparse.linalg import LinearOperator, aslinearoperator, eigsh
 
@@ -336,6 +336,7 @@ def top_eigenpairs(Y, k: int, *, tol: float = 1e-10, seed: int = 0):
         Yd = np.asarray(as_array(Y, "Y", ndim=2))
         if Yd.shape[0] != Yd.shape[1]:
             raise ValueError(f"`Y` must be square (p, p); found {shape_str(Yd.shape)}.")
+        check_symmetric(Yd, "Y")  # eigsh would silently use one triangle of a non-symmetric Y
         op = aslinearoperator(Yd)
     p = op.shape[0]
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k < p:
