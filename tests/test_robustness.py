@@ -108,6 +108,10 @@ _NO_COLUMNS = r"`W0` must have at least one column \(width d >= 1 neurons\); fou
         # Lanczos on a non-symmetric Y (eigsh would read one triangle)
         (lambda: nqf.spectral.top_eigenpairs(np.triu(np.ones((5, 5))), 2), ValueError,
          r"`Y` must be symmetric \(A = A\^T\); found \|A - A\^T\| = 1 at index \(0, 1\)"),
+        # a derivative mode for a host solver (silently ignored before)
+        (lambda: nqf.solve_flow(nqf.datasets.powerlaw_data(8), M0=1e-4 * np.eye(8), t1=1.0, solver="lsoda",
+                                adjoint="reverse"), ValueError,
+         r"`adjoint` sets how derivatives flow through a diffrax solve; solver='lsoda' runs on the host"),
         # extract with a p that the function cannot take
         (lambda: nqf.extract(lambda W, x: (W.T @ x) @ (W.T @ x), np.ones((4, 3)), 5), ValueError,
          r"`f\(W, x\)` fails for W of shape \(p, d\) = \(5, 2\) on the inputs `x`: is `p` the number"),

@@ -1128,7 +1128,7 @@ def solve_flow(
       under tracing), ``"forward"`` (`diffrax.ForwardMode`: jvp / `jax.jacfwd`, plain while
       loops) or ``"reverse"`` (`diffrax.RecursiveCheckpointAdjoint`: `jax.grad` / vjp, with
       binomial checkpointing: memory O(state x log(max_steps)) and about twice the forward
-      work).
+      work). The host solvers (``"lsoda"``, ``"cvode"``) are not differentiable and refuse it.
     - `memory_budget`: bytes this call may allocate (default: ``NQF_MEMORY_BUDGET`` or half the
       available memory; `nqf.memory`). The saved states, the solver's stage vectors, a stiff
       solver's dense matrices and a dense output reserved for `max_steps` steps are estimated
@@ -1192,6 +1192,12 @@ def solve_flow(
     if stop is not None and (method != "ode" or (isinstance(solver, str) and solver.lower() in ("lsoda", "cvode"))):
         raise ValueError("`stop` needs method='ode' with a diffrax solver (not method='exact' or a host solver).")
     if isinstance(solver, str) and solver.lower() in ("lsoda", "cvode"):
+        if adjoint != "auto":  # it was silently ignored
+            raise ValueError(
+                f"`adjoint` sets how derivatives flow through a diffrax solve; solver={solver.lower()!r} runs "
+                f"on the host and is not differentiable (found adjoint={adjoint!r}). Use a diffrax solver "
+                "(e.g. stiff=True) to differentiate, or drop `adjoint`."
+            )
         return _solve_reduced_host(solver.lower(), data, model, form, kind, x0, init, is_factor, z0 is not None,
                                    t0, t1, ts, rtol, atol, weight_decay, save, max_steps, settings, memory_budget)
     traced = _is_traced((data, model, x0, t0, t1, ts, rtol, atol, dt0, weight_decay))
