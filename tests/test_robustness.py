@@ -2,6 +2,7 @@
 error naming the argument, the expected condition and what was found; `BlockData`; the CLI's
 early checks. Every message is asserted on."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -112,6 +113,9 @@ _NO_COLUMNS = r"`W0` must have at least one column \(width d >= 1 neurons\); fou
         (lambda: nqf.solve_flow(nqf.datasets.powerlaw_data(8), M0=1e-4 * np.eye(8), t1=1.0, solver="lsoda",
                                 adjoint="reverse"), ValueError,
          r"`adjoint` sets how derivatives flow through a diffrax solve; solver='lsoda' runs on the host"),
+        # a data-set generator inside jit (host numpy construction)
+        (lambda: jax.jit(nqf.datasets.fig3_data)(5), TypeError,
+         r"nqf.datasets.fig3_data builds its data set on the host with numpy and cannot run inside jax.jit"),
         # extract with a p that the function cannot take
         (lambda: nqf.extract(lambda W, x: (W.T @ x) @ (W.T @ x), np.ones((4, 3)), 5), ValueError,
          r"`f\(W, x\)` fails for W of shape \(p, d\) = \(5, 2\) on the inputs `x`: is `p` the number"),

@@ -5,9 +5,12 @@ Nothing is downloaded: every data set here is generated from a seed.
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import numpy as np
 
-from .._core._checks import as_array
+from .._core._checks import as_array, is_traced
 from ._operators import CommutingData, DenseData, DiagonalData
 
 __all__ = [
@@ -24,6 +27,27 @@ def _random_orthogonal(n: int, rng) -> np.ndarray:
     return Q * np.sign(np.diag(R))
 
 
+
+def _on_host(fn):
+    """Mark a generator as a host (numpy) construction: inside `jax.jit` / `jax.vmap` / `jax.grad`
+    its arguments are tracers, which it refuses with a clear `TypeError` (not a raw
+    TracerArrayConversionError from deep inside). Build the data set outside and pass it in:
+    data sets are pytrees."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if any(is_traced(leaf) for leaf in jax.tree_util.tree_leaves((args, kwargs))):
+            raise TypeError(
+                f"nqf.datasets.{fn.__name__} builds its data set on the host with numpy and cannot run "
+                "inside jax.jit / vmap / grad (found traced arguments). Build it outside the "
+                "transformation and pass the data set in: data sets are JAX pytrees."
+            )
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_on_host
 def orthogonal_features_data(r, C=1.0, *, m: int | None = None, seed: int = 0,
                              mix_samples: bool = True, rotate_basis: bool = False) -> CommutingData:
     """Commuting data with orthogonal features (Theorem 6) and prescribed r_k and C_kk.
@@ -59,12 +83,14 @@ def orthogonal_features_data(r, C=1.0, *, m: int | None = None, seed: int = 0,
 FIG3_R = (1.0, 0.5, 0.25, 0.125, 0.0625)
 
 
+@_on_host
 def fig3_data(seed: int = 0) -> CommutingData:
     """The paper's Fig. 3 left/middle setting (THEORY sec. 11): m = p = 5, diagonal A_mu whose
     diagonal is column mu of a random orthogonal matrix, C_kk = 1, r = (1, 1/2, 1/4, 1/8, 1/16)."""
     return orthogonal_features_data(FIG3_R, 1.0, seed=seed)
 
 
+@_on_host
 def powerlaw_data(p: int = 1000, *, a1: float = 2.0, a2: float = 0.8) -> DiagonalData:
     """The paper's Fig. 3 right setting (THEORY sec. 11): m = p, A_k = lam_k e_k e_k^T with
     r_k = k^-a2 and V_k = r_k^2 / (8 C_kk) = k^-a1, so C_kk = k^(a1 - 2 a2) / 8.
@@ -83,6 +109,7 @@ def powerlaw_data(p: int = 1000, *, a1: float = 2.0, a2: float = 0.8) -> Diagona
     return DiagonalData(lam, p * r / (8.0 * lam))
 
 
+@_on_host
 def isotropic_data(p: int, c: float = 1.0, *, y=None, g=None, m: int | None = None,
                    seed: int = 0) -> DenseData:
     """Exactly isotropic data (Theorem 7): K(X) = 4 c X for every symmetric X.
@@ -139,6 +166,7 @@ def isotropic_data(p: int, c: float = 1.0, *, y=None, g=None, m: int | None = No
     return data
 
 
+@_on_host
 def projector_data(block_sizes, g, k=1.0, *, m: int | None = None, seed: int = 0,
                    rotate_basis: bool = True) -> tuple[CommutingData, np.ndarray]:
     """Commuting data satisfying Theorem 16 (but not Theorem 6) with projectors Pi_a.
@@ -199,6 +227,7 @@ def _subspace_vectors(rng, n: int, dim: int, rank: int | None) -> np.ndarray:
     return rng.standard_normal((n, rank)) @ Q.T
 
 
+@_on_host
 def mlp_data(m: int, k: int, *, rank: int | None = None, width: int = 4, seed: int = 0):
     """Two-layer MLP data f = sum_i v_i tanh(u_i^T x) (Prop. 1): A(x) = 1/2 [[0, x], [x^T, 0]]
     (phi'(0) = 1), neurons w = [u (k); v (1)], p = k + 1, as `FeedForwardData` (a = x, b = 1: rank-2 A).
@@ -223,6 +252,7 @@ def mlp_data(m: int, k: int, *, rank: int | None = None, width: int = 4, seed: i
     return feedforward_data(y, a=X[:, :, None], b=np.ones((m, 1, 1)))
 
 
+@_on_host
 def phase_retrieval_data(m: int, p: int, *, rank: int | None = None, teacher_rank: int = 1,
                          seed: int = 0):
     """Phase retrieval y = a^T M* a with A(a) = a a^T (THEORY sec. 2) as `LowRankData`.
@@ -244,6 +274,7 @@ def phase_retrieval_data(m: int, p: int, *, rank: int | None = None, teacher_ran
     return LowRankData(a[:, :, None], np.ones((m, 1)), y)
 
 
+@_on_host
 def matrix_completion_data(n_rows: int, n_cols: int, n_observed: int, *, rank: int = 1,
                            active_rows: int | None = None, active_cols: int | None = None,
                            seed: int = 0):
@@ -299,6 +330,7 @@ __all__ += [
 ]
 
 
+@_on_host
 def proportional_data(lam, c, y, *, rotate_basis: bool = True, seed: int = 0) -> CommutingData:
     """Proportional samples (Theorem 4): A_mu = c_mu A, A = P diag(lam) P^T.
 
@@ -313,6 +345,7 @@ def proportional_data(lam, c, y, *, rotate_basis: bool = True, seed: int = 0) ->
     return CommutingData(np.outer(c, lam), y, P)
 
 
+@_on_host
 def orthogonal_samples_data(blocks, y, *, rotate_basis: bool = False, seed: int = 0) -> CommutingData:
     """Orthogonal samples (Theorem 5): A_mu A_nu = 0 for mu != nu.
 
@@ -343,6 +376,7 @@ zeta_mu = (8/m) 2 y_mu = (4, 2, 1, 1/2) are distinct and the plateaus are equall
 log time, and the staircase levels (1/m) sum_{nu > mu} y_nu^2 drop by factors ~4."""
 
 
+@_on_host
 def fig4_data(y=FIG4_Y) -> CommutingData:
     """The paper's Fig. 4 setting (THEORY sec. 11): m = 4, K = 3, p = 12, diagonal A_mu with
     nonzeros (1, 1.5, 2) on the block [mu K, mu K + K - 1]; labels `y` (default `FIG4_Y`)."""
@@ -350,6 +384,7 @@ def fig4_data(y=FIG4_Y) -> CommutingData:
     return orthogonal_samples_data(np.tile(FIG4_BLOCK, (y.shape[0], 1)), y)
 
 
+@_on_host
 def samplewise_powerlaw_data(m: int, g1: float, g2: float, *, ratios=(0.5, 0.75, 1.0),
                              c_zeta: float = 1.0) -> CommutingData:
     """Orthogonal samples with power-law growth rates and labels (Theorem 10, Eq. E23).
@@ -376,6 +411,7 @@ def samplewise_powerlaw_data(m: int, g1: float, g2: float, *, ratios=(0.5, 0.75,
     return orthogonal_samples_data(lam_star[:, None] * ratios[None, :], y)
 
 
+@_on_host
 def fourier_mlp_data(P: int = 64, M: int = 256, *, beta: float = 1.5, theta: float = 0.0) -> CommutingData:
     """The NQF of the paper's Fourier MLP (Fig. 5, THEORY sec. 11).
 
@@ -494,6 +530,7 @@ class SpikedTeacher:
         return np.einsum("ij,njk,lk->nil", V, Mb, V)
 
 
+@_on_host
 def spiked_he2_data(n: int, d: int, *, gamma: float, K: int | None = None, Z: float | None = None,
                     sigma: float = 0.0, seed: int = 0):
     """Gaussian inputs and a spiked quadratic teacher (arXiv 2605.14567's hierarchical model in
