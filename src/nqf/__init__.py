@@ -29,9 +29,12 @@ import importlib as _importlib
 import sys as _sys
 
 from ._core import _config  # noqa: F401  (enables float64 first)
+
+del _config  # private: nqf._core._config
 from ._core import io, memory  # results on disk (.npz + JSON header); memory estimated before allocation
 from ._core._cache import enable_compilation_cache  # JAX's persistent compilation cache (first-call latency)
 from ._core._errors import AssumptionError
+from ._core._exports import publish as _publish
 from ._core._version import __version__
 from ._core.io import load, save
 from .data import (
@@ -108,6 +111,7 @@ from .theory import (
     theorem16,
 )
 from .theory import compress, powerlaw, samplewise, spectral  # Theorems 3, Cor. 3; E21-E23; Theorems 4, 5, 10; E15
+from . import data, dynamics, solvers, theory  # noqa: E402  (the layers, for `from nqf import *`)
 from . import validate  # the theorem checks behind `nqf validate`: nqf.validate.validate()
 
 # nqf 0.1's flat module paths -> their homes (CHANGELOG.md). `import nqf.solve` and
@@ -182,4 +186,8 @@ __all__ = [
     # public namespaces
     "datasets", "structure", "modules", "multilayer", "exact", "kernels", "rosenbrock", "stiff", "compress",
     "powerlaw", "samplewise", "spectral", "validate", "memory", "io",
+    # the layers
+    "data", "dynamics", "solvers", "theory",
 ]
+
+_publish(__name__, globals())  # pickles name nqf.AssumptionError, not nqf._core._errors

@@ -1,4 +1,4 @@
-"""The float64 policy (nqf._config): `import nqf` turns on jax_enable_x64 for the process; if the
+"""The float64 policy (nqf._core._config): `import nqf` turns on jax_enable_x64 for the process; if the
 user turns it off afterwards, every entry point and every existing result that computes with JAX
 refuses with the documented RuntimeError (never float32 values, NaN or a misleading error), and
 works again, in float64, once the flag is back on.

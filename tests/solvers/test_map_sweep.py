@@ -58,6 +58,9 @@ def test_members_equal_their_own_calls_and_weight_space(sweep):
     assert rel(sweep[-1].M, sweep.M[B - 1]) == 0.0
     with pytest.raises(IndexError, match="member index 4 out of range for a sweep of 4 members"):
         sweep[B]
+    for bad in (True, 1.0, "0"):
+        with pytest.raises(TypeError, match="a sweep's member index must be an integer; found"):
+            sweep[bad]
 
 
 def test_order_parameter_batch_shared_schedule_form_M():

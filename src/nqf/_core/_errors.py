@@ -18,6 +18,7 @@ class AssumptionError(ValueError):
 
     def __init__(self, theorem: str, condition: str, residual: float, tol: float,
                  where: str = "", detail: str = ""):
+        self._args = (theorem, condition, residual, tol, where, detail)
         self.theorem = theorem
         self.condition = f"{theorem}: {condition}"
         self.residual = float(residual)
@@ -30,3 +31,6 @@ class AssumptionError(ValueError):
             + (f" {detail}" if detail else "")
         )
         super().__init__(msg)
+
+    def __reduce__(self):  # pickles (e.g. across a process pool) with the arguments it was built from
+        return type(self), self._args

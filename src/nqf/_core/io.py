@@ -43,10 +43,22 @@ _CLASSES: dict = {}  # class name -> class: what `save` writes and `load` rebuil
 
 def register(*classes):
     """Let `save`/`load` write and rebuild the dataclasses (or equinox Modules) `classes` field by
-    field (by class name; `load` never imports anything). nqf's data sets and `NQFModel` are
-    registered where they are defined; subclasses of `Saveable` register themselves. Returns the
-    first class (usable as a decorator)."""
+    field. Files name a class by its `__name__` only (`load` never imports anything), so names
+    must be unique: nqf's data sets and `NQFModel` are registered where they are defined, nqf's
+    `Saveable` result types register themselves, and a user's own result type (a dataclass,
+    e.g. a `Saveable` subclass) is registered by calling this. Returns the first class (usable
+    as a decorator).
+
+    **Raises:** `ValueError` if another class of the same name is registered already."""
     for cls in classes:
+        known = _CLASSES.get(cls.__name__)
+        if known is not None and known is not cls and \
+                (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):  # not a reload
+            raise ValueError(
+                f"nqf.io.register: a class named {cls.__name__!r} is registered already "
+                f"({known.__module__}.{known.__qualname__}); files name classes by name, so give "
+                f"{cls.__module__}.{cls.__qualname__} another name."
+            )
         _CLASSES[cls.__name__] = cls
     return classes[0] if classes else None
 
@@ -62,7 +74,8 @@ class Saveable:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        register(cls)
+        if cls.__module__.split(".")[0] == "nqf":  # nqf's own results; a user's calls `register`
+            register(cls)
 
     def __getstate__(self):
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

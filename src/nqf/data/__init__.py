@@ -12,6 +12,7 @@ May import only `nqf._core`. Private modules: `_operators`, `_model`, `_span`, `
 flow and the oracle), `_extract`.
 """
 
+from .._core._exports import publish as _publish
 from ._operators import (
     AbstractCommutingData,
     AbstractData,
@@ -72,3 +73,5 @@ __all__ = [
     "modules",
     "structure",
 ]
+
+_publish(__name__, globals())  # pickles name nqf.data.CLASS, not the private module

@@ -10,6 +10,7 @@ May import `nqf._core` and `nqf.data`. Private modules: `_losses`, `_batches`, `
 `_maps`, `_wspace`, `_gd`, `_train_args`.
 """
 
+from .._core._exports import publish as _publish
 from ._losses import PerSampleLoss, as_loss, mse
 from ._batches import batch_indices, batch_weights, check_batch_indices, restrict
 from ._flow import FORMS, RHS, glv_z, jac_glv_reduced, reduced_log_z, rhs_factor, rhs_glv, rhs_glv_reduced, rhs_M, rhs_M_mu
@@ -52,3 +53,5 @@ __all__ = [
     "gradient_descent",
     "multilayer",
 ]
+
+_publish(__name__, globals())  # pickles name nqf.dynamics.CLASS, not the private module

@@ -1,4 +1,8 @@
-"""Reproductions of the paper's figures, one module per figure.
+"""Reproductions of the paper's figures, one module per figure (layer 6 of nqf).
+
+May import every lower layer (`nqf.data` ... `nqf.theory`, and `nqf.validate`'s error measures);
+imported only by the CLI (`nqf reproduce`). `_common` holds what the figures share (JSON
+records, checks and claims), `_pair` the module-vs-NQF training pairs of Figs. 2, 6, 7.
 
 Each experiment is a function ``run(out_dir, quick=False) -> dict`` that writes
 ``out_dir/NAME.png`` and ``out_dir/NAME.json`` and returns the JSON dict. Every JSON has a

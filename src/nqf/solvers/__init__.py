@@ -10,6 +10,7 @@ May import `nqf._core`, `nqf.data` and `nqf.dynamics`. Private modules: `_solve`
 `_lsoda`, `_sweep`, `_map_sweep`.
 """
 
+from .._core._exports import publish as _publish
 from ._solve import SOLVERS, FlowSolution, MaxStepsReached, solve_flow
 from ._events import Stop
 from ._sweep import SweepSolution, solve_sweep
@@ -37,3 +38,5 @@ __all__ = [
     "rosenbrock",
     "stiff",
 ]
+
+_publish(__name__, globals())  # pickles name nqf.solvers.CLASS, not the private module

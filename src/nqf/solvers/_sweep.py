@@ -409,9 +409,11 @@ class Members:
         """Member i as its own call's result (`FlowSolution` of `solve_flow` for `solve_sweep`,
         `MapTrajectory` of `closed_sgd` for `closed_sgd_sweep`).
 
-        **Raises:** `IndexError` for i outside [-B, B) or not an integer."""
+        **Raises:** `TypeError` for an i that is not an integer; `IndexError` for i outside [-B, B)."""
         B = len(self)
-        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) or not -B <= i < B:
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"a sweep's member index must be an integer; found {i!r}.")
+        if not -B <= i < B:
             raise IndexError(f"member index {i!r} out of range for a sweep of {B} members.")
         return self._member(int(i) % B)
 

@@ -11,6 +11,7 @@ May import `nqf._core`, `nqf.data`, `nqf.dynamics` and `nqf.solvers` (the measur
 times read flow solutions). Private modules: `_oracles`, `_ignition`, `_ntk`.
 """
 
+from .._core._exports import publish as _publish
 from .._core._errors import AssumptionError
 from ._oracles import (
     OracleSolution,
@@ -75,3 +76,5 @@ __all__ = [
     "samplewise",
     "spectral",
 ]
+
+_publish(__name__, globals())  # pickles name nqf.theory.CLASS, not the private module

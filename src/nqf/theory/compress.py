@@ -66,7 +66,7 @@ import numpy as np
 from .._core._checks import as_array, check_positive, check_width
 from ..data._model import NQFModel, as_model
 from ..data._operators import AbstractData
-from ..data._span import DEFAULT_RTOL, Span, data_span, helmert_rows, k_V
+from ..data._span import DEFAULT_RTOL, Span, data_span, helmert_rows, k_V, span_from_rows
 from ..dynamics._batches import batch_weights, restrict
 from ..dynamics._losses import as_loss
 from ..dynamics._maps import _initial_order_params, gradient_terms

@@ -7,8 +7,6 @@ space), `_samplewise` (Theorems 4, 5, 10), `_compress` (Theorems 3, 14, 15, Coro
 registry, records, error measures and the runner live in `_common`. Importing this package
 registers the built-in checks in that order.
 
-Validate the flow solver against the paper's exact solutions (the `nqf validate` report).
-
 `validate` runs every check in the registry `CHECKS` and returns one record per measurement:
 ``{"name": str, "value": float, "bound": float, "passed": bool}``. The built-in checks
 
@@ -23,7 +21,12 @@ Validate the flow solver against the paper's exact solutions (the `nqf validate`
 - compare the closed discrete maps of Theorem 2 / Corollary 2 (`nqf.closed_map`) with weight-space
   training (`nqf.train_w`): full batch, minibatches with shared indices, weight decay, heavy-ball
   and Nesterov momentum, plain and general (g, B, f0) models (bound 1e-10,
-  `nqf.validate._theorem2`).
+  `nqf.validate._theorem2`);
+- check Theorems 4 and 5 (sample-wise oracles against the flow, and their refusals) and Theorem
+  10's staircase limit (`nqf.validate._samplewise`);
+- check compression and multi-layer NQFs: Theorem 3 and Corollary 3 (compressed vs original
+  training), Theorems 14 and 15 (closed deep maps vs weight space, per-layer compression;
+  `nqf.validate._compress`).
 
 Extending: append a function ``check(eps_values: tuple[float, ...]) -> list[dict]`` to `CHECKS`
 (or decorate it with `register`); build records with `record`. A check that raises is reported as
@@ -55,6 +58,7 @@ from ._common import (
     validate,
 )
 from . import _flow, _theorem2, _samplewise, _compress  # noqa: E402,F401  (register, in this order)
+from ._compress import check_corollary3, check_theorem3, check_theorem14, check_theorem15
 from ._flow import (
     DICTIONARY_BOUND,
     check_dictionary_vs_autodiff,
@@ -66,5 +70,7 @@ from ._flow import (
     check_theorem7,
     check_theorem16,
 )
+from ._samplewise import check_samplewise_staircase, check_theorem4, check_theorem5
+from ._theorem2 import check_theorem2
 
 __all__ = [*_common.__all__, "DICTIONARY_BOUND"]
