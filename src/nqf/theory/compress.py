@@ -77,6 +77,7 @@ __all__ = [
     "Span",
     "data_span",
     "k_V",
+    "span_from_rows",
     "Compression",
     "theorem3",
     "corollary3",
