@@ -1002,7 +1002,7 @@ def _solve_reduced_host(method, data, model, form, kind, x0, init, is_factor, in
     if form != "glv" or type(data) is not CommutingData or not data.m < data.p:
         raise ValueError(
             f"solver={method!r} integrates the GLV flow of CommutingData with m < p in m coordinates "
-            f"(`nqf.solvers._lsoda`); found {type(data).__name__} (m = {data.m}, p = {data.p}) with form={form!r}. "
+            f"(`nqf.dynamics.rhs_glv_reduced`); found {type(data).__name__} (m = {data.m}, p = {data.p}) with form={form!r}. "
             "Use stiff=True (Rodas5P) otherwise."
         )
     if _is_traced((data, model, x0, t0, t1, ts, rtol, atol, weight_decay)):
@@ -1099,7 +1099,7 @@ def solve_flow(
       given. Rodas5P needs one Jacobian and 8 right-hand sides per step where Kvaerno5's Newton
       iterations take 60-100 (docs/performance.md). For `CommutingData` with 2 m < p the
       stiff default integrates the GLV flow in m coordinates (`nqf.dynamics.rhs_glv_reduced`).
-      ``"lsoda"`` runs that reduced flow with scipy's LSODA on the host instead (`nqf.solvers._lsoda`;
+      ``"lsoda"`` runs that reduced flow with scipy's LSODA on the host instead (docs/large-p.md;
       CommutingData with m < p; not traceable, CPU): it reuses the m x m Jacobian over many
       steps, the fastest path for coupled data at very large p; ``"cvode"`` does the same with
       SUNDIALS CVODE (BDF, dense m x m solve; ``pip install 'nqf[sundials]'``), which takes about
