@@ -36,7 +36,7 @@ Checks (each names what failed; see `extract`):
 **Returns** (of `extract`): `DenseData` (m k matrices A_H, labels) when g = B = 0 and f(0) = 0
 (|f(0)| at round-off level, below `f0_rtol` relative to the output scale, counts as 0: the type
 does not depend on rounding); otherwise an `NQFModel` with g, B (model convention: A = A_H - B,
-see `nqf.data`) and f0. `extract_report` returns the same together with the measured check
+see `nqf.NQFModel`) and f0. `extract_report` returns the same together with the measured check
 values. A module whose quadratic part at W = 0 vanishes (constant, linear or purely cubic f)
 gives A = 0 with a `DegenerateWarning`.
 """

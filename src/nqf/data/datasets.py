@@ -517,7 +517,7 @@ class SpikedTeacher:
     def population_flow(self, ts, M0) -> np.ndarray:
         """The population (n -> infinity) MSE flow M' = Y M + M Y - 16 M^2, Y = 8 M*, from
         M0 (d, d) symmetric PSD at gradient-flow times `ts` (n_t,) >= 0: Theorem 7's exact
-        solution with c = 2 (THEORY E17, `nqf.theory` graded evaluation).
+        solution with c = 2 (THEORY E17, `nqf.theorem7`'s graded evaluation).
 
         **Returns:** M(t), shape (n_t, d, d).
         """

@@ -1,5 +1,5 @@
-"""Minibatch sampling shared by the closed maps (`nqf.dynamics`) and the W-space reference
-(`nqf.dynamics`), so that both see identical batches (Theorem 2 holds batch by batch).
+"""Minibatch sampling shared by the closed maps (`nqf.closed_sgd`) and the W-space reference
+(`nqf.train_w`), so that both see identical batches (Theorem 2 holds batch by batch).
 
 A batch schedule is an integer array of shape (steps, b): row n lists the b training inputs of
 step n. Step n then minimizes L_n = (1/b) sum_{j < b} ell(f_{idx[n, j]}, y_{idx[n, j]}), i.e. the

@@ -1,7 +1,7 @@
 """Exact discrete training maps on the order parameters (M, mu) (Theorem 2, Corollary 2).
 
 For the general NQF model f_x(W) = f0(x) + g(x)^T mu + mu^T B(x) mu + Tr[M A(x)] (Eq. E2,
-`nqf.NQFModel`), the batch loss L = sum_x w_x ell(f_x, y_x) (`nqf.dynamics`, `nqf.dynamics`) and
+`nqf.NQFModel`), the batch loss L = sum_x w_x ell(f_x, y_x) (`nqf.PerSampleLoss`, `nqf.batch_weights`) and
 weight decay gamma (penalty gamma/2 |W|^2) have the weight gradient
 
     grad_W (L + gamma/2 |W|^2) = v 1^T + (H + gamma I) W,                                   (E4)
@@ -65,7 +65,7 @@ gradient flow (Eq. E10) at first order in eta.
 
 **Under jit, vmap and grad.** `closed_sgd` validates concrete inputs on the host, then calls ONE
 pure core, `_simulate` (JAX arrays in, JAX arrays out), which `closed_sgd_sweep`
-(`nqf.solvers`) vmaps over members. Traced inputs (inside the user's `jax.jit`, `jax.vmap`,
+(`nqf.closed_sgd_sweep`) vmaps over members. Traced inputs (inside the user's `jax.jit`, `jax.vmap`,
 `jax.grad`) take the same core: value checks move to run time (`equinox.error_if`), the loops
 become fixed-length scans (reverse mode), and the initial factor gets tangent rules that do not
 differentiate QR or eigh (`_factor_of_C`, `_centered_factor_from_W`). `MapTrajectory` is a
@@ -579,7 +579,7 @@ def closed_sgd(
     - `momentum`: beta in [0, 1) (heavy ball, `torch.optim.SGD` convention); `nesterov`: Nesterov
       momentum instead.
     - `loss`: per-sample loss, ``"mse"`` (default, (f - y)^2) or a callable ell(f, y) -> scalar
-      (see `nqf.dynamics`).
+      (see `nqf.PerSampleLoss`).
     - `form`: ``"factor"`` (default: (L, mu) with M = L L^T + mu mu^T / d; rank-preserving) or
       ``"M"`` (E5-E6 on (M, mu), E7 with (P, Q) for momentum).
 

@@ -1,5 +1,5 @@
-"""Argument handling shared by the closed training maps (`nqf.dynamics`, `nqf.solvers`) and the
-W-space reference (`nqf.dynamics`): the same inputs are validated the same way, with the same error
+"""Argument handling shared by the closed training maps (`nqf.closed_sgd`, `nqf.closed_sgd_sweep`) and the
+W-space reference (`nqf.train_w`): the same inputs are validated the same way, with the same error
 messages.
 
 **Under tracing** (an argument is a JAX tracer: the call sits inside `jax.jit`, `jax.vmap`,

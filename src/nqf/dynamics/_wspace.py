@@ -14,7 +14,7 @@ Optimizers (one compiled `lax.scan` each; grad = the gradient above):
 - ``"adam"``: m <- b1 m + (1 - b1) grad, s <- b2 s + (1 - b2) grad^2 (elementwise),
   W <- W - eta m_hat / (sqrt(s_hat) + eps) with bias corrections m_hat = m / (1 - b1^k),
   s_hat = s / (1 - b2^k) at step k = 1, 2, ...; weight decay is the coupled L2 term in grad (as in
-  `torch.optim.Adam`). Adam has no closed map on (M, mu) (see `nqf.dynamics`): this is its only exact
+  `torch.optim.Adam`). Adam has no closed map on (M, mu) (see `nqf.closed_sgd`): this is its only exact
   simulation.
 
 Cost per step: O(p^2 d) for W W^T and the gradient through it, plus the data operations over the
@@ -208,7 +208,7 @@ def train_w(
     - `weight_decay`: gamma >= 0 (penalty gamma/2 |W|^2, added to the gradient).
     - Batches: `batch_indices` (steps, b), or `batch_size` with `key` (default seed 0) drawn by
       `nqf.batch_indices`; full batch if neither.
-    - `loss`: ``"mse"`` (default) or a callable ell(f, y) -> scalar (`nqf.dynamics`).
+    - `loss`: ``"mse"`` (default) or a callable ell(f, y) -> scalar (`nqf.PerSampleLoss`).
     - `adam_b1`, `adam_b2` in [0, 1), `adam_eps` > 0: Adam's constants.
 
     **Returns:** a `WTrajectory` (W (n, p, d), M, mu, outputs, loss); step n is at t = lr * n

@@ -19,7 +19,7 @@ y_k(x)) and delta^(l)_k(x) = dL/dh^(l)_k(x) (backpropagation through the layers)
 
 and grad_{W^(l)} L = v^(l) 1^T + H^(l) W^(l), so each layer's (mu^(l), M^(l)) follows E5-E6 with
 its own width d_l and learning rate eta_l, and the whole state is closed. `closed_deep_sgd`
-iterates exactly this (default: the centered-factor form of `nqf.dynamics`, which keeps the rank of
+iterates exactly this (default: the centered-factor form of `nqf.closed_sgd`, which keeps the rank of
 M - mu mu^T / d exactly; ``form="M"``: E5-E6 literally). `train_deep_w` trains the weights
 W^(l) themselves with autodiff gradients (the independent reference).
 

@@ -63,7 +63,7 @@ class Stop(eqx.Module):
 
 def natural_state(form: str, y, args):
     """The order parameter in the coordinates `Stop.when` documents, from the raw state y of
-    `form` (args as in `nqf.dynamics`)."""
+    `form` (args as in `nqf.dynamics.RHS`)."""
     from ..dynamics._flow import glv_z
 
     return glv_z(y, args[2]) if form == "glv" else y

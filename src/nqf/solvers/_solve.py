@@ -1,7 +1,7 @@
 """Solve the closed MSE gradient flow (THEORY Eqs. E8, E9, E10, E13) with diffrax.
 
 `solve_flow` is the one front end: it picks the exact form of the flow that suits the data (see
-`nqf.dynamics`), integrates it with an adaptive explicit or stiff diffrax solver under PID step-size
+`nqf.dynamics.RHS`), integrates it with an adaptive explicit or stiff diffrax solver under PID step-size
 control, and returns a `FlowSolution`. Repeated solves with new values of the same shapes reuse the
 compiled program (the data set is a pytree argument, not a constant).
 
@@ -1121,7 +1121,7 @@ def solve_flow(
       still works.
     - `progress`: show diffrax's text progress meter.
     - `stop`: an `nqf.Stop` condition (`Stop.loss_below(value)`, `Stop.ignition(k, rho)`,
-      `Stop.when(fn)`; `nqf.solvers`): the solve ends when it first holds, located by a root find
+      `Stop.when(fn)`; `nqf.Stop`): the solve ends when it first holds, located by a root find
       (differentiable); the solution records `stop_time` and `stop_reason`.
     - `adjoint`: how derivatives flow through the solve when it runs inside a JAX
       transformation: ``"auto"`` (default: ``"forward"`` for a concrete call, ``"reverse"``

@@ -1,7 +1,7 @@
 """Batched sweeps: many flows (an eps grid, seeds, a theta grid) in one compiled call.
 
 `solve_sweep` integrates a batch of gradient flows (THEORY Eqs. E9, E13) with the same
-right-hand sides (`nqf.dynamics`), solver, PID controller and default tolerances as
+right-hand sides (`nqf.dynamics.RHS`), solver, PID controller and default tolerances as
 `nqf.solve_flow`, in ONE compiled call, and optionally shards the batch over several JAX
 devices. Members are a batch of initial conditions (``eps``: M0 = eps * I, or stacked `M0` /
 `W0`; for commuting data mode strengths ``z0``, and ``eps`` alone means z0 = eps, so no p x p

@@ -10,8 +10,8 @@ log z) as the ODE path, so every derived quantity (M, W, z, loss, excess loss, i
 works unchanged. The assumption is checked structurally (`nqf.dynamics.orthogonal_features_residual`),
 never through a p x p matrix.
 
-The ODE path stays the default: the flow is then an independent computation that the oracles of
-`nqf.theory` check (this module and `nqf.theorem6` share the closed form).
+The ODE path stays the default: the flow is then an independent computation that the oracles
+(`nqf.theory`) check; this module and `nqf.theorem6` share the closed form.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ Two data layouts:
   to commuting data, below), for n steps, saving z at requested steps.
 
 **The exact z-map (Theorem 2 for commuting data).** With the batch loss
-L = (1/b) sum_{j<b} (f_{mu_j} - y_{mu_j})^2 + gamma/2 |W|^2 (`nqf.dynamics`; full batch: b = m,
+L = (1/b) sum_{j<b} (f_{mu_j} - y_{mu_j})^2 + gamma/2 |W|^2 (`nqf.batch_indices`; full batch: b = m,
 every sample once), Eq. E4 gives grad_W L = (H + gamma I) W with H = (4/b) sum_j Delta_{mu_j}
 A_{mu_j} = P diag(h - gamma) P^T, so W+ = P D P^T W with D = diag(1 - eta h) and
 P^T M+ P = D (P^T M P) D: the diagonal closes exactly, for any M (not only diagonal ones),

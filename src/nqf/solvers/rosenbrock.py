@@ -121,7 +121,7 @@ class Rodas5P(diffrax.AbstractAdaptiveSolver):
     - `jacobian`: optional function (t, y, args) -> J, the (n, n) Jacobian of the vector field
       at a state y of shape (n,); given, O is formed from it and LU-factorized (for small
       states whose Jacobian has a cheaper closed form than n Jacobian-vector products, such as
-      the reduced GLV form of `nqf.dynamics`), and `linear_solver` is not used.
+      the reduced GLV form, `nqf.dynamics.rhs_glv_reduced`), and `linear_solver` is not used.
     - `autonomous`: True (default) if the vector field does not depend on t; False adds the
       method's time-derivative terms (one extra Jacobian-vector product in t per step).
     """
