@@ -111,7 +111,9 @@ from .theory import (
     theorem16,
 )
 from .theory import compress, powerlaw, samplewise, spectral  # Theorems 3, Cor. 3; E21-E23; Theorems 4, 5, 10; E15
-from . import data, dynamics, solvers, theory  # noqa: E402  (the layers, for `from nqf import *`)
+from . import data, dynamics, solvers, theory, network  # noqa: E402  (the layers, for `from nqf import *`)
+from .data import Network  # a user's module with its neurons located (module <-> W)
+from .network import Recording, record  # your own network: record its training
 from . import validate  # the theorem checks behind `nqf validate`: nqf.validate.validate()
 
 # nqf 0.1's flat module paths -> their homes (CHANGELOG.md). `import nqf.solve` and
@@ -181,13 +183,15 @@ __all__ = [
     "sample_ignition_times", "measure_sample_ignition_times", "staircase_limit", "predicted_ignition_times",
     "measure_ignition_times", "ntk", "PowerLawFit", "fit_power_law", "linearized", "linearized_horizon",
     "Compression", "theorem3", "corollary3", "compression_report",
+    # your own network
+    "Network", "record", "Recording",
     # results on disk
     "save", "load",
     # public namespaces
     "datasets", "structure", "modules", "multilayer", "exact", "kernels", "rosenbrock", "stiff", "compress",
     "powerlaw", "samplewise", "spectral", "validate", "memory", "io",
     # the layers
-    "data", "dynamics", "solvers", "theory",
+    "data", "dynamics", "solvers", "theory", "network",
 ]
 
 _publish(__name__, globals())  # pickles name nqf.AssumptionError, not nqf._core._errors

@@ -39,6 +39,7 @@ from ._extract import (
     extract_report,
     module_fn,
 )
+from ._network import Network, NeuronError, PrecisionWarning
 from . import datasets, modules, structure
 
 __all__ = [
@@ -62,6 +63,9 @@ __all__ = [
     "extract",
     "extract_report",
     "module_fn",
+    "Network",
+    "NeuronError",
+    "PrecisionWarning",
     "ExtractionReport",
     "ExtractionError",
     "SymmetryError",

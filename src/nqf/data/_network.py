@@ -1,0 +1,530 @@
+"""A user's own module with its neurons located: the layout module <-> W (p, d) (Theorem 1).
+
+Theorem 1 needs d interchangeable neurons: each neuron owns a slice of some of the module's
+parameter arrays (a row of a hidden layer's weight, an entry of the readout, one head of an
+attention layer), and the module is symmetric under permuting them. nqf's order parameter is
+W of shape (p, d), one column per neuron: neuron i's slices flattened and stacked. `Network`
+holds a module (an equinox Module, a flax.nnx Module, or a plain JAX function f(W, x)) together
+with that layout, and maps both ways:
+
+- ``net.W``: the module's neuron parameters as W (p, d) (float64);
+- ``net.with_W(W)``: the module rebuilt around any W (p, d'), any width d';
+- ``net(W, x)``: the module's output at W for one input x: the function `nqf.extract` takes;
+- ``net.groups`` / ``net.group_names``: the row blocks of W, one per listed parameter array, which
+  `extract` uses to find the feed-forward structure (Eq. E3) without dense Hessians.
+
+Every array that is not a neuron parameter (the readout bias of an MLP, a layer outside the NQF)
+is *frozen*: it keeps its value inside `with_W` and `__call__` (the NQF's f_x(0) includes it).
+`nqf.predict` warns when a frozen array has a nonzero loss gradient at the initial weights (then
+a training run that updates it leaves the NQF), and `nqf.record` trains the neurons only unless
+told otherwise.
+
+**Locating neurons.** ``neurons="auto"`` recognises the common one-hidden-layer layouts:
+
+- an equinox `eqx.nn.MLP` of depth 1: rows of ``layers[0].weight`` (and ``layers[0].bias``)
+  and columns of ``layers[1].weight``; ``layers[1].bias`` frozen;
+- a module holding one `eqx.nn.MultiheadAttention`: its heads (the packed head axis of the
+  query/key/value projections' rows and of the output projection's columns, and of the
+  query/key/value biases); the output bias and every other array frozen;
+- a module with exactly two weight layers (equinox ``Linear`` / ``Conv``, flax.nnx ``Linear`` /
+  ``Conv``) where the second takes the first's outputs (e.g. Conv2d -> tanh -> sum pool ->
+  Linear): the first layer's output units (weight and bias) and the second layer's inputs; the
+  second layer's bias frozen.
+
+Anything else is named explicitly: ``neurons={"l1.kernel": 1, "l1.bias": 0, "l2.kernel": 0}``
+(paths as written in Python, ``"layers[0].weight"`` or ``"layers.0.weight"``; or callables
+``where(module) -> array`` as in `equinox.tree_at`), in the order their slices are stacked in
+w_i. An axis packs several parameters per neuron when its length is a multiple of ``width``
+(attention's ``num_heads * qk_size`` rows): neuron i owns the i-th block of that axis.
+
+**Precision.** nqf computes in float64 (`nqf._core._config`). Floating parameters in another
+precision (flax.nnx's default float32) are cast to float64 once, with a single
+`PrecisionWarning`; a module that still returns float32 (an explicit dtype inside) is refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+import warnings
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._checks import shape_str
+from .._core._config import require_x64
+
+__all__ = ["Network", "NeuronError", "PrecisionWarning"]
+
+
+class NeuronError(ValueError):
+    """The neurons of a module cannot be located: unknown names, bad axes, arrays that disagree on
+    the number of neurons, or no layout recognised by ``neurons="auto"``."""
+
+
+class PrecisionWarning(UserWarning):
+    """Parameters or inputs in a precision below float64 were cast to float64."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Slot:
+    """One parameter array that holds a slice per neuron."""
+
+    name: str  # its path, e.g. "layers[0].weight"
+    index: int  # position among the flattened parameter leaves
+    axis: int  # the neuron axis (non-negative)
+    pack: int  # parameters per neuron along `axis` (1 = one index per neuron)
+    other: tuple[int, ...]  # the array's shape without the neuron axis
+
+    @property
+    def size(self) -> int:
+        """Parameters per neuron in this array (its rows of W)."""
+        return self.pack * int(np.prod(self.other, dtype=int))
+
+
+def _tokens(path: str) -> tuple[str, ...]:
+    """'layers[0].weight', 'layers.0.weight', "['l1']['kernel'].value" -> ('layers', '0', 'weight')."""
+    toks = tuple(re.findall(r"[A-Za-z_][A-Za-z0-9_]*|\d+", path))
+    return toks[:-1] if toks and toks[-1] == "value" else toks
+
+
+def _key_name(entry) -> str:
+    for attr in ("name", "key", "idx"):
+        if hasattr(entry, attr):
+            return str(getattr(entry, attr))
+    return str(entry)
+
+
+def _path_name(keypath) -> str:
+    """A readable path: 'layers[0].weight' (equinox), 'l1.kernel' (flax.nnx)."""
+    out = ""
+    for entry in keypath:
+        name = _key_name(entry)
+        if name == "value" and entry is keypath[-1] and out:
+            break  # an nnx Variable's value
+        out += f"[{name}]" if name.isdigit() else (f".{name}" if out else name)
+    return out
+
+
+# --- the three kinds of module: each gives (params, apply, rebuild) -----------------------------
+
+def _is_nnx(module) -> bool:
+    nnx = _nnx()
+    return nnx is not None and isinstance(module, nnx.Module)
+
+
+def _nnx():
+    import sys
+    if "flax" not in sys.modules and "flax.nnx" not in sys.modules:
+        try:  # only when flax is installed; it is not a dependency of nqf
+            import flax.nnx  # noqa: F401
+        except ImportError:
+            return None
+    return sys.modules.get("flax.nnx")
+
+
+def _split(module, apply):
+    """(params, call, rebuild): `params` the pytree of arrays, `call(params, x)` the output for one
+    input, `rebuild(params)` the module object."""
+    import equinox as eqx
+
+    if _is_nnx(module):
+        nnx = _nnx()
+        graphdef, state = nnx.split(module)
+
+        def rebuild(params):
+            return nnx.merge(graphdef, params)
+
+        return state, (lambda params, x: apply(rebuild(params), x)), rebuild
+    params, static = eqx.partition(module, eqx.is_array)
+
+    def rebuild(params):
+        return _fit_heads(eqx.combine(params, static))
+
+    return params, (lambda params, x: apply(rebuild(params), x)), rebuild
+
+
+def _fit_heads(module):
+    """Every `eqx.nn.MultiheadAttention` inside `module` with its `num_heads` set from its arrays
+    (the width changes when W has another number of columns; the field is static)."""
+    import equinox as eqx
+
+    def fit(node):
+        if not isinstance(node, eqx.nn.MultiheadAttention):
+            return node
+        heads = node.query_proj.weight.shape[0] // node.qk_size
+        if heads == node.num_heads:
+            return node
+        node = copy.copy(node)
+        object.__setattr__(node, "num_heads", heads)  # a static field: not reachable by tree_at
+        return node
+
+    is_mha = lambda n: isinstance(n, eqx.nn.MultiheadAttention)  # noqa: E731
+    return jax.tree_util.tree_map(fit, module, is_leaf=is_mha)
+
+
+# --- automatic layouts ---------------------------------------------------------------------------
+
+def _layers(module):
+    """[(path, kind, layer)] of the weight layers inside `module`, in tree order; kind is
+    'eqx-linear', 'eqx-conv', 'eqx-mha', 'eqx-mlp', 'nnx-linear', 'nnx-conv'."""
+    import equinox as eqx
+
+    if _is_nnx(module):
+        nnx = _nnx()
+        kinds = ((nnx.Linear, "nnx-linear"), (nnx.Conv, "nnx-conv"))
+        found = []
+        for path, node in nnx.iter_graph(module):
+            for cls, kind in kinds:
+                if isinstance(node, cls):
+                    found.append((".".join(str(p) for p in path), kind, node))
+        return found
+    kinds = ((eqx.nn.MLP, "eqx-mlp"), (eqx.nn.MultiheadAttention, "eqx-mha"), (eqx.nn.Linear, "eqx-linear"),
+             (eqx.nn.Conv, "eqx-conv"))
+    is_layer = lambda n: isinstance(n, tuple(c for c, _ in kinds))  # noqa: E731
+    found = []
+    for keypath, node in jax.tree_util.tree_flatten_with_path(module, is_leaf=is_layer)[0]:
+        for cls, kind in kinds:
+            if isinstance(node, cls):
+                found.append((_path_name(keypath), kind, node))
+                break
+    return found
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _auto(module) -> tuple[list[tuple[str, int]], int | None, str]:
+    """(neurons, width, description) for the layouts that ``neurons="auto"`` recognises."""
+    layers = _layers(module)
+    kinds = [k for _, k, _ in layers]
+    if kinds.count("eqx-mlp") == 1 and len(layers) == 1:
+        path, _, mlp = layers[0]
+        if mlp.depth != 1:
+            raise NeuronError(
+                f"neurons='auto' found an eqx.nn.MLP of depth {mlp.depth} at {path or 'the top'}: the "
+                "NQF of one layer needs one hidden layer (depth=1). Name the neurons of the layer you "
+                "want with `neurons=` (the other layers are then frozen), or see nqf.multilayer.")
+        first, second = mlp.layers
+        spec = [(_join(path, "layers[0].weight"), 0)]
+        if first.bias is not None:
+            spec.append((_join(path, "layers[0].bias"), 0))
+        spec.append((_join(path, "layers[1].weight"), 1))
+        return spec, None, "eqx.nn.MLP hidden units"
+    if kinds.count("eqx-mha") == 1:
+        path, _, mha = next(item for item in layers if item[1] == "eqx-mha")
+        spec = []
+        for proj in ("query_proj", "key_proj", "value_proj"):
+            spec.append((_join(path, f"{proj}.weight"), 0))
+            if getattr(mha, proj).bias is not None:
+                spec.append((_join(path, f"{proj}.bias"), 0))
+        spec.append((_join(path, "output_proj.weight"), 1))
+        return spec, mha.num_heads, "eqx.nn.MultiheadAttention heads"
+    weights = [(p, k, l) for p, k, l in layers if k in ("eqx-linear", "eqx-conv", "nnx-linear", "nnx-conv")]
+    if len(weights) == 2 and len(layers) == 2:
+        (p1, k1, l1), (p2, k2, l2) = weights
+        spec = []
+        if k1.startswith("eqx"):  # weight (out, in, ...): units on axis 0
+            spec.append((_join(p1, "weight"), 0))
+            if l1.bias is not None:
+                spec.append((_join(p1, "bias"), 0))
+        else:  # nnx kernel (..., in, out): units on the last axis
+            spec.append((_join(p1, "kernel"), -1))
+            if l1.bias is not None:
+                spec.append((_join(p1, "bias"), 0))
+        if k2 == "eqx-linear":
+            spec.append((_join(p2, "weight"), 1))
+        elif k2 == "nnx-linear":
+            spec.append((_join(p2, "kernel"), 0))
+        elif k2 == "eqx-conv":
+            spec.append((_join(p2, "weight"), 1))
+        else:
+            spec.append((_join(p2, "kernel"), -2))
+        return spec, None, f"the outputs of {p1 or 'the first layer'} and the inputs of {p2 or 'the second'}"
+    found = ", ".join(f"{p or '(top)'} ({k})" for p, k, _ in layers) or "no Linear/Conv/MLP/attention layer"
+    raise NeuronError(
+        "neurons='auto' recognises an eqx.nn.MLP of depth 1, a module with one "
+        "eqx.nn.MultiheadAttention, or exactly two weight layers (Linear/Conv) where the second reads "
+        f"the first's units; found {found}. Name the neuron arrays with `neurons=`, e.g. "
+        "neurons={'l1.kernel': 1, 'l2.kernel': 0}.")
+
+
+# --- the Network ---------------------------------------------------------------------------------
+
+class Network:
+    """A module with its neurons located: module <-> W (p, d) (Theorem 1's neurons as columns).
+
+    **Arguments:**
+
+    - `module`: an equinox Module, a flax.nnx Module, or (with `W0`) a plain JAX function
+      ``f(W, x)`` of W (p, d) and one input.
+    - `neurons`: ``"auto"`` (see the module docstring), or the neuron arrays in stacking order:
+      a mapping ``{path: axis}`` or a sequence of ``(path, axis)`` pairs, `path` a string
+      (``"layers[0].weight"``) or a callable ``where(module) -> array``, `axis` the neuron axis.
+    - `width`: the number of neurons d when an axis packs several parameters per neuron
+      (attention heads: ``num_heads``); default: the common length of the neuron axes.
+    - `apply`: ``apply(module, x) -> output`` for one input x (scalar or (k,)); default
+      ``module(x)``. E.g. ``lambda m, X: m(X, X, X)[-1]`` for an attention layer.
+    - `W0`: with a plain function `module` = f(W, x): the initial weights (p, d).
+
+    **Attributes:** `p` (parameters per neuron), `d` (neurons), `W` (p, d) float64 numpy,
+    `groups` (row counts of the neuron arrays, summing to p), `group_names` (their paths),
+    `frozen` (paths of the other arrays), `module` (the module, float64), `layout` (a one-line
+    description).
+
+    **Raises:** `NeuronError` (a `ValueError`) for unknown paths, axes out of range, arrays that
+    disagree on the number of neurons, a `width` that does not divide an axis, or a module that
+    ``"auto"`` does not recognise (the message lists the layers found); `TypeError` for a module
+    of another kind, or a plain function without `W0`; `ValueError` for a module that computes in
+    float32 after its parameters were cast to float64.
+    """
+
+    def __init__(self, module, neurons="auto", *, width: int | None = None,
+                 apply: Callable | None = None, W0=None):
+        require_x64()
+        if apply is not None and not callable(apply):
+            raise TypeError(f"`apply` must be a callable apply(module, x); found {type(apply).__name__}.")
+        import equinox as eqx
+
+        self._function = not (isinstance(module, eqx.Module) or _is_nnx(module))
+        if self._function:
+            if not callable(module):
+                raise TypeError(
+                    "`module` must be an equinox Module, a flax.nnx Module, or a function f(W, x); "
+                    f"found {type(module).__name__}.")
+            if W0 is None:
+                raise TypeError("A plain function f(W, x) needs the initial weights: pass `W0` (p, d).")
+            W0 = np.asarray(W0, dtype=float)
+            if W0.ndim != 2 or not np.all(np.isfinite(W0)):
+                raise ValueError(f"`W0` must be a finite (p, d) array; found shape {shape_str(W0.shape)}.")
+            if apply is not None:
+                raise TypeError("`apply` is for a module; a plain function f(W, x) is called as it is.")
+            self.module = module
+            self._params, self._call, self._rebuild = jnp.asarray(W0), module, (lambda params: params)
+            neurons, width, description = [("", 1)], None, "a function f(W, x), W (p, d)"
+        else:
+            if W0 is not None:
+                raise TypeError("`W0` is for a plain function f(W, x); a module carries its own weights.")
+            description = None
+            if isinstance(neurons, str):
+                if neurons != "auto":
+                    raise NeuronError(f"`neurons` must be 'auto', a mapping {{path: axis}} or (path, axis) "
+                                      f"pairs; found {neurons!r}.")
+                neurons, auto_width, description = _auto(module)
+                width = auto_width if width is None else width
+            self.module = _float64(module)
+            apply = (lambda mod, x: mod(x)) if apply is None else apply
+            self._params, self._call, self._rebuild = _split(self.module, apply)
+        self._leaves, self._treedef = jax.tree_util.tree_flatten(self._params)
+        self._slots, self.d = _slots(self._params, self.module, neurons, width, self._function)
+        self.groups = tuple(s.size for s in self._slots)
+        self.group_names = tuple(s.name for s in self._slots)
+        self.p = int(sum(self.groups))
+        used = {s.index for s in self._slots}
+        paths = jax.tree_util.tree_flatten_with_path(self._params)[0]
+        self.frozen = tuple(_path_name(kp) for i, (kp, _) in enumerate(paths) if i not in used)
+        self.layout = description or "neurons: " + ", ".join(
+            f"{s.name} (axis {s.axis}{f', {s.pack} per neuron' if s.pack > 1 else ''})" for s in self._slots)
+
+    # -- the layout ---------------------------------------------------------------------------------
+    def to_W(self, params=None):
+        """The neuron parameters of `params` (default: the module's) as W (p, d); JAX arrays in,
+        JAX array out (traceable)."""
+        leaves = self._leaves if params is None else jax.tree_util.tree_leaves(params)
+        cols = []
+        for s in self._slots:
+            a = jnp.moveaxis(jnp.asarray(leaves[s.index]), s.axis, 0)
+            d = a.shape[0] // s.pack
+            cols.append(a.reshape((d, -1)))  # neuron-major: block i of a packed axis is neuron i
+        return jnp.concatenate(cols, axis=1).T
+
+    def with_params_W(self, params, W):
+        """`params` with the neuron arrays replaced from W (p, d') (any width d')."""
+        W = jnp.asarray(W)
+        leaves = list(jax.tree_util.tree_leaves(params))
+        d = W.shape[1]
+        start = 0
+        for s in self._slots:  # neuron i's slice: rows of W, flattened in C order (block i if packed)
+            block = W[start:start + s.size].T.reshape((d * s.pack,) + s.other)
+            leaves[s.index] = jnp.moveaxis(block, 0, s.axis)
+            start += s.size
+        return jax.tree_util.tree_unflatten(self._treedef, leaves)
+
+    @property
+    def W(self) -> np.ndarray:
+        """The module's neuron parameters as W (p, d), float64."""
+        return np.asarray(self.to_W())
+
+    @property
+    def params(self):
+        """The module's arrays as a pytree (what an optimizer trains)."""
+        return self._params
+
+    def with_W(self, W):
+        """The module rebuilt with neuron parameters W (p, d') (any width d'); frozen arrays kept."""
+        W = self._check_W(W)
+        return self._rebuild(self.with_params_W(self._params, W))
+
+    def apply(self, params, x):
+        """The output for one input x from a parameter pytree like `params` (traceable)."""
+        return self._call(params, x)
+
+    def __call__(self, W, x):
+        """The module's output at W (p, d') for one input x: f(W, x) for `nqf.extract`."""
+        return self._call(self.with_params_W(self._params, W), x)
+
+    def _compiled(self, key, build):
+        """A compiled program of this network, built once per `key` (nqf.predict / nqf.record)."""
+        cache = self.__dict__.setdefault("_programs", {})
+        if key not in cache:
+            if len(cache) >= 16:  # e.g. a new optax transformation per call: keep the newest
+                cache.pop(next(iter(cache)))
+            cache[key] = build()
+        return cache[key]
+
+    def neuron_mask(self):
+        """A pytree like `params` of bools: True on the neuron arrays."""
+        used = {s.index for s in self._slots}
+        return jax.tree_util.tree_unflatten(self._treedef, [i in used for i in range(len(self._leaves))])
+
+    def __repr__(self) -> str:
+        return (f"Network(p={self.p}, d={self.d}, groups={dict(zip(self.group_names, self.groups))}, "
+                f"frozen={list(self.frozen)})")
+
+    # -- checks -------------------------------------------------------------------------------------
+    def _check_W(self, W):
+        shape = jnp.shape(W)
+        if len(shape) != 2 or shape[0] != self.p or shape[1] < 1:
+            raise ValueError(f"`W` must have shape (p, d') = ({self.p}, d') with d' >= 1 (one column per "
+                             f"neuron); found {shape_str(shape)}.")
+        return jnp.asarray(W, dtype=jnp.float64)
+
+    def check_inputs(self, x):
+        """x with floating leaves in float64 (one `PrecisionWarning` if any was cast), and the
+        output dtype of the module checked on the first input.
+
+        **Raises:** `ValueError` if the module returns a non-float64 output (e.g. a dtype=float32
+        inside), or cannot be called on one input of `x`."""
+        x, cast = _cast_tree(x)
+        if cast:
+            warnings.warn(f"Inputs `x` in {', '.join(sorted(cast))} were cast to float64 (nqf computes in "
+                          "float64).", PrecisionWarning, stacklevel=3)
+        first = jax.tree_util.tree_map(lambda a: a[0], x)
+        try:
+            out = jax.eval_shape(lambda xx: self._call(self._params, xx), first)
+        except Exception as err:  # the user's module: any error, named
+            raise ValueError(f"The module cannot be called on one input of `x` (apply(module, x[0])): "
+                             f"{type(err).__name__}: {err}") from err
+        if not hasattr(out, "dtype") or np.ndim(out) > 1:
+            raise ValueError(f"The module must return a scalar or a vector (k,) for one input; found "
+                             f"{getattr(out, 'shape', type(out).__name__)}.")
+        if out.dtype != jnp.float64:
+            raise ValueError(
+                f"The module returns {out.dtype} although its parameters and inputs are float64 (an explicit "
+                "dtype or cast inside it, e.g. flax's dtype=jnp.float32): nqf compares the NQF with the "
+                "module at relative 1e-8 and needs float64. Build the module with float64 computation.")
+        return x
+
+
+def _cast_tree(tree):
+    """Floating leaves below float64 cast to float64; returns (tree, set of the cast dtypes)."""
+    cast = set()
+
+    def up(a):
+        if hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating) and a.dtype != jnp.float64:
+            cast.add(str(a.dtype))
+            return jnp.asarray(a, dtype=jnp.float64)
+        return a
+
+    return jax.tree_util.tree_map(up, tree), cast
+
+
+def _float64(module):
+    """The module with floating arrays in float64 (one `PrecisionWarning` naming what was cast)."""
+    if _is_nnx(module):
+        nnx = _nnx()
+        graphdef, state = nnx.split(module)
+        state, cast = _cast_tree(state)
+        module = nnx.merge(graphdef, state)
+    else:
+        module, cast = _cast_tree(module)
+    if cast:
+        warnings.warn(f"The module's parameters in {', '.join(sorted(cast))} were cast to float64 (nqf "
+                      "computes in float64; the module you passed is unchanged).", PrecisionWarning,
+                      stacklevel=4)
+    return module
+
+
+def _slots(params, module, neurons, width, function: bool) -> tuple[list[_Slot], int]:
+    """The neuron arrays of `neurons` resolved against the parameter leaves; returns (slots, d)."""
+    paths = jax.tree_util.tree_flatten_with_path(params)[0]
+    leaves = [leaf for _, leaf in paths]
+    names = [_path_name(kp) for kp, _ in paths]
+    toks = [_tokens(n) for n in names]
+    items = list(neurons.items()) if isinstance(neurons, dict) else list(neurons) if isinstance(neurons, Sequence) \
+        else None
+    if not items:
+        raise NeuronError(f"`neurons` must be 'auto', a mapping {{path: axis}} or a non-empty sequence of "
+                          f"(path, axis) pairs; found {neurons!r}.")
+    if width is not None and (isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1):
+        raise NeuronError(f"`width` must be an integer >= 1 (the number of neurons); found {width!r}.")
+    resolved = []
+    for j, item in enumerate(items):
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise NeuronError(f"`neurons[{j}]` must be a pair (path, axis); found {item!r}.")
+        where, axis = item
+        if function:
+            index = 0
+        elif callable(where):
+            target = where(module)
+            target = getattr(target, "value", target)  # a flax.nnx Variable
+            hits = [i for i, leaf in enumerate(leaves) if leaf is target] or \
+                [i for i, leaf in enumerate(leaves) if _same_leaf(leaf, target)]
+            if len(hits) != 1:
+                raise NeuronError(f"`neurons[{j}]`: `where(module)` must return one of the module's parameter "
+                                  f"arrays; found {type(target).__name__}"
+                                  f"{' of shape ' + shape_str(target.shape) if hasattr(target, 'shape') else ''}.")
+            index = hits[0]
+        elif isinstance(where, str):
+            hits = [i for i, t in enumerate(toks) if t == _tokens(where)]
+            if not hits:
+                raise NeuronError(f"`neurons`: no parameter array at {where!r}; the module's arrays are: "
+                                  + ", ".join(f"{n} {shape_str(leaf.shape)}" for n, leaf in zip(names, leaves)))
+            index = hits[0]
+        else:
+            raise NeuronError(f"`neurons[{j}]`: the path must be a string or a callable where(module); found "
+                              f"{type(where).__name__}.")
+        leaf = leaves[index]
+        ndim = np.ndim(leaf)
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+            raise NeuronError(f"`neurons`: the axis of {names[index] or 'W'} must be an integer axis of its shape "
+                              f"{shape_str(np.shape(leaf))}; found {axis!r}.")
+        resolved.append((names[index] or "W", index, int(axis) % ndim, np.shape(leaf)))
+    if len({r[1] for r in resolved}) != len(resolved):
+        raise NeuronError("`neurons` lists the same array twice.")
+    lengths = [shape[axis] for _, _, axis, shape in resolved]
+    d = int(width) if width is not None else lengths[0]
+    bad = [(n, L) for (n, _, _, _), L in zip(resolved, lengths) if L % d]
+    if width is None and len(set(lengths)) != 1:
+        raise NeuronError("The neuron arrays disagree on the number of neurons along their axes: "
+                          + ", ".join(f"{n}: {L}" for (n, *_), L in zip(resolved, lengths))
+                          + ". Pass `width=` (the number of neurons) when an axis packs several parameters "
+                            "per neuron (e.g. attention heads).")
+    if bad:
+        raise NeuronError(f"`width` = {d} does not divide the neuron axis of " +
+                          ", ".join(f"{n} (length {L})" for n, L in bad) + ".")
+    slots = []
+    for (name, index, axis, shape), L in zip(resolved, lengths):
+        other = tuple(s for i, s in enumerate(shape) if i != axis)
+        slots.append(_Slot(name, index, axis, L // d, other))
+    return slots, d
+
+
+def _same_leaf(leaf, target) -> bool:
+    """`target` is `leaf` up to the float64 cast (a callable `where` evaluated on the user's module)."""
+    return hasattr(target, "shape") and np.shape(target) == np.shape(leaf) and bool(
+        np.array_equal(np.asarray(target, dtype=float), np.asarray(leaf, dtype=float)))

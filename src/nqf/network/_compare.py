@@ -1,0 +1,169 @@
+"""Predicted vs measured training: agreement, drop and ignition times, departure from the NQF.
+
+`compare(prediction, recording)` puts a `nqf.Prediction` beside a measured run (`nqf.record`, or
+any trajectory with times `t`, `loss` and `M`) on the measured run's saved times.
+
+**Measurements** (each with the criterion it is judged by, fixed here, before any run):
+
+- `gap` (n,): |L_measured(t) - L_predicted(t)| / L(0), L(0) the predicted initial loss (the
+  predicted curve is interpolated linearly in t at the measured times);
+- `phase_gap`: max of `gap` over the NQF's learning phase (t <= `Prediction.phase_end`, or the
+  whole horizon if the phase does not end within it). Criterion: <= `gap_tol` (default the
+  prediction's, 0.05).
+- `departure_time`: the first measured time at which `gap` exceeds `gap_tol`: when the network
+  leaves its NQF (inf if never within the run); beside it the prediction's a-priori
+  `departure_estimate` (from the next terms of the expansion) and the estimate from the module at
+  the NQF's weights.
+- `half_drop_time` and `drop_times`: when the loss falls half-way from L(0) to the asymptotic
+  loss, and from each predicted plateau to the next (`nqf.drop_times` with the prediction's
+  `plateau_levels` for both curves). Criterion: relative difference <= `time_rtol` (default 5 %).
+- `ignition_times`: of the prediction's growing modes, on the eigenvalues of the measured M(t)
+  with the same targets (the NQF's asymptotic eigenvalues; `nqf.measure_ignition_times`).
+  Criterion: every mode that ignites in the prediction ignites in the run, within `time_rtol`.
+
+`verdicts` holds one boolean per criterion. Times are gradient-flow times t = lr * steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .._core.io import Saveable
+from ..theory import drop_times, measure_ignition_times
+
+__all__ = ["Comparison", "compare"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Comparison(Saveable):
+    """The result of `nqf.compare` (see `nqf.network` for each criterion).
+
+    **Attributes:** `t` (n,) measured times; `loss_predicted`, `loss_measured`, `gap` (n,);
+    `phase_end`, `phase_gap`; `departure_time` (measured), `departure_estimate` (next terms of
+    the expansion), `departure_estimate_module` (module at the NQF's weights);
+    `half_drop_time` (predicted, measured); `drop_times` (2, K) predicted / measured;
+    `ignition_times` (2, p) predicted / measured (nan for modes that do not grow);
+    `gap_tol`, `time_rtol`; `verdicts` {criterion: bool}; `prediction`, `recording`.
+
+    **Methods:** `summary()` (a dict of plain numbers), `plot()` (a matplotlib Figure).
+    """
+
+    t: np.ndarray
+    loss_predicted: np.ndarray
+    loss_measured: np.ndarray
+    gap: np.ndarray
+    phase_end: float
+    phase_gap: float
+    departure_time: float
+    departure_estimate: float
+    departure_estimate_module: float
+    half_drop_time: np.ndarray
+    drop_times: np.ndarray
+    ignition_times: np.ndarray
+    gap_tol: float
+    time_rtol: float
+    verdicts: dict
+    prediction: object
+    recording: object
+
+    def summary(self) -> dict:
+        """Plain numbers: predicted and measured times, relative errors, gaps and verdicts."""
+        ign = self.ignition_times
+        grow = np.isfinite(ign[0])
+        return {
+            "half_drop_time": {"predicted": float(self.half_drop_time[0]), "measured": float(self.half_drop_time[1]),
+                               "relative_error": _rel(*self.half_drop_time)},
+            "drop_times": {"predicted": self.drop_times[0].tolist(), "measured": self.drop_times[1].tolist()},
+            "ignition_times": {"predicted": ign[0][grow].tolist(), "measured": ign[1][grow].tolist(),
+                               "max_relative_error": _max_rel(ign[0][grow], ign[1][grow])},
+            "phase_end": self.phase_end, "phase_gap": self.phase_gap,
+            "departure_time": self.departure_time, "departure_estimate": self.departure_estimate,
+            "departure_estimate_module": self.departure_estimate_module,
+            "gap_tol": self.gap_tol, "time_rtol": self.time_rtol, "verdicts": dict(self.verdicts),
+        }
+
+    def plot(self, *, ax=None):
+        """Predicted vs measured loss (ignition, phase end and departure marked) and eigenvalues of
+        M(t); returns a matplotlib Figure (no pyplot state)."""
+        from ._plot import plot_prediction
+
+        return plot_prediction(self.prediction, self, ax=ax)
+
+
+def _rel(a, b) -> float:
+    return float(abs(b - a) / abs(a)) if np.isfinite(a) and np.isfinite(b) and a != 0 else float("nan")
+
+
+def _max_rel(a, b) -> float:
+    if not len(a):
+        return float("nan")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.abs(b - a) / np.abs(a)
+    return float(np.max(np.where(np.isfinite(r), r, np.inf)))
+
+
+def compare(prediction, recording, *, gap_tol: float | None = None, time_rtol: float = 0.05) -> Comparison:
+    """Compare a `nqf.Prediction` with a measured run (see `nqf.network` for the criteria).
+
+    **Arguments:** `prediction` (`nqf.predict`); `recording`: a `nqf.Recording` or any
+    trajectory with times `t`, `loss` (n,) and `M` (n, p, p) (a `nqf.MapTrajectory`,
+    `nqf.WTrajectory`) of the same p; `gap_tol`: loss-gap tolerance as a fraction of L(0)
+    (default: the prediction's); `time_rtol`: relative tolerance on drop and ignition times.
+
+    **Returns:** a `Comparison`.
+
+    **Raises:** `TypeError` for arguments of the wrong kind; `ValueError` if the recording's M
+    does not have the prediction's p, or the tolerances are not in (0, 1).
+    """
+    from ._predict import Prediction
+
+    if not isinstance(prediction, Prediction):
+        raise TypeError(f"`prediction` must be an nqf.Prediction (nqf.predict); found {type(prediction).__name__}.")
+    if not all(hasattr(recording, a) for a in ("t", "loss", "M")):
+        raise TypeError("`recording` must have saved times `t`, `loss` and `M` (an nqf.Recording from nqf.record); "
+                        f"found {type(recording).__name__}.")
+    gap_tol = prediction.settings["gap_tol"] if gap_tol is None else gap_tol
+    for name, v in (("gap_tol", gap_tol), ("time_rtol", time_rtol)):
+        if not (isinstance(v, (int, float, np.floating)) and 0.0 < v < 1.0):
+            raise ValueError(f"`{name}` must lie in (0, 1); found {v!r}.")
+    p = prediction.eigenvalues.shape[1]
+    M = np.asarray(recording.M)
+    if M.ndim != 3 or M.shape[1:] != (p, p):
+        raise ValueError(f"The recording's `M` must have shape (n, {p}, {p}) like the prediction's; found {M.shape}.")
+    t = np.asarray(recording.t, dtype=float)
+    lm = np.asarray(recording.loss, dtype=float)
+    tp, lp_all = prediction.t, prediction.loss
+    inside = t <= tp[-1] * (1 + 1e-12)
+    lp = np.where(inside, np.interp(t, tp, lp_all), np.nan)
+    L0 = float(lp_all[0])
+    gap = np.abs(lm - lp) / L0
+    end = prediction.phase_end
+    in_phase = inside & (t <= end if np.isfinite(end) else inside)
+    phase_gap = float(np.max(gap[in_phase])) if in_phase.any() else float("nan")
+    over = np.flatnonzero(inside & (gap > gap_tol))
+    departure = float(t[over[0]]) if over.size else float("inf")
+    levels = prediction.plateau_levels
+    drops = np.stack([prediction.drop_times, drop_times(t, lm, levels=levels)])
+    half_levels = np.array([lp_all[0], prediction.asymptote.loss])
+    half = np.array([prediction.half_drop_time, drop_times(t, lm, levels=half_levels)[0]])
+    ign_m = measure_ignition_times(recording, rho=prediction.settings["rho"], target=prediction.asymptote.eigenvalues,
+                                   quantity="eigenvalues", modes=prediction.growing)
+    ign = np.stack([prediction.ignition_times, np.asarray(ign_m, dtype=float)])
+    ignited = np.isfinite(ign[0])
+    module_est = prediction.module_gap
+    over_m = np.flatnonzero(module_est > gap_tol)
+    est_module = float(prediction.remainder_t[over_m[0]]) if over_m.size else (
+        float("inf") if module_est.size else float("nan"))
+    verdicts = {
+        "phase_gap": bool(phase_gap <= gap_tol),
+        "half_drop_time": bool(_rel(*half) <= time_rtol),
+        "drop_times": bool(all(_rel(a, b) <= time_rtol for a, b in zip(*drops) if np.isfinite(a))),
+        "ignition_times": bool(_max_rel(ign[0][ignited], ign[1][ignited]) <= time_rtol) if ignited.any() else True,
+    }
+    return Comparison(t=t, loss_predicted=lp, loss_measured=lm, gap=gap, phase_end=float(end), phase_gap=phase_gap,
+                      departure_time=departure, departure_estimate=float(prediction.departure_estimate),
+                      departure_estimate_module=est_module, half_drop_time=half, drop_times=drops,
+                      ignition_times=ign, gap_tol=float(gap_tol), time_rtol=float(time_rtol), verdicts=verdicts,
+                      prediction=prediction, recording=recording)

@@ -1,0 +1,79 @@
+"""Argument checks shared by `nqf.predict`, `nqf.record` and `nqf.compare`."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._checks import shape_str
+from ..data import Network
+
+
+def as_network(network) -> Network:
+    """`network` as an `nqf.Network` (a module gets ``neurons="auto"``).
+
+    **Raises:** `TypeError` for a plain function (it needs ``nqf.Network(f, W0=...)``) or another
+    object; `nqf.data.NeuronError` when ``"auto"`` does not recognise the module."""
+    if isinstance(network, Network):
+        return network
+    import equinox as eqx
+
+    from ..data._network import _is_nnx
+
+    if isinstance(network, eqx.Module) or _is_nnx(network):
+        return Network(network)
+    if callable(network):
+        raise TypeError("`network` is a plain function: wrap it with its initial weights, "
+                        "nqf.Network(f, W0=W0) (W0 of shape (p, d)).")
+    raise TypeError(f"`network` must be an nqf.Network, an equinox Module or a flax.nnx Module; found "
+                    f"{type(network).__name__}.")
+
+
+def check_data(net: Network, x, y):
+    """(x, y (m, k), m, k): inputs in float64 (one `PrecisionWarning` if cast), labels checked
+    against the number of inputs m and of module outputs k.
+
+    **Raises:** `ValueError` naming `x` or `y` for mismatched or non-finite data."""
+    leaves = jax.tree_util.tree_leaves(x)
+    if not leaves or any(np.ndim(a) == 0 for a in leaves):
+        raise ValueError("`x` must be an array or a pytree of arrays with a leading batch axis m.")
+    ms = {int(np.shape(a)[0]) for a in leaves}
+    if len(ms) != 1 or 0 in ms:
+        raise ValueError(f"Every leaf of `x` must have the same leading batch axis m >= 1; found {sorted(ms)}.")
+    m = ms.pop()
+    x = net.check_inputs(x)
+    out = jax.eval_shape(lambda xx: net.apply(net.params, xx), jax.tree_util.tree_map(lambda a: a[0], x))
+    k = int(np.prod(out.shape, dtype=int)) if out.shape else 1
+    y = np.asarray(y, dtype=float)
+    if y.shape == (m,) and k == 1:
+        y = y[:, None]
+    if y.shape != (m, k):
+        raise ValueError(f"`y` must have shape ({m},) or ({m}, {k}) (m = {m} inputs in `x`, k = {k} module "
+                         f"outputs); found {shape_str(y.shape)}.")
+    if not np.all(np.isfinite(y)):
+        raise ValueError("`y` must be finite.")
+    return x, jnp.asarray(y), m, k
+
+
+def check_optimizer(optimizer):
+    """`optimizer` if it is an `optax.GradientTransformation`.
+
+    **Raises:** `TypeError` naming `optimizer`, what was expected and what was found."""
+    import optax
+
+    if isinstance(optimizer, optax.GradientTransformation):
+        return optimizer
+    hint = f" (e.g. optax.sgd(lr) for {optimizer!r})" if isinstance(optimizer, str) else ""
+    raise TypeError(f"`optimizer` must be an optax.GradientTransformation{hint}; found "
+                    f"{type(optimizer).__name__}.")
+
+
+def check_steps(steps, save_every):
+    """(steps, save_every): integers >= 1; save_every defaults to about 200 saves."""
+    for name, v in (("steps", steps), ("save_every", save_every)):
+        if v is not None and (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 1):
+            raise ValueError(f"`{name}` must be an integer >= 1; found {v!r}.")
+    if steps is None:
+        raise ValueError("`steps` must be an integer >= 1; found None.")
+    return int(steps), int(save_every) if save_every is not None else max(1, int(steps) // 200)

@@ -1,0 +1,356 @@
+"""Predict a network's training before running it: its NQF solved in advance (Theorems 1, 2).
+
+`predict` takes a user's module (an `nqf.Network`: equinox, flax.nnx or a plain JAX function),
+its inputs and labels, the initial weights and the optimizer settings, and returns a
+`Prediction`:
+
+1. the NQF of the module at its initial weights: `nqf.extract` on the module's neurons (the
+   structured feed-forward form where it exists, Eq. E3; g, B, f0 where ZGZ fails, Theorem 12);
+2. its training: the gradient flow (`nqf.solve_flow`, Eq. E9/E10) for a horizon `t1`, or, with a
+   learning rate, the exact discrete map (`nqf.closed_sgd`, Theorem 2: full batch or the same
+   minibatches as `nqf.record`, momentum, weight decay);
+3. what a user reads off it: the loss curve, the eigenvalues of M(t), the NQF's asymptote
+   (`nqf.asymptote`: the t -> inf limit, its loss and eigenvalues), the ignition times of the
+   modes that grow (targets: the asymptotic eigenvalues, so they do not depend on the
+   horizon), the plateau levels and the drop times between them, the end of the learning phase;
+4. an a-priori estimate of when the network leaves its NQF (Theorem 13 / the paper's Limitation 3):
+   along the predicted weights W(t), the next terms of the module's symmetric expansion,
+   T3(W) + T4(W) with T_n(W) = (1/n!) d^n/ds^n f(s W)|_{s=0} (autodiff: nested forward-mode
+   derivatives), give the outputs f_NQF + T3 + T4; the estimated departure is the first time the
+   loss with them differs from the NQF's loss by more than `gap_tol` L(0). The module itself at
+   W(t) gives a second estimate (`module_gap`).
+
+**What the NQF does not predict** (see the guide 'Predict your network before you train it'):
+the final loss of the network after it leaves the NQF (the NQF's asymptote is the linear limit of
+its feature model: a network keeps learning past it once its weights reach the scale where the
+nonlinearity matters); Adam and other per-coordinate optimizers (not closed on (M, mu): only the
+weight-space simulation is exact for them, `nqf.train_w`); a logistic or cross-entropy loss late
+in training (the prediction is for the MSE loss); anything outside the expansion's radius
+(ReLU, a normalisation across neurons: `nqf.extract` refuses those).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core._checks import check_positive
+from .._core.io import Saveable
+from ..data import Network, extract
+from ..data._model import as_model
+from ..dynamics import batch_indices as draw_batches
+from ..dynamics import closed_sgd
+from ..solvers import FlowSolution, solve_flow
+from ..theory import asymptote, drop_times, learning_phase_end, measure_ignition_times, plateau_levels
+from ._inputs import as_network, check_data, check_steps
+
+__all__ = ["Prediction", "predict", "FrozenParameterWarning"]
+
+
+class FrozenParameterWarning(UserWarning):
+    """An array of the module that is not a neuron parameter (so frozen in the NQF) has a nonzero
+    loss gradient at the initial weights: training it would change the run the NQF predicts."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Prediction(Saveable):
+    """The predicted training of a network (`nqf.predict`). `n` saved times, p parameters per
+    neuron; times are gradient-flow times t = lr * steps.
+
+    **Attributes:**
+
+    - `t` (n,), `loss` (n,): the NQF's training loss (1/(m k)) sum (f - y)^2 (Eq. E8);
+      `eigenvalues` (n, p): eigenvalues of M(t) in decreasing order.
+    - `model`: the extracted NQF (a data set or `nqf.NQFModel`); `W0` (p, d): initial weights;
+      `trajectory`: the `FlowSolution` or `MapTrajectory` behind the curves.
+    - `asymptote`: the NQF's t -> inf limit (`nqf.asymptote`): `asymptote.loss` is the NQF's
+      final loss, `asymptote.eigenvalues` the targets of the ignition times.
+    - `growing` (p,) bool: the modes that grow (start below rho times their asymptotic value);
+      `ignition_times` (p,): when each growing mode first reaches rho x its asymptotic value
+      (nan for the others, and for growing modes that do not ignite within the horizon).
+    - `plateau_levels` (K + 1,): the loss on each plateau (before the first ignition, between
+      consecutive ignitions) and the asymptotic loss; `drop_times` (K,): when the loss falls
+      half-way from one plateau to the next (`nqf.drop_times`); `half_drop_time`: when it falls
+      half-way from L(0) to the asymptotic loss.
+    - `phase_end`: end of the learning phase, the first time L(t) - L_inf <= `phase_tol`
+      (L(0) - L_inf) (nan if not within the horizon).
+    - `departure_estimate`: the a-priori estimate of when the network leaves the NQF (module
+      docstring; inf if not within the horizon, nan if W(t) is not available);
+      `remainder_t` (n_r,), `remainder_gap` (n_r,): |L(f_NQF + T3 + T4) - L_NQF| / L(0) at those
+      times; `module_gap` (n_r,): |L(module at W(t)) - L_NQF| / L(0).
+    - `settings`: the call's settings (lr, steps, t1, batches, momentum, weight decay, rho,
+      phase_tol, gap_tol); `x`, `y`: the data; `network`: the `nqf.Network` (not saved by
+      `save`; `record` needs it).
+
+    **Methods:** `record(optimizer, ...)`: train the module on the same data, initial weights,
+    batches and horizon (`nqf.record`); `plot()`: loss and eigenvalues (a matplotlib Figure).
+    """
+
+    _unsaved_fields = ("network",)
+
+    t: np.ndarray
+    loss: np.ndarray
+    eigenvalues: np.ndarray
+    model: object
+    W0: np.ndarray
+    trajectory: object
+    asymptote: object
+    growing: np.ndarray
+    ignition_times: np.ndarray
+    plateau_levels: np.ndarray
+    drop_times: np.ndarray
+    half_drop_time: float
+    phase_end: float
+    departure_estimate: float
+    remainder_t: np.ndarray
+    remainder_gap: np.ndarray
+    module_gap: np.ndarray
+    settings: dict
+    x: object
+    y: np.ndarray
+    network: Network | None = None
+
+    def _after_load(self) -> None:
+        object.__setattr__(self, "network", None)
+
+    def record(self, optimizer, *, lr: float | None = None, label: str | None = None, train: str = "neurons",
+               **kwargs):
+        """Train the module with `optimizer` on this prediction's data, initial weights, horizon and
+        batches (`nqf.record`); `lr` is the time unit (default: the prediction's learning rate;
+        required for a flow prediction). Other keywords go to `nqf.record`."""
+        from ._record import record
+
+        if self.network is None:
+            raise ValueError("This prediction has no `network` (it was loaded from disk): call nqf.record "
+                             "with the network.")
+        s = self.settings
+        lr = s["lr"] if lr is None else check_positive(lr, "lr")
+        if lr is None:
+            raise ValueError("A flow prediction has no learning rate: pass `lr` (the time unit t = lr * steps).")
+        steps = s["steps"] if s["lr"] == lr and s["steps"] else max(1, int(round(self.t[-1] / lr)))
+        batches = {} if s["batch_indices"] is None else {"batch_indices": s["batch_indices"]}
+        if batches and batches["batch_indices"].shape[0] != steps:
+            raise ValueError(f"The prediction's batch schedule has {batches['batch_indices'].shape[0]} steps; "
+                             f"this record would take {steps}.")
+        options = dict(steps=steps, W0=self.W0, label=label, train=train, **batches)
+        options.update(kwargs)
+        return record(self.network, self.x, self.y, optimizer, lr=lr, **options)
+
+    def plot(self, *, ax=None):
+        """The predicted loss (ignition times marked) and eigenvalues of M(t); returns a matplotlib
+        Figure (no pyplot state)."""
+        from ._plot import plot_prediction
+
+        return plot_prediction(self, None, ax=ax)
+
+
+def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, steps: int | None = None,
+            ts=None, save_every: int | None = None, W0=None, init_scale: float | None = None,
+            batch_size: int | None = None, batch_indices=None, key=0, momentum: float = 0.0,
+            weight_decay: float = 0.0, rho: float = 0.5, phase_tol: float = 0.02, gap_tol: float = 0.05,
+            extract_options: dict | None = None) -> Prediction:
+    """Predict the training of `network` on (x, y) from its NQF, before training it.
+
+    Two predictions: the **gradient flow** (no `lr`: `nqf.solve_flow` to `t1`), the limit of
+    small learning rates; or the **exact discrete map** of SGD (with `lr` and `steps`:
+    `nqf.closed_sgd`, Theorem 2), full batch or minibatch, with momentum and weight decay, which
+    is exact for any width. The loss is the MSE (1/(b k)) sum (f - y)^2 of `nqf.record` (b inputs
+    per batch, k outputs). See the module docstring for what is computed and what the NQF does
+    not predict.
+
+    **Arguments:**
+
+    - `network`: an `nqf.Network`, or an equinox / flax.nnx module (neurons ``"auto"``).
+    - `x`: m inputs (an array or a pytree with leading axis m); `y`: labels (m,) or (m, k).
+    - Horizon: `t1` (gradient-flow time) for a flow; `lr` with `steps` (or `t1`: steps =
+      round(t1 / lr)) for the map. `ts`: saved times of a flow (default 401 equally spaced);
+      `save_every`: saved steps of a map (default: about 400 saves).
+    - `W0` (p, d): initial neuron parameters (default: the module's own, `network.W`), scaled
+      by `init_scale` if given (the module's initialization times `init_scale`).
+    - Map options: `batch_size` with `key` (the batches `nqf.batch_indices` draws, identical to
+      `nqf.record`'s), or `batch_indices` (steps, b) over the m inputs; `momentum` (heavy ball);
+      `weight_decay` (penalty gamma/2 |W|^2; also for the flow).
+    - `rho`: the ignition fraction; `phase_tol`: the end-of-learning-phase tolerance;
+      `gap_tol`: the loss-gap tolerance (fraction of L(0)) of the departure estimate.
+    - `extract_options`: keywords for `nqf.extract` (e.g. ``{"structure": "dense"}``).
+
+    **Returns:** a `Prediction`.
+
+    **Raises:** `ValueError` for mismatched `x`/`y`, a `W0` of the wrong shape, no horizon or
+    both kinds of horizon inconsistent, map options without `lr`, bad tolerances; the
+    `nqf.ExtractionError`s of `nqf.extract` (not permutation-symmetric, not C^3 such as ReLU, a
+    normalisation across neurons), naming the module; `TypeError` for a `network` that is not a
+    module. Warns `FrozenParameterWarning` when a frozen array has a nonzero loss gradient at W0,
+    `nqf.data.PrecisionWarning` when float32 parameters or inputs were cast.
+    """
+    net = as_network(network)
+    x, y2, m, k = check_data(net, x, y)
+    W0 = net.W if W0 is None else np.asarray(W0, dtype=float)
+    if W0.shape != (net.p, net.d) or not np.all(np.isfinite(W0)):
+        raise ValueError(f"`W0` must be a finite array of shape (p, d) = ({net.p}, {net.d}); found {W0.shape}.")
+    if init_scale is not None:
+        W0 = check_positive(init_scale, "init_scale") * W0
+    for name, v in (("rho", rho), ("phase_tol", phase_tol), ("gap_tol", gap_tol)):
+        if not (isinstance(v, (int, float, np.floating)) and 0.0 < v < 1.0):
+            raise ValueError(f"`{name}` must lie in (0, 1); found {v!r}.")
+    _warn_frozen(net, x, y2, W0)
+    model = extract(net, x, y=np.asarray(y2) if k > 1 else np.asarray(y2[:, 0]), **(extract_options or {}))
+    settings = dict(lr=None, steps=None, t1=None, batch_size=batch_size, batch_indices=None, key=key,
+                    momentum=float(momentum), weight_decay=float(weight_decay), rho=float(rho),
+                    phase_tol=float(phase_tol), gap_tol=float(gap_tol))
+    if lr is None:
+        if steps is not None or batch_size is not None or batch_indices is not None or momentum:
+            raise ValueError("`steps`, batches and `momentum` describe the discrete map: give `lr` too (without "
+                             "`lr` the prediction is the gradient flow to `t1`).")
+        if t1 is None:
+            raise ValueError("Give the horizon: `t1` (gradient-flow time) for the flow, or `lr` and `steps`.")
+        t1 = check_positive(t1, "t1")
+        ts = np.linspace(0.0, t1, 401) if ts is None else ts
+        traj = solve_flow(model, W0=W0, t1=t1, ts=ts, weight_decay=weight_decay)
+        settings["t1"] = t1
+    else:
+        lr = check_positive(lr, "lr")
+        if steps is None:
+            if t1 is None:
+                raise ValueError("Give the horizon of the map: `steps` (or `t1`, steps = round(t1 / lr)).")
+            steps = max(1, int(round(check_positive(t1, "t1") / lr)))
+        steps, save_every = check_steps(steps, save_every if save_every is not None else max(1, steps // 400))
+        rows = None
+        if batch_size is not None or batch_indices is not None:
+            if batch_indices is not None and batch_size is not None:
+                raise ValueError("Give `batch_indices` or `batch_size`, not both.")
+            rows = np.asarray(draw_batches(key, m, batch_size, steps) if batch_indices is None else batch_indices)
+            from ..dynamics._batches import check_batch_indices
+
+            rows = np.asarray(check_batch_indices(rows, m, steps))
+            settings["batch_indices"] = rows
+        data_rows = None if rows is None else (rows[:, :, None] * k + np.arange(k)).reshape(steps, -1)
+        traj = closed_sgd(model, W0=W0, lr=lr, steps=steps, save_every=save_every, batch_indices=data_rows,
+                          momentum=momentum, weight_decay=weight_decay)
+        settings.update(lr=lr, steps=steps, t1=lr * steps)
+    t = np.asarray(traj.ts if isinstance(traj, FlowSolution) else traj.t, dtype=float)
+    loss = np.asarray(traj.loss, dtype=float)
+    eig = np.linalg.eigvalsh(np.asarray(traj.M))[:, ::-1]
+    asym = asymptote(model, W0=W0, weight_decay=weight_decay) if weight_decay else asymptote(model, W0=W0)
+    ign = measure_ignition_times(traj, rho=rho, target=asym.eigenvalues, quantity="eigenvalues", modes="growing")
+    growing = eig[0] < rho * np.asarray(asym.eigenvalues)
+    levels = plateau_levels(t, loss, ign[growing], asym.loss)
+    drops = drop_times(t, loss, levels=levels)
+    half = drop_times(t, loss, levels=np.array([loss[0], asym.loss]))[0]
+    end = learning_phase_end(t, loss, asym.loss, tol=phase_tol)
+    W_t = _weights_along(traj, W0)
+    rt, rgap, mgap, depart = _remainder(net, model, x, y2, t, loss, W_t, gap_tol)
+    return Prediction(t=t, loss=loss, eigenvalues=eig, model=model, W0=W0, trajectory=traj, asymptote=asym,
+                      growing=growing, ignition_times=np.asarray(ign, dtype=float), plateau_levels=levels,
+                      drop_times=np.asarray(drops, dtype=float), half_drop_time=float(half), phase_end=float(end),
+                      departure_estimate=depart, remainder_t=rt, remainder_gap=rgap, module_gap=mgap,
+                      settings=settings, x=jax.tree_util.tree_map(np.asarray, x), y=np.asarray(y2), network=net)
+
+
+def _warn_frozen(net: Network, x, y, W0) -> None:
+    """Warn `FrozenParameterWarning` for frozen arrays with a nonzero loss gradient at W0."""
+    if not net.frozen:
+        return
+    params = net.with_params_W(net.params, jnp.asarray(W0))
+    mask = net.neuron_mask()
+    frozen_mask = jax.tree_util.tree_map(
+        lambda is_neuron, a: (not is_neuron) and hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating),
+        mask, params)
+    import equinox as eqx
+
+    frozen, rest = eqx.partition(params, frozen_mask)
+
+    def loss(frozen):
+        p = eqx.combine(frozen, rest)
+        out = jax.vmap(lambda xx: jnp.atleast_1d(net.apply(p, xx)))(x)
+        return jnp.mean((out - y) ** 2)
+
+    grads = jax.grad(loss)(frozen)
+    flat = jax.tree_util.tree_flatten_with_path(grads)[0]
+    from ..data._network import _path_name
+
+    big = [(_path_name(kp), float(jnp.max(jnp.abs(g)))) for kp, g in flat if g is not None and jnp.size(g)]
+    scale = float(loss(frozen)) + np.finfo(float).tiny
+    big = [(n, g) for n, g in big if g > 1e-8 * scale]
+    if big:
+        warnings.warn(
+            "Frozen arrays (not neuron parameters, so constant in the NQF) have a nonzero loss gradient at "
+            "the initial weights: " + ", ".join(f"{n} (max |dL/d.| = {g:.3g})" for n, g in big)
+            + ". A training run that updates them is not the run this prediction describes; nqf.record "
+            "trains the neuron arrays only (train='neurons'), or name them as neuron parameters.",
+            FrozenParameterWarning, stacklevel=3)
+
+
+def _weights_along(traj, W0):
+    """The NQF's weights W(t) (n, p, d) at the saved times, or None where the closed solution does
+    not carry them: the factor flow from W0 is W(t) itself; the factor map has
+    W_t = mu_t 1^T / d + L_t Z with Z fixed by W0 (L_0 Z = W0 - mu_0 1^T / d)."""
+    if isinstance(traj, FlowSolution):
+        return np.asarray(traj.W) if traj.form == "factor" and traj.init_is_factor else None
+    if getattr(traj, "L", None) is None:
+        return None
+    d = W0.shape[1]
+    L = np.asarray(traj.L)
+    if traj.mu is None:
+        Z = np.linalg.lstsq(L[0], W0, rcond=None)[0]
+        return L @ Z
+    Z = np.linalg.lstsq(L[0], W0 - W0.mean(axis=1, keepdims=True), rcond=None)[0]
+    return np.asarray(traj.mu)[:, :, None] / d + L @ Z
+
+
+_MAX_REMAINDER_TIMES = 64
+
+
+def _remainder(net: Network, model, x, y, t, loss, W_t, gap_tol):
+    """(times, next-terms gap, module gap, departure estimate) along W(t) (module docstring)."""
+    empty = np.zeros(0)
+    if W_t is None:
+        return empty, empty, empty, float("nan")
+    idx = np.unique(np.linspace(0, len(t) - 1, min(len(t), _MAX_REMAINDER_TIMES)).round().astype(int))
+    L0 = float(loss[0])
+    f_nqf = _nqf_outputs(model, W_t[idx])
+    yf = np.asarray(y).reshape(-1)
+    est, mod = [], []
+    for j, i in enumerate(idx):
+        t3, t4, full = _taylor_terms(net, jnp.asarray(W_t[i]), x)
+        f = f_nqf[j]
+        ln = np.mean((f - yf) ** 2)
+        est.append(abs(np.mean((f + t3 + t4 - yf) ** 2) - ln) / L0)
+        mod.append(abs(np.mean((full - yf) ** 2) - ln) / L0)
+    est, mod = np.asarray(est), np.asarray(mod)
+    over = np.flatnonzero(est > gap_tol)
+    depart = float(t[idx][over[0]]) if over.size else float("inf")
+    return t[idx], est, mod, depart
+
+
+def _nqf_outputs(model, Ws):
+    """The NQF's outputs f_x (flattened input-major) at each W of Ws (n, p, d)."""
+    model = as_model(model)
+    return np.stack([np.asarray(model.outputs_factor(jnp.asarray(W), jnp.sum(jnp.asarray(W), axis=1)))
+                     for W in Ws])
+
+
+def _derivatives(g, n: int):
+    """d^n g / ds^n as a function of s (nested jvp)."""
+    for _ in range(n):
+        g = (lambda h: (lambda s: jax.jvp(h, (s,), (jnp.ones_like(s),))[1]))(g)
+    return g
+
+
+def _taylor_one(net, W, xx):
+    g = lambda s: jnp.atleast_1d(net(s * W, xx))  # noqa: E731
+    zero = jnp.zeros(())
+    return (_derivatives(g, 3)(zero) / math.factorial(3), _derivatives(g, 4)(zero) / math.factorial(4),
+            g(jnp.ones(())))
+
+
+def _taylor_terms(net: Network, W, x):
+    """(T3, T4, f(W)) for every input and output, flattened input-major: T_n = (1/n!) d^n/ds^n
+    f(s W)|_{s=0}, by nested forward-mode derivatives (one compiled program per network)."""
+    fn = net._compiled("taylor", lambda: jax.jit(lambda W, x: jax.vmap(lambda xx: _taylor_one(net, W, xx))(x)))
+    return tuple(np.asarray(v).reshape(-1) for v in fn(W, x))
