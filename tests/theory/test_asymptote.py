@@ -196,6 +196,17 @@ def test_dense_teacher_is_recovered():
     assert asy.loss < 1e-12
 
 
+def test_a_start_that_never_moves(slow_second_mode):
+    """W = 0 is stationary (M' = -(H M + M H) = 0): its limit is M = 0, the loss mean(y^2); with
+    y = 0 also H(M0) = 0 (no rate scale), and the start is returned at t = 0."""
+    _, dense = slow_second_mode
+    asy = nqf.asymptote(dense, M0=np.zeros((3, 3)))
+    assert asy.method == "flow" and np.all(asy.M == 0) and asy.t > 0
+    np.testing.assert_allclose(asy.loss, np.mean(np.asarray(dense.y) ** 2), rtol=1e-14)
+    still = nqf.asymptote(nqf.DenseData(dense.A, np.zeros(3)), M0=np.zeros((3, 3)))
+    assert still.t == 0.0 and np.all(still.M == 0) and still.loss == 0.0
+
+
 def test_model_with_g_matches_a_long_flow():
     """f = g^T mu + Tr[M A] (Eq. E2): the "M-mu" flow, certified; a flow three times as long
     ends at the same (M, mu, loss)."""

@@ -166,6 +166,8 @@ def test_sweep_gives_one_row_per_member(fig3):
     np.testing.assert_allclose(lin, pred, rtol=2e-3)  # measured 1.0e-3 (saved times 1.25 apart)
     rows = np.stack([m.z_inf for m in sweep])  # per-member targets (B, p) = the defaults
     np.testing.assert_array_equal(nqf.measure_ignition_times(sweep, target=rows, refine="linear"), lin)
+    # each member's own limit (orthogonal features: z(inf) again)
+    np.testing.assert_array_equal(nqf.measure_ignition_times(sweep, target="asymptote", refine="linear"), lin)
 
 
 @pytest.mark.parametrize(
@@ -206,6 +208,9 @@ def test_what_a_trajectory_cannot_give(fig3):
                                nqf.predicted_ignition_times([1.0], 1.0, 1e-3), rtol=1e-2)
     with pytest.raises(TypeError, match=r"`trajectory` must be a FlowSolution.*found ndarray"):
         nqf.measure_ignition_times(np.ones((3, 5)))
+    decay = nqf.solve_flow(fig3, z0=np.full(5, 1e-3), t1=20.0, weight_decay=0.01, dense=False)
+    with pytest.raises(ValueError, match=r"target='asymptote': this flow was solved with weight_decay = 0.01"):
+        nqf.measure_ignition_times(decay, target="asymptote")
 
 
 # -- horizon-independent targets and mode selection -------------------------------------------------

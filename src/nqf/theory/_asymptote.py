@@ -41,7 +41,7 @@ from ..data._operators import AbstractCommutingData, BlockData, DiagonalData, Fe
 from ..dynamics._glv import glv_equilibrium
 from ..solvers._solve import MaxStepsReached, _initial_state, _initial_state_mu, solve_flow
 
-__all__ = ["Asymptote", "asymptote"]  # of_flow: used by measure_ignition_times
+__all__ = ["Asymptote", "asymptote"]  # of_flow, check_no_weight_decay: for measure_ignition_times
 
 METHODS = ("auto", "glv", "feedforward", "flow")
 _EPS = np.finfo(float).eps
@@ -103,13 +103,16 @@ def asymptote(model, *, W0=None, M0=None, z0=None, mu0=None, d: int | None = Non
        z_k(t) = z_k(0) exp(lambda_k^T nu(t)), nu' = (8/m)(y - Lambda z): a gradient flow of the
        convex Psi(nu) = sum_k z_k(0) e^{lambda_k^T nu} - y^T nu. Its limit z* minimizes
        L(z) = (1/m)|Lambda z - y|^2 over z >= 0 with z_k = 0 on the dead modes (z_k(0) = 0).
-       The optimal outputs b* = Lambda z* are unique; if the minimizer is (modes with
-       grad L = 0 whose columns are linearly independent; always for `DiagonalData`), z* is
-       `glv_equilibrium` of the live modes. Otherwise (e.g. m < p) the flow selects the
-       minimizer z*_k = z_k(0) e^{lambda_k^T u} on the free modes F = {k live: grad_k L(z*) = 0},
-       where u minimizes sum_{k in F} z_k(0) e^{lambda_k^T u} - b*^T u (a Bregman projection of
-       z(0); solved by damped Newton, certified by |Lambda_F z - b*| <= 1e-10 |b*|; if it fails,
-       ``"auto"`` continues with the flow). M* = P S (P^T M0 P) S P^T, S = diag(sqrt(z*/z(0)))
+       The optimal outputs b* = Lambda z* are unique. If the minimizer is unique too (the
+       columns of Lambda on the free modes F = {k live: grad_k L(z*) = 0} are linearly
+       independent; always for `DiagonalData`), z* is `glv_equilibrium` of the live modes.
+       Otherwise (e.g. m < p) the flow selects one: the GLV flow is a mirror flow with the
+       entropy potential, so D_KL(zbar || z(t)) never increases for any minimizer zbar; hence z*
+       is positive wherever some minimizer is, and z*_k = z_k(0) e^{lambda_k^T u} on F, where u
+       minimizes sum_{k in F} z_k(0) e^{lambda_k^T u} - b*^T u (the KL projection of z(0) onto
+       the minimizers; solved by damped Newton, certified by |Lambda_F z - b*| <= 1e-10 |b*|;
+       if a mode of F is 0 in every minimizer, u does not exist, the solve fails and ``"auto"``
+       continues with the flow). `glv_equilibrium` (NNLS) returns another minimizer then. M* = P S (P^T M0 P) S P^T, S = diag(sqrt(z*/z(0)))
        (off-diagonal slaving, Eq. E12), so M*'s eigenvalues are the sorted z* when P^T M0 P is
        diagonal (M0 = eps I, or `z0`) and differ from them otherwise (a factor W0 of width d
        keeps rank M* <= d).
@@ -139,9 +142,10 @@ def asymptote(model, *, W0=None, M0=None, z0=None, mu0=None, d: int | None = Non
     3. ``"flow"``: any data or `NQFModel`. `solve_flow` from the initial condition over segments
        of doubling length (4/kappa, then the time so far; kappa = |H(M0)|_2, the largest growth
        rate at the start), restarting from the last state, until the state passes all of:
-       stationarity |M'|_F / (kappa |M|_F) <= `tol` (and |mu'| / (kappa |mu|) for a model with
-       g, B); settling: the eigenvalues of M (relative, 2-norm) and the loss (relative to the
-       initial loss) changed by at most `tol` over the last segment; and no unstable direction:
+       stationarity |M'|_F / (kappa max(|M|_F, |M0|_F)) <= `tol` (and |mu'| / (kappa
+       sqrt(d |M|_2)) for a model with g, B); settling: over the last segment the eigenvalues of
+       M changed by at most `tol` max(|eigenvalues|, |M0|_F) (2-norm) and the loss by at most
+       `tol` times the initial loss; and no unstable direction:
        lambda_min(U^T H U) >= -`curvature_tol` kappa, H = H(M*) (Eq. E8) and U the top r0
        eigenvectors of M* (or of the centered M - mu mu^T / d), r0 = rank of the initial
        condition (the directions the flow can populate; M(t) = Q(t) M0 Q(t)^T keeps the rank);
@@ -149,7 +153,8 @@ def asymptote(model, *, W0=None, M0=None, z0=None, mu0=None, d: int | None = Non
        l(mu) = L(C + mu mu^T / d, mu). A plateau between ignitions is stationary but has
        H < 0 on a small live direction, which will grow: it is never returned. Growth rates
        below `curvature_tol` kappa count as 0 (such a mode would need a time of order
-       ln(1/eps) / (curvature_tol kappa) to ignite).
+       ln(1/eps) / (curvature_tol kappa) to ignite). A start with H(M0) = 0 and mu' = 0 never
+       moves and is returned at t = 0.
 
     **Arguments:**
 
@@ -531,6 +536,12 @@ def _flow(model: NQFModel, form: str, kind: str, x0, width, st: dict, max_dense:
     reported outputs only)."""
     target = model if model.has_mean_field else model.data
     cert = _Certificate(model, form, kind, x0, width, f0)
+    if not cert.kappa > 0:  # H(M0) = 0: M' = 0 at the start, so the flow stays there (if mu' = 0 too)
+        now = dict(cert.evaluate(kind, x0, 0.0), settle=0.0)
+        if now["stationarity"] == 0.0:
+            return cert.result(now, max_dense)
+        raise ValueError("asymptote (method='flow'): H(M0) = 0 but the state moves (mu' != 0); no rate scale "
+                         "kappa = |H(M0)|_2 for the certificate. Start from another state.")
     kind_now, x = kind, x0
     t, seg = 0.0, 4.0 / cert.kappa
     prev, last = None, None
@@ -548,10 +559,7 @@ def _flow(model: NQFModel, form: str, kind: str, x0, width, st: dict, max_dense:
         t += seg
         kind_now, x = _next_state(sol, kind_now, form)
         now = cert.evaluate(kind_now, x, t)
-        now["settle"] = np.inf if prev is None else max(
-            float(np.linalg.norm(now["eigenvalues"] - prev["eigenvalues"]) / max(np.linalg.norm(now["eigenvalues"]),
-                                                                              np.finfo(float).tiny)),
-            abs(now["loss"] - prev["loss"]) / max(cert.loss0, np.finfo(float).tiny))
+        now["settle"] = np.inf if prev is None else cert.settle(now, prev)
         failed = _failed(now, st)
         last = (now, failed)
         if not failed:
@@ -608,10 +616,16 @@ class _Certificate:
         self.kappa = float(np.linalg.norm(H0, 2))
         if self.mu0 is not None:
             self.kappa = max(self.kappa, float(np.abs(self._mu_curvature(self.M0, self.mu0)).max()))
-        if not self.kappa > 0:
-            raise ValueError("asymptote (method='flow'): the flow does not move from this initial condition "
-                             "(H(M0) = 0), so its initial state is its limit; nothing to certify.")
         self.loss0 = float(self._loss(self.M0, self.mu0))
+        # |M| below the initial scale does not count as small (a limit M* = 0 is relative to M0)
+        self.scale = max(float(np.linalg.norm(self.M0)), np.finfo(float).tiny)
+
+    def settle(self, now: dict, prev: dict) -> float:
+        """The relative change from `prev` to `now`: of the eigenvalues (2-norm, relative to
+        max(|eigenvalues|, |M0|_F)) and of the loss (relative to the initial loss)."""
+        ev, ev_prev = now["eigenvalues"], prev["eigenvalues"]
+        change = np.linalg.norm(ev - ev_prev) / max(np.linalg.norm(ev), self.scale)
+        return float(max(change, abs(now["loss"] - prev["loss"]) / max(self.loss0, np.finfo(float).tiny)))
 
     def _state(self, kind, x):
         data = self.model.data
@@ -652,14 +666,17 @@ class _Certificate:
         return np.linalg.eigvalsh(d * np.asarray(jax.hessian(ell)(jnp.asarray(mu))))
 
     def evaluate(self, kind, x, t) -> dict:
+        """The certificate's quantities at the state `x` of `kind` (relative to kappa; to 1 when
+        kappa = 0, i.e. H(M0) = 0)."""
+        kappa = self.kappa if self.kappa > 0 else 1.0
         M, mu = self._state(kind, x)
         H = np.asarray(self._H(M, mu))
         dM = H @ M + M @ H
-        nM = max(np.linalg.norm(M), np.finfo(float).tiny)
+        nM = max(np.linalg.norm(M), self.scale)
         if mu is not None:
             v = np.asarray(self._v(M, mu))
             dM = dM + np.outer(v, mu) + np.outer(mu, v)
-        stationarity = float(np.linalg.norm(dM) / (self.kappa * nM))
+        stationarity = float(np.linalg.norm(dM) / (kappa * nM))
         C = M if mu is None else M - np.outer(mu, mu) / self.width
         w, V = np.linalg.eigh(C)
         if self.is_glv:  # the live modes of the data's basis
@@ -667,12 +684,12 @@ class _Certificate:
             U = P[:, self.live]
         else:
             U = V[:, ::-1][:, : self.r0]
-        curvature = float(np.linalg.eigvalsh(U.T @ H @ U)[0] / self.kappa) if U.shape[1] else 0.0
+        curvature = float(np.linalg.eigvalsh(U.T @ H @ U)[0] / kappa) if U.shape[1] else 0.0
         if mu is not None:
             dmu = self.width * v + H @ mu  # relative to sqrt(d |M|_2) >= |mu| (M - mu mu^T / d is PSD)
             mu_scale = max(np.sqrt(self.width * np.linalg.norm(M, 2)), np.finfo(float).tiny)
-            stationarity = max(stationarity, float(np.linalg.norm(dmu) / (self.kappa * mu_scale)))
-            curvature = min(curvature, float(self._mu_curvature(M, mu)[0] / self.kappa))
+            stationarity = max(stationarity, float(np.linalg.norm(dmu) / (kappa * mu_scale)))
+            curvature = min(curvature, float(self._mu_curvature(M, mu)[0] / kappa))
         return {"t": t, "M": M, "mu": mu, "z": np.asarray(x) if kind == "z" else None,
                 "eigenvalues": np.linalg.eigvalsh(M)[::-1], "loss": self._loss(M, mu),
                 "stationarity": stationarity, "curvature": curvature}
@@ -689,18 +706,24 @@ class _Certificate:
                          t=float(now["t"]), accuracy=max(now["stationarity"], now["settle"]), method="flow")
 
 
+def check_no_weight_decay(settings) -> None:
+    """Raise unless the solver `settings` ((name, value) pairs of a `FlowSolution` or a
+    `SweepSolution`) record no weight decay: `asymptote` is the limit without it."""
+    gamma = dict(settings).get("weight_decay")
+    if gamma not in (None, 0.0):
+        raise ValueError(
+            f"target='asymptote': this flow was solved with weight_decay = {gamma}; `asymptote` computes the "
+            "limit of the flow without weight decay. Pass a `target` (p,) instead."
+        )
+
+
 def of_flow(sol) -> Asymptote:
     """`asymptote` of the model and initial condition of a `FlowSolution` (what
     ``measure_ignition_times(sol, target="asymptote")`` uses).
 
     **Raises:** `ValueError` for a flow solved with weight decay (its limit is not computed
     here), plus those of `asymptote`."""
-    settings = dict(sol.settings)
-    if settings.get("weight_decay") not in (None, 0.0):
-        raise ValueError(
-            f"target='asymptote': this flow was solved with weight_decay = {settings['weight_decay']}; "
-            "`asymptote` computes the limit of the flow without weight decay. Pass a `target` (p,) instead."
-        )
+    check_no_weight_decay(sol.settings)
     model = sol.model if sol.model is not None else sol.data
     general = sol.model is not None and sol.model.has_mean_field
     if sol.form == "M-mu" and general and not sol.init_is_factor:

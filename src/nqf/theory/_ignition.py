@@ -34,7 +34,7 @@ from ..data._operators import AbstractCommutingData
 from ..dynamics._flow import _saved_losses
 from ..solvers._solve import FlowSolution
 from ..solvers._sweep import SweepSolution
-from ._asymptote import Asymptote, of_flow
+from ._asymptote import Asymptote, check_no_weight_decay, of_flow
 
 __all__ = ["predicted_ignition_times", "measure_ignition_times", "drop_times", "plateau_levels",
            "learning_phase_end"]
@@ -155,6 +155,8 @@ def measure_ignition_times(trajectory, *, rho: float = 0.5, target=None, quantit
         raise ValueError("Give the final values as `target` or as `z_inf` (its former name), not both.")
     name = "z_inf" if z_inf is not None else "target"
     target = z_inf if z_inf is not None else target
+    if isinstance(trajectory, SweepSolution) and isinstance(target, str) and target == "asymptote":
+        check_no_weight_decay(trajectory.settings)  # (its members do not record the sweep's settings)
     series, batched = _series_of(trajectory, quantity, refine)
     keep = _mode_mask(modes, series, batched)  # (B, p) or None; checked before any asymptote is computed
     levels = _targets(target, name, series, batched)
