@@ -348,8 +348,8 @@ def test_loss_curve_times_by_hand():
     assert nqf.learning_phase_end(TC, LC, 4.0) == 0.0  # L(t_0) = L_inf
     assert np.isnan(nqf.learning_phase_end(TC, LC, 0.0, tol=0.1))  # 0.4 never reached
     # harmonic mean of 1.5 and 2.5: 1.875, where the interpolated loss is 2.25
-    np.testing.assert_allclose(nqf.plateau_levels(TC, LC, ignition_times=[2.5, 1.5, np.nan, np.inf], final=0.9),
-                               [4.0, 2.25, 0.9])
+    np.testing.assert_allclose(nqf.plateau_levels(TC, LC, [2.5, 1.5, np.nan, np.inf], 0.9), [4.0, 2.25, 0.9])
+    assert nqf.learning_phase_end(TC, LC, 1.0, 0.5) == pytest.approx(1.75)  # positional tol
 
 
 @pytest.mark.parametrize(
@@ -372,6 +372,7 @@ def test_loss_curve_times_by_hand():
          r"`ignition_times` must lie in \(t_0, t_end\] = \(0, 4\] of the curve; found range \[0, 2\]"),
         (lambda: nqf.plateau_levels(TC, LC, ignition_times=[1.0], final=[1.0, 2.0]), ValueError,
          r"`final` must be a scalar loss or an nqf.Asymptote"),
+        (lambda: nqf.plateau_levels(TC, LC, ignition_times=[1.0]), ValueError, r"`final` .* are required"),
     ],
 )
 def test_loss_curve_bad_arguments(call, exc, match):

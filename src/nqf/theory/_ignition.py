@@ -132,8 +132,9 @@ def measure_ignition_times(trajectory, *, rho: float = 0.5, target=None, quantit
     `SweepSolution` or batched trajectory. `nan` for modes whose target is <= 0 (e.g.
     z_k(inf) = 0; for eigenvalues computed from M, <= 16 p eps_mach max|eigenvalue|, the
     rounding level of a zero eigenvalue) or that do not reach rho x target within the
-    trajectory; the first time (t0) for modes that start at or above it (e.g. a decaying mode
-    with the default target), as `predicted_ignition_times` gives 0.
+    trajectory, or that `modes` leaves out; with ``modes="all"`` the first time (t0) for modes
+    that start at or above it (e.g. a decaying mode with the default target), as
+    `predicted_ignition_times` gives 0 (``modes="growing"`` gives `nan` there).
 
     **Raises:** `ValueError` for rho outside (0, 1), an unknown `quantity`, `refine` or
     `modes`, a `modes` mask that is not boolean or of the wrong shape, ``quantity="z"`` without
@@ -523,7 +524,7 @@ def drop_times(trajectory, loss=None, *, levels, refine: str = "auto", xtol: flo
     return _down_crossings(curve, 0.5 * (lv[:-1] + lv[1:]), xtol)
 
 
-def plateau_levels(trajectory, loss=None, *, ignition_times, final) -> np.ndarray:
+def plateau_levels(trajectory, loss=None, ignition_times=None, final=None) -> np.ndarray:
     """The plateau levels of a loss curve with known ignition times: the loss before the first
     ignition, on each plateau between consecutive ignitions, and the asymptote.
 
@@ -547,10 +548,12 @@ def plateau_levels(trajectory, loss=None, *, ignition_times, final) -> np.ndarra
     **Returns:** the levels [L(t_0), L(h_1), ..., L(h_{n-1}), final], shape (n + 1,) for n
     distinct finite ignition times (not checked to decrease: `drop_times` checks).
 
-    **Raises:** `ValueError` for ignition times outside (t_0, t_end], non-finite or non-scalar
-    `final`, and the curve errors of `drop_times`.
+    **Raises:** `ValueError` for missing `ignition_times` or `final`, ignition times outside
+    (t_0, t_end], non-finite or non-scalar `final`, and the curve errors of `drop_times`.
     """
     require_x64()
+    if ignition_times is None or final is None:
+        raise ValueError("`ignition_times` (n,) and `final` (the asymptotic loss) are required.")
     curve = _loss_curve(trajectory, loss, "auto")
     times = np.asarray(as_array(ignition_times, "ignition_times", ndim=1, finite=False, host=True))
     tk = np.unique(times[np.isfinite(times)])
@@ -564,7 +567,7 @@ def plateau_levels(trajectory, loss=None, *, ignition_times, final) -> np.ndarra
     return np.concatenate([[curve.loss[0]], inside, [_final_loss(final, "final")]])
 
 
-def learning_phase_end(trajectory, loss=None, final_loss=None, *, tol: float = 0.02, refine: str = "auto",
+def learning_phase_end(trajectory, loss=None, final_loss=None, tol: float = 0.02, *, refine: str = "auto",
                        xtol: float = 1e-12) -> float:
     """The end of the learning phase: the first time t with L(t) - L_inf <= tol (L(t_0) - L_inf).
 
