@@ -14,7 +14,8 @@ the data sets, solves the closed flows, and checks them against the paper's exac
   training, multi-layer NQFs (`nqf.multilayer`);
 - `nqf.solvers`: `solve_flow`, stiff solves (`nqf.stiff`, `nqf.rosenbrock`), the exact path
   (`nqf.exact`), sweeps, numba kernels (`nqf.kernels`);
-- `nqf.theory`: oracles, sample-wise results (`nqf.samplewise`), ignition times, power laws
+- `nqf.theory`: oracles, sample-wise results (`nqf.samplewise`), ignition times, the flow's
+  limit (`nqf.asymptote`), power laws
   (`nqf.powerlaw`), spectral view (`nqf.spectral`), NTK, compression (`nqf.compress`);
 - `nqf.validate`: the theorem checks; `nqf.experiments`: the paper's figures; `nqf.cli`.
 
@@ -84,18 +85,23 @@ from .solvers import (
 )
 from .solvers import exact, kernels, rosenbrock, stiff  # Theorem 6 as a solve path; numba; Rodas5P; Newton solves
 from .theory import (
+    Asymptote,
     Compression,
     OracleSolution,
     PowerLawFit,
     SampleOracleSolution,
+    asymptote,
     compression_report,
     corollary3,
+    drop_times,
     fit_power_law,
+    learning_phase_end,
     linearized,
     linearized_horizon,
     measure_ignition_times,
     measure_sample_ignition_times,
     ntk,
+    plateau_levels,
     predicted_ignition_times,
     proposition7,
     sample_ignition_times,
@@ -181,7 +187,8 @@ __all__ = [
     "AssumptionError", "OracleSolution", "theorem6", "theorem6_rates", "theorem7", "theorem7_commuting",
     "theorem16", "proposition7", "SampleOracleSolution", "theorem4", "theorem5", "samplewise_rates",
     "sample_ignition_times", "measure_sample_ignition_times", "staircase_limit", "predicted_ignition_times",
-    "measure_ignition_times", "ntk", "PowerLawFit", "fit_power_law", "linearized", "linearized_horizon",
+    "measure_ignition_times", "Asymptote", "asymptote", "drop_times", "plateau_levels", "learning_phase_end",
+    "ntk", "PowerLawFit", "fit_power_law", "linearized", "linearized_horizon",
     "Compression", "theorem3", "corollary3", "compression_report",
     # your own network
     "Network", "record", "Recording",

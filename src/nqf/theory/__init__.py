@@ -1,14 +1,16 @@
 """Theory: the paper's exact results as functions (layer 4 of nqf).
 
 Exact oracles (Theorems 6, 7, 16, Proposition 7), the sample-wise oracles and staircase
-(Theorems 4, 5, 10; `nqf.samplewise`), ignition times (E19, predicted and measured), scaling
+(Theorems 4, 5, 10; `nqf.samplewise`), ignition times (E19, predicted and measured), the flow's
+limit t -> inf (`asymptote`) and loss-curve times (`drop_times`, `plateau_levels`,
+`learning_phase_end`), scaling
 exponents and the power-law fitter (E21-E23; `nqf.powerlaw`), the early-time spectral view
 (`nqf.spectral`), the NTK (Proposition 8, E25) and compression (Theorem 3, Corollary 3;
 `nqf.compress`). An oracle whose assumption fails raises `AssumptionError` naming it and the
 measured residual.
 
 May import `nqf._core`, `nqf.data`, `nqf.dynamics` and `nqf.solvers` (the measured ignition
-times read flow solutions). Private modules: `_oracles`, `_ignition`, `_ntk`.
+times read flow solutions). Private modules: `_oracles`, `_ignition`, `_asymptote`, `_ntk`.
 """
 
 from .._core._exports import publish as _publish
@@ -25,7 +27,8 @@ from ._oracles import (
     theorem7_commuting,
     theorem16,
 )
-from ._ignition import measure_ignition_times, predicted_ignition_times
+from ._asymptote import Asymptote, asymptote
+from ._ignition import drop_times, learning_phase_end, measure_ignition_times, plateau_levels, predicted_ignition_times
 from ._ntk import ntk
 from .samplewise import (
     SampleOracleSolution,
@@ -55,6 +58,11 @@ __all__ = [
     "sym_basis",
     "predicted_ignition_times",
     "measure_ignition_times",
+    "Asymptote",
+    "asymptote",
+    "drop_times",
+    "plateau_levels",
+    "learning_phase_end",
     "ntk",
     "SampleOracleSolution",
     "theorem4",

@@ -13,26 +13,35 @@ The mode values are either the mode strengths z_k(t) = (P^T M(t) P)_kk of commut
 order (mode k = the k-th largest eigenvalue). For commuting data started from M0 = eps I the
 two coincide up to labels: M(t) = P diag(z(t)) P^T.
 
+Loss curves: `drop_times` (the time of each plateau-to-plateau drop), `plateau_levels` (the
+plateaus of a curve from its ignition times) and `learning_phase_end` (when the loss is within a
+fraction of its asymptote), located the same way.
+
 Times are gradient-flow times t = eta * (number of GD steps) throughout.
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
+import jax
 import numpy as np
 import scipy.optimize
 
 from .._core._checks import as_array, check_positive, shape_str
 from .._core._config import require_x64
 from ..data._operators import AbstractCommutingData
+from ..dynamics._flow import _saved_losses
 from ..solvers._solve import FlowSolution
 from ..solvers._sweep import SweepSolution
+from ._asymptote import Asymptote, check_no_weight_decay, of_flow
 
-__all__ = ["predicted_ignition_times", "measure_ignition_times"]
+__all__ = ["predicted_ignition_times", "measure_ignition_times", "drop_times", "plateau_levels",
+           "learning_phase_end"]
 
 QUANTITIES = ("auto", "z", "eigenvalues")
 REFINES = ("auto", "brent", "linear", "step")
+MODES = ("all", "growing")
 
 
 def predicted_ignition_times(zeta, C, z0, *, rho: float = 0.5, a: float = 1.0) -> np.ndarray:
@@ -66,7 +75,7 @@ def predicted_ignition_times(zeta, C, z0, *, rho: float = 0.5, a: float = 1.0) -
 
 
 def measure_ignition_times(trajectory, *, rho: float = 0.5, target=None, quantity: str = "auto",
-                           refine: str = "auto", xtol: float = 1e-12, z_inf=None) -> np.ndarray:
+                           refine: str = "auto", xtol: float = 1e-12, z_inf=None, modes="all") -> np.ndarray:
     """Times at which each mode first reaches rho times its final value, measured on a trajectory.
 
     The measured counterpart of Eq. E19 (`predicted_ignition_times`), for flows and discrete
@@ -86,11 +95,26 @@ def measure_ignition_times(trajectory, *, rho: float = 0.5, target=None, quantit
       the data's modes. ``"eigenvalues"``: the eigenvalues of M(t) in decreasing order (any data;
       mode k is the k-th largest; for a `GLVTrajectory` the sorted z, which are M's eigenvalues).
       ``"auto"`` (default): ``"z"`` where mode strengths exist, else ``"eigenvalues"``.
-    - `target` (p,), or (B, p) for a batch (one row per member; (p,) is shared): the final
-      values whose fraction rho is crossed. Default: for ``"z"`` on a flow the GLV equilibrium
-      z(inf) (`FlowSolution.z_inf`, the convention of E19); otherwise (and where z(inf) is not
-      defined, e.g. a model with g, B) the values at the last saved time `ts[-1]` (flows) or the
-      last saved step (discrete). `z_inf`: the same argument under its former name (give one).
+    - `target`: the final values whose fraction rho is crossed: an array (p,), or (B, p) for a
+      batch (one row per member; (p,) is shared); an `nqf.Asymptote` (`nqf.asymptote`: its `z`
+      for ``"z"``, its `eigenvalues` for ``"eigenvalues"``; shared by a batch); or the string
+      ``"asymptote"``: the flow's own limit t -> inf, `nqf.asymptote` of its model and initial
+      condition (flows and sweep members only; each member its own), which does not depend on
+      the horizon. Default (None): for ``"z"`` on a flow the GLV equilibrium z(inf)
+      (`FlowSolution.z_inf`, the convention of E19: `nqf.glv_equilibrium`, which is the flow's
+      limit when the minimizer of the loss over z >= 0 is unique, e.g. with orthogonal
+      features; ``"asymptote"`` is the flow's limit in every case); otherwise (and where z(inf)
+      is not defined, e.g. a model with g, B) the values at the last saved time `ts[-1]` (flows)
+      or the last saved step (discrete). That default depends on the horizon: a mode still
+      growing at `ts[-1]` has a smaller target, hence an earlier time, with a shorter horizon
+      (use ``target="asymptote"`` or an `Asymptote` for a horizon-independent target).
+      `z_inf`: the same argument under its former name (give one).
+    - `modes`: which modes get a time. ``"all"`` (default): every mode (a mode already at or
+      above rho x target at the first time gets that time, t0). ``"growing"``: only the modes
+      that grow into their target, i.e. whose value at the first time is below rho x target
+      (and whose target is above the rounding level); the others get `nan` (so a mode that
+      never grows is `nan`, not t0). A boolean mask (p,), or (B, p) for a batch: the modes
+      where it is True; the others get `nan`.
     - `refine`: how a crossing is located between two samples. ``"brent"``: bracketed on the
       solver's accepted steps (`FlowSolution.step_times`) and refined by Brent's method on the
       dense output (`z_at`, or the eigenvalues of `M_at`) to absolute time tolerance `xtol`
@@ -108,15 +132,20 @@ def measure_ignition_times(trajectory, *, rho: float = 0.5, target=None, quantit
     `SweepSolution` or batched trajectory. `nan` for modes whose target is <= 0 (e.g.
     z_k(inf) = 0; for eigenvalues computed from M, <= 16 p eps_mach max|eigenvalue|, the
     rounding level of a zero eigenvalue) or that do not reach rho x target within the
-    trajectory; the first time (t0) for modes that start at or above it (e.g. a decaying mode
-    with the default target), as `predicted_ignition_times` gives 0.
+    trajectory, or that `modes` leaves out; with ``modes="all"`` the first time (t0) for modes
+    that start at or above it (e.g. a decaying mode with the default target), as
+    `predicted_ignition_times` gives 0 (``modes="growing"`` gives `nan` there).
 
-    **Raises:** `ValueError` for rho outside (0, 1), an unknown `quantity` or `refine`,
-    ``quantity="z"`` without mode strengths (non-commuting data, `MapTrajectory`), ``refine=
-    "brent"`` without dense output, a `target` of the wrong shape (the message names the
-    expected and found shapes), non-finite `target`, both `target` and `z_inf`, xtol <= 0;
-    `TypeError` for an unsupported `trajectory`; `RuntimeError` if JAX's float64 was turned off
-    after importing nqf (`nqf._core._config.require_x64`).
+    **Raises:** `ValueError` for rho outside (0, 1), an unknown `quantity`, `refine` or
+    `modes`, a `modes` mask that is not boolean or of the wrong shape, ``quantity="z"`` without
+    mode strengths (non-commuting data, `MapTrajectory`), ``refine="brent"`` without dense
+    output, a `target` of the wrong shape (the message names the expected and found shapes),
+    non-finite `target`, ``target="asymptote"`` on a trajectory that is not a flow (pass
+    ``target=nqf.asymptote(model, ...)``) or on a flow with weight decay, an `Asymptote` target
+    without `z` for ``"z"``, both `target` and `z_inf`, xtol <= 0; `TypeError` for an
+    unsupported `trajectory`; those of `nqf.asymptote` for ``target="asymptote"``;
+    `RuntimeError` if JAX's float64 was turned off after importing nqf
+    (`nqf._core._config.require_x64`).
     """
     require_x64()
     _check_rho(rho)
@@ -127,13 +156,20 @@ def measure_ignition_times(trajectory, *, rho: float = 0.5, target=None, quantit
         raise ValueError("Give the final values as `target` or as `z_inf` (its former name), not both.")
     name = "z_inf" if z_inf is not None else "target"
     target = z_inf if z_inf is not None else target
+    if isinstance(trajectory, SweepSolution) and isinstance(target, str) and target == "asymptote":
+        check_no_weight_decay(trajectory.settings)  # (its members do not record the sweep's settings)
     series, batched = _series_of(trajectory, quantity, refine)
+    keep = _mode_mask(modes, series, batched)  # (B, p) or None; checked before any asymptote is computed
     levels = _targets(target, name, series, batched)
     out = np.stack([
         _first_crossings(s.t, s.values, rho * lvl, direction=(lvl > s.floor).astype(float), at=s.at,
                          how=s.how, xtol=xtol)
         for s, lvl in zip(series, levels)
     ])
+    if isinstance(modes, str) and modes == "growing":
+        keep = np.stack([s.values[0] < rho * lvl for s, lvl in zip(series, levels)])
+    if keep is not None:
+        out = np.where(keep, out, np.nan)
     return out if batched else out[0]
 
 
@@ -146,6 +182,8 @@ class _Series(NamedTuple):
     at: Callable | None  # t (k,) -> (k, p) mode values by dense output; None: samples only
     how: str  # how crossings are located (`_first_crossings`): "brent", "linear" or "step"
     floor: float = 0.0  # targets at or below this rounding level count as 0 (never ignite)
+    quantity: str = "eigenvalues"  # what `values` are: "z" or "eigenvalues"
+    flow: Any = None  # the FlowSolution the series comes from (target="asymptote"), or None
 
 
 def _check_rho(rho) -> None:
@@ -225,7 +263,7 @@ def _flow_series(sol: FlowSolution, quantity: str, refine: str) -> _Series:
         final = values[-1]
     z_inf = sol.z_inf if quantity == "z" else None
     return _Series(t, values, final if z_inf is None else z_inf, at, how,
-                   0.0 if quantity == "z" else _rounding_level(values))
+                   0.0 if quantity == "z" else _rounding_level(values), quantity, sol)
 
 
 def _discrete_series(traj, times, quantity: str, refine: str) -> tuple[list[_Series], bool]:
@@ -262,7 +300,7 @@ def _discrete_series(traj, times, quantity: str, refine: str) -> tuple[list[_Ser
             f"{shape_str(values.shape[:2])} to match its saved states; found {shape_str(t.shape)}."
         )
     how = "linear" if refine == "auto" else refine
-    return [_Series(tb, vb, vb[-1], None, how, _rounding_level(vb) if from_M else 0.0)
+    return [_Series(tb, vb, vb[-1], None, how, _rounding_level(vb) if from_M else 0.0, quantity)
             for tb, vb in zip(t, values)], batched
 
 
@@ -271,11 +309,57 @@ def _targets(target, name: str, series: list[_Series], batched: bool) -> np.ndar
     B, p = len(series), series[0].values.shape[1]
     if target is None:
         return np.stack([s.final for s in series])
+    if isinstance(target, str):
+        if target != "asymptote":
+            raise ValueError(f"`{name}` must be an array, an nqf.Asymptote or 'asymptote'; found {target!r}.")
+        return np.stack([_asymptote_values(_flow_asymptote(s), s.quantity, name) for s in series])
+    if isinstance(target, Asymptote):
+        return np.stack([_asymptote_values(target, s.quantity, name) for s in series])
     arr = np.asarray(as_array(target, name, host=True))
     if arr.shape == (p,) or (batched and arr.shape == (B, p)):
         return np.broadcast_to(arr, (B, p))
     want = f"({p},) (one final value per mode)" + (f" or ({B}, {p}) (one row per member)" if batched else "")
     raise ValueError(f"`{name}` must have shape {want}; found {shape_str(arr.shape)}.")
+
+
+def _flow_asymptote(s: _Series) -> Asymptote:
+    if s.flow is None:
+        raise ValueError(
+            "target='asymptote' needs a flow (FlowSolution, or the members of a SweepSolution), whose model "
+            "and initial condition define the limit; for a discrete trajectory pass "
+            "target=nqf.asymptote(model, M0=...) (the limit of the flow from the same start)."
+        )
+    return of_flow(s.flow)
+
+
+def _asymptote_values(asy: Asymptote, quantity: str, name: str) -> np.ndarray:
+    """The final values of `quantity` ("z" or "eigenvalues") in an `Asymptote`."""
+    if quantity == "z":
+        if asy.z is None:
+            raise ValueError(
+                f"`{name}` is an Asymptote without mode strengths z (method={asy.method!r}: data that are not "
+                "commuting); use quantity='eigenvalues'."
+            )
+        return np.asarray(asy.z, float)
+    return np.asarray(asy.eigenvalues, float)
+
+
+def _mode_mask(modes, series: list[_Series], batched: bool):
+    """The `modes` argument checked: None ("all", "growing": decided later) or a (B, p) mask."""
+    if isinstance(modes, str):
+        _check_choice(modes, "modes", MODES)
+        return None
+    B, p = len(series), series[0].values.shape[1]
+    arr = np.asarray(modes)
+    want = f"({p},)" + (f" or ({B}, {p})" if batched else "")
+    if arr.dtype != bool:
+        raise ValueError(
+            f"`modes` must be 'all', 'growing' or a boolean mask of shape {want}; found an array of dtype "
+            f"{arr.dtype} (a mask selects modes with True; use np.isin for a list of mode indices)."
+        )
+    if arr.shape == (p,) or (batched and arr.shape == (B, p)):
+        return np.broadcast_to(arr, (B, p))
+    raise ValueError(f"`modes` (a boolean mask) must have shape {want}; found {shape_str(arr.shape)}.")
 
 
 def _first_crossings(t, values, level, *, direction=1.0, at=None, how: str = "linear",
@@ -311,3 +395,203 @@ def _first_crossings(t, values, level, *, direction=1.0, at=None, how: str = "li
             fj = lambda s, j=j: float((at(np.array([s]))[0, j] - level[j]) * sgn[j])  # noqa: E731
             out[j] = scipy.optimize.brentq(fj, t[lo[j]], t[i[j]], xtol=xtol, rtol=4 * np.finfo(float).eps)
     return np.where(hit, out, np.nan)
+
+
+# --------------------------------------------------------------------------------------------
+# loss curves: drops between plateaus, plateau levels, the end of the learning phase
+# --------------------------------------------------------------------------------------------
+
+
+class _Curve(NamedTuple):
+    """A loss curve: samples (t (n,), loss (n,)) and, for a flow with dense output, the loss at
+    any time (t (k,) -> (k,)) and how crossings are located."""
+
+    t: np.ndarray
+    loss: np.ndarray
+    at: Callable | None
+    how: str
+
+
+def _flow_loss_at(sol: FlowSolution) -> Callable:
+    """t (k,) -> the loss (k,) of a flow by its dense output (the state of its form at t)."""
+    general = sol.form == "M-mu" and sol.model is not None
+    args = (sol.model if general else sol.data, 0.0, sol.d if sol.form == "M-mu" else sol._mask)
+    one = lambda y: _saved_losses(0.0, y, args, form=sol.form, z_star=None, grad=None)["loss"]  # noqa: E731
+    return lambda t: np.asarray(jax.vmap(one)(sol.evaluate(t)))
+
+
+def _loss_curve(trajectory, loss, refine: str) -> _Curve:
+    """The loss curve of `trajectory` (a flow, a discrete trajectory with `t`/`ts` and `loss`)
+    or of the arrays (`trajectory` = t, `loss`), checked."""
+    _check_choice(refine, "refine", REFINES)
+    if loss is not None:
+        t, values = trajectory, loss
+    elif isinstance(trajectory, SweepSolution):
+        raise TypeError("A SweepSolution holds B loss curves: measure each member, e.g. "
+                        "[nqf.drop_times(member, levels=...) for member in sweep].")
+    elif isinstance(trajectory, FlowSolution):
+        dense = refine in ("auto", "brent") and _has_dense(trajectory)
+        if refine == "brent" and not dense:
+            raise ValueError("refine='brent' needs the dense output of the flow; this solution was solved with "
+                             "dense=False. Solve with dense=None (default) or True, or use refine='linear'.")
+        if dense:
+            at = _flow_loss_at(trajectory)
+            t = trajectory.step_times
+            return _Curve(t, _checked_curve(t, at(t))[1], at, "brent")
+        t, values = np.asarray(trajectory.ts), trajectory.loss
+    else:
+        t = getattr(trajectory, "t", getattr(trajectory, "ts", None))
+        values = getattr(trajectory, "loss", None)
+        if t is None or values is None:
+            raise TypeError(
+                "`trajectory` must be a FlowSolution, an object with times `t` or `ts` and `loss` (MapTrajectory, "
+                f"WTrajectory, GLVTrajectory), or the times with `loss` given; found {type(trajectory).__name__}."
+            )
+    if refine == "brent":
+        raise ValueError("refine='brent' needs a flow with dense output; use refine='linear' (default) or 'step'.")
+    t, values = _checked_curve(t, values)
+    return _Curve(t, values, None, "linear" if refine == "auto" else refine)
+
+
+def _checked_curve(t, loss) -> tuple[np.ndarray, np.ndarray]:
+    t = np.asarray(as_array(t, "t", ndim=1, host=True))
+    loss = np.asarray(as_array(loss, "loss", ndim=1, host=True))
+    if t.size == 0 or loss.shape != t.shape:
+        raise ValueError(f"`t` and `loss` must be non-empty 1-d arrays of the same length; found shapes "
+                         f"{shape_str(t.shape)} and {shape_str(loss.shape)}.")
+    if np.any(np.diff(t) < 0):
+        i = int(np.argmax(np.diff(t) < 0))
+        raise ValueError(f"`t` must be non-decreasing; found t[{i}] = {t[i]} > t[{i + 1}] = {t[i + 1]}.")
+    return t, loss
+
+
+def _down_crossings(curve: _Curve, levels, xtol: float) -> np.ndarray:
+    """First times (k,) at which the loss falls to each level (k,) (nan if never)."""
+    levels = np.atleast_1d(np.asarray(levels, float))
+    k = levels.size
+    cols = np.repeat(curve.loss[:, None], k, axis=1)
+    at = None if curve.at is None else (lambda s: np.repeat(curve.at(s)[:, None], k, axis=1))
+    return _first_crossings(curve.t, cols, levels, direction=-1.0, at=at, how=curve.how, xtol=xtol)
+
+
+def _final_loss(final, name: str) -> float:
+    value = final.loss if isinstance(final, Asymptote) else final
+    value = np.asarray(as_array(value, name, host=True))
+    if value.ndim != 0:
+        raise ValueError(f"`{name}` must be a scalar loss or an nqf.Asymptote; found shape {shape_str(value.shape)}.")
+    return float(value)
+
+
+def drop_times(trajectory, loss=None, *, levels, refine: str = "auto", xtol: float = 1e-12) -> np.ndarray:
+    """Times of the plateau-to-plateau drops of a loss curve.
+
+    Given plateau levels L_0 > L_1 > ... > L_n (e.g. from a prediction: the loss on each
+    plateau, `plateau_levels`, and the asymptotic loss, `nqf.asymptote`), drop k (k = 0..n-1)
+    happens at the first time the loss falls to the midpoint (L_k + L_{k+1}) / 2. The loss of a
+    gradient flow never increases, so "first" is unambiguous there.
+
+    **Arguments:**
+
+    - `trajectory`: a `FlowSolution` (`solve_flow`), a trajectory with times `t` or `ts` and
+      `loss` (`MapTrajectory`, `WTrajectory`, `GLVTrajectory`), or the times t (n,) with the
+      loss curve given as `loss` (n,).
+    - `levels` (n + 1,): the plateau levels, strictly decreasing, finite, n >= 1.
+    - `refine`: ``"brent"`` (a flow with dense output: bracketed on the solver's accepted steps
+      and refined by Brent's method on the loss of the dense state, to absolute time tolerance
+      `xtol`), ``"linear"`` (linear interpolation between samples), ``"step"`` (the first sample
+      at or below), ``"auto"`` (default: ``"brent"`` where there is dense output, else
+      ``"linear"``).
+
+    **Returns:** the n drop times, shape (n,), in gradient-flow time t = eta * steps (a discrete
+    trajectory's `t`); `nan` for a drop the curve never reaches; t[0] if the curve starts at or
+    below the midpoint.
+
+    **Raises:** `ValueError` for levels that are not strictly decreasing, fewer than 2 levels,
+    non-finite levels, times or losses, times not non-decreasing, `t` and `loss` of different
+    lengths, ``refine="brent"`` without dense output, an unknown `refine`, xtol <= 0;
+    `TypeError` for an unsupported `trajectory` (a `SweepSolution`: measure each member).
+    """
+    require_x64()
+    xtol = check_positive(xtol, "xtol")
+    lv = np.asarray(as_array(levels, "levels", ndim=1, host=True))
+    if lv.size < 2:
+        raise ValueError(f"`levels` must hold at least 2 plateau levels (one drop); found {lv.size}.")
+    if np.any(np.diff(lv) >= 0):
+        i = int(np.argmax(np.diff(lv) >= 0))
+        raise ValueError(f"`levels` must be strictly decreasing (L_0 > L_1 > ...); found levels[{i}] = {lv[i]} <= "
+                         f"levels[{i + 1}] = {lv[i + 1]}.")
+    curve = _loss_curve(trajectory, loss, refine)
+    return _down_crossings(curve, 0.5 * (lv[:-1] + lv[1:]), xtol)
+
+
+def plateau_levels(trajectory, loss=None, ignition_times=None, final=None) -> np.ndarray:
+    """The plateau levels of a loss curve with known ignition times: the loss before the first
+    ignition, on each plateau between consecutive ignitions, and the asymptote.
+
+    With ignition times t_1 < ... < t_n (measured from the curve's start t_0), the plateau between
+    t_k and t_{k+1} is read at their harmonic mean h_k = 2 / (1/t_k + 1/t_{k+1}). Why the harmonic
+    mean: after drop k the loss relaxes like exp(-zeta_k (t - t_k)), before drop k + 1 it departs
+    like exp(zeta_{k+1} (t - t_{k+1})), and the ignition times are t_k = ln(1/eps) / (a zeta_k) to
+    leading order (Eq. E19); the time where both deviations are equally small (the minimax
+    point) is (zeta_k t_k + zeta_{k+1} t_{k+1}) / (zeta_k + zeta_{k+1}) = h_k. The geometric mean
+    (midpoint on a log-time plot) lies later, closer to the next drop.
+
+    **Arguments:**
+
+    - `trajectory`, `loss`: the curve, as in `drop_times` (a flow with dense output is read by
+      its dense output, samples by linear interpolation).
+    - `ignition_times` (n,): e.g. `predicted_ignition_times` or `measure_ignition_times`;
+      non-finite entries (modes that never ignite) are left out, equal ones count once. The
+      finite ones must lie in (t_0, t_end] of the curve.
+    - `final`: the asymptotic loss (a number, or an `nqf.Asymptote`: its `loss`).
+
+    **Returns:** the levels [L(t_0), L(h_1), ..., L(h_{n-1}), final], shape (n + 1,) for n
+    distinct finite ignition times (not checked to decrease: `drop_times` checks).
+
+    **Raises:** `ValueError` for missing `ignition_times` or `final`, ignition times outside
+    (t_0, t_end], non-finite or non-scalar `final`, and the curve errors of `drop_times`.
+    """
+    require_x64()
+    if ignition_times is None or final is None:
+        raise ValueError("`ignition_times` (n,) and `final` (the asymptotic loss) are required.")
+    curve = _loss_curve(trajectory, loss, "auto")
+    times = np.asarray(as_array(ignition_times, "ignition_times", ndim=1, finite=False, host=True))
+    tk = np.unique(times[np.isfinite(times)])
+    t0, t_end = curve.t[0], curve.t[-1]
+    if tk.size and (tk[0] <= t0 or tk[-1] > t_end):
+        raise ValueError(f"`ignition_times` must lie in (t_0, t_end] = ({t0:g}, {t_end:g}] of the curve; found range "
+                         f"[{tk[0]:g}, {tk[-1]:g}].")
+    rel = tk - t0
+    h = t0 + 2.0 * rel[:-1] * rel[1:] / (rel[:-1] + rel[1:])
+    inside = (curve.at(h) if curve.at is not None and h.size else np.interp(h, curve.t, curve.loss))
+    return np.concatenate([[curve.loss[0]], inside, [_final_loss(final, "final")]])
+
+
+def learning_phase_end(trajectory, loss=None, final_loss=None, tol: float = 0.02, *, refine: str = "auto",
+                       xtol: float = 1e-12) -> float:
+    """The end of the learning phase: the first time t with L(t) - L_inf <= tol (L(t_0) - L_inf).
+
+    **Arguments:** `trajectory`, `loss` as in `drop_times`; `final_loss` L_inf (a number, or an
+    `nqf.Asymptote`: its `loss`; required); `tol` in (0, 1); `refine`, `xtol` as in
+    `drop_times`.
+
+    **Returns:** the time (gradient-flow time t = eta * steps), a float; `nan` if the curve never
+    gets there; t_0 if L(t_0) = L_inf.
+
+    **Raises:** `ValueError` for a missing or non-finite `final_loss`, one above the initial loss
+    L(t_0) (a gradient flow's loss never rises, so it cannot be that curve's limit), tol outside
+    (0, 1), and the curve errors of `drop_times`.
+    """
+    require_x64()
+    if final_loss is None:
+        raise ValueError("`final_loss` (the asymptotic loss L_inf, e.g. nqf.asymptote(...).loss) is required.")
+    L_inf = _final_loss(final_loss, "final_loss")
+    if not 0.0 < tol < 1.0:
+        raise ValueError(f"`tol` must lie in (0, 1); found {tol!r}.")
+    xtol = check_positive(xtol, "xtol")
+    curve = _loss_curve(trajectory, loss, refine)
+    L0 = float(curve.loss[0])
+    if L_inf > L0:
+        raise ValueError(f"`final_loss` = {L_inf:.6g} lies above the initial loss L(t_0) = {L0:.6g}: it is not the "
+                         "limit of this (non-increasing) loss curve.")
+    return float(_down_crossings(curve, L_inf + tol * (L0 - L_inf), xtol)[0])
