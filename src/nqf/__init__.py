@@ -119,7 +119,7 @@ from .theory import (
 from .theory import compress, powerlaw, samplewise, spectral  # Theorems 3, Cor. 3; E21-E23; Theorems 4, 5, 10; E15
 from . import data, dynamics, solvers, theory, network  # noqa: E402  (the layers, for `from nqf import *`)
 from .data import Network  # a user's module with its neurons located (module <-> W)
-from .network import Recording, record  # your own network: record its training
+from .network import Comparison, FrozenParameterWarning, Prediction, Recording, compare, predict, record
 from . import validate  # the theorem checks behind `nqf validate`: nqf.validate.validate()
 
 # nqf 0.1's flat module paths -> their homes (CHANGELOG.md). `import nqf.solve` and
@@ -191,7 +191,7 @@ __all__ = [
     "ntk", "PowerLawFit", "fit_power_law", "linearized", "linearized_horizon",
     "Compression", "theorem3", "corollary3", "compression_report",
     # your own network
-    "Network", "record", "Recording",
+    "Network", "predict", "Prediction", "record", "Recording", "compare", "Comparison", "FrozenParameterWarning",
     # results on disk
     "save", "load",
     # public namespaces

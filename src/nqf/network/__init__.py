@@ -10,8 +10,10 @@ modules: `_inputs`, `_predict`, `_record`, `_compare`, `_plot`.
 """
 
 from .._core._exports import publish as _publish
+from ._compare import Comparison, compare
+from ._predict import FrozenParameterWarning, Prediction, predict
 from ._record import Recording, record
 
-__all__ = ["Recording", "record"]
+__all__ = ["Prediction", "predict", "Recording", "record", "Comparison", "compare", "FrozenParameterWarning"]
 
 _publish(__name__, globals())

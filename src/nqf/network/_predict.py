@@ -41,7 +41,7 @@ import numpy as np
 
 from .._core._checks import check_positive
 from .._core.io import Saveable
-from ..data import Network, extract
+from ..data import FeedForwardData, Network, extract
 from ..data._model import as_model
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics import closed_sgd
@@ -199,7 +199,7 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
         if not (isinstance(v, (int, float, np.floating)) and 0.0 < v < 1.0):
             raise ValueError(f"`{name}` must lie in (0, 1); found {v!r}.")
     _warn_frozen(net, x, y2, W0)
-    model = extract(net, x, y=np.asarray(y2) if k > 1 else np.asarray(y2[:, 0]), **(extract_options or {}))
+    model = extract(net, x, net.p, y=np.asarray(y2) if k > 1 else np.asarray(y2[:, 0]), **(extract_options or {}))
     settings = dict(lr=None, steps=None, t1=None, batch_size=batch_size, batch_indices=None, key=key,
                     momentum=float(momentum), weight_decay=float(weight_decay), rho=float(rho),
                     phase_tol=float(phase_tol), gap_tol=float(gap_tol))
@@ -307,32 +307,95 @@ _MAX_REMAINDER_TIMES = 64
 
 
 def _remainder(net: Network, model, x, y, t, loss, W_t, gap_tol):
-    """(times, next-terms gap, module gap, departure estimate) along W(t) (module docstring)."""
+    """(times, next-terms gap, module gap, departure estimate) along the NQF's weights W(t).
+
+    With R(W) = L(f_NQF + r) - L(f_NQF) the loss change that the remainder r of the outputs
+    makes (r = T3 + T4, the next terms of the expansion; or r = module - NQF), a network started
+    on the NQF's path differs from the NQF's loss by, to first order in the remainder and in the
+    Gauss-Newton approximation of the NQF's loss Hessian,
+
+        G(t) = R(W(t)) - int_0^t |P_null grad_W R(W(s))|^2 ds,
+
+    P_null the projection onto the directions that do not change the NQF's outputs (the null
+    space of its output Jacobian J, range(J^T) = {[X Z2; X^T Z1] : X in span{C_mu}} for
+    feed-forward data, Eq. E3): along the others the network re-equilibrates on the NQF's
+    loss (their effect is the static term), along the null directions it keeps descending at
+    the rate |P_null grad R|^2 (gradient flow: dL/dt = -|grad L|^2), which is how it leaves the
+    NQF after the learning phase. Without feed-forward structure only the static term is used.
+    `gap` = |G| / L(0); the estimate is the first saved time with gap > `gap_tol`."""
     empty = np.zeros(0)
     if W_t is None:
         return empty, empty, empty, float("nan")
     idx = np.unique(np.linspace(0, len(t) - 1, min(len(t), _MAX_REMAINDER_TIMES)).round().astype(int))
+    data = as_model(model).data
+    basis = _output_span(data) if isinstance(data, FeedForwardData) and not as_model(model).has_mean_field else None
+    fn = net._compiled(("remainder", id(model)), lambda: _remainder_program(net, as_model(model), basis is not None))
+    yf = jnp.asarray(y).reshape(-1)
+    parts = np.array([[np.asarray(v) for v in fn(jnp.asarray(W_t[i]), x, yf, basis)] for i in idx])
+    ts = t[idx]
     L0 = float(loss[0])
-    f_nqf = _nqf_outputs(model, W_t[idx])
-    yf = np.asarray(y).reshape(-1)
-    est, mod = [], []
-    for j, i in enumerate(idx):
-        t3, t4, full = _taylor_terms(net, jnp.asarray(W_t[i]), x)
-        f = f_nqf[j]
-        ln = np.mean((f - yf) ** 2)
-        est.append(abs(np.mean((f + t3 + t4 - yf) ** 2) - ln) / L0)
-        mod.append(abs(np.mean((full - yf) ** 2) - ln) / L0)
-    est, mod = np.asarray(est), np.asarray(mod)
-    over = np.flatnonzero(est > gap_tol)
-    depart = float(t[idx][over[0]]) if over.size else float("inf")
-    return t[idx], est, mod, depart
+    gaps = []
+    for static, rate in ((parts[:, 0], parts[:, 1]), (parts[:, 2], parts[:, 3])):
+        drift = np.concatenate([[0.0], np.cumsum(0.5 * (rate[1:] + rate[:-1]) * np.diff(ts))])
+        gaps.append(np.abs(static - drift) / L0)
+    over = np.flatnonzero(gaps[0] > gap_tol)
+    depart = float(ts[over[0]]) if over.size else float("inf")
+    return ts, gaps[0], gaps[1], depart
 
 
-def _nqf_outputs(model, Ws):
-    """The NQF's outputs f_x (flattened input-major) at each W of Ws (n, p, d)."""
-    model = as_model(model)
-    return np.stack([np.asarray(model.outputs_factor(jnp.asarray(W), jnp.sum(jnp.asarray(W), axis=1)))
-                     for W in Ws])
+def _output_span(data: "FeedForwardData"):
+    """An orthonormal basis (s, k, q) of span{C_mu} (the NQF's outputs are <Z1 Z2^T, C_mu>) with
+    the data's front/back offsets, from the SVD of the (m, k q) design (rcond max(m, kq) eps)."""
+    C = np.einsum("mrk,mrq->mkq", np.asarray(data.a_rows), np.asarray(data.b_rows))
+    D = C.reshape(C.shape[0], -1)
+    _, sv, Vt = np.linalg.svd(D, full_matrices=False)
+    keep = sv > max(D.shape) * np.finfo(float).eps * (sv[0] if sv.size else 0.0)
+    return (jnp.asarray(Vt[keep].reshape(-1, data.k, data.q)), data.front)
+
+
+def _null_rate(W, g, basis):
+    """|P_null g|^2 for a gradient g (p, d) at W: g minus its least-squares projection on
+    range(J^T) = {[X Z2; X^T Z1] : X = sum_j c_j B_j} (feed-forward data)."""
+    B, front = basis
+    k, q = B.shape[1], B.shape[2]
+    Z1, Z2 = W[front:front + k], W[front + k:front + k + q]
+    g1, g2 = g[front:front + k], g[front + k:front + k + q]
+    P1, P2 = Z1 @ Z1.T, Z2 @ Z2.T
+    BP = jnp.einsum("jab,bc->jac", B, P2) + jnp.einsum("ab,jbc->jac", P1, B)
+    G = jnp.einsum("jac,lac->jl", B, BP)
+    h = jnp.einsum("jab,ab->j", B, g1 @ Z2.T + Z1 @ g2.T)
+    c = jnp.linalg.lstsq(G, h, rcond=1e-12)[0]
+    return jnp.maximum(jnp.sum(g ** 2) - h @ c, 0.0)
+
+
+def _remainder_program(net: Network, model, projected: bool):
+    """jit(W, x, y, basis) -> (R_T, rate_T, R_module, rate_module) of `_remainder`: the static
+    loss change and the drift rate |P_null grad R|^2 (0 without `projected`), with the
+    next-terms remainder T3 + T4 and with the module itself."""
+
+    def parts(W, x, y, basis):
+        def nqf_out(W):
+            return model.outputs_factor(W, jnp.sum(W, axis=1))
+
+        def taylor(W):
+            t3, t4, full = jax.vmap(lambda xx: _taylor_one(net, W, xx))(x)
+            return (t3 + t4).reshape(-1), full.reshape(-1)
+
+        mse = lambda f: jnp.mean((f - y) ** 2)  # noqa: E731
+        R_t, g_t = jax.value_and_grad(lambda W: mse(nqf_out(W) + taylor(W)[0]) - mse(nqf_out(W)))(W)
+        R_m, g_m = jax.value_and_grad(lambda W: mse(taylor(W)[1]) - mse(nqf_out(W)))(W)
+        rate = (lambda g: _null_rate(W, g, basis)) if projected else (lambda g: jnp.zeros(()))
+        return R_t, rate(g_t), R_m, rate(g_m)
+
+    return jax.jit(parts)
+
+
+def _taylor_one(net, W, xx):
+    """(T3, T4, f(W)) for one input: T_n = (1/n!) d^n/ds^n f(s W)|_{s=0} (nested forward mode)."""
+    g = lambda s: jnp.atleast_1d(net(s * W, xx))  # noqa: E731
+    zero = jnp.zeros(())
+    return (_derivatives(g, 3)(zero) / math.factorial(3), _derivatives(g, 4)(zero) / math.factorial(4),
+            g(jnp.ones(())))
 
 
 def _derivatives(g, n: int):
@@ -340,17 +403,3 @@ def _derivatives(g, n: int):
     for _ in range(n):
         g = (lambda h: (lambda s: jax.jvp(h, (s,), (jnp.ones_like(s),))[1]))(g)
     return g
-
-
-def _taylor_one(net, W, xx):
-    g = lambda s: jnp.atleast_1d(net(s * W, xx))  # noqa: E731
-    zero = jnp.zeros(())
-    return (_derivatives(g, 3)(zero) / math.factorial(3), _derivatives(g, 4)(zero) / math.factorial(4),
-            g(jnp.ones(())))
-
-
-def _taylor_terms(net: Network, W, x):
-    """(T3, T4, f(W)) for every input and output, flattened input-major: T_n = (1/n!) d^n/ds^n
-    f(s W)|_{s=0}, by nested forward-mode derivatives (one compiled program per network)."""
-    fn = net._compiled("taylor", lambda: jax.jit(lambda W, x: jax.vmap(lambda xx: _taylor_one(net, W, xx))(x)))
-    return tuple(np.asarray(v).reshape(-1) for v in fn(W, x))
