@@ -372,9 +372,10 @@ def choose_split(N: np.ndarray, names: GroupNames, tol: float):
     I, J = np.nonzero(np.triu(nz, 1))
     t_lo, t_hi = int(I.max()) + 1, int(J.min())
     if t_lo > t_hi:
-        a, b = int(np.argmax(I)), int(np.argmin(J))
+        (i1, j1), (i2, j2) = sorted({(int(I[np.argmax(I)]), int(J[np.argmax(I)])),
+                                     (int(I[np.argmin(J)]), int(J[np.argmin(J)]))})
         raise NoStructure(
-            f"the blocks ({names(I[a])}, {names(J[a])}) and ({names(I[b])}, {names(J[b])}) of A_H are "
+            f"the blocks ({names(i1)}, {names(j1)}) and ({names(i2)}, {names(j2)}) of A_H are "
             "nonzero and no contiguous split [front | z1 | z2 | back] of the row groups puts both in "
             "the z1 x z2 block")
     first, last = int(I.min()), int(J.max())
