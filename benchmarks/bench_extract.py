@@ -21,13 +21,14 @@ growth = peak RSS minus the RSS after importing JAX/nqf and loading the digits, 
 
 | case | returned | chunk | first call | compiled call | peak RSS growth |
 |---|---|---|---|---|---|
-| cnn auto | FeedForwardData, split (0, 25, 1, 0) | 168 | 3.4 s | 0.68 s | +119 MB |
-| cnn dense | DenseData (1797, 26, 26) | 64 | 4.3 s | 2.2 s | +133 MB |
+| cnn auto | FeedForwardData, split (0, 25, 1, 0) | 168 | 3.1 s | 0.55 s | +113 MB |
+| cnn dense | DenseData (1797, 26, 26) | 64 | 3.9 s | 2.0 s | +135 MB |
 | cnn, nqf before issue 23 (2ecb911) | fails: XLA asks for 43 GB | all | | | |
-| mlp auto | FeedForwardData, split (0, 64, 1, 0) | 256 | 1.5 s | 0.29 s | +65 MB |
-| mlp dense | DenseData (1797, 65, 65) | 24 | 2.0 s | 0.47 s | +433 MB |
+| mlp auto | FeedForwardData, split (0, 64, 1, 0) | 256 | 1.5 s | 0.07 s | +60 MB |
+| mlp dense | DenseData (1797, 65, 65) | 24 | 2.0 s | 0.44 s | +431 MB |
 | mlp, nqf before issue 23 (2ecb911) | DenseData | all | 3.3 s | 1.3 s | +686 MB |
 
+(The machine's load average was about 3 on its 2 cores during these runs: times are +-30%.)
 The old extractor vmapped the dense Hessian over all inputs at once; for the CNN (a convolution
 whose kernels are batched by the vmap) XLA's workspace grows with the square of the number of
 inputs: +0.55 GB at m = 200, +2.1 GB at 400, +8.2 GB at 800, 43 GB requested at 1797. The

@@ -8,6 +8,7 @@ Every extracted matrix is compared with an independent computation: `jax.hessian
 
 import warnings
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -160,7 +161,8 @@ def test_quadratic_network_is_dense_or_refused(xs):
     assert isinstance(data, nqf.DenseData) and report.structure == "dense" and report.split is None
     assert "diagonal block (row 0, row 0)" in report.structure_note
     _close(_A(data), np.einsum("mi,mj->mij", xs, xs))
-    with pytest.raises(ExtractionError, match=r"structure='feedforward'.*diagonal block \(row 0, row 0\) of A_H is nonzero"):
+    with pytest.raises(ExtractionError,
+                       match=r"structure='feedforward'.*diagonal block \(row 0, row 0\) of A_H is nonzero"):
         extract(f, xs, N, structure="feedforward")
 
 
@@ -255,27 +257,50 @@ def test_dense_request_over_the_memory_budget(xs):
     """A dense result is estimated before allocation: 5 arrays of m k p^2 float64 (A_H, B, their
     JAX copies, one symmetry-check transient); the message names the size and the ways out."""
     mod = MLP(N, 1)
-    with pytest.raises(MemoryBudgetError, match=r"dense structure matrices A and B \(m k, p, p\) = \(5, 5, 5\).*"
-                       r"would allocate about 5 kB.*NQF_MEMORY_BUDGET.*Ways out: structure='auto'.*subset of the inputs") as err:
+    with pytest.raises(MemoryBudgetError,
+                       match=r"dense structure matrices A and B \(m k, p, p\) = \(5, 5, 5\).*would allocate about 5 kB"
+                       r".*NQF_MEMORY_BUDGET.*Ways out: structure='auto'.*subset of the inputs") as err:
         extract(mod, xs, mod.p, structure="dense", memory_budget=1000)
     assert err.value.nbytes == 5 * 8 * 5 * 1 * 5 * 5 and err.value.budget == 1000
 
 
+class _EqxAdapter(eqx.Module):
+    """An equinox adapter holding an array (unhashable: extract keys its programs by identity);
+    `quad` adds sum_i (u_i^T x)^2, a nonzero (u, u) block."""
+
+    scale: jax.Array
+    quad: bool = eqx.field(static=True)
+    p: int = eqx.field(static=True, default=N + 1)
+    groups: tuple = eqx.field(static=True, default=(N, 1))
+    group_names: tuple = eqx.field(static=True, default=("u", "v"))
+
+    def __call__(self, W, x):
+        U, v = W[:N], W[N]
+        out = v @ jnp.tanh(self.scale * (U.T @ x))
+        return out + jnp.sum((U.T @ x) ** 2) if self.quad else out
+
+
 def test_p_and_groups_from_the_adapter_and_argument_errors(xs):
     mod = MLP(N, 1)
-    f = _Adapter(mod, (N, 1), ("u", "v"))
+    f = _EqxAdapter(jnp.asarray(2.0), False)
     data, report = extract_report(f, xs)  # p = f.p, groups = f.groups
     assert report.split == (0, N, 1, 0) and isinstance(data, nqf.FeedForwardData)
-    with pytest.raises(ValueError, match=r"`p` = 4 disagrees with `f.p` = 5"):
-        extract(f, xs, N)
-    with pytest.raises(ValueError, match=r"`p` \(parameters per neuron, the rows of W\) is required: `f` has no attribute `p`"):
+    _close(np.asarray(data.dense()), 2.0 * np.asarray(S.mlp(xs).dense()))  # phi'(0) = 2
+    with pytest.raises(ExtractionError, match=r"diagonal block \('u' \(rows 0:4\), 'u' \(rows 0:4\)\)"):
+        extract(_EqxAdapter(jnp.asarray(2.0), True), xs, structure="feedforward")
+    with pytest.raises(ValueError,
+                       match=r"`p` \(parameters per neuron, the rows of W\) is required: `f` has no attribute `p`"):
         extract(lambda W, x: jnp.sum(W), xs)
-    with pytest.raises(ValueError, match=r"`groups` must be positive integers .* summing to p = 5; found \(3, 1\) \(sum 4\)"):
+    with pytest.raises(ValueError,
+                       match=r"`groups` must be positive integers .* summing to p = 5; found \(3, 1\) \(sum 4\)"):
         extract(mod, xs, groups=(3, 1))
-    with pytest.raises(ValueError, match=r"`f.groups` must be positive integers .* summing to p = 5; found \(5, 0\)"):
+    with pytest.raises(ValueError,
+                       match=r"`f.groups` must be positive integers .* summing to p = 5; found \(5, 0\)"):
         extract(_Adapter(mod, (5, 0), ("u", "v")), xs)
     with pytest.raises(ValueError, match=r"`f.group_names` must be 2 strings"):
         extract(_Adapter(mod, (N, 1), ("u",)), xs)
+    with pytest.raises(ValueError, match=r"`p` = 4 disagrees with `f.p` = 5"):
+        extract(mod, xs, N)
     with pytest.raises(ValueError, match=r"`structure` must be 'auto', 'dense' or 'feedforward'; found 'lowrank'"):
         extract(mod, xs, structure="lowrank")
     for bad in (0, 2.5, True):

@@ -40,9 +40,10 @@ Checks (each names what failed; see `extract`):
 **Returns** (of `extract`): the data (`FeedForwardData` for a feed-forward module, else
 `DenseData`: m k matrices A_H, labels) when g = B = 0 and f(0) = 0 (|f(0)| at round-off level,
 below `f0_rtol` relative to the output scale, counts as 0: the type does not depend on rounding);
-otherwise an `NQFModel` with g, B (model convention: A = A_H - B, see `nqf.NQFModel`) and f0. `extract_report` returns the same together with the measured check
-values. A module whose quadratic part at W = 0 vanishes (constant, linear or purely cubic f)
-gives A = 0 with a `DegenerateWarning`.
+otherwise an `NQFModel` with g, B (model convention: A = A_H - B, see `nqf.NQFModel`) and f0.
+`extract_report` returns the same together with the measured check values. A module whose
+quadratic part at W = 0 vanishes (constant, linear or purely cubic f) gives A = 0 with a
+`DegenerateWarning`.
 """
 
 from __future__ import annotations
@@ -414,9 +415,9 @@ def extract_report(f, x, p: int | None = None, y=None, *, width: int = 2, scale:
     if not (np.isfinite(structure_tol) and 0 <= structure_tol < 1):
         raise ValueError(f"`structure_tol` must be in [0, 1); found {structure_tol!r}.")
     p, groups, names = _layout(f, p, groups)
+    f = _hashable(f)
     if normalization is not None:
         f = _Normalized(f, normalization)
-    f = _hashable(f)
     m = _batch_size(x)
     x = jax.tree_util.tree_map(np.asarray, x)
     k = _probe(f, p, x)

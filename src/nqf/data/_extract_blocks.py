@@ -34,7 +34,6 @@ one Hessian-vector product (HVP) per tangent, never the (p d)^2 Hessian.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.extend.core as jcore
@@ -215,9 +214,8 @@ class Chunks:
         **Raises:** `MemoryBudgetError` if one chunk's workspace exceeds the budget."""
         x = self.x if x is None else x
         m = self.m if m is None else m
-        prog = functools.partial(_batched(_ONE[name]), self.f, static)
-        jaxpr = jax.make_jaxpr(prog)(_take(x, np.zeros(1, dtype=int)), consts)
-        per_input = max(_jaxpr_bytes(jaxpr.jaxpr), 1)
+        traced = _PROGRAMS[name].trace(self.f, static, _take(x, np.zeros(1, dtype=int)), consts)  # cached
+        per_input = max(_jaxpr_bytes(traced.jaxpr.jaxpr), 1)
         if self.chunk_size is None:
             target = min(WORKSPACE_TARGET, 0.25 * _budget(self.memory_budget))
             c = int(max(1, min(m, MAX_CHUNK, target // per_input)))
