@@ -6,11 +6,15 @@ returns a scalar or a vector of k outputs.
 
 By permutation symmetry every diagonal Hessian block H_ii at W = 0 is the same matrix and every
 off-diagonal block H_ij (i != j) is the same matrix, so **two neurons suffice**: `extract`
-evaluates f at width d = 2 and computes (jax.hessian / jacfwd of grad in the two columns)
+evaluates f at width d = 2 and computes (forward over reverse in the two columns)
 
     g(x) = grad_{w_1} f(0),   A_H(x) = H_11 / 2,   B(x) = H_12 / 2,
 
-i.e. (2p)^2 second derivatives per input and output, never the (p d)^2 Hessian of a wide module.
+never the (p d)^2 Hessian of a wide module. When A_H has the feed-forward form
+1/2 [[0, C], [C^T, 0]] on contiguous row groups (THEORY sec. 2, Eq. E3) and B = 0, only the block
+C = H_{z1 z2} is computed (min(k1, k2) Hessian-vector products per input) and returned as
+`FeedForwardData`; otherwise the dense (m k, p, p) blocks, after a memory estimate. Every
+per-input computation runs in chunks of inputs (`nqf.data._extract_blocks`).
 Then (THEORY E1-E2) f_x(W) = f_x(0) + g^T mu + sum_i w_i^T A_H w_i + sum_{i != j} w_i^T B w_j
 + O(|W|^3).
 
@@ -33,12 +37,13 @@ Checks (each names what failed; see `extract`):
   f_d / c(d), c(d) = 1/d or 1/sqrt(d) (the module at width d is then c(d) times it:
   ``data.scaled(c(d))``).
 
-**Returns** (of `extract`): `DenseData` (m k matrices A_H, labels) when g = B = 0 and f(0) = 0
-(|f(0)| at round-off level, below `f0_rtol` relative to the output scale, counts as 0: the type
-does not depend on rounding); otherwise an `NQFModel` with g, B (model convention: A = A_H - B,
-see `nqf.NQFModel`) and f0. `extract_report` returns the same together with the measured check
-values. A module whose quadratic part at W = 0 vanishes (constant, linear or purely cubic f)
-gives A = 0 with a `DegenerateWarning`.
+**Returns** (of `extract`): the data (`FeedForwardData` for a feed-forward module, else
+`DenseData`: m k matrices A_H, labels) when g = B = 0 and f(0) = 0 (|f(0)| at round-off level,
+below `f0_rtol` relative to the output scale, counts as 0: the type does not depend on rounding);
+otherwise an `NQFModel` with g, B (model convention: A = A_H - B, see `nqf.NQFModel`) and f0.
+`extract_report` returns the same together with the measured check values. A module whose
+quadratic part at W = 0 vanishes (constant, linear or purely cubic f) gives A = 0 with a
+`DegenerateWarning`.
 """
 
 from __future__ import annotations
@@ -50,10 +55,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import equinox as eqx
+
 from .._core._checks import as_array
 from .._core._config import require_x64
+from . import _extract_blocks as _blocks
 from ._model import NQFModel
-from ._operators import DenseData
+from ._operators import DenseData, FeedForwardData
 
 __all__ = [
     "extract",
@@ -111,7 +119,21 @@ class ExtractionReport:
       width-independent neuron; 1/2 for a mean over neurons, 1/sqrt(2) for 1/sqrt(d); nan if that
       neuron's contribution is 0);
     - `f0_norm`: max |f(0)| as evaluated (before a round-off f0 is set to 0);
-    - `failed`: names of the failed checks ("symmetry", "width", "zgz", "smoothness").
+    - `failed`: names of the failed checks ("symmetry", "width", "zgz", "smoothness");
+    - `structure`: ``"feedforward"`` (the data are `FeedForwardData`, Eq. E3) or ``"dense"``;
+    - `split`: (front, k1, k2, back) row counts of a feed-forward result (None for dense);
+    - `structure_residual`: the largest block the feed-forward form drops (diagonal blocks,
+      front/back rows; measured on every input by columns and random probes) relative to max |C|
+      (nan for dense); at most `structure_tol`;
+    - `structure_note`: why a dense result was returned under ``structure="auto"`` (the block that
+      is nonzero, the verification that failed, or B != 0; empty otherwise);
+    - `factorization`: how C = a b^T is stored ("a = C, b = I_k2", "a = I_k1, b = C^T" or
+      "svd rank r: a = U S, b = V"; empty for dense);
+    - `chunk_size`, `workspace_bytes`: the inputs per chunk of the main autodiff program and the
+      estimated workspace of one chunk (an upper bound from the traced program).
+
+    For a feed-forward result `B_norm` is max |B r| over random probes r on every input (B = 0
+    verified) and `block_symmetry` is 2 B_norm / max |H|.
     """
 
     symmetry: float
@@ -123,6 +145,13 @@ class ExtractionReport:
     failed: tuple[str, ...]
     width_ratio: float = 1.0
     f0_norm: float = 0.0
+    structure: str = "dense"
+    split: tuple[int, int, int, int] | None = None
+    structure_residual: float = float("nan")
+    structure_note: str = ""
+    factorization: str = ""
+    chunk_size: int = 0
+    workspace_bytes: float = 0.0
 
 
 _NORMALIZATIONS = {None: None, "mean": lambda d: 1.0 / d, "sqrt": lambda d: 1.0 / np.sqrt(d)}
@@ -142,41 +171,20 @@ def _batch_size(x) -> int:
 
 
 def _outputs(f, W, x):
-    """f(W, x) for the batch, as (m, k)."""
+    """f(W, x) for the batch, as (m, k) (traced only, by `_probe`)."""
     out = jax.vmap(lambda xx: jnp.atleast_1d(jnp.asarray(f(W, xx), dtype=jnp.float64)))(x)
     if out.ndim != 2:
         raise ValueError(f"`f(W, x)` must return a scalar or a vector of outputs; found shape {out.shape[1:]}.")
     return out
 
 
-def _blocks(f, p: int, x):
-    """g (m, k, p), H_11, H_12 (m, k, p, p) by autodiff at W = 0 (forward over reverse)."""
-
-    def two(w1, w2, xx):
-        return jnp.atleast_1d(jnp.asarray(f(jnp.stack([w1, w2], axis=1), xx), dtype=jnp.float64))
-
-    z = jnp.zeros(p)
-
-    def per_input(xx):
-        g = jax.jacfwd(two, argnums=0)(z, z, xx)
-        h11, h12 = jax.jacfwd(jax.jacrev(two, argnums=0), argnums=(0, 1))(z, z, xx)
-        return g, h11, h12
-
-    return jax.vmap(per_input)(x)
-
-
-# Module-level compiled programs, keyed on the (hashable) function f: extracting again from the
-# same f with inputs of the same shapes reuses them.
-_blocks_jit = jax.jit(_blocks, static_argnums=(0, 1))
-_outputs_jit = jax.jit(_outputs, static_argnums=0)
-
-
-def _probe(f, p: int, x) -> None:
-    """Trace f(W, x) at W of shape (p, 2) (no computation): a function that cannot take p rows
-    gets an error naming `p`, not a raw shape error from deep inside the user's code."""
+def _probe(f, p: int, x) -> int:
+    """Trace f(W, x) at W of shape (p, 2) (no computation) and return the number k of outputs: a
+    function that cannot take p rows gets an error naming `p`, not a raw shape error from deep
+    inside the user's code."""
     W = jax.ShapeDtypeStruct((p, 2), jnp.float64)
     try:
-        jax.eval_shape(lambda WW: _outputs(f, WW, x), W)
+        out = jax.eval_shape(lambda WW: _outputs(f, WW, x), W)
     except (TypeError, ValueError, IndexError) as err:
         if "must return a scalar or a vector" in str(err):
             raise
@@ -184,6 +192,7 @@ def _probe(f, p: int, x) -> None:
             f"`f(W, x)` fails for W of shape (p, d) = ({p}, 2) on the inputs `x`: is `p` the number of "
             f"parameters of one neuron (the rows of W)? {type(err).__name__}: {err}"
         ) from err
+    return int(out.shape[1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,32 +207,152 @@ class _Normalized:
         return jnp.asarray(self.f(W, x), dtype=jnp.float64) / _NORMALIZATIONS[self.kind](W.shape[1])
 
 
+class _ById:
+    """An unhashable f (e.g. an equinox module holding arrays) keyed by identity, so that the
+    compiled programs (static in f) are reused when the same object is extracted again."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def __call__(self, W, x):
+        return self.f(W, x)
+
+    def __hash__(self):
+        return id(self.f)
+
+    def __eq__(self, other):
+        return isinstance(other, _ById) and other.f is self.f
+
+
+def _hashable(f):
+    try:
+        hash(f)
+    except TypeError:
+        return _ById(f)
+    return f
+
+
+def _is_count(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, np.integer))
+
+
+def _layout(f, p, groups):
+    """(p, groups, group names) from the arguments and the optional attributes `f.p`,
+    `f.groups`, `f.group_names` of an adapter object.
+
+    **Raises:** `ValueError` for a missing or bad p, a p that disagrees with `f.p`, or groups that
+    are not positive integers summing to p (naming where they came from)."""
+    f_p = getattr(f, "p", None)
+    if p is None:
+        if f_p is None:
+            raise ValueError("`p` (parameters per neuron, the rows of W) is required: `f` has no attribute "
+                             "`p` to take it from.")
+        p, where = f_p, "`f.p`"
+    else:
+        where = "`p`"
+    if not _is_count(p) or p < 1:
+        raise ValueError(f"{where} (parameters per neuron) must be an integer >= 1; found {p!r}.")
+    p = int(p)
+    if f_p is not None and where == "`p`" and _is_count(f_p) and int(f_p) != p:
+        raise ValueError(f"`p` = {p} disagrees with `f.p` = {int(f_p)} (the parameters per neuron of the "
+                         "adapter `f`); pass p=None to use f.p.")
+    names = None
+    if groups is None and getattr(f, "groups", None) is not None:
+        groups, src = f.groups, "`f.groups`"
+        names = getattr(f, "group_names", None)
+    else:
+        src = "`groups`"
+    if groups is None:
+        return p, (1,) * p, None
+    try:
+        groups = tuple(groups)
+    except TypeError:
+        raise ValueError(f"{src} must be a sequence of group sizes (positive integers summing to p = {p}); "
+                         f"found {groups!r}.") from None
+    if not groups or not all(_is_count(g) and g >= 1 for g in groups) or sum(int(g) for g in groups) != p:
+        raise ValueError(f"{src} must be positive integers (the sizes of consecutive row groups of W) "
+                         f"summing to p = {p}; found {groups!r}"
+                         + (f" (sum {sum(groups)})." if all(_is_count(g) for g in groups) else "."))
+    groups = tuple(int(g) for g in groups)
+    if names is not None:
+        names = tuple(names)
+        if len(names) != len(groups) or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"`f.group_names` must be {len(groups)} strings, one per group of `f.groups`; "
+                             f"found {names!r}.")
+    return p, groups, names
+
+
+_STRUCTURES = ("auto", "dense", "feedforward")
+
+
+def _structure_blocks(chunks, p, groups, names, structure, seed, structure_tol, zgz_tol, memory_budget):
+    """The autodiff stage: the feed-forward blocks (verified on every input) when `structure`
+    allows them and they hold, else the dense blocks (after the memory check)."""
+    note = ""
+    if structure != "dense":
+        rng = np.random.default_rng([seed, 23])
+        label = _blocks.GroupNames(groups, names)
+        try:
+            split = _blocks.choose_split(_blocks.pattern(chunks, p, groups, rng), label, structure_tol)
+            return _blocks.feedforward(chunks, p, groups, label, split, rng, structure_tol, zgz_tol,
+                                       memory_budget)
+        except _blocks.NoStructure as err:
+            if structure == "feedforward":
+                raise ExtractionError(
+                    "structure='feedforward': the module is not of feed-forward form A_H = 1/2 [[0, C], "
+                    f"[C^T, 0]] on contiguous row groups [front | z1 | z2 | back] (Eq. E3) with B = 0: "
+                    f"{err}. Use structure='auto' (dense when the form does not hold) or 'dense'."
+                ) from None
+            note = f"dense because {err}"
+    blocks = _blocks.dense(chunks, p, chunks.k, memory_budget)
+    blocks.note = note
+    return blocks
+
+
+def _representation(blocks, yv, m, k, p, zgz_failed):
+    """(data, B (m k, p, p) or None, factorization) from the autodiff stage: `FeedForwardData`
+    of the factors of C, or `DenseData` of A_H (of A_H - B when ZGZ fails: the `NQFModel`
+    convention); the dense host buffers are released once copied."""
+    if blocks.C is not None:
+        a, b, how = _blocks.factor(blocks.C)
+        front, _, _, back = blocks.split
+        return FeedForwardData(a, b, yv, front=front, back=back), None, how
+    AH, B = blocks.AH, blocks.B
+    blocks.AH = blocks.B = None
+    if zgz_failed:
+        AH -= B  # in place: A = A_H - B
+    data = DenseData(AH.reshape(m * k, p, p), yv)
+    del AH
+    return data, (B.reshape(m * k, p, p) if zgz_failed else None), ""
+
+
 @jax.jit
-def _quadratic(W, g, AH, B):
-    """sum_i g^T w_i + sum_i w_i^T AH w_i + sum_{i != j} w_i^T B w_j for every (input, output)."""
-    mu = jnp.sum(W, axis=1)
-    lin = jnp.einsum("mkp,p->mk", g, mu)
-    diag = jnp.einsum("pd,mkpq,qd->mk", W, AH - B, W)
-    mf = jnp.einsum("p,mkpq,q->mk", mu, B, mu)
-    return lin + diag + mf
+def _quadratic(model, W):
+    """The quadratic model g^T mu + sum_i w_i^T A_H w_i + sum_{i != j} w_i^T B w_j for every
+    (input, output): `model.outputs_factor` (A = A_H - B), shape (m k,)."""
+    return model.outputs_factor(W, jnp.sum(W, axis=1))
 
 
-def extract_report(f, x, p: int, y=None, *, width: int = 2, scale: float = 0.3, seed: int = 0,
+def extract_report(f, x, p: int | None = None, y=None, *, width: int = 2, scale: float = 0.3, seed: int = 0,
                    sym_tol: float = 1e-9, zgz_tol: float = 1e-12, order_bound: float = 2.5,
                    ts=(2e-2, 1e-2, 5e-3), on_error: str = "raise", normalization: str | None = None,
-                   f0_rtol: float = 1e-10):
+                   f0_rtol: float = 1e-10, structure: str = "auto", groups=None, chunk_size: int | None = None,
+                   memory_budget=None, structure_tol: float = 1e-10):
     """`extract` plus the `ExtractionReport` of its checks; returns ``(representation, report)``.
 
     **Arguments:**
 
     - `f`: ``f(W, x)`` -> scalar or (k,), W of shape (p, d) for any d >= 1 (neurons = columns).
+      An object callable so may carry `p` (int), `groups` (tuple of group sizes) and
+      `group_names` (tuple of str, for messages): a network adapter.
     - `x`: a batch of m inputs (array or pytree with leading axis m on every leaf).
-    - `p`: the number of parameters of one neuron.
+    - `p`: the number of parameters of one neuron; None takes `f.p` (an explicit p must agree
+      with it).
     - `y`: labels (m,) or (m, k); zeros if None. Multi-output data are flattened input-major
       (data index mu * k + o, Corollary 1).
     - `width`: d at which the constant f0 = f_x(0) is evaluated (it may depend on d, e.g. the sum
       over attention heads of c^T x_avg).
-    - `scale`, `seed`: entry scale and seed of the random test weights (checks only).
+    - `scale`, `seed`: entry scale and seed of the random test weights and probes.
     - `sym_tol`: bound on the relative symmetry defect; `zgz_tol`: bound on max |g|, max |B|
       relative to max |A_H| (or absolute if A_H = 0); `order_bound`: least accepted remainder order;
       `ts`: decreasing step sizes t of the smoothness test (each halving the previous one).
@@ -236,6 +365,35 @@ def extract_report(f, x, p: int, y=None, *, width: int = 2, scale: float = 0.3, 
       is c(d) times it (``data.scaled(c(d))``).
     - `f0_rtol`: |f(0)| <= f0_rtol x (output scale) is round-off and counts as f(0) = 0, so the
       return type does not depend on rounding (the measured value is `report.f0_norm`).
+    - `structure`: ``"auto"`` (default) returns `FeedForwardData` when A_H = 1/2 [[0, C], [C^T, 0]]
+      on contiguous row groups [front | z1 (k1) | z2 (k2) | back] (Eq. E3; front/back rows zero)
+      and B = 0, verified on every input, else `DenseData` (the reason is `report.structure_note`);
+      ``"feedforward"`` requires that form (else `ExtractionError` naming the nonzero block);
+      ``"dense"`` always builds the (m k, p, p) matrices. See "Feed-forward result" below.
+    - `groups`: sizes of the consecutive row groups of W (summing to p) that the feed-forward
+      split may not cut, e.g. (n, 1) for an MLP neuron [u (n); v (1)]; None takes `f.groups`,
+      else every row is its own group (the detection then costs p HVPs per sample input).
+    - `chunk_size`: inputs per chunk of the per-input autodiff (each program compiles once per
+      chunk; the last chunk is padded); None (default) chooses it so that one chunk's estimated
+      workspace (measured on the compiled program) stays under 64 MiB and a quarter of the
+      memory budget, with at most 256 inputs per chunk.
+    - `memory_budget`: bytes allowed for the dense matrices, the feed-forward blocks and one
+      chunk's workspace (estimated before allocation); None takes ``NQF_MEMORY_BUDGET`` or half
+      the available memory (`nqf.memory`).
+    - `structure_tol`: what the feed-forward form drops (the diagonal blocks and the front/back
+      rows, measured by the columns of the smaller side and random probes on every input) must
+      be below `structure_tol` x max |C| (`report.structure_residual`); blocks of the sample
+      pattern below it count as zero.
+
+    **Feed-forward result** (``structure="auto"`` or ``"feedforward"``, `nqf.data._extract_blocks`):
+    the block pattern of A_H between row groups is found on the first min(m, 8) inputs with one
+    Hessian-vector product per group; then C(x) = H_{z1 z2}(x) = 2 (A_H)_{z1 z2} (k1, k2) comes
+    from k_s = min(k1, k2) HVPs per input (forward over reverse, all outputs at once; never the
+    p x p Hessian), and every dropped block is verified on every input. C is stored as
+    a = C, b = I_k2 (k2 <= k1) or a = I_k1, b = C^T, or as a truncated SVD a = U S, b = V of
+    rank r when r <= min(k1, k2) / 2 (`report.factorization`). A block that is zero on the
+    sample but not on a later input fails the verification: "auto" then computes the dense form
+    (and says so in `report.structure_note`), "feedforward" raises.
 
     ZGZ failures always warn (`ZGZWarning`) and return the general model with g, B. A vanishing
     quadratic part (A = 0 and B = 0: constant, linear or purely cubic f) warns `DegenerateWarning`.
@@ -245,67 +403,79 @@ def extract_report(f, x, p: int, y=None, *, width: int = 2, scale: float = 0.3, 
     require_x64()  # in float32 the symmetry check fails at ~1e-7 and would blame the module
     if on_error not in ("raise", "warn"):
         raise ValueError(f"`on_error` must be 'raise' or 'warn'; found {on_error!r}.")
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
-        raise ValueError(f"`p` (parameters per neuron) must be an integer >= 1; found {p!r}.")
     if normalization not in _NORMALIZATIONS:
         raise ValueError(f"`normalization` must be None, 'mean' (1/d) or 'sqrt' (1/sqrt(d)); found {normalization!r}.")
     if not (np.isfinite(f0_rtol) and f0_rtol >= 0):
         raise ValueError(f"`f0_rtol` must be finite and >= 0; found {f0_rtol!r}.")
+    if structure not in _STRUCTURES:
+        raise ValueError(f"`structure` must be 'auto', 'dense' or 'feedforward'; found {structure!r}.")
+    if chunk_size is not None and (not _is_count(chunk_size) or chunk_size < 1):
+        raise ValueError(f"`chunk_size` must be None (automatic) or an integer >= 1 (inputs per chunk); "
+                         f"found {chunk_size!r}.")
+    if not (np.isfinite(structure_tol) and 0 <= structure_tol < 1):
+        raise ValueError(f"`structure_tol` must be in [0, 1); found {structure_tol!r}.")
+    p, groups, names = _layout(f, p, groups)
+    f = _hashable(f)
     if normalization is not None:
         f = _Normalized(f, normalization)
     m = _batch_size(x)
     x = jax.tree_util.tree_map(np.asarray, x)
-    _probe(f, int(p), x)
-    g, h11, h12 = (np.asarray(v) for v in _blocks_jit(f, int(p), x))
-    k = g.shape[1]
-    AH = 0.5 * (h11 + np.swapaxes(h11, -1, -2)) / 2.0
-    B = 0.5 * (h12 + np.swapaxes(h12, -1, -2)) / 2.0
-    hscale = max(float(np.abs(h11).max()), float(np.abs(h12).max()), np.finfo(float).tiny)
-    # H_12 = H_21^T, and H_21 = H_12 for a symmetric module: H_12 must be symmetric
-    block_sym = float(np.abs(h12 - np.swapaxes(h12, -1, -2)).max()) / hscale
+    k = _probe(f, p, x)
+    yv = np.zeros(m * k) if y is None else _flat_labels(y, m, k)
+    chunks = _blocks.Chunks(f, x, m, k, None if chunk_size is None else int(chunk_size), memory_budget)
+    blocks = _structure_blocks(chunks, p, groups, names, structure, seed, structure_tol, zgz_tol, memory_budget)
+    main = "feedforward" if blocks.C is not None else "dense"
+    chunk_used, workspace = chunks.used[main]
 
     rng = np.random.default_rng(seed)
     W = scale * rng.standard_normal((p, 4))
     perm = rng.permutation(4)
     while np.all(perm == np.arange(4)):
         perm = rng.permutation(4)
+    out_chunk = chunks.chunk("outputs", None, (jnp.zeros((p, 4)),))
 
     def F(WW):
-        return _outputs_jit(f, WW, x)
+        return chunks.run("outputs", None, (jnp.asarray(WW, dtype=jnp.float64),), chunk=out_chunk)[0]
 
-    fW = np.asarray(F(W))
-    fP = np.asarray(F(W[:, perm]))
-    f0w = np.asarray(F(np.zeros((p, 4))))
+    fW = F(W)
+    fP = F(W[:, perm])
+    f0w = F(np.zeros((p, 4)))
     fscale = max(float(np.abs(fW).max()), float(np.abs(f0w).max()), np.finfo(float).tiny)
     symmetry = float(np.abs(fP - fW).max()) / fscale
 
     # width independence: one nonzero neuron at widths 2 and 4 (a sum over neurons: equal)
     V1 = np.zeros((p, 4))
     V1[:, 0] = scale * rng.standard_normal(p)
-    D4 = np.asarray(F(V1)) - f0w
-    D2 = np.asarray(F(V1[:, :2])) - np.asarray(F(np.zeros((p, 2))))
+    D4 = F(V1) - f0w
+    D2 = F(V1[:, :2]) - F(np.zeros((p, 2)))
     dnorm = float(np.vdot(D2, D2))
     width_ratio = float(np.vdot(D4, D2)) / dnorm if dnorm > 0 else float("nan")
     width_defect = float(np.abs(D4 - D2).max()) / max(float(np.abs(D2).max()), float(np.abs(D4).max()),
                                                      np.finfo(float).tiny)
 
-    aref = float(np.abs(AH).max())
+    aref = blocks.a_max
     zref = aref if aref > 0 else 1.0
-    g_norm = float(np.abs(g).max())
-    B_norm = float(np.abs(B).max())
+    g_norm = float(np.abs(blocks.g).max())
+    B_norm = blocks.b_max
+    block_sym = blocks.block_sym
+    zgz_failed = g_norm > zgz_tol * zref or B_norm > zgz_tol * zref
+    g_flat = blocks.g.reshape(m * k, p)
+    data, B_flat, factorization = _representation(blocks, yv, m, k, p, zgz_failed)
+    model = NQFModel(data, g=g_flat, B=B_flat)  # the quadratic model the checks test
+
+    def Q(WW):
+        return np.asarray(_quadratic(model, jnp.asarray(WW))).reshape(m, k)
 
     # C^3 test: remainder of the quadratic model along three random directions (d = 4).
-    Q = _quadratic
     orders, parities = [], []
     for trial in range(3):
         V = scale * rng.standard_normal((p, 4))
         rs = []
         for t in ts:
-            ft = np.asarray(F(t * V)) - f0w
-            rs.append(ft - np.asarray(Q(t * V, g, AH, B)))
+            ft = F(t * V) - f0w
+            rs.append(ft - Q(t * V))
         rs = [float(np.linalg.norm(r)) for r in rs]
-        fq = float(np.linalg.norm(np.asarray(Q(ts[0] * V, g, AH, B)))) + \
-            float(np.linalg.norm(np.asarray(F(ts[0] * V)) - f0w))
+        fq = float(np.linalg.norm(Q(ts[0] * V))) + float(np.linalg.norm(F(ts[0] * V) - f0w))
         noise = 1e-11 * max(fq, fscale * ts[0] ** 2, np.finfo(float).tiny)
         if rs[-1] <= noise and rs[-2] <= noise:
             orders.append(float("inf"))
@@ -313,9 +483,9 @@ def extract_report(f, x, p: int, y=None, *, width: int = 2, scale: float = 0.3, 
             orders.append(min(np.log2(max(rs[i], 1e-300) / max(rs[i + 1], 1e-300)) / np.log2(ts[i] / ts[i + 1])
                               for i in range(len(ts) - 1)))
         t = ts[-1]
-        fp = np.asarray(F(t * V)) - f0w
-        fm = np.asarray(F(-t * V)) - f0w
-        lin = 2.0 * t * np.einsum("mkp,p->mk", g, V.sum(axis=1))
+        fp = F(t * V) - f0w
+        fm = F(-t * V) - f0w
+        lin = 2.0 * t * np.einsum("mkp,p->mk", blocks.g, V.sum(axis=1))
         even = float(np.linalg.norm(fp + fm))
         parities.append(float(np.linalg.norm(fp - fm - lin)) / max(even, np.finfo(float).tiny)
                         if even > noise else 0.0)
@@ -327,15 +497,17 @@ def extract_report(f, x, p: int, y=None, *, width: int = 2, scale: float = 0.3, 
         failed.append("symmetry")
     if width_defect > max(sym_tol, 1e-9):
         failed.append("width")
-    if g_norm > zgz_tol * zref or B_norm > zgz_tol * zref:
+    if zgz_failed:
         failed.append("zgz")
     if order < order_bound:
         failed.append("smoothness")
-    f0 = (f0w if int(width) == 4 else np.asarray(F(np.zeros((p, int(width)))))).reshape(-1)
+    f0 = (f0w if int(width) == 4 else F(np.zeros((p, int(width))))).reshape(-1)
     f0_norm = float(np.abs(f0).max())
     report = ExtractionReport(symmetry=symmetry, block_symmetry=block_sym, g_norm=g_norm, B_norm=B_norm,
                               order=order, parity=parity, failed=tuple(failed), width_ratio=width_ratio,
-                              f0_norm=f0_norm)
+                              f0_norm=f0_norm, structure=main, split=blocks.split,
+                              structure_residual=blocks.residual, structure_note=blocks.note,
+                              factorization=factorization, chunk_size=chunk_used, workspace_bytes=workspace)
 
     def fail(cls, msg):
         if on_error == "raise":
@@ -391,16 +563,13 @@ def extract_report(f, x, p: int, y=None, *, width: int = 2, scale: float = 0.3, 
             DegenerateWarning, stacklevel=2)
     if 0.0 < f0_norm <= f0_rtol * fscale:
         f0 = np.zeros_like(f0)  # round-off (e.g. a centred softmax head): f(0) = 0
-    yv = np.zeros(m * k) if y is None else _flat_labels(y, m, k)
-    A_flat = AH.reshape(m * k, p, p)
-    if "zgz" not in failed:
-        data = DenseData(A_flat, yv)
+    if not zgz_failed:
         if np.all(f0 == 0.0):
             return data, report
         return NQFModel(data, f0=f0), report
-    B_flat = B.reshape(m * k, p, p)
-    data = DenseData(A_flat - B_flat, yv)
-    return NQFModel(data, g=g.reshape(m * k, p), B=B_flat, f0=f0), report
+    # the checked model (g, B in the NQFModel convention A = A_H - B) with f0; B stays None for
+    # a feed-forward result (B = 0 verified on every input)
+    return eqx.tree_at(lambda mm: mm.f0, model, jnp.asarray(f0), is_leaf=lambda v: v is None), report
 
 
 def _flat_labels(y, m, k):
@@ -412,20 +581,34 @@ def _flat_labels(y, m, k):
     raise ValueError(f"`y` must have shape ({m},) or ({m}, {k}); found {y.shape}.")
 
 
-def extract(f, x, p: int, y=None, **kwargs):
-    """Structure matrices of the module ``f(W, x)`` at W = 0 by autodiff with two neurons.
+def extract(f, x, p: int | None = None, y=None, **kwargs):
+    """Structure matrices of the module ``f(W, x)`` at W = 0 by autodiff with two neurons
+    (Theorems 1, 12), in chunks of inputs.
 
-    See `extract_report` for the arguments and checks. **Returns:** `DenseData` of the A_H(x)
-    (shape (m k, p, p), input-major over (input, output) pairs) when ZGZ holds and f(0) = 0; an
-    `NQFModel(DenseData(A_H - B), g, B, f0)` otherwise (the `NQFModel` B convention).
+    See `extract_report` for the arguments (`structure`, `groups`, `chunk_size`, `memory_budget`,
+    ...) and checks. **Returns** m k data matrices (input-major over (input, output) pairs):
+
+    - a feed-forward module (A_H = 1/2 [[0, C], [C^T, 0]] on contiguous row groups, Eq. E3: MLP,
+      CNN + readout, attention's value-output block) with B = 0, under ``structure="auto"``
+      (default) or ``"feedforward"``: `FeedForwardData` (C (m k, k1, k2) as factors a, b, with
+      `front`/`back` zero rows), never an (m k, p, p) array;
+    - otherwise `DenseData` of the A_H(x), shape (m k, p, p), after the memory check;
+    - when ZGZ fails or f(0) != 0: an `NQFModel(data, g, B, f0)` around either (the `NQFModel` B
+      convention A = A_H - B; B is None for a feed-forward result, where B = 0 is verified).
 
     **Raises:** `SymmetryError` if f is not invariant under permuting the columns of W;
     `NormalizationError` if f depends on the width d beyond a sum over neurons (a mean or a
     1/sqrt(d) factor not declared with `normalization`); `SmoothnessError` if f is not C^3 at 0
-    (e.g. ReLU); all are `ExtractionError` (`ValueError`); `ValueError` for a bad `p`, `x` (no
-    inputs: m = 0), `y`, `on_error`, `normalization` or `f0_rtol`; `RuntimeError` if JAX's
-    float64 was turned off after importing nqf (the checks need float64; see `nqf._core._config`).
-    Warns `ZGZWarning` if g or B is nonzero, `DegenerateWarning` if A = B = 0.
+    (e.g. ReLU); `ExtractionError` under ``structure="feedforward"`` when the form does not hold
+    (naming the nonzero block, the input where a verification failed, or B != 0); all are
+    `ExtractionError` (`ValueError`); `MemoryBudgetError` (`nqf.memory`) before a dense
+    (m k, p, p) result, the feed-forward blocks or one chunk's workspace would exceed the memory
+    budget (the message names the size and the ways out); `ValueError` for a bad or missing `p`
+    (or one that disagrees with `f.p`), `groups` (or `f.groups`) that are not positive integers
+    summing to p, a bad `structure`, `chunk_size`, `structure_tol`, `x` (no inputs: m = 0), `y`,
+    `on_error`, `normalization` or `f0_rtol`; `RuntimeError` if JAX's float64 was turned off
+    after importing nqf (the checks need float64; see `nqf._core._config`). Warns `ZGZWarning`
+    if g or B is nonzero, `DegenerateWarning` if A = B = 0.
     """
     return extract_report(f, x, p, y, **kwargs)[0]
 

@@ -329,9 +329,11 @@ def _remainder(net: Network, model, x, y, t, loss, W_t, gap_tol):
     idx = np.unique(np.linspace(0, len(t) - 1, min(len(t), _MAX_REMAINDER_TIMES)).round().astype(int))
     data = as_model(model).data
     basis = _output_span(data) if isinstance(data, FeedForwardData) and not as_model(model).has_mean_field else None
-    fn = net._compiled(("remainder", id(model)), lambda: _remainder_program(net, as_model(model), basis is not None))
+    front = None if basis is None else basis[1]
+    fn = net._compiled(("remainder", id(model)), lambda: _remainder_program(net, as_model(model), front))
     yf = jnp.asarray(y).reshape(-1)
-    parts = np.array([[np.asarray(v) for v in fn(jnp.asarray(W_t[i]), x, yf, basis)] for i in idx])
+    B = None if basis is None else basis[0]
+    parts = np.array([[np.asarray(v) for v in fn(jnp.asarray(W_t[i]), x, yf, B)] for i in idx])
     ts = t[idx]
     L0 = float(loss[0])
     gaps = []
@@ -353,10 +355,10 @@ def _output_span(data: "FeedForwardData"):
     return (jnp.asarray(Vt[keep].reshape(-1, data.k, data.q)), data.front)
 
 
-def _null_rate(W, g, basis):
+def _null_rate(W, g, B, front: int):
     """|P_null g|^2 for a gradient g (p, d) at W: g minus its least-squares projection on
-    range(J^T) = {[X Z2; X^T Z1] : X = sum_j c_j B_j} (feed-forward data)."""
-    B, front = basis
+    range(J^T) = {[X Z2; X^T Z1] : X = sum_j c_j B_j} (feed-forward data, B (s, k, q) after
+    `front` rows)."""
     k, q = B.shape[1], B.shape[2]
     Z1, Z2 = W[front:front + k], W[front + k:front + k + q]
     g1, g2 = g[front:front + k], g[front + k:front + k + q]
@@ -368,12 +370,12 @@ def _null_rate(W, g, basis):
     return jnp.maximum(jnp.sum(g ** 2) - h @ c, 0.0)
 
 
-def _remainder_program(net: Network, model, projected: bool):
-    """jit(W, x, y, basis) -> (R_T, rate_T, R_module, rate_module) of `_remainder`: the static
-    loss change and the drift rate |P_null grad R|^2 (0 without `projected`), with the
-    next-terms remainder T3 + T4 and with the module itself."""
+def _remainder_program(net: Network, model, front: int | None):
+    """jit(W, x, y, B) -> (R_T, rate_T, R_module, rate_module) of `_remainder`: the static
+    loss change and the drift rate |P_null grad R|^2 (0 without feed-forward structure, `front`
+    None), with the next-terms remainder T3 + T4 and with the module itself."""
 
-    def parts(W, x, y, basis):
+    def parts(W, x, y, B):
         def nqf_out(W):
             return model.outputs_factor(W, jnp.sum(W, axis=1))
 
@@ -384,7 +386,7 @@ def _remainder_program(net: Network, model, projected: bool):
         mse = lambda f: jnp.mean((f - y) ** 2)  # noqa: E731
         R_t, g_t = jax.value_and_grad(lambda W: mse(nqf_out(W) + taylor(W)[0]) - mse(nqf_out(W)))(W)
         R_m, g_m = jax.value_and_grad(lambda W: mse(taylor(W)[1]) - mse(nqf_out(W)))(W)
-        rate = (lambda g: _null_rate(W, g, basis)) if projected else (lambda g: jnp.zeros(()))
+        rate = (lambda g: _null_rate(W, g, B, front)) if front is not None else (lambda g: jnp.zeros(()))
         return R_t, rate(g_t), R_m, rate(g_m)
 
     return jax.jit(parts)
