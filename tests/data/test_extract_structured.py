@@ -306,3 +306,20 @@ def test_p_and_groups_from_the_adapter_and_argument_errors(xs):
     for bad in (0, 2.5, True):
         with pytest.raises(ValueError, match=r"`chunk_size` must be None \(automatic\) or an integer >= 1"):
             extract(mod, xs, chunk_size=bad)
+
+
+@pytest.mark.parametrize("layout, split", [("vu", (0, 1, N, 0)), ("uvz", (0, N, 1, 1)), ("zvu", (1, 1, N, 0))])
+def test_row_layouts_front_back_and_the_smaller_side_first(xs, layout, split):
+    """The same MLP with its rows permuted and an unused row z: the smaller side may come first
+    (C = H_{z1 z2} from the columns of z1), an unused row becomes front or back."""
+    offs, pos = {}, 0
+    for name in layout:
+        offs[name] = pos
+        pos += N if name == "u" else 1
+
+    def f(W, x):
+        U, v = W[offs["u"]:offs["u"] + N], W[offs["v"]]
+        return v @ jnp.tanh(U.T @ x)
+
+    _, report = _structured_equals_dense(f, xs, pos)
+    assert report.split == split

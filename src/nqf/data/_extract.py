@@ -130,7 +130,8 @@ class ExtractionReport:
     - `factorization`: how C = a b^T is stored ("a = C, b = I_k2", "a = I_k1, b = C^T" or
       "svd rank r: a = U S, b = V"; empty for dense);
     - `chunk_size`, `workspace_bytes`: the inputs per chunk of the main autodiff program and the
-      estimated workspace of one chunk (an upper bound from the traced program).
+      workspace of one chunk (XLA's memory analysis of the compiled program; the traced bound
+      where the backend does not report it).
 
     For a feed-forward result `B_norm` is max |B r| over random probes r on every input (B = 0
     verified) and `block_symmetry` is 2 B_norm / max |H|.
