@@ -9,14 +9,16 @@ the data sets, solves the closed flows, and checks them against the paper's exac
 - `nqf._core`: float64 policy, argument checks, memory estimates (`nqf.memory`), results on
   disk (`nqf.io`), the compilation cache;
 - `nqf.data`: structured operators A, `NQFModel`, data sets (`nqf.datasets`), the architecture
-  dictionary (`nqf.structure`), extraction, W-space modules (`nqf.modules`);
+  dictionary (`nqf.structure`), extraction, the layouts of users' modules (`nqf.Network`),
+  W-space modules (`nqf.modules`);
 - `nqf.dynamics`: losses, batches, vector fields, GLV equilibrium, closed maps, W-space
   training, multi-layer NQFs (`nqf.multilayer`);
 - `nqf.solvers`: `solve_flow`, stiff solves (`nqf.stiff`, `nqf.rosenbrock`), the exact path
   (`nqf.exact`), sweeps, numba kernels (`nqf.kernels`);
 - `nqf.theory`: oracles, sample-wise results (`nqf.samplewise`), ignition times, the flow's
-  limit (`nqf.asymptote`), power laws
-  (`nqf.powerlaw`), spectral view (`nqf.spectral`), NTK, compression (`nqf.compress`);
+  limit (`nqf.asymptote`), power laws (`nqf.powerlaw`), spectral view (`nqf.spectral`), NTK,
+  compression (`nqf.compress`);
+- `nqf.network`: your own network: `predict` its training, `record` it, `compare` them;
 - `nqf.validate`: the theorem checks; `nqf.experiments`: the paper's figures; `nqf.cli`.
 
 This module is the public surface: every name below is re-exported on purpose. Module paths of
@@ -118,7 +120,7 @@ from .theory import (
 )
 from .theory import compress, powerlaw, samplewise, spectral  # Theorems 3, Cor. 3; E21-E23; Theorems 4, 5, 10; E15
 from . import data, dynamics, solvers, theory, network  # noqa: E402  (the layers, for `from nqf import *`)
-from .data import Network  # a user's module with its neurons located (module <-> W)
+from .data import Network, NeuronError, PrecisionWarning  # a user's module with its neurons located
 from .network import Comparison, FrozenParameterWarning, Prediction, Recording, compare, predict, record
 from . import validate  # the theorem checks behind `nqf validate`: nqf.validate.validate()
 
@@ -191,7 +193,8 @@ __all__ = [
     "ntk", "PowerLawFit", "fit_power_law", "linearized", "linearized_horizon",
     "Compression", "theorem3", "corollary3", "compression_report",
     # your own network
-    "Network", "predict", "Prediction", "record", "Recording", "compare", "Comparison", "FrozenParameterWarning",
+    "Network", "NeuronError", "PrecisionWarning", "predict", "Prediction", "record", "Recording", "compare",
+    "Comparison", "FrozenParameterWarning",
     # results on disk
     "save", "load",
     # public namespaces

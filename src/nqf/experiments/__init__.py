@@ -1,4 +1,4 @@
-"""Reproductions of the paper's figures, one module per figure (layer 6 of nqf).
+"""Reproductions of the paper's figures, one module per figure (layer 7 of nqf).
 
 May import every lower layer (`nqf.data` ... `nqf.theory`, and `nqf.validate`'s error measures);
 imported only by the CLI (`nqf reproduce`). `_common` holds what the figures share (JSON

@@ -146,9 +146,9 @@ def compare(prediction, recording, *, gap_tol: float | None = None, time_rtol: f
     departure = float(t[over[0]]) if over.size else float("inf")
     levels = prediction.plateau_levels
     drops = np.stack([prediction.drop_times, drop_times(t, lm, levels=levels)])
-    half_levels = np.array([lp_all[0], prediction.asymptote.loss])
+    half_levels = np.array([lp_all[0], prediction.final_loss])
     half = np.array([prediction.half_drop_time, drop_times(t, lm, levels=half_levels)[0]])
-    ign_m = measure_ignition_times(recording, rho=prediction.settings["rho"], target=prediction.asymptote.eigenvalues,
+    ign_m = measure_ignition_times(recording, rho=prediction.settings["rho"], target=prediction.targets,
                                    quantity="eigenvalues", modes=prediction.growing)
     ign = np.stack([prediction.ignition_times, np.asarray(ign_m, dtype=float)])
     ignited = np.isfinite(ign[0])

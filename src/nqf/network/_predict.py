@@ -68,17 +68,19 @@ class Prediction(Saveable):
       `eigenvalues` (n, p): eigenvalues of M(t) in decreasing order.
     - `model`: the extracted NQF (a data set or `nqf.NQFModel`); `W0` (p, d): initial weights;
       `trajectory`: the `FlowSolution` or `MapTrajectory` behind the curves.
-    - `asymptote`: the NQF's t -> inf limit (`nqf.asymptote`): `asymptote.loss` is the NQF's
-      final loss, `asymptote.eigenvalues` the targets of the ignition times.
-    - `growing` (p,) bool: the modes that grow (start below rho times their asymptotic value);
-      `ignition_times` (p,): when each growing mode first reaches rho x its asymptotic value
-      (nan for the others, and for growing modes that do not ignite within the horizon).
+    - `asymptote`: the NQF's t -> inf limit (`nqf.asymptote`; None with weight decay);
+      `final_loss`: its loss, the NQF's final loss L_inf (with weight decay: the loss at the
+      horizon).
+    - `targets` (p,): the values of the ignition criterion (`target` of `predict`); `growing`
+      (p,) bool: the modes that grow (start below rho times their target); `ignition_times`
+      (p,): when each growing mode first reaches rho x its target (nan for the others, and for
+      growing modes that do not get there within the horizon).
     - `plateau_levels` (K + 1,): the loss on each plateau (before the first ignition, between
       consecutive ignitions) and the asymptotic loss; `drop_times` (K,): when the loss falls
       half-way from one plateau to the next (`nqf.drop_times`); `half_drop_time`: when it falls
       half-way from L(0) to the asymptotic loss.
     - `phase_end`: end of the learning phase, the first time L(t) - L_inf <= `phase_tol`
-      (L(0) - L_inf) (nan if not within the horizon).
+      (L(0) - L_inf), L_inf = `final_loss` (nan if not within the horizon).
     - `departure_estimate`: the a-priori estimate of when the network leaves the NQF (module
       docstring; inf if not within the horizon, nan if W(t) is not available);
       `remainder_t` (n_r,), `remainder_gap` (n_r,): |L(f_NQF + T3 + T4) - L_NQF| / L(0) at those
@@ -100,6 +102,8 @@ class Prediction(Saveable):
     W0: np.ndarray
     trajectory: object
     asymptote: object
+    final_loss: float
+    targets: np.ndarray
     growing: np.ndarray
     ignition_times: np.ndarray
     plateau_levels: np.ndarray
@@ -152,8 +156,8 @@ class Prediction(Saveable):
 def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, steps: int | None = None,
             ts=None, save_every: int | None = None, W0=None, init_scale: float | None = None,
             batch_size: int | None = None, batch_indices=None, key=0, momentum: float = 0.0,
-            weight_decay: float = 0.0, rho: float = 0.5, phase_tol: float = 0.02, gap_tol: float = 0.05,
-            extract_options: dict | None = None) -> Prediction:
+            weight_decay: float = 0.0, rho: float = 0.5, target: str = "asymptote", phase_tol: float = 0.02,
+            gap_tol: float = 0.05, extract_options: dict | None = None) -> Prediction:
     """Predict the training of `network` on (x, y) from its NQF, before training it.
 
     Two predictions: the **gradient flow** (no `lr`: `nqf.solve_flow` to `t1`), the limit of
@@ -175,7 +179,14 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
     - Map options: `batch_size` with `key` (the batches `nqf.batch_indices` draws, identical to
       `nqf.record`'s), or `batch_indices` (steps, b) over the m inputs; `momentum` (heavy ball);
       `weight_decay` (penalty gamma/2 |W|^2; also for the flow).
-    - `rho`: the ignition fraction; `phase_tol`: the end-of-learning-phase tolerance;
+    - `rho`: the ignition fraction. `target`: the values whose fraction rho a mode reaches at its
+      ignition time: ``"asymptote"`` (default: the NQF's limit t -> inf, `nqf.asymptote`,
+      exact for Eq. E19 and independent of the horizon), ``"phase_end"`` (the eigenvalues of M
+      at the end of the learning phase: independent of the horizon once it covers the phase;
+      for ill-conditioned inputs such as image pixels, whose least-squares limit puts weight on
+      directions learned only at very late times, so that no mode reaches half its asymptote
+      within a practical horizon) or ``"horizon"`` (the values at the last saved time).
+    - `phase_tol`: the learning phase ends when L(t) - L_inf <= phase_tol (L(0) - L_inf);
       `gap_tol`: the loss-gap tolerance (fraction of L(0)) of the departure estimate.
     - `extract_options`: keywords for `nqf.extract` (e.g. ``{"structure": "dense"}``).
 
@@ -236,20 +247,42 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
     t = np.asarray(traj.ts if isinstance(traj, FlowSolution) else traj.t, dtype=float)
     loss = np.asarray(traj.loss, dtype=float)
     eig = np.linalg.eigvalsh(np.asarray(traj.M))[:, ::-1]
-    asym = asymptote(model, W0=W0, weight_decay=weight_decay) if weight_decay else asymptote(model, W0=W0)
-    ign = measure_ignition_times(traj, rho=rho, target=asym.eigenvalues, quantity="eigenvalues", modes="growing")
-    growing = eig[0] < rho * np.asarray(asym.eigenvalues)
-    levels = plateau_levels(t, loss, ign[growing], asym.loss)
+    asym = None if weight_decay else asymptote(model, W0=W0)
+    final_loss = float(loss[-1]) if asym is None else float(asym.loss)
+    end = learning_phase_end(t, loss, min(final_loss, float(loss[0])), tol=phase_tol)
+    targets = _targets(target, asym, t, eig, end)
+    settings["target"] = target
+    ign = measure_ignition_times(traj, rho=rho, target=targets, quantity="eigenvalues", modes="growing")
+    growing = eig[0] < rho * targets
+    levels = plateau_levels(t, loss, ign[growing], final_loss)
     drops = drop_times(t, loss, levels=levels)
-    half = drop_times(t, loss, levels=np.array([loss[0], asym.loss]))[0]
-    end = learning_phase_end(t, loss, asym.loss, tol=phase_tol)
+    half = drop_times(t, loss, levels=np.array([loss[0], final_loss]))[0]
     W_t = _weights_along(traj, W0)
     rt, rgap, mgap, depart = _remainder(net, model, x, y2, t, loss, W_t, gap_tol)
     return Prediction(t=t, loss=loss, eigenvalues=eig, model=model, W0=W0, trajectory=traj, asymptote=asym,
-                      growing=growing, ignition_times=np.asarray(ign, dtype=float), plateau_levels=levels,
+                      final_loss=final_loss, targets=targets, growing=growing, ignition_times=np.asarray(ign, dtype=float), plateau_levels=levels,
                       drop_times=np.asarray(drops, dtype=float), half_drop_time=float(half), phase_end=float(end),
                       departure_estimate=depart, remainder_t=rt, remainder_gap=rgap, module_gap=mgap,
                       settings=settings, x=jax.tree_util.tree_map(np.asarray, x), y=np.asarray(y2), network=net)
+
+
+TARGETS = ("asymptote", "phase_end", "horizon")
+
+
+def _targets(target: str, asym, t, eig, end) -> np.ndarray:
+    """The values (p,) whose fraction rho defines the ignition times (`predict`'s `target`)."""
+    if target not in TARGETS:
+        raise ValueError(f"`target` must be one of {TARGETS}; found {target!r}.")
+    if target == "asymptote":
+        if asym is None:
+            raise ValueError("target='asymptote' needs weight_decay = 0 (nqf.asymptote is the limit of the plain "
+                             "flow); use target='phase_end' or 'horizon'.")
+        return np.asarray(asym.eigenvalues, dtype=float)
+    if target == "horizon":
+        return eig[-1].copy()
+    if not np.isfinite(end):
+        return np.full(eig.shape[1], np.nan)
+    return np.array([np.interp(end, t, col) for col in eig.T])
 
 
 def _warn_frozen(net: Network, x, y, W0) -> None:
@@ -287,23 +320,26 @@ def _warn_frozen(net: Network, x, y, W0) -> None:
 
 
 def _weights_along(traj, W0):
-    """The NQF's weights W(t) (n, p, d) at the saved times, or None where the closed solution does
-    not carry them: the factor flow from W0 is W(t) itself; the factor map has
+    """The NQF's weights at saved time i, `W_at(i)` -> (p, d), or None where the closed solution
+    does not carry them: the factor flow from W0 is W(t) itself; the factor map has
     W_t = mu_t 1^T / d + L_t Z with Z fixed by W0 (L_0 Z = W0 - mu_0 1^T / d)."""
     if isinstance(traj, FlowSolution):
-        return np.asarray(traj.W) if traj.form == "factor" and traj.init_is_factor else None
+        if traj.form != "factor" or not traj.init_is_factor:
+            return None
+        return lambda i: np.asarray(traj.ys[i])
     if getattr(traj, "L", None) is None:
         return None
     d = W0.shape[1]
     L = np.asarray(traj.L)
     if traj.mu is None:
         Z = np.linalg.lstsq(L[0], W0, rcond=None)[0]
-        return L @ Z
+        return lambda i: L[i] @ Z
+    mu = np.asarray(traj.mu)
     Z = np.linalg.lstsq(L[0], W0 - W0.mean(axis=1, keepdims=True), rcond=None)[0]
-    return np.asarray(traj.mu)[:, :, None] / d + L @ Z
+    return lambda i: np.outer(mu[i], np.ones(d)) / d + L[i] @ Z
 
 
-_MAX_REMAINDER_TIMES = 64
+_MAX_REMAINDER_TIMES = 40
 
 
 def _remainder(net: Network, model, x, y, t, loss, W_t, gap_tol):
@@ -327,22 +363,21 @@ def _remainder(net: Network, model, x, y, t, loss, W_t, gap_tol):
     if W_t is None:
         return empty, empty, empty, float("nan")
     idx = np.unique(np.linspace(0, len(t) - 1, min(len(t), _MAX_REMAINDER_TIMES)).round().astype(int))
-    data = as_model(model).data
-    basis = _output_span(data) if isinstance(data, FeedForwardData) and not as_model(model).has_mean_field else None
+    model = as_model(model)
+    basis = _output_span(model.data) if isinstance(model.data, FeedForwardData) and not model.has_mean_field else None
     front = None if basis is None else basis[1]
-    fn = net._compiled(("remainder", id(model)), lambda: _remainder_program(net, as_model(model), front))
+    fn = net._compiled(("remainder", front), lambda: _remainder_program(net, front))
     yf = jnp.asarray(y).reshape(-1)
     B = None if basis is None else basis[0]
-    parts = np.array([[np.asarray(v) for v in fn(jnp.asarray(W_t[i]), x, yf, B)] for i in idx])
+    parts = np.array([[np.asarray(v) for v in fn(jnp.asarray(W_t(i)), x, yf, B, model)] for i in idx])
     ts = t[idx]
     L0 = float(loss[0])
-    gaps = []
-    for static, rate in ((parts[:, 0], parts[:, 1]), (parts[:, 2], parts[:, 3])):
-        drift = np.concatenate([[0.0], np.cumsum(0.5 * (rate[1:] + rate[:-1]) * np.diff(ts))])
-        gaps.append(np.abs(static - drift) / L0)
-    over = np.flatnonzero(gaps[0] > gap_tol)
+    rate = parts[:, 1]
+    drift = np.concatenate([[0.0], np.cumsum(0.5 * (rate[1:] + rate[:-1]) * np.diff(ts))])
+    gap = np.abs(parts[:, 0] - drift) / L0
+    over = np.flatnonzero(gap > gap_tol)
     depart = float(ts[over[0]]) if over.size else float("inf")
-    return ts, gaps[0], gaps[1], depart
+    return ts, gap, np.abs(parts[:, 2]) / L0, depart
 
 
 def _output_span(data: "FeedForwardData"):
@@ -350,9 +385,9 @@ def _output_span(data: "FeedForwardData"):
     the data's front/back offsets, from the SVD of the (m, k q) design (rcond max(m, kq) eps)."""
     C = np.einsum("mrk,mrq->mkq", np.asarray(data.a_rows), np.asarray(data.b_rows))
     D = C.reshape(C.shape[0], -1)
-    _, sv, Vt = np.linalg.svd(D, full_matrices=False)
-    keep = sv > max(D.shape) * np.finfo(float).eps * (sv[0] if sv.size else 0.0)
-    return (jnp.asarray(Vt[keep].reshape(-1, data.k, data.q)), data.front)
+    lam, V = np.linalg.eigh(D.T @ D)  # (kq, kq): squared singular values and right vectors
+    keep = lam > (max(D.shape) * np.finfo(float).eps) ** 2 * max(lam.max(initial=0.0), np.finfo(float).tiny) * 1e4
+    return (jnp.asarray(V[:, keep].T.reshape(-1, data.k, data.q)), data.front)
 
 
 def _null_rate(W, g, B, front: int):
@@ -366,16 +401,18 @@ def _null_rate(W, g, B, front: int):
     BP = jnp.einsum("jab,bc->jac", B, P2) + jnp.einsum("ab,jbc->jac", P1, B)
     G = jnp.einsum("jac,lac->jl", B, BP)
     h = jnp.einsum("jab,ab->j", B, g1 @ Z2.T + Z1 @ g2.T)
-    c = jnp.linalg.lstsq(G, h, rcond=1e-12)[0]
-    return jnp.maximum(jnp.sum(g ** 2) - h @ c, 0.0)
+    lam, Q = jnp.linalg.eigh(G)  # the projection h^T G^+ h (eigh: jnp.linalg.lstsq's SVD is ~500x slower here)
+    inv = jnp.where(lam > 1e-12 * jnp.max(lam), 1.0 / jnp.where(lam > 0, lam, 1.0), 0.0)
+    hq = Q.T @ h
+    return jnp.maximum(jnp.sum(g ** 2) - jnp.sum(inv * hq ** 2), 0.0)
 
 
-def _remainder_program(net: Network, model, front: int | None):
-    """jit(W, x, y, B) -> (R_T, rate_T, R_module, rate_module) of `_remainder`: the static
-    loss change and the drift rate |P_null grad R|^2 (0 without feed-forward structure, `front`
-    None), with the next-terms remainder T3 + T4 and with the module itself."""
+def _remainder_program(net: Network, front: int | None):
+    """jit(W, x, y, B, model) -> (R_T, rate_T, R_module) of `_remainder`: the static loss change
+    and the drift rate |P_null grad R|^2 (0 without feed-forward structure, `front` None) of the
+    next-terms remainder T3 + T4, and the static loss change of the module itself."""
 
-    def parts(W, x, y, B):
+    def parts(W, x, y, B, model):
         def nqf_out(W):
             return model.outputs_factor(W, jnp.sum(W, axis=1))
 
@@ -384,10 +421,11 @@ def _remainder_program(net: Network, model, front: int | None):
             return (t3 + t4).reshape(-1), full.reshape(-1)
 
         mse = lambda f: jnp.mean((f - y) ** 2)  # noqa: E731
+
+        f, (r, full) = nqf_out(W), taylor(W)
         R_t, g_t = jax.value_and_grad(lambda W: mse(nqf_out(W) + taylor(W)[0]) - mse(nqf_out(W)))(W)
-        R_m, g_m = jax.value_and_grad(lambda W: mse(taylor(W)[1]) - mse(nqf_out(W)))(W)
-        rate = (lambda g: _null_rate(W, g, B, front)) if front is not None else (lambda g: jnp.zeros(()))
-        return R_t, rate(g_t), R_m, rate(g_m)
+        rate = _null_rate(W, g_t, B, front) if front is not None else jnp.zeros(())
+        return R_t, rate, mse(full) - mse(f)
 
     return jax.jit(parts)
 

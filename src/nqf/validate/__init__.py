@@ -1,4 +1,4 @@
-"""Validation: the theorem checks behind `nqf validate` (layer 5 of nqf; see the package layout).
+"""Validation: the theorem checks behind `nqf validate` (layer 6 of nqf; see the package layout).
 
 May import every lower layer (`nqf.data`, `nqf.dynamics`, `nqf.solvers`, `nqf.theory`); imported
 by `nqf.experiments` and the CLI. One private module per family of checks: `_flow` (flow vs the
