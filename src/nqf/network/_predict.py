@@ -86,8 +86,8 @@ class Prediction(Saveable):
       `remainder_t` (n_r,), `remainder_gap` (n_r,): |L(f_NQF + T3 + T4) - L_NQF| / L(0) at those
       times; `module_gap` (n_r,): |L(module at W(t)) - L_NQF| / L(0).
     - `settings`: the call's settings (lr, steps, t1, batches, momentum, weight decay, rho,
-      phase_tol, gap_tol); `x`, `y`: the data; `network`: the `nqf.Network` (not saved by
-      `save`; `record` needs it).
+      phase_tol, gap_tol); `x`, `y`: the data; `network`: the `nqf.Network` (not kept by `save`
+      or pickling, which keep the numbers; `record` needs it).
 
     **Methods:** `record(optimizer, ...)`: train the module on the same data, initial weights,
     batches and horizon (`nqf.record`); `plot()`: loss and eigenvalues (a matplotlib Figure).
@@ -121,6 +121,9 @@ class Prediction(Saveable):
 
     def _after_load(self) -> None:
         object.__setattr__(self, "network", None)
+
+    def __getstate__(self):  # the module may hold functions that do not pickle: keep the numbers
+        return {**super().__getstate__(), "network": None}
 
     def record(self, optimizer, *, lr: float | None = None, label: str | None = None, train: str = "neurons",
                **kwargs):
@@ -372,12 +375,12 @@ def _remainder(net: Network, model, x, y, t, loss, W_t, gap_tol):
     parts = np.array([[np.asarray(v) for v in fn(jnp.asarray(W_t(i)), x, yf, B, model)] for i in idx])
     ts = t[idx]
     L0 = float(loss[0])
-    rate = parts[:, 1]
-    drift = np.concatenate([[0.0], np.cumsum(0.5 * (rate[1:] + rate[:-1]) * np.diff(ts))])
+    rate, saturation = parts[:, 1], parts[:, 2]
+    drift = np.minimum(np.concatenate([[0.0], np.cumsum(0.5 * (rate[1:] + rate[:-1]) * np.diff(ts))]), saturation)
     gap = np.abs(parts[:, 0] - drift) / L0
     over = np.flatnonzero(gap > gap_tol)
     depart = float(ts[over[0]]) if over.size else float("inf")
-    return ts, gap, np.abs(parts[:, 2]) / L0, depart
+    return ts, gap, np.abs(parts[:, 3]) / L0, depart
 
 
 def _output_span(data: "FeedForwardData"):
@@ -390,27 +393,34 @@ def _output_span(data: "FeedForwardData"):
     return (jnp.asarray(V[:, keep].T.reshape(-1, data.k, data.q)), data.front)
 
 
-def _null_rate(W, g, B, front: int):
-    """|P_null g|^2 for a gradient g (p, d) at W: g minus its least-squares projection on
-    range(J^T) = {[X Z2; X^T Z1] : X = sum_j c_j B_j} (feed-forward data, B (s, k, q) after
+def _null_part(W, g, B, front: int):
+    """P_null g for a gradient g (p, d) at W: g minus its least-squares projection on
+    range(J^T) = {[0; X Z2; X^T Z1; 0] : X = sum_j c_j B_j} (feed-forward data, B (s, k, q) after
     `front` rows)."""
     k, q = B.shape[1], B.shape[2]
     Z1, Z2 = W[front:front + k], W[front + k:front + k + q]
     g1, g2 = g[front:front + k], g[front + k:front + k + q]
     P1, P2 = Z1 @ Z1.T, Z2 @ Z2.T
     BP = jnp.einsum("jab,bc->jac", B, P2) + jnp.einsum("ab,jbc->jac", P1, B)
-    G = jnp.einsum("jac,lac->jl", B, BP)
+    G = jnp.einsum("jac,lac->jl", B, BP)  # Gram matrix of the range vectors [B_j Z2; B_j^T Z1]
     h = jnp.einsum("jab,ab->j", B, g1 @ Z2.T + Z1 @ g2.T)
-    lam, Q = jnp.linalg.eigh(G)  # the projection h^T G^+ h (eigh: jnp.linalg.lstsq's SVD is ~500x slower here)
+    lam, Q = jnp.linalg.eigh(G)  # G^+ h (eigh: jnp.linalg.lstsq's SVD is ~500x slower here)
     inv = jnp.where(lam > 1e-12 * jnp.max(lam), 1.0 / jnp.where(lam > 0, lam, 1.0), 0.0)
-    hq = Q.T @ h
-    return jnp.maximum(jnp.sum(g ** 2) - jnp.sum(inv * hq ** 2), 0.0)
+    c = Q @ (inv * (Q.T @ h))
+    X = jnp.einsum("j,jab->ab", c, B)
+    return g.at[front:front + k].add(-X @ Z2).at[front + k:front + k + q].add(-X.T @ Z1)
+
+
+def _null_rate(W, g, B, front: int):
+    """|P_null g|^2 (`_null_part`)."""
+    return jnp.sum(_null_part(W, g, B, front) ** 2)
 
 
 def _remainder_program(net: Network, front: int | None):
-    """jit(W, x, y, B, model) -> (R_T, rate_T, R_module) of `_remainder`: the static loss change
-    and the drift rate |P_null grad R|^2 (0 without feed-forward structure, `front` None) of the
-    next-terms remainder T3 + T4, and the static loss change of the module itself."""
+    """jit(W, x, y, B, model) -> (R_T, rate, saturation, R_module) of `_remainder`: the static
+    loss change of the next-terms remainder T3 + T4, the drift rate |P_null grad R|^2 and the
+    most the drift can gain before the curvature along it stops it (0 and inf without
+    feed-forward structure, `front` None), and the static loss change of the module itself."""
 
     def parts(W, x, y, B, model):
         def nqf_out(W):
@@ -421,11 +431,19 @@ def _remainder_program(net: Network, front: int | None):
             return (t3 + t4).reshape(-1), full.reshape(-1)
 
         mse = lambda f: jnp.mean((f - y) ** 2)  # noqa: E731
-
+        loss_t = lambda W: mse(nqf_out(W) + taylor(W)[0])  # noqa: E731
         f, (r, full) = nqf_out(W), taylor(W)
-        R_t, g_t = jax.value_and_grad(lambda W: mse(nqf_out(W) + taylor(W)[0]) - mse(nqf_out(W)))(W)
-        rate = _null_rate(W, g_t, B, front) if front is not None else jnp.zeros(())
-        return R_t, rate, mse(full) - mse(f)
+        L_nqf = mse(f)
+        R_t, g_t = jax.value_and_grad(lambda W: loss_t(W) - mse(nqf_out(W)))(W)
+        R_m = mse(full) - L_nqf
+        if front is None:
+            return R_t, jnp.zeros(()), jnp.asarray(jnp.inf), R_m
+        u = _null_part(W, g_t, B, front)
+        rate = jnp.sum(u ** 2)
+        u = u / jnp.sqrt(jnp.where(rate > 0, rate, 1.0))
+        curv = jnp.vdot(u, jax.jvp(jax.grad(loss_t), (W,), (u,))[1])
+        saturation = jnp.where(curv > 0, rate / (2.0 * jnp.where(curv > 0, curv, 1.0)), jnp.inf)
+        return R_t, rate, saturation, R_m
 
     return jax.jit(parts)
 
