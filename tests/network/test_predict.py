@@ -83,12 +83,16 @@ def test_null_space_rate_against_a_dense_jacobian(pred):
     model = nqf.NQFModel(pred.model) if not isinstance(pred.model, nqf.NQFModel) else pred.model
     W = jnp.asarray(0.3 * RNG.standard_normal((N_IN + 1, 4)))
     g = jnp.asarray(RNG.standard_normal(W.shape))
-    B, front = _predict._output_span(model.data)
-    rate = _predict._null_rate(W, g, B, front)
+    Ua, Ub, front = _predict._output_span(model.data)
+    assert Ub is not None  # the MLP's span is a Kronecker product: the Sylvester path
+    rate = np.sum(np.asarray(_predict._null_part(W, g, (Ua, Ub), front)) ** 2)
+    B = jnp.einsum("ai,bj->ijab", Ua, Ub).reshape(-1, Ua.shape[0], Ub.shape[0])
+    rate_gram = np.sum(np.asarray(_predict._null_part(W, g, (B, None), front)) ** 2)
     J = jax.jacobian(lambda W: model.outputs_factor(W, W.sum(axis=1)))(W).reshape(M, -1)
     coef = np.linalg.lstsq(np.asarray(J).T, np.asarray(g).ravel(), rcond=None)[0]
     null = np.asarray(g).ravel() - np.asarray(J).T @ coef
     np.testing.assert_allclose(rate, null @ null, rtol=1e-9)
+    np.testing.assert_allclose(rate_gram, null @ null, rtol=1e-9)
 
 
 def test_departure_of_a_module_with_a_cubic_term():

@@ -255,7 +255,10 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
     end = learning_phase_end(t, loss, min(final_loss, float(loss[0])), tol=phase_tol)
     targets = _targets(target, asym, t, eig, end)
     settings["target"] = target
-    ign = measure_ignition_times(traj, rho=rho, target=targets, quantity="eigenvalues", modes="growing")
+    if np.all(np.isfinite(targets)):
+        ign = measure_ignition_times(traj, rho=rho, target=targets, quantity="eigenvalues", modes="growing")
+    else:  # target='phase_end' and the learning phase does not end within the horizon
+        ign = np.full(targets.shape, np.nan)
     growing = eig[0] < rho * targets
     levels = plateau_levels(t, loss, ign[growing], final_loss)
     drops = drop_times(t, loss, levels=levels)
@@ -368,11 +371,11 @@ def _remainder(net: Network, model, x, y, t, loss, W_t, gap_tol):
     idx = np.unique(np.linspace(0, len(t) - 1, min(len(t), _MAX_REMAINDER_TIMES)).round().astype(int))
     model = as_model(model)
     basis = _output_span(model.data) if isinstance(model.data, FeedForwardData) and not model.has_mean_field else None
-    front = None if basis is None else basis[1]
+    front = None if basis is None else basis[2]
     fn = net._compiled(("remainder", front), lambda: _remainder_program(net, front))
     yf = jnp.asarray(y).reshape(-1)
-    B = None if basis is None else basis[0]
-    parts = np.array([[np.asarray(v) for v in fn(jnp.asarray(W_t(i)), x, yf, B, model)] for i in idx])
+    span = None if basis is None else basis[:2]
+    parts = np.array([[np.asarray(v) for v in fn(jnp.asarray(W_t(i)), x, yf, span, model)] for i in idx])
     ts = t[idx]
     L0 = float(loss[0])
     rate, saturation = parts[:, 1], parts[:, 2]
@@ -384,45 +387,64 @@ def _remainder(net: Network, model, x, y, t, loss, W_t, gap_tol):
 
 
 def _output_span(data: "FeedForwardData"):
-    """An orthonormal basis (s, k, q) of span{C_mu} (the NQF's outputs are <Z1 Z2^T, C_mu>) with
-    the data's front/back offsets, from the SVD of the (m, k q) design (rcond max(m, kq) eps)."""
-    C = np.einsum("mrk,mrq->mkq", np.asarray(data.a_rows), np.asarray(data.b_rows))
-    D = C.reshape(C.shape[0], -1)
-    lam, V = np.linalg.eigh(D.T @ D)  # (kq, kq): squared singular values and right vectors
-    keep = lam > (max(D.shape) * np.finfo(float).eps) ** 2 * max(lam.max(initial=0.0), np.finfo(float).tiny) * 1e4
-    return (jnp.asarray(V[:, keep].T.reshape(-1, data.k, data.q)), data.front)
+    """The span S = span{C_mu} of the feed-forward data (the NQF's outputs are <Z1 Z2^T, C_mu>)
+    as ``(Ua, Ub, front)`` when S = span(a) (x) span(b) (orthonormal bases (k, sa), (q, sb);
+    MLP, CNN: then the projection is a Sylvester solve), else ``(B, None, front)`` with an
+    orthonormal basis B (s, k, q) of S. Ranks at max(m, kq) eps relative (eigh of the Gram
+    matrices)."""
+    a = np.asarray(data.a_rows).reshape(-1, data.k)
+    b = np.asarray(data.b_rows).reshape(-1, data.q)
+    C = np.einsum("mrk,mrq->mkq", np.asarray(data.a_rows), np.asarray(data.b_rows)).reshape(data.m, -1)
+    Ua, Ub, V = (_range(M, max(data.m, data.k * data.q)) for M in (a, b, C))
+    if V.shape[1] == Ua.shape[1] * Ub.shape[1]:
+        return jnp.asarray(Ua), jnp.asarray(Ub), data.front
+    return jnp.asarray(V.T.reshape(-1, data.k, data.q)), None, data.front
 
 
-def _null_part(W, g, B, front: int):
-    """P_null g for a gradient g (p, d) at W: g minus its least-squares projection on
-    range(J^T) = {[0; X Z2; X^T Z1; 0] : X = sum_j c_j B_j} (feed-forward data, B (s, k, q) after
-    `front` rows)."""
-    k, q = B.shape[1], B.shape[2]
+def _range(M, n: int):
+    """An orthonormal basis of the row space of M (its right singular vectors above n eps)."""
+    lam, V = np.linalg.eigh(M.T @ M)
+    return V[:, lam > (n * np.finfo(float).eps) ** 2 * 1e4 * max(lam.max(initial=0.0), np.finfo(float).tiny)]
+
+
+def _pinv_sym(lam, tol):
+    return jnp.where(lam > tol, 1.0 / jnp.where(lam > tol, lam, 1.0), 0.0)
+
+
+def _null_part(W, g, span, front: int):
+    """P_null g for a gradient g (p, d) at W: g minus its least-squares projection on the range
+    of the NQF's output Jacobian, range(J^T) = {[0; X Z2; X^T Z1; 0] : X in S} (feed-forward data;
+    `span` from `_output_span`, without its `front`). The normal equations for X are
+    X P2 + P1 X = R (projected on S), P1 = Z1 Z1^T, P2 = Z2 Z2^T, R = g1 Z2^T + Z1 g2^T."""
+    first, Ub = span
+    k = first.shape[0] if Ub is not None else first.shape[1]
+    q = Ub.shape[0] if Ub is not None else first.shape[2]
     Z1, Z2 = W[front:front + k], W[front + k:front + k + q]
     g1, g2 = g[front:front + k], g[front + k:front + k + q]
-    P1, P2 = Z1 @ Z1.T, Z2 @ Z2.T
-    BP = jnp.einsum("jab,bc->jac", B, P2) + jnp.einsum("ab,jbc->jac", P1, B)
-    G = jnp.einsum("jac,lac->jl", B, BP)  # Gram matrix of the range vectors [B_j Z2; B_j^T Z1]
-    h = jnp.einsum("jab,ab->j", B, g1 @ Z2.T + Z1 @ g2.T)
-    lam, Q = jnp.linalg.eigh(G)  # G^+ h (eigh: jnp.linalg.lstsq's SVD is ~500x slower here)
-    inv = jnp.where(lam > 1e-12 * jnp.max(lam), 1.0 / jnp.where(lam > 0, lam, 1.0), 0.0)
-    c = Q @ (inv * (Q.T @ h))
-    X = jnp.einsum("j,jab->ab", c, B)
+    P1, P2, R = Z1 @ Z1.T, Z2 @ Z2.T, g1 @ Z2.T + Z1 @ g2.T
+    if Ub is not None:  # S = span(Ua) (x) span(Ub): a Sylvester equation in (sa, sb) coordinates
+        Ua = first
+        la, Qa = jnp.linalg.eigh(Ua.T @ P1 @ Ua)
+        lb, Qb = jnp.linalg.eigh(Ub.T @ P2 @ Ub)
+        s = la[:, None] + lb[None, :]
+        Y = Qa @ (_pinv_sym(s, 1e-12 * jnp.max(s)) * (Qa.T @ (Ua.T @ R @ Ub) @ Qb)) @ Qb.T
+        X = Ua @ Y @ Ub.T
+    else:  # a basis B (s, k, q) of S and its Gram matrix (eigh: jnp.linalg.lstsq's SVD is far slower)
+        B = first
+        G = jnp.einsum("jac,lac->jl", B, jnp.einsum("jab,bc->jac", B, P2) + jnp.einsum("ab,jbc->jac", P1, B))
+        lam, Q = jnp.linalg.eigh(G)
+        c = Q @ (_pinv_sym(lam, 1e-12 * jnp.max(lam)) * (Q.T @ jnp.einsum("jab,ab->j", B, R)))
+        X = jnp.einsum("j,jab->ab", c, B)
     return g.at[front:front + k].add(-X @ Z2).at[front + k:front + k + q].add(-X.T @ Z1)
 
 
-def _null_rate(W, g, B, front: int):
-    """|P_null g|^2 (`_null_part`)."""
-    return jnp.sum(_null_part(W, g, B, front) ** 2)
-
-
 def _remainder_program(net: Network, front: int | None):
-    """jit(W, x, y, B, model) -> (R_T, rate, saturation, R_module) of `_remainder`: the static
+    """jit(W, x, y, span, model) -> (R_T, rate, saturation, R_module) of `_remainder`: the static
     loss change of the next-terms remainder T3 + T4, the drift rate |P_null grad R|^2 and the
     most the drift can gain before the curvature along it stops it (0 and inf without
     feed-forward structure, `front` None), and the static loss change of the module itself."""
 
-    def parts(W, x, y, B, model):
+    def parts(W, x, y, span, model):
         def nqf_out(W):
             return model.outputs_factor(W, jnp.sum(W, axis=1))
 
@@ -432,16 +454,17 @@ def _remainder_program(net: Network, front: int | None):
 
         mse = lambda f: jnp.mean((f - y) ** 2)  # noqa: E731
         loss_t = lambda W: mse(nqf_out(W) + taylor(W)[0])  # noqa: E731
-        f, (r, full) = nqf_out(W), taylor(W)
-        L_nqf = mse(f)
-        R_t, g_t = jax.value_and_grad(lambda W: loss_t(W) - mse(nqf_out(W)))(W)
-        R_m = mse(full) - L_nqf
+        L_t, g_full = jax.value_and_grad(loss_t)(W)
+        L_nqf, g_nqf = jax.value_and_grad(lambda W: mse(nqf_out(W)))(W)
+        R_t, g_t = L_t - L_nqf, g_full - g_nqf
+        R_m = mse(taylor(W)[1]) - L_nqf
         if front is None:
             return R_t, jnp.zeros(()), jnp.asarray(jnp.inf), R_m
-        u = _null_part(W, g_t, B, front)
+        u = _null_part(W, g_t, span, front)
         rate = jnp.sum(u ** 2)
         u = u / jnp.sqrt(jnp.where(rate > 0, rate, 1.0))
-        curv = jnp.vdot(u, jax.jvp(jax.grad(loss_t), (W,), (u,))[1])
+        h = 1e-5 * jnp.sqrt(jnp.sum(W ** 2))  # u^T Hess(L_T) u by a forward difference of gradients
+        curv = jnp.vdot(u, jax.grad(loss_t)(W + h * u) - g_full) / h
         saturation = jnp.where(curv > 0, rate / (2.0 * jnp.where(curv > 0, curv, 1.0)), jnp.inf)
         return R_t, rate, saturation, R_m
 
