@@ -148,8 +148,11 @@ def compare(prediction, recording, *, gap_tol: float | None = None, time_rtol: f
     drops = np.stack([prediction.drop_times, drop_times(t, lm, levels=levels)])
     half_levels = np.array([lp_all[0], prediction.final_loss])
     half = np.array([prediction.half_drop_time, drop_times(t, lm, levels=half_levels)[0]])
-    ign_m = measure_ignition_times(recording, rho=prediction.settings["rho"], target=prediction.targets,
-                                   quantity="eigenvalues", modes=prediction.growing)
+    if np.all(np.isfinite(prediction.targets)):
+        ign_m = measure_ignition_times(recording, rho=prediction.settings["rho"], target=prediction.targets,
+                                       quantity="eigenvalues", modes=prediction.growing)
+    else:  # no targets (the predicted learning phase does not end within the horizon)
+        ign_m = np.full(p, np.nan)
     ign = np.stack([prediction.ignition_times, np.asarray(ign_m, dtype=float)])
     ignited = np.isfinite(ign[0])
     module_est = prediction.module_gap

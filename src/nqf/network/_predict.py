@@ -68,9 +68,10 @@ class Prediction(Saveable):
       `eigenvalues` (n, p): eigenvalues of M(t) in decreasing order.
     - `model`: the extracted NQF (a data set or `nqf.NQFModel`); `W0` (p, d): initial weights;
       `trajectory`: the `FlowSolution` or `MapTrajectory` behind the curves.
-    - `asymptote`: the NQF's t -> inf limit (`nqf.asymptote`; None with weight decay);
-      `final_loss`: its loss, the NQF's final loss L_inf (with weight decay: the loss at the
-      horizon).
+    - `asymptote`: the NQF's t -> inf limit (`nqf.asymptote`; None with weight decay, or when
+      it cannot certify the limit and `target` is not ``"asymptote"``); `final_loss`: its loss,
+      the NQF's final loss L_inf (without an asymptote: the loss at the horizon;
+      ``settings["final_loss"]`` says which).
     - `targets` (p,): the values of the ignition criterion (`target` of `predict`); `growing`
       (p,) bool: the modes that grow (start below rho times their target); `ignition_times`
       (p,): when each growing mode first reaches rho x its target (nan for the others, and for
@@ -250,8 +251,9 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
     t = np.asarray(traj.ts if isinstance(traj, FlowSolution) else traj.t, dtype=float)
     loss = np.asarray(traj.loss, dtype=float)
     eig = np.linalg.eigvalsh(np.asarray(traj.M))[:, ::-1]
-    asym = None if weight_decay else asymptote(model, W0=W0)
+    asym = None if weight_decay else _asymptote(model, W0, target, float(t[-1]))
     final_loss = float(loss[-1]) if asym is None else float(asym.loss)
+    settings["final_loss"] = "horizon" if asym is None else "asymptote"
     end = learning_phase_end(t, loss, min(final_loss, float(loss[0])), tol=phase_tol)
     targets = _targets(target, asym, t, eig, end)
     settings["target"] = target
@@ -259,7 +261,8 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
         ign = measure_ignition_times(traj, rho=rho, target=targets, quantity="eigenvalues", modes="growing")
     else:  # target='phase_end' and the learning phase does not end within the horizon
         ign = np.full(targets.shape, np.nan)
-    growing = eig[0] < rho * targets
+    floor = 16 * eig.shape[1] * np.finfo(float).eps * np.abs(eig).max()  # a zero eigenvalue's rounding level
+    growing = (eig[0] < rho * targets) & (targets > floor)
     levels = plateau_levels(t, loss, ign[growing], final_loss)
     drops = drop_times(t, loss, levels=levels)
     half = drop_times(t, loss, levels=np.array([loss[0], final_loss]))[0]
@@ -273,6 +276,20 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
 
 
 TARGETS = ("asymptote", "phase_end", "horizon")
+
+
+def _asymptote(model, W0, target: str, horizon: float):
+    """`nqf.asymptote` of the NQF from W0, or None when it cannot certify the limit within 20
+    horizons (its numerical flow, for data without a closed-form limit, converges too slowly)
+    and the ignition `target` does not need it: the last predicted loss then stands in for the
+    final loss (``settings["final_loss"]`` says which)."""
+    try:
+        return asymptote(model, W0=W0, max_time=20.0 * horizon, solve_options={"max_steps": 20_000})
+    except RuntimeError as err:
+        if target == "asymptote":
+            raise RuntimeError(f"predict: {err} With target='phase_end' or 'horizon' the prediction uses the "
+                               "loss at the horizon as the final loss instead.") from err
+        return None
 
 
 def _targets(target: str, asym, t, eig, end) -> np.ndarray:
