@@ -161,7 +161,7 @@ _SUCCESS_CODE = int(diffrax.RESULTS.successful._value)
 class _FlowArgs(NamedTuple):
     """The dynamic half of a flow solve: arrays (and pytrees of arrays), None where unused."""
 
-    data: Any  # a data set or an NQFModel
+    data: Any  # a data set, an NQFModel, or its FactoredG form ("M-mu" with a low-rank g)
     init: Any  # the initial condition of kind `_FlowConfig.init`
     params: Any  # [t0, t1, rtol, gamma]: one array, one transfer
     ts: Any
@@ -197,7 +197,7 @@ class _FlowConfig(NamedTuple):
 def _solve_core(cfg: _FlowConfig, dyn: dict):
     """One flow solve as a pure function of arrays (traceable: jit, vmap, grad).
 
-    `dyn` holds ``data`` (a data set or `NQFModel`), ``init`` (the initial condition of kind
+    `dyn` holds ``data`` (a data set, an `NQFModel` or its `FactoredG` form), ``init`` (the initial condition of kind
     ``cfg.init``), ``params`` = [t0, t1, rtol, gamma] (one array: one transfer), ``ts``, ``dt0``
     (or None), ``atol`` (None: the default rtol * max|state(0)|, rtol for the log-space GLV
     state), ``width`` (the "M-mu" form's d, else None), ``solver`` (the solver's arrays) and,
