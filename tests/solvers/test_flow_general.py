@@ -191,3 +191,90 @@ def test_mu0_without_M_mu_form_is_refused(model):
         nqf.solve_flow(model.data, M0=np.eye(P_), mu0=np.zeros(P_), d=3, t1=1.0)
     with pytest.raises(ValueError, match=r"used only by form='M-mu'"):
         nqf.solve_flow(nqf.NQFModel(model.data), W0=W3, d=3, t1=1.0)
+
+
+# -- a g of low rank runs on its factors (issue 23: the sigmoid MLP's constant g) ---------------
+
+MS, KS, DS = 40, 12, 16  # m, k (p = k + 1), width: large enough that the factors save work
+TS_S = np.linspace(0.0, 1.5, 7)
+
+
+def sigmoid_like(seed, rank=1, with_B=False):
+    """A bias-free two-layer MLP with phi(0) != 0 (FeedForwardData a = phi'(0) x, b = 1) and a g
+    of the given rank (rank 1: the sigmoid's constant g = [0 (k); 1/2]); numpy arrays as `problem`."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((MS, KS))
+    y = rng.standard_normal(MS)
+    p = KS + 1
+    data = nqf.FeedForwardData(0.25 * x[:, :, None], np.ones((MS, 1, 1)), y)
+    if rank == 1:
+        g = np.zeros((MS, p))
+        g[:, -1] = 0.5
+    else:
+        g = rng.standard_normal((MS, rank)) @ rng.standard_normal((rank, p)) / rank
+    B = 0.05 * sym(rng.standard_normal((MS, p, p))) if with_B else np.zeros((MS, p, p))
+    model = nqf.NQFModel(data, g=g, B=B if with_B else None)
+    return model, (np.asarray(data.dense()), g, B, np.zeros(MS), y)
+
+
+@pytest.mark.parametrize("rank, with_B", [(1, False), (3, False), (2, True)])
+def test_factor_linear_term_is_exact(rank, with_B):
+    from nqf.dynamics._flow import FactoredG, factor_linear_term, rhs_M_mu
+
+    model, _ = sigmoid_like(20 + rank, rank, with_B)
+    fac = factor_linear_term(model)
+    assert isinstance(fac, FactoredG) and fac.U.shape == (MS, rank) and fac.V.shape == (rank, KS + 1)
+    assert fac.model.g is None and (fac.model.B is not None) == with_B
+    assert rel_err(np.asarray(fac.U @ fac.V), np.asarray(model.g)) <= 1e-15
+    rng = np.random.default_rng(1)
+    W = 0.3 * rng.standard_normal((KS + 1, DS))
+    M, mu = jnp.asarray(W @ W.T), jnp.asarray(W.sum(1))
+    assert rel_err(np.asarray(fac.outputs(M, mu)), np.asarray(model.outputs(M, mu))) <= 1e-14
+    for a, b in zip(rhs_M_mu(0.0, (M, mu), (fac, 0.1, float(DS))), rhs_M_mu(0.0, (M, mu), (model, 0.1, float(DS)))):
+        assert rel_err(np.asarray(a), np.asarray(b)) <= 1e-14
+
+
+def test_factor_linear_term_keeps_models_it_cannot_help():
+    from nqf.dynamics._flow import factor_linear_term
+
+    full, _ = problem(0)  # m = 6, p = 4, random g: no saving possible
+    assert factor_linear_term(full) is full
+    high, _ = sigmoid_like(2, rank=10)  # rank 10 > 8: never approximated
+    assert factor_linear_term(high) is high
+    plain = nqf.NQFModel(sigmoid_like(2)[0].data)
+    assert factor_linear_term(plain) is plain and factor_linear_term(plain.data) is plain.data
+    traced = jax.jit(lambda g: factor_linear_term(nqf.NQFModel(plain.data, g=g)).g)(np.ones((MS, KS + 1)))
+    np.testing.assert_array_equal(traced, 1.0)  # under tracing: the model as given
+
+
+@pytest.mark.parametrize("rank, with_B", [(1, False), (2, True)])
+def test_factored_flow_matches_scipy_and_the_dense_path(rank, with_B, monkeypatch):
+    """The "M-mu" solve on the factors against the numpy E10 (scipy DOP853, dense A, g, B) and
+    against the same solve with the factorization turned off; loss-only saving and dense output
+    go through the factored model too."""
+    model, dense = sigmoid_like(30 + rank, rank, with_B)
+    W0 = 0.3 * np.random.default_rng(3).standard_normal((KS + 1, DS))
+    kw = dict(W0=W0, t1=TS_S[-1], ts=TS_S, rtol=1e-12, weight_decay=0.05)
+    sol = nqf.solve_flow(model, **kw)
+    M_ref, mu_ref = scipy_E10(dense, W0 @ W0.T, W0.sum(1), DS, TS_S, gamma=0.05)
+    assert rel_err(sol.M, M_ref) < 1e-9 and rel_err(sol.mu, mu_ref) < 1e-9
+    assert rel_err(nqf.solve_flow(model, save="loss", **kw).loss, sol.loss) < 1e-12
+    np.testing.assert_allclose(sol.mu_at(TS_S[2]), sol.mu[2:3], rtol=1e-12)
+    monkeypatch.setattr(nqf.solvers._solve, "factor_linear_term", lambda m: m)
+    unfactored = nqf.solve_flow(model, **kw)
+    assert rel_err(sol.M, unfactored.M) < 1e-11 and rel_err(sol.mu, unfactored.mu) < 1e-11
+
+
+def test_factored_flow_is_the_limit_of_gd():
+    """Theorem 2 in the flow limit: W-space GD (`nqf.train_w`, autodiff gradients) at t = lr n
+    approaches the factored (M, mu) flow at first order in lr."""
+    model, _ = sigmoid_like(40)
+    W0 = 0.3 * np.random.default_rng(5).standard_normal((KS + 1, DS))
+    T = 1.0
+    sol = nqf.solve_flow(model, W0=W0, t1=T, ts=np.array([0.0, T]), rtol=1e-12)
+    errs = []
+    for lr in (4e-3, 2e-3):
+        gd = nqf.train_w(model, W0, lr=lr, steps=int(round(T / lr)), save_every=int(round(T / lr)))
+        errs.append(rel_err(gd.M[-1], sol.M[-1]) + rel_err(gd.mu[-1], sol.mu[-1]))
+    assert errs[0] < 1e-3  # measured 3e-4 at lr = 4e-3, M changes by 18% over [0, T]
+    assert 1.7 < errs[0] / errs[1] < 2.3, errs  # error ~ lr

@@ -14,11 +14,20 @@ Time is gradient-flow time: t = eta * (number of GD steps). Four exact forms:
 - ``"M-mu"`` (the general model f = f0 + g^T mu + mu^T B mu + Tr[M A], `nqf.NQFModel`): state
   (M, mu), mu' = -(d v + H mu), M' = -(v mu^T + mu v^T + H M + M H) (Eq. E10, Theorem 2 in the
   flow limit), v = sum_x l'_x u(x), H = sum_x 2 l'_x A(x) + gamma I, l'_x = (2/m)(f_x - y_x).
+  Cost per evaluation: the data's `traces` and one `apply` to p + 1 columns, plus two passes over
+  the model's g (m, p) (G mu and v) and, with B, over B (m, p, p). A g of low rank r (e.g. the
+  constant g = phi(0) [0; 1] of a bias-free MLP with phi(0) != 0) can be passed as factors
+  (`FactoredG`, built by `factor_linear_term`): the g passes then cost O((m + p) r).
 """
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from .._core._checks import is_traced
 
 from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData
@@ -79,22 +88,113 @@ def jac_glv_reduced(t, G, args):
     return -(8.0 / data.m) * (data.Lambda * z) @ data.Lambda.T
 
 
+class FactoredG(eqx.Module):
+    """An `NQFModel` (Eq. E2) with its linear coefficients stored as factors: g(x_mu) = U_mu V,
+    i.e. G = U V with U (m, r), V (r, p). The "M-mu" right-hand side then forms G mu = U (V mu)
+    and sum_mu c_mu g(x_mu) = (c^T U) V in O((m + p) r) instead of two passes over the dense
+    (m, p) array. Same outputs and flow as the model, to rounding. Built by `factor_linear_term`
+    (`nqf.solve_flow` does it for the "M-mu" form); `model` is the model without g (B, f0 kept).
+    """
+
+    model: NQFModel
+    U: Float[Array, "m r"]
+    V: Float[Array, "r p"]
+
+    @property
+    def data(self):
+        return self.model.data
+
+    @property
+    def y(self):
+        return self.model.y
+
+    @property
+    def m(self) -> int:
+        return self.model.m
+
+    @property
+    def p(self) -> int:
+        return self.model.p
+
+    @property
+    def f0(self):
+        return self.model.f0
+
+    @property
+    def has_mean_field(self) -> bool:
+        return True
+
+    def outputs(self, M: Float[Array, "p p"], mu: Float[Array, " p"]) -> Float[Array, " m"]:
+        """f_x for every training input (Eq. E2), shape (m,)."""
+        return self.model.outputs(M, mu) + self.U @ (self.V @ mu)
+
+    def pullback_u(self, c: Float[Array, " m"], mu: Float[Array, " p"]) -> Float[Array, " p"]:
+        """sum_mu c_mu u(x_mu), u = g + 2 B mu (Eq. E4), shape (p,)."""
+        out = (c @ self.U) @ self.V
+        return out if self.model.B is None else out + c @ self.model.u(mu)
+
+
+def is_model(x) -> bool:
+    """True for an `NQFModel` or its `FactoredG` form (False for a bare data set)."""
+    return isinstance(x, (NQFModel, FactoredG))
+
+
+def _pullback_u(model, c, mu):
+    """sum_mu c_mu u(x_mu) (p,) for an `NQFModel` or a `FactoredG`."""
+    return model.pullback_u(c, mu) if isinstance(model, FactoredG) else c @ model.u(mu)
+
+
+FACTOR_MAX_RANK = 8  # `factor_linear_term` looks for a rank of g up to this
+
+
+def factor_linear_term(model, *, max_rank: int = FACTOR_MAX_RANK):
+    """`model` with its g (m, p) as factors (`FactoredG`) when g has rank r <= `max_rank` and the
+    factors save work (2 r (m + p) <= m p); otherwise `model` unchanged (also for a bare data
+    set, a model without g, or traced arrays: the factorization runs on the host). A compiled
+    solve depends on r, so models whose g differ in rank compile separately.
+
+    The row space of G comes from a randomized range finder (fixed seed): G Omega, Omega
+    (p, max_rank), made orthonormal (Q), then the SVD of Q^T G, truncated at 1e-14 of the largest
+    singular value, gives orthonormal rows V (r, p); U = G V^T. The factors are used only if
+    max|U V - G| <= 1e-13 max|G| (exact to rounding), so a g of higher rank is never
+    approximated. Cost O(m p max_rank) on the host, once per solve.
+    """
+    if not isinstance(model, NQFModel) or model.g is None or is_traced(model.g):
+        return model
+    G = np.asarray(model.g)
+    m, p = G.shape
+    k = min(max_rank, p)
+    if 2 * (m + p) > m * p:  # even rank 1 would not save work
+        return model
+    Q, _ = np.linalg.qr(G @ np.random.default_rng(0).standard_normal((p, k)))
+    u, s, vt = np.linalg.svd(Q.T @ G, full_matrices=False)
+    r = max(1, int(np.sum(s > 1e-14 * s[0])))
+    V = vt[:r]
+    U = G @ V.T
+    if 2 * r * (m + p) > m * p or not np.abs(U @ V - G).max() <= 1e-13 * np.abs(G).max():
+        return model  # no saving, or the rank of g exceeds max_rank
+    base = eqx.tree_at(lambda x: x.g, model, None, is_leaf=lambda x: x is None)
+    return FactoredG(base, jnp.asarray(U), jnp.asarray(V))
+
+
 def rhs_M_mu(t, state, args):
     """Eq. E10 with weight decay: state = (M (p, p), mu (p,)), args = (model or data, gamma, d).
 
-    The third slot of `args` carries the width d (a float64 scalar) instead of a GLV mask. A bare
-    data set is the model with g = B = f0 = 0 (then u = 0 and mu' = -H mu).
+    The first slot is an `NQFModel`, its `FactoredG` form, or a bare data set (the model with
+    g = B = f0 = 0: then u = 0 and mu' = -H mu). The third slot of `args` carries the width d (a
+    float64 scalar) instead of a GLV mask.
     """
     M, mu = state
     model, gamma, d = args
-    data = model.data if isinstance(model, NQFModel) else model
-    f = model.outputs(M, mu) if isinstance(model, NQFModel) else data.traces(M)
+    general = is_model(model)
+    data = model.data if general else model
+    f = model.outputs(M, mu) if general else data.traces(M)
     delta = f - data.y
     HX = data.apply(4.0 / data.m * delta, jnp.concatenate([M, mu[:, None]], axis=1))
     H_M = HX[:, :-1] + gamma * M
     H_mu = HX[:, -1] + gamma * mu
-    if isinstance(model, NQFModel) and model.has_mean_field:
-        v = (2.0 / data.m * delta) @ model.u(mu)
+    if general and model.has_mean_field:
+        v = _pullback_u(model, 2.0 / data.m * delta, mu)
         vmu = jnp.outer(v, mu)
         return -(H_M + H_M.T + vmu + vmu.T), -(d * v + H_mu)
     return -(H_M + H_M.T), -H_mu
@@ -121,7 +221,7 @@ def _saved_losses(t, y, args, *, form, z_star, grad):
     """SaveAt function of ``save="loss"``: the loss and, for commuting data, the excess loss
     (the cancellation-free KKT form of `nqf.excess_loss`) from the state y of any form."""
     data, _, third = args
-    model = data if isinstance(data, NQFModel) else None
+    model = data if is_model(data) else None
     data = data.data if model is not None else data
     if form == "glv":
         z = glv_z(y, third)

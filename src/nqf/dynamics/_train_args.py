@@ -100,17 +100,24 @@ def check_nesterov(nesterov, beta, where: str = "") -> bool:
     return bool(nesterov)
 
 
-def parse_optimizer(optimizer: str, momentum, nesterov: bool) -> tuple[str, object, bool]:
+def parse_optimizer(optimizer: str, momentum, nesterov: bool, *,
+                    optax_ok: bool = False) -> tuple[str, object, bool]:
     """Resolve (`optimizer`, `momentum`, `nesterov`) to (name, beta, nesterov).
 
     ``"sgd"``: momentum defaults to 0 (any beta in [0, 1) gives heavy-ball momentum, as in
     `torch.optim.SGD`); ``"momentum"``: heavy ball, beta default 0.9; ``"nesterov"``: Nesterov
     momentum, beta default 0.9; ``"adam"``: `momentum` must be None (Adam uses `adam_b1`).
     beta is a float, or the traced scalar (checked at run time) for a traced `momentum`.
-    Nesterov (the flag or the name) with beta = 0 raises `ValueError`.
+    Nesterov (the flag or the name) with beta = 0 raises `ValueError`; an unknown name
+    `ValueError`; anything but a str (an optax transformation included: it has no closed map)
+    `TypeError` (`nqf.train_w` takes optax transformations before calling this; its `optax_ok`
+    adds that hint to the unknown-name message).
     """
-    if not isinstance(optimizer, str) or optimizer.lower() not in OPTIMIZERS:
-        raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}; found {optimizer!r}.")
+    if not isinstance(optimizer, str):  # an optax transformation or a wrong type: TypeError
+        optax_transformation(optimizer, closed=True)
+    if optimizer.lower() not in OPTIMIZERS:
+        hint = " (or pass an optax.GradientTransformation, e.g. optax.rmsprop(1e-3))" if optax_ok else ""
+        raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}; found {optimizer!r}{hint}.")
     name = optimizer.lower()
     if not isinstance(nesterov, (bool, np.bool_)):
         raise TypeError(f"`nesterov` must be True or False; found {nesterov!r}.")
@@ -123,6 +130,65 @@ def parse_optimizer(optimizer: str, momentum, nesterov: bool) -> tuple[str, obje
         return name, 0.0, False
     beta = check_momentum(DEFAULT_MOMENTUM[name] if momentum is None else momentum)
     return name, beta, check_nesterov(bool(nesterov or name == "nesterov"), beta)
+
+
+def _optax():
+    """The optax module, imported on first use (so that `import nqf` does not import it), or
+    None if it is not installed."""
+    try:
+        import optax
+    except ImportError:  # pragma: no cover - optax is a dependency
+        return None
+    return optax
+
+
+def optax_transformation(optimizer, *, closed: bool = False):
+    """None for an optimizer name (a str, checked by `parse_optimizer`); `optimizer` itself for an
+    `optax.GradientTransformation` (any, e.g. ``optax.adam(1e-3)``, ``optax.chain(...)``); else
+    `TypeError` naming what was expected and found. optax is imported only for a non-string.
+
+    With `closed` (the closed maps, `nqf.closed_sgd` / `nqf.closed_map`) an optax transformation
+    is refused too (`TypeError`): Theorem 2 / Corollary 2 close (M, mu) only for SGD and momentum;
+    `nqf.train_w` runs any optax transformation in weight space.
+    """
+    if isinstance(optimizer, str):
+        return None
+    optax = _optax()
+    is_optax = optax is not None and isinstance(optimizer, optax.GradientTransformation)
+    if is_optax and not closed:
+        return optimizer
+    if is_optax:
+        raise TypeError(
+            "`optimizer` of a closed map must be one of ('sgd', 'momentum', 'nesterov'); found an "
+            "optax.GradientTransformation, which has no closed map on (M, mu) (Theorem 2 / "
+            "Corollary 2 cover SGD and momentum only). Train W itself with "
+            "`nqf.train_w(model, W0, lr=..., steps=..., optimizer=<the optax transformation>)`."
+        )
+    expected = OPTIMIZERS if not closed else OPTIMIZERS[:3]
+    also = "" if closed else " or an optax.GradientTransformation (e.g. optax.adam(1e-3))"
+    raise TypeError(
+        f"`optimizer` must be one of {expected}{also}; found {optimizer!r} of type "
+        f"{type(optimizer).__name__}."
+    )
+
+
+def check_optax_args(momentum, nesterov, adam: dict) -> None:
+    """With an optax `optimizer`, the string optimizers' settings (`momentum`, `nesterov`, Adam's
+    constants; `adam` maps each name to (value, default)) must be left at their defaults: they
+    belong in the optax transformation. `ValueError` names the ones that were set."""
+    set_ = ["momentum"] if momentum is not None else []
+    if not isinstance(nesterov, (bool, np.bool_)) or nesterov:
+        set_.append("nesterov")
+    for name, (value, default) in adam.items():
+        if is_traced(value) or value != default:
+            set_.append(name)
+    if set_:
+        names = ", ".join(f"`{n}`" for n in set_)
+        raise ValueError(
+            f"{names} do not apply to an optax `optimizer` (found set; leave them at their "
+            "defaults): configure the optax transformation itself, e.g. optax.sgd(lr, "
+            "momentum=0.9, nesterov=True) or optax.adam(lr, b1, b2, eps)."
+        )
 
 
 def resolve_batches(batch_indices, batch_size, key, m: int, steps: int):

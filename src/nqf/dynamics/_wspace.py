@@ -16,6 +16,11 @@ Optimizers (one compiled `lax.scan` each; grad = the gradient above):
   s_hat = s / (1 - b2^k) at step k = 1, 2, ...; weight decay is the coupled L2 term in grad (as in
   `torch.optim.Adam`). Adam has no closed map on (M, mu) (see `nqf.closed_sgd`): this is its only exact
   simulation.
+- an ``optax.GradientTransformation`` (any: ``optax.adam(1e-3)``, ``optax.chain(...)``): state
+  ``optimizer.init(W0)``, then updates, state <- optimizer.update(grad, state, W) and
+  W <- W + updates (`optax.apply_updates`), with the same grad (coupled weight decay included).
+  Its learning rate lives inside the transformation; `lr` is then only the time unit t = lr * n.
+  optax is imported only when such an object is passed.
 
 Cost per step: O(p^2 d) for W W^T and the gradient through it, plus the data operations over the
 m inputs and, for Adam, O(p d) elementwise work. Time: step n is t = eta * n.
@@ -39,6 +44,7 @@ from ._losses import PerSampleLoss, as_loss
 from ._train_args import (
     any_traced,
     check_count,
+    check_optax_args,
     check_finite,
     check_hyper,
     check_lr,
@@ -46,6 +52,7 @@ from ._train_args import (
     check_weight_decay,
     guard,
     loop_counts,
+    optax_transformation,
     parse_optimizer,
     resolve_batches,
     save_schedule,
@@ -54,6 +61,7 @@ from ._train_args import (
 __all__ = ["WTrajectory", "train_w", "w_objective"]
 
 TRACE_COUNT = [0]
+ADAM_DEFAULTS = {"adam_b1": 0.9, "adam_b2": 0.999, "adam_eps": 1e-8}  # train_w's, as torch.optim.Adam
 
 
 @functools.partial(
@@ -67,7 +75,8 @@ class WTrajectory(Saveable):
 
     **Attributes:** `steps` (n,) int; `t` = lr * steps (n,); `W` (n, p, d); `M` = W W^T
     (n, p, p); `mu` = W 1 (n, p); `outputs` f_x on all m training inputs (n, m); `loss`
-    (1/m) sum_mu ell(f_mu, y_mu) without the weight-decay penalty (n,); `optimizer`, `lr`.
+    (1/m) sum_mu ell(f_mu, y_mu) without the weight-decay penalty (n,); `optimizer` (the name,
+    or ``"optax"`` for an optax transformation), `lr`.
 
     A plain frozen dataclass (it pickles) registered as a JAX pytree (arrays and `lr` are
     leaves, `optimizer` static), like `nqf.MapTrajectory`: numpy arrays from a plain call, JAX
@@ -110,9 +119,12 @@ class _Optimizer(eqx.Module):
     b1: jax.Array
     b2: jax.Array
     eps: jax.Array
-    kind: str = eqx.field(static=True)  # "sgd", "heavy", "nesterov", "adam"
+    kind: str = eqx.field(static=True)  # "sgd", "heavy", "nesterov", "adam", "optax"
+    transform: object = eqx.field(static=True, default=None)  # the optax transformation
 
     def init(self, W):
+        if self.kind == "optax":
+            return (W, self.transform.init(W))
         if self.kind == "sgd":
             return (W,)
         if self.kind == "adam":
@@ -122,6 +134,9 @@ class _Optimizer(eqx.Module):
     def step(self, state, idx, k):
         W = state[0]
         grad = jax.grad(w_objective, argnums=2)(self.model, self.loss, W, idx, self.gamma)
+        if self.kind == "optax":  # as optax.apply_updates (without importing optax here)
+            updates, opt_state = self.transform.update(grad, state[1], W)
+            return (jnp.asarray(W + updates).astype(W.dtype), opt_state)
         if self.kind == "sgd":
             return (W - self.lr * grad,)
         if self.kind == "adam":
@@ -178,7 +193,7 @@ def train_w(
     *,
     lr,
     steps: int,
-    optimizer: str = "sgd",
+    optimizer="sgd",
     momentum=None,
     nesterov: bool = False,
     weight_decay: float = 0.0,
@@ -186,33 +201,48 @@ def train_w(
     batch_size: int | None = None,
     key=None,
     loss=None,
-    adam_b1: float = 0.9,
-    adam_b2: float = 0.999,
-    adam_eps: float = 1e-8,
+    adam_b1: float = ADAM_DEFAULTS["adam_b1"],
+    adam_b2: float = ADAM_DEFAULTS["adam_b2"],
+    adam_eps: float = ADAM_DEFAULTS["adam_eps"],
     save_every: int = 1,
 ) -> WTrajectory:
     """Train the weights W (p, d) of an NQF directly, with autodiff gradients.
 
     The reference for `nqf.closed_sgd` / `nqf.closed_map` (same arguments, same batches from the
-    same `batch_indices` or `key`), and the only exact simulator for Adam.
+    same `batch_indices` or `key`), and the only exact simulator for Adam and for any optax
+    optimizer.
 
     **Arguments:**
 
     - `model`: an `nqf.NQFModel` or a bare data set (plain model).
     - `W0`: initial weights, shape (p, d), one column per neuron.
-    - `lr`: eta > 0; `steps`: integer >= 1; `save_every`: integer >= 1 (step 0 and the last step
-      are always saved).
+    - `lr`: eta > 0, the step size of the string optimizers and the time unit (step n is at
+      t = lr * n); with an optax `optimizer` only the time unit (still required, > 0: the step
+      size is the transformation's own). `steps`: integer >= 1; `save_every`: integer >= 1 (step
+      0 and the last step are always saved).
     - `optimizer`: ``"sgd"`` (momentum default 0), ``"momentum"`` (heavy ball, default 0.9),
       ``"nesterov"`` (default 0.9) or ``"adam"``; `momentum`: beta in [0, 1) or None for the
-      default; `nesterov`: Nesterov form for "sgd"/"momentum".
-    - `weight_decay`: gamma >= 0 (penalty gamma/2 |W|^2, added to the gradient).
+      default; `nesterov`: Nesterov form for "sgd"/"momentum". Or an `optax.GradientTransformation`
+      (e.g. ``optax.adam(1e-3)``, ``optax.chain(optax.clip(1.0), optax.sgd(0.01))``): state
+      ``optimizer.init(W0)``, each step ``updates, state = optimizer.update(grad, state, W)``,
+      W <- W + updates; `momentum`, `nesterov` and Adam's constants must then stay at their
+      defaults (they belong in the transformation). ``optax.sgd(lr)``, ``optax.sgd(lr,
+      momentum=beta[, nesterov=True])`` and ``optax.adam(lr, b1, b2, eps)`` give the numbers of
+      "sgd", "momentum"/"nesterov" and "adam" (same formulas; optax's trace is the torch form
+      V <- beta V + grad, and its Adam puts eps outside the square root, eps_root = 0). The
+      update is called as update(grad, state, params): transformations that need extra
+      arguments (a loss value, ...) are not supported. Compiled once per optax object and shape:
+      reuse the object to reuse the compilation.
+    - `weight_decay`: gamma >= 0 (penalty gamma/2 |W|^2, added to the gradient: coupled L2, for
+      every optimizer including optax ones). Decoupled decay (AdamW) belongs in the optax chain,
+      e.g. ``optax.adamw(1e-3, weight_decay=1e-4)`` or ``optax.add_decayed_weights``.
     - Batches: `batch_indices` (steps, b), or `batch_size` with `key` (default seed 0) drawn by
       `nqf.batch_indices`; full batch if neither.
     - `loss`: ``"mse"`` (default) or a callable ell(f, y) -> scalar (`nqf.PerSampleLoss`).
     - `adam_b1`, `adam_b2` in [0, 1), `adam_eps` > 0: Adam's constants.
 
     **Returns:** a `WTrajectory` (W (n, p, d), M, mu, outputs, loss); step n is at t = lr * n
-    (gradient-flow time for SGD; just a step count for Adam). Cost per step O(p^2 d) plus the
+    (gradient-flow time for SGD; just a step count for Adam and optax transformations). Cost per step O(p^2 d) plus the
     data operations over m inputs; compiled once per shape (and optimizer kind).
 
     **Under jit, vmap and grad** (as `nqf.closed_sgd`): `W0`, `lr`, `momentum`,
@@ -222,15 +252,25 @@ def train_w(
     checks (lr > 0, momentum and Adam's rates in [0, 1), weight_decay >= 0, adam_eps > 0, finite
     W0, batch indices in range, divergence) run at run time with `equinox.error_if`; a traced
     `momentum` runs the momentum program (beta = 0 gives SGD's numbers). The loops become
-    fixed-length scans: `jax.grad` stores one state per step (memory O(steps p d)).
+    fixed-length scans: `jax.grad` stores one state per step (memory O(steps p d)). With an optax
+    `optimizer`, values it closes over (its learning rate, ...) may be traced too; its loops are
+    always fixed-length scans (compiled per `steps`, `save_every`).
 
     **Raises:** `ValueError` for a `W0` not of shape (p, d) or not finite, lr <= 0 or not finite,
-    momentum outside [0, 1), weight_decay < 0, bad Adam constants, an unknown optimizer, a bad
+    momentum outside [0, 1), weight_decay < 0, bad Adam constants, an unknown optimizer name,
+    `momentum`/`nesterov`/Adam's constants set with an optax optimizer, a bad
     batch schedule (shape, range, batch size outside [1, m]), steps/save_every not integers
-    >= 1; `TypeError` for a bad model or loss; `FloatingPointError` on divergence.
+    >= 1; `TypeError` for a bad model or loss, or an `optimizer` that is neither a str nor an
+    `optax.GradientTransformation`; `FloatingPointError` on divergence.
     """
     model = as_model(model)
-    name, beta, nesterov = parse_optimizer(optimizer, momentum, nesterov)
+    transform = optax_transformation(optimizer)  # None for a name; TypeError for other types
+    if transform is None:
+        name, beta, nesterov = parse_optimizer(optimizer, momentum, nesterov, optax_ok=True)
+    else:
+        adam = {"adam_b1": adam_b1, "adam_b2": adam_b2, "adam_eps": adam_eps}
+        check_optax_args(momentum, nesterov, {k: (v, ADAM_DEFAULTS[k]) for k, v in adam.items()})
+        name, beta = "optax", 0.0
     lr = check_lr(lr)
     steps = check_count(steps, "steps")
     save_every = check_count(save_every, "save_every")
@@ -249,8 +289,8 @@ def train_w(
         W0 = guard(W0, ~jnp.all(jnp.isfinite(W0)), "`W0` must be finite")
     idx = resolve_batches(batch_indices, batch_size, key, model.m, steps)
     saved, n_saves, remainder = save_schedule(steps, save_every)
-    if name == "adam":
-        kind = "adam"
+    if name in ("adam", "optax"):
+        kind = name
     elif not is_traced(beta) and beta == 0.0:
         kind = "sgd"
     else:  # a traced beta runs the momentum program (beta = 0 gives the same numbers as SGD)
@@ -258,8 +298,12 @@ def train_w(
     traced = any_traced(model, lr, gamma, beta, b1, b2, eps, W0, idx)
     f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
     opt = _Optimizer(model=model, loss=loss, lr=f64(lr), gamma=f64(gamma), beta=f64(beta),
-                     b1=f64(b1), b2=f64(b2), eps=f64(eps), kind=kind)
-    out = _run(opt, W0, idx, n_saves, *loop_counts(save_every, remainder, static=traced))
+                     b1=f64(b1), b2=f64(b2), eps=f64(eps), kind=kind, transform=transform)
+    # optax: the transformation may close over tracers nqf cannot see, so fixed-length loops
+    # (differentiable), and the result's tracedness decides the conversion to numpy
+    static = traced or transform is not None
+    out = _run(opt, W0, idx, n_saves, *loop_counts(save_every, remainder, static=static))
+    traced = traced or is_traced(out[0])
     if not traced:
         out = jax.tree.map(np.asarray, out)
     Ws, Ms, mus, outputs, losses = check_finite(

@@ -42,6 +42,8 @@ from ..dynamics._flow import (
     _initial_y0,
     _saved_losses,
     check_form,
+    factor_linear_term,
+    is_model,
     glv_z,
     jac_glv_reduced,
     reduced_log_z,
@@ -159,7 +161,7 @@ _SUCCESS_CODE = int(diffrax.RESULTS.successful._value)
 class _FlowArgs(NamedTuple):
     """The dynamic half of a flow solve: arrays (and pytrees of arrays), None where unused."""
 
-    data: Any  # a data set or an NQFModel
+    data: Any  # a data set, an NQFModel, or its FactoredG form ("M-mu" with a low-rank g)
     init: Any  # the initial condition of kind `_FlowConfig.init`
     params: Any  # [t0, t1, rtol, gamma]: one array, one transfer
     ts: Any
@@ -195,7 +197,7 @@ class _FlowConfig(NamedTuple):
 def _solve_core(cfg: _FlowConfig, dyn: dict):
     """One flow solve as a pure function of arrays (traceable: jit, vmap, grad).
 
-    `dyn` holds ``data`` (a data set or `NQFModel`), ``init`` (the initial condition of kind
+    `dyn` holds ``data`` (a data set, an `NQFModel` or its `FactoredG` form), ``init`` (the initial condition of kind
     ``cfg.init``), ``params`` = [t0, t1, rtol, gamma] (one array: one transfer), ``ts``, ``dt0``
     (or None), ``atol`` (None: the default rtol * max|state(0)|, rtol for the log-space GLV
     state), ``width`` (the "M-mu" form's d, else None), ``solver`` (the solver's arrays) and,
@@ -206,7 +208,7 @@ def _solve_core(cfg: _FlowConfig, dyn: dict):
     """
     TRACE_COUNT[0] += 1
     data = dyn.data
-    plain = data.data if isinstance(data, NQFModel) else data
+    plain = data.data if is_model(data) else data
     y0, mask = _initial_y0(cfg.form, cfg.init, plain, dyn.init)
     t0, t1, rtol, gamma = dyn.params
     atol = dyn.atol
@@ -811,7 +813,7 @@ def _redo_dense(cfg: _FlowConfig, dyn: _FlowArgs):
     Checks the interpolant's memory (`nqf.memory`, default budget) first."""
     from .._core.memory import check
 
-    plain = dyn.data.data if isinstance(dyn.data, NQFModel) else dyn.data
+    plain = dyn.data.data if is_model(dyn.data) else dyn.data
     n = _state_size(cfg.form, dyn.init if cfg.form != "M-mu" else dyn.init[0], plain)
     check(9.0 * n * cfg.max_steps * 8, f"The dense output of this solution ({cfg.max_steps} steps of a "
           f"state of {n} values)", "evaluate at fewer times through a solve with `ts` instead, or "
@@ -1076,6 +1078,16 @@ def solve_flow(
         mu' = -(d v + H mu),  M' = -(v mu^T + mu v^T + H M + M H),
         v = sum_x l'_x u(x),  u(x) = g(x) + 2 B(x) mu,  H = sum_x 2 l'_x A(x) + gamma I.
 
+    Cost per right-hand side: the data's `traces` and one `apply` to p + 1 columns (use a
+    structured data class: `DenseData` reads all m p^2 entries twice), plus the g and B terms. A g
+    of rank r <= 8 (e.g. the constant g = phi(0) [0; 1] of a bias-free MLP with phi(0) != 0) is
+    factored on the host once per call (`nqf.dynamics._flow.factor_linear_term`, exact to
+    rounding, only when concrete), so its terms cost O((m + p) r) instead of two passes over the
+    (m, p) array; models whose g differ in rank compile separately. Explicit solvers on this flow
+    are limited by stability, not accuracy, once d |g|^2 is large: the linear term's NTK
+    eigenvalue (2 d / m) * eig(G^T G) (Eq. E25; d/2 for the sigmoid MLP) sets the step size, so
+    the step count grows in proportion to d (benchmarks/bench_flow_general.py).
+
     **Arguments:**
 
     - `data`: an NQF data set (`DenseData`, `CommutingData`, `LowRankData`) or an `NQFModel`. A
@@ -1232,7 +1244,9 @@ def solve_flow(
     icoeff = (0.4 if implicit else 1.0) if icoeff is None else icoeff
     f64 = (lambda x: x) if traced else np.float64
     solver_dyn, solver_static = _partition_solver(solver)
-    dyn = _FlowArgs(data if model is None or form != "M-mu" else model, x0, _params(t0, t1, rtol, gamma), ts,
+    # the "M-mu" form of a model whose g has low rank runs on its factors (exact to rounding)
+    flow_data = data if model is None or form != "M-mu" else factor_linear_term(model)
+    dyn = _FlowArgs(flow_data, x0, _params(t0, t1, rtol, gamma), ts,
                     None if dt0 is None else f64(dt0), None if atol is None else f64(atol),
                     None if width is None else f64(width), solver_dyn)
     _check_solve_memory(form, x0, data, len(ts), save, solver, reduced, dense is True, max_steps, memory_budget)
