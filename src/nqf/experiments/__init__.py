@@ -31,6 +31,8 @@ reduces the work (coarser grids, smaller problems) but still runs every check.
 - ``sample-scaling``: sample-size power laws of the spiked He2 model (issue 18): Y's eigenvectors
   against the BBP thresholds, the spectral estimator's exponent, the trained flow
   (`nqf.experiments.sample_scaling`).
+- ``predict``: users' own equinox / flax.nnx modules on sklearn's digits, predicted by `nqf.predict`
+  and measured by `nqf.record` (issue 23; `nqf.experiments.predict`; needs the ``digits`` extra).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from . import fig2, fig3, fig3_powerlaw
 from . import fig4, fig4_powerlaw, fig5, fig8
 from . import digits, fig6
 from . import sample_scaling
+from . import predict
 
 __all__ = ["EXPERIMENTS", "TITLES", "run"]
 
@@ -55,6 +58,7 @@ EXPERIMENTS: dict[str, Callable[..., dict]] = {
     digits.NAME: digits.run,
     fig8.NAME: fig8.run,
     sample_scaling.NAME: sample_scaling.run,
+    predict.NAME: predict.run,
 }
 """Name -> ``run(out_dir, quick=False) -> dict`` for every reproducible figure."""
 
@@ -69,6 +73,7 @@ TITLES: dict[str, str] = {
     digits.NAME: digits.TITLE,
     fig8.NAME: fig8.TITLE,
     sample_scaling.NAME: sample_scaling.TITLE,
+    predict.NAME: predict.TITLE,
 }
 """Name -> one-line description (shown by ``nqf list``)."""
 

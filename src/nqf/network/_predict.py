@@ -41,7 +41,8 @@ import numpy as np
 
 from .._core._checks import check_positive
 from .._core.io import Saveable
-from ..data import FeedForwardData, Network, extract
+from .._core._errors import AssumptionError
+from ..data import AbstractCommutingData, FeedForwardData, Network, NQFModel, extract
 from ..data._model import as_model
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics import closed_sgd
@@ -161,7 +162,8 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
             ts=None, save_every: int | None = None, W0=None, init_scale: float | None = None,
             batch_size: int | None = None, batch_indices=None, key=0, momentum: float = 0.0,
             weight_decay: float = 0.0, rho: float = 0.5, target: str = "asymptote", phase_tol: float = 0.02,
-            gap_tol: float = 0.05, extract_options: dict | None = None) -> Prediction:
+            gap_tol: float = 0.05, estimate_departure: bool = True,
+            extract_options: dict | None = None) -> Prediction:
     """Predict the training of `network` on (x, y) from its NQF, before training it.
 
     Two predictions: the **gradient flow** (no `lr`: `nqf.solve_flow` to `t1`), the limit of
@@ -192,6 +194,9 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
       within a practical horizon) or ``"horizon"`` (the values at the last saved time).
     - `phase_tol`: the learning phase ends when L(t) - L_inf <= phase_tol (L(0) - L_inf);
       `gap_tol`: the loss-gap tolerance (fraction of L(0)) of the departure estimate.
+    - `estimate_departure`: compute the a-priori departure estimate (default True; it evaluates
+      the module's next expansion terms and their gradient at 24 saved times, often the largest
+      part of the cost); False leaves `departure_estimate` nan.
     - `extract_options`: keywords for `nqf.extract` (e.g. ``{"structure": "dense"}``).
 
     **Returns:** a `Prediction`.
@@ -251,7 +256,7 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
     t = np.asarray(traj.ts if isinstance(traj, FlowSolution) else traj.t, dtype=float)
     loss = np.asarray(traj.loss, dtype=float)
     eig = np.linalg.eigvalsh(np.asarray(traj.M))[:, ::-1]
-    asym = None if weight_decay else _asymptote(model, W0, target, float(t[-1]))
+    asym = None if weight_decay else _asymptote(model, W0, target)
     final_loss = float(loss[-1]) if asym is None else float(asym.loss)
     settings["final_loss"] = "horizon" if asym is None else "asymptote"
     end = learning_phase_end(t, loss, min(final_loss, float(loss[0])), tol=phase_tol)
@@ -266,7 +271,7 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
     levels = plateau_levels(t, loss, ign[growing], final_loss)
     drops = drop_times(t, loss, levels=levels)
     half = drop_times(t, loss, levels=np.array([loss[0], final_loss]))[0]
-    W_t = _weights_along(traj, W0)
+    W_t = _weights_along(traj, W0) if estimate_departure else None
     rt, rgap, mgap, depart = _remainder(net, model, x, y2, t, loss, W_t, gap_tol)
     return Prediction(t=t, loss=loss, eigenvalues=eig, model=model, W0=W0, trajectory=traj, asymptote=asym,
                       final_loss=final_loss, targets=targets, growing=growing, ignition_times=np.asarray(ign, dtype=float), plateau_levels=levels,
@@ -278,17 +283,23 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
 TARGETS = ("asymptote", "phase_end", "horizon")
 
 
-def _asymptote(model, W0, target: str, horizon: float):
-    """`nqf.asymptote` of the NQF from W0, or None when it cannot certify the limit within 20
-    horizons (its numerical flow, for data without a closed-form limit, converges too slowly)
-    and the ignition `target` does not need it: the last predicted loss then stands in for the
-    final loss (``settings["final_loss"]`` says which)."""
+def _asymptote(model, W0, target: str):
+    """`nqf.asymptote` of the NQF from W0. For ``target="asymptote"`` any method (the numerical
+    flow for data without a closed-form limit; it raises if it cannot certify the limit). For the
+    other targets only the closed forms (commuting data: the GLV limit; feed-forward data: the
+    least-squares limit), else None: the last predicted loss then stands in for the final loss
+    (``settings["final_loss"]`` says which), so the cost of a prediction stays that of its
+    horizon."""
+    if target == "asymptote":
+        return asymptote(model, W0=W0)
+    data = model.data if isinstance(model, NQFModel) else model
+    if isinstance(model, NQFModel) and model.has_mean_field:
+        return None
+    method = "glv" if isinstance(data, AbstractCommutingData) else "feedforward" if isinstance(
+        data, FeedForwardData) else None
     try:
-        return asymptote(model, W0=W0, max_time=20.0 * horizon, solve_options={"max_steps": 20_000})
-    except RuntimeError as err:
-        if target == "asymptote":
-            raise RuntimeError(f"predict: {err} With target='phase_end' or 'horizon' the prediction uses the "
-                               "loss at the horizon as the final loss instead.") from err
+        return None if method is None else asymptote(model, W0=W0, method=method)
+    except (AssumptionError, ValueError):  # the closed form's assumption fails (e.g. a non-unique limit)
         return None
 
 
@@ -362,7 +373,7 @@ def _weights_along(traj, W0):
     return lambda i: np.outer(mu[i], np.ones(d)) / d + L[i] @ Z
 
 
-_MAX_REMAINDER_TIMES = 40
+_MAX_REMAINDER_TIMES = 24
 
 
 def _remainder(net: Network, model, x, y, t, loss, W_t, gap_tol):
