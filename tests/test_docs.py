@@ -135,7 +135,8 @@ def _python_blocks(path: pathlib.Path) -> str:
     return "\n".join(b for b in blocks if "--8<--" not in b)  # snippets are examples/, run elsewhere
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md", "docs/guides/simulate-a-layer.md",
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md", "docs/guides/predict-your-network.md",
+                                  "docs/guides/simulate-a-layer.md",
                                   "docs/guides/validate-a-theorem.md", "docs/guides/map-sweeps.md",
                                   "docs/guides/jax.md", "docs/guides/two-power-laws.md"])
 def test_page_code_runs(page, tmp_path):

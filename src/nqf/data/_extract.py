@@ -615,64 +615,20 @@ def extract(f, x, p: int | None = None, y=None, **kwargs):
 
 
 def module_fn(module, neurons):
-    """Adapter for equinox modules: ``f(W, x)`` and p for `extract` from an `eqx.Module` whose
-    neurons are slices of some of its parameter arrays, so that f(W, x) need not be hand-written.
+    """``(f, p)`` for `extract` from an equinox module whose neurons are slices of some of its
+    parameter arrays: ``nqf.Network(module, neurons=neurons)`` and its `p` (kept for nqf 0.1;
+    `nqf.Network` is the full adapter: flax.nnx modules, packed attention heads, ``"auto"``,
+    the layout in both directions).
 
-    **Arguments:**
+    **Arguments:** `module`: an `equinox.Module`; `neurons`: ``(where, axis)`` pairs, `where(module)`
+    a parameter array and `axis` its neuron axis (see `nqf.Network`).
 
-    - `module`: an `equinox.Module` (any callable pytree) computing the output from one input x.
-    - `neurons`: a sequence of ``(where, axis)``: `where(module)` returns a parameter array and
-      `axis` is its neuron axis (e.g. ``(lambda m: m.layers[0].weight, 0)`` for the rows of an
-      `eqx.nn.MLP`'s hidden layer and ``(lambda m: m.layers[1].weight, 1)`` for the readout's
-      entries; for attention, the head axis of the per-head projections). Every other array of
-      the module stays as it is.
+    **Returns:** ``(f, p)``: f(W, x) (the `nqf.Network`, callable) and the parameters per neuron.
 
-    Neuron i's parameters are the slices at index i along each `axis`, flattened and
-    concatenated in the order of `neurons`: w_i (p,) with p the sum of the slice sizes. f(W, x)
-    rebuilds the module at width d = W.shape[1] (the listed arrays get d slices; the module's
-    own width does not matter) and calls it on x.
-
-    **Returns:** ``(f, p)``; use ``nqf.extract(f, x, p)``.
-
-    **Raises:** `ValueError` for an empty `neurons`, an `axis` out of range, or listed arrays that
-    disagree in their number of neurons; `TypeError` if `where` does not return an array.
+    **Raises:** `nqf.data.NeuronError` (a `ValueError`) for an empty `neurons`, an `axis` out of
+    range, or listed arrays that disagree in their number of neurons.
     """
-    import equinox as eqx
+    from ._network import Network
 
-    neurons = list(neurons)
-    if not neurons:
-        raise ValueError("`neurons` must list at least one (where, axis) pair.")
-    getters, axes, rests, widths = [], [], [], []
-    for j, item in enumerate(neurons):
-        if not (isinstance(item, tuple) and len(item) == 2 and callable(item[0])):
-            raise ValueError(f"`neurons[{j}]` must be a pair (where, axis) with `where` callable; found {item!r}.")
-        where, axis = item
-        leaf = where(module)
-        if not hasattr(leaf, "shape") or not hasattr(leaf, "ndim"):
-            raise TypeError(f"`neurons[{j}]`: `where(module)` must return a parameter array; found "
-                            f"{type(leaf).__name__}.")
-        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -leaf.ndim <= axis < leaf.ndim:
-            raise ValueError(f"`neurons[{j}]`: `axis` must be an integer axis of the array of shape "
-                             f"{tuple(leaf.shape)}; found {axis!r}.")
-        axis = int(axis) % leaf.ndim
-        getters.append(where)
-        axes.append(axis)
-        rests.append(tuple(s for i, s in enumerate(leaf.shape) if i != axis))
-        widths.append(int(leaf.shape[axis]))
-    if len(set(widths)) != 1:
-        raise ValueError(f"The arrays listed in `neurons` must have the same number of neurons along "
-                         f"their axes; found {widths}.")
-    sizes = [int(np.prod(r, dtype=int)) for r in rests]
-    p = int(sum(sizes))
-    offsets = np.cumsum([0] + sizes)
-
-    def f(W, x):
-        d = W.shape[1]
-        leaves = []
-        for j in range(len(getters)):
-            part = W[offsets[j]:offsets[j + 1]].T.reshape((d,) + rests[j])  # neuron axis first
-            leaves.append(jnp.moveaxis(part, 0, axes[j]))
-        built = eqx.tree_at(lambda mod: [g(mod) for g in getters], module, leaves)
-        return built(x)
-
-    return f, p
+    net = Network(module, neurons=list(neurons))
+    return net, net.p

@@ -5,7 +5,7 @@ Appendix C: at small initialization a network follows its NQF).
 Data: `sklearn.datasets.load_digits` (1797 images, pixels / 16 in [0, 1]); the scalar target
 y = (digit - 4.5) / 4.5, or one-hot labels (10 outputs). *Chosen* (the paper has no such
 experiment): the models, widths, learning rates, steps and init scales below, set so that each
-run covers its NQF's drop. ``quick``: the first 400 images and fewer steps.
+run covers its NQF's drop. ``quick``: the first 300 images, width 32, 40 % of the steps.
 
 Models (each as a user writes it: `nqf.Network(module)` with ``neurons="auto"``):
 
@@ -49,6 +49,9 @@ import warnings
 
 import numpy as np
 
+from ..data import Network, NQFModel, extract
+from ..dynamics import closed_sgd, train_w
+from ..network import compare, predict
 from ._common import check, chosen, claim, prepare_out_dir, sensitivity, write_outputs
 
 NAME = "predict"
@@ -75,7 +78,7 @@ def _models(quick: bool):
     import jax
     import jax.numpy as jnp
 
-    width = 64 if quick else 256
+    width = 32 if quick else 256
 
     def mlp(out=1, bias=False):
         return lambda key: eqx.nn.MLP(64, out, width, depth=1, activation=jnp.tanh, use_bias=bias,
@@ -112,7 +115,7 @@ def _models(quick: bool):
 
         return FlaxMLP(nnx.Rngs(0))
 
-    s = 0.5 if quick else 1.0  # quick: half the steps
+    s = 0.4 if quick else 1.0  # quick: 40 % of the steps
     sgd = dict(lr=0.05, steps=int(2000 * s), init_scale=0.01, target="phase_end")
     return [
         ("MLP", mlp(), sgd, "sgd"),
@@ -129,14 +132,14 @@ def _models(quick: bool):
 
 
 def load(quick: bool):
-    """(x (m, 64), digits (m,)): sklearn's digits, pixels / 16 (the first 400 when quick)."""
+    """(x (m, 64), digits (m,)): sklearn's digits, pixels / 16 (the first 300 when quick)."""
     try:
         from sklearn.datasets import load_digits
     except ImportError as err:
         raise ImportError("The 'predict' experiment needs scikit-learn (the digits data set): "
                           "pip install \"nqf[digits]\".") from err
     images, digits = load_digits(return_X_y=True)
-    n = 400 if quick else len(images)
+    n = 300 if quick else len(images)
     return images[:n] / 16.0, digits[:n]
 
 
@@ -144,8 +147,6 @@ def _checks(name, net, pred, run, x, y) -> list[dict]:
     """The package-correctness checks of one model (module docstring)."""
     import jax
     import jax.numpy as jnp
-
-    import nqf
 
     rng = np.random.default_rng(0)
     W = rng.standard_normal((net.p, net.d))
@@ -157,18 +158,18 @@ def _checks(name, net, pred, run, x, y) -> list[dict]:
     batches = None if s["batch_indices"] is None else s["batch_indices"][:20]
     k = pred.y.shape[1]
     rows = None if batches is None else (batches[:, :, None] * k + np.arange(k)).reshape(20, -1)
-    ws = nqf.train_w(model, pred.W0, lr=s["lr"], steps=20, batch_indices=rows, save_every=20)
-    closed = nqf.closed_sgd(model, W0=pred.W0, lr=s["lr"], steps=20, batch_indices=rows, save_every=20)
+    ws = train_w(model, pred.W0, lr=s["lr"], steps=20, batch_indices=rows, save_every=20)
+    closed = closed_sgd(model, W0=pred.W0, lr=s["lr"], steps=20, batch_indices=rows, save_every=20)
     theorem2 = float(np.abs(ws.M[-1] - closed.M[-1]).max() / np.abs(ws.M[-1]).max())
     sub = jax.tree_util.tree_map(lambda a: a[:16], x)
     ysub = np.asarray(y)[:16]
     ysub = ysub[:, 0] if k == 1 else ysub
-    structured = nqf.extract(net, sub, y=ysub)
-    dense = nqf.extract(net, sub, y=ysub, structure="dense")
-    A = np.asarray((structured.data if isinstance(structured, nqf.NQFModel) else structured).dense())
-    B = np.asarray((dense.data if isinstance(dense, nqf.NQFModel) else dense).dense())
+    structured = extract(net, sub, y=ysub)
+    dense = extract(net, sub, y=ysub, structure="dense")
+    A = np.asarray((structured.data if isinstance(structured, NQFModel) else structured).dense())
+    B = np.asarray((dense.data if isinstance(dense, NQFModel) else dense).dense())
     extract_err = float(np.abs(A - B).max() / np.abs(B).max())
-    nqf_model = structured if isinstance(structured, nqf.NQFModel) else nqf.NQFModel(structured)
+    nqf_model = structured if isinstance(structured, NQFModel) else NQFModel(structured)
 
     def remainder(scale):
         Wt = jnp.asarray(scale * pred.W0)
@@ -237,17 +238,15 @@ def run_model(name, build, opts, optimizer, x, digits, key_seed: int = 0):
     import jax
     import optax
 
-    import nqf
-
     opts = dict(opts)
     onehot = opts.pop("onehot", False)
     y = np.eye(10)[digits] if onehot else (digits - 4.5) / 4.5
     module = build(jax.random.key(key_seed))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        net = nqf.Network(module)
+        net = Network(module)
         t0 = time.perf_counter()
-        pred = nqf.predict(net, x, y, **opts)
+        pred = predict(net, x, y, **opts)
         t_predict = time.perf_counter() - t0
     warned = sorted({w.category.__name__ for w in caught})
     lr = opts["lr"]
@@ -255,7 +254,7 @@ def run_model(name, build, opts, optimizer, x, digits, key_seed: int = 0):
     t0 = time.perf_counter()
     run = pred.record(opt, lr=lr, label=optimizer)
     t_record = time.perf_counter() - t0
-    cmp = nqf.compare(pred, run)
+    cmp = compare(pred, run)
     s = cmp.summary()
     row = {"model": name, "optimizer": optimizer, "p": net.p, "d": net.d, "layout": net.layout,
            "frozen": list(net.frozen), "warnings": warned, "settings": {k: v for k, v in opts.items()},
