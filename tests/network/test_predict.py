@@ -120,6 +120,13 @@ def test_flow_prediction_and_plots_leave_pyplot_alone(pred, run):
 
     flow = nqf.predict(NET, X, Y, t1=LR * STEPS, init_scale=SCALE)
     assert isinstance(flow.trajectory, nqf.FlowSolution)
+    # d = 16 > p = 7: the flow runs from the (p, p) factor of W0 W0^T; W(t) = F(t) F0^+ W0 is the
+    # factor flow from W0 itself
+    direct = nqf.solve_flow(flow.model, W0=flow.W0, t1=LR * STEPS, ts=flow.t)
+    assert flow.trajectory.ys.shape[-1] == NET.p
+    np.testing.assert_allclose(_predict._weights_along(flow.trajectory, flow.W0)(len(flow.t) - 1), direct.W[-1],
+                               rtol=0, atol=1e-10 * np.abs(direct.W[-1]).max())
+    np.testing.assert_allclose(flow.loss, direct.loss, rtol=1e-8)
     np.testing.assert_allclose(flow.half_drop_time, pred.half_drop_time, rtol=0.02)  # O(lr) apart
     before = plt.get_fignums()
     fig = nqf.compare(flow, run).plot()

@@ -231,7 +231,7 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
             raise ValueError("Give the horizon: `t1` (gradient-flow time) for the flow, or `lr` and `steps`.")
         t1 = check_positive(t1, "t1")
         ts = np.linspace(0.0, t1, 401) if ts is None else ts
-        traj = solve_flow(model, W0=W0, t1=t1, ts=ts, weight_decay=weight_decay)
+        traj = solve_flow(model, W0=_flow_factor(model, W0), t1=t1, ts=ts, weight_decay=weight_decay)
         settings["t1"] = t1
     else:
         lr = check_positive(lr, "lr")
@@ -353,14 +353,27 @@ def _warn_frozen(net: Network, x, y, W0) -> None:
             FrozenParameterWarning, stacklevel=3)
 
 
+def _flow_factor(model, W0):
+    """The initial factor of the flow: W0 itself, or, for a plain model with d > p, the (p, p)
+    factor L0 = R^T of W0^T = Q R. The factor flow F' = -H(F F^T) F from any factor of M0 is
+    F(t) = U(t) F0 with the same propagator U(t) (H depends on M only), so W(t) = U(t) W0 =
+    F(t) Q^T exactly (`_weights_along`), at the cost of a (p, p) state instead of (p, d)."""
+    p, d = W0.shape
+    if d <= p or (isinstance(model, NQFModel) and model.has_mean_field):
+        return W0
+    return np.linalg.qr(W0.T, mode="r").T
+
+
 def _weights_along(traj, W0):
     """The NQF's weights at saved time i, `W_at(i)` -> (p, d), or None where the closed solution
-    does not carry them: the factor flow from W0 is W(t) itself; the factor map has
-    W_t = mu_t 1^T / d + L_t Z with Z fixed by W0 (L_0 Z = W0 - mu_0 1^T / d)."""
+    does not carry them: the factor flow from F0 (`_flow_factor`) has W(t) = F(t) F0^+ W0; the
+    factor map has W_t = mu_t 1^T / d + L_t Z with Z fixed by W0 (L_0 Z = W0 - mu_0 1^T / d)."""
     if isinstance(traj, FlowSolution):
         if traj.form != "factor" or not traj.init_is_factor:
             return None
-        return lambda i: np.asarray(traj.ys[i])
+        F0 = np.asarray(traj.init)
+        Z = np.linalg.lstsq(F0, W0, rcond=None)[0] if F0.shape != W0.shape else None
+        return lambda i: np.asarray(traj.ys[i]) if Z is None else np.asarray(traj.ys[i]) @ Z
     if getattr(traj, "L", None) is None:
         return None
     d = W0.shape[1]
