@@ -168,5 +168,8 @@ def test_bad_input_is_named():
     relu = eqx.nn.MLP(N_IN, 1, WIDTH, depth=1, activation=jax.nn.relu, use_bias=False, use_final_bias=False, key=KEY)
     with pytest.raises(nqf.SmoothnessError):
         nqf.predict(nqf.Network(relu), X, Y, t1=1.0)
+    position = lambda W, x: jnp.sum(jnp.arange(1.0, W.shape[1] + 1) * W[-1] * jnp.tanh(W[:-1].T @ x))  # noqa: E731
+    with pytest.raises(nqf.SymmetryError):  # neuron i weighted by i: not interchangeable
+        nqf.predict(nqf.Network(position, W0=0.01 * np.ones((N_IN + 1, 4))), X, Y, t1=1.0)
     with pytest.raises(TypeError, match="nqf.Prediction"):
         nqf.compare("x", None)
