@@ -218,10 +218,15 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
     for name, v in (("rho", rho), ("phase_tol", phase_tol), ("gap_tol", gap_tol)):
         if not (isinstance(v, (int, float, np.floating)) and 0.0 < v < 1.0):
             raise ValueError(f"`{name}` must lie in (0, 1); found {v!r}.")
+    if target not in TARGETS:
+        raise ValueError(f"`target` must be one of {TARGETS}; found {target!r}.")
+    if target == "asymptote" and weight_decay:
+        raise ValueError("target='asymptote' needs weight_decay = 0 (nqf.asymptote is the limit of the plain "
+                         "flow); use target='phase_end' or 'horizon'.")
     _warn_frozen(net, x, y2, W0)
     model = extract(net, x, net.p, y=np.asarray(y2) if k > 1 else np.asarray(y2[:, 0]), **(extract_options or {}))
     settings = dict(lr=None, steps=None, t1=None, batch_size=batch_size, batch_indices=None, key=key,
-                    momentum=float(momentum), weight_decay=float(weight_decay), rho=float(rho),
+                    momentum=float(momentum), weight_decay=float(weight_decay), rho=float(rho), target=target,
                     phase_tol=float(phase_tol), gap_tol=float(gap_tol))
     if lr is None:
         if steps is not None or batch_size is not None or batch_indices is not None or momentum:
@@ -230,29 +235,13 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
         if t1 is None:
             raise ValueError("Give the horizon: `t1` (gradient-flow time) for the flow, or `lr` and `steps`.")
         t1 = check_positive(t1, "t1")
-        ts = np.linspace(0.0, t1, 401) if ts is None else ts
-        traj = solve_flow(model, W0=_flow_factor(model, W0), t1=t1, ts=ts, weight_decay=weight_decay)
+        traj = solve_flow(model, W0=_flow_factor(model, W0), t1=t1, ts=np.linspace(0.0, t1, 401) if ts is None else ts,
+                          weight_decay=weight_decay)
         settings["t1"] = t1
     else:
-        lr = check_positive(lr, "lr")
-        if steps is None:
-            if t1 is None:
-                raise ValueError("Give the horizon of the map: `steps` (or `t1`, steps = round(t1 / lr)).")
-            steps = max(1, int(round(check_positive(t1, "t1") / lr)))
-        steps, save_every = check_steps(steps, save_every if save_every is not None else max(1, steps // 400))
-        rows = None
-        if batch_size is not None or batch_indices is not None:
-            if batch_indices is not None and batch_size is not None:
-                raise ValueError("Give `batch_indices` or `batch_size`, not both.")
-            rows = np.asarray(draw_batches(key, m, batch_size, steps) if batch_indices is None else batch_indices)
-            from ..dynamics._batches import check_batch_indices
-
-            rows = np.asarray(check_batch_indices(rows, m, steps))
-            settings["batch_indices"] = rows
-        data_rows = None if rows is None else (rows[:, :, None] * k + np.arange(k)).reshape(steps, -1)
-        traj = closed_sgd(model, W0=W0, lr=lr, steps=steps, save_every=save_every, batch_indices=data_rows,
-                          momentum=momentum, weight_decay=weight_decay)
-        settings.update(lr=lr, steps=steps, t1=lr * steps)
+        traj, rows = _map(model, W0, m, k, lr, steps, t1, save_every, batch_size, batch_indices, key, momentum,
+                          weight_decay)
+        settings.update(lr=traj.lr, steps=int(traj.steps[-1]), t1=float(traj.t[-1]), batch_indices=rows)
     t = np.asarray(traj.ts if isinstance(traj, FlowSolution) else traj.t, dtype=float)
     loss = np.asarray(traj.loss, dtype=float)
     eig = np.linalg.eigvalsh(np.asarray(traj.M))[:, ::-1]
@@ -261,7 +250,6 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
     settings["final_loss"] = "horizon" if asym is None else "asymptote"
     end = learning_phase_end(t, loss, min(final_loss, float(loss[0])), tol=phase_tol)
     targets = _targets(target, asym, t, eig, end)
-    settings["target"] = target
     if np.all(np.isfinite(targets)):
         ign = measure_ignition_times(traj, rho=rho, target=targets, quantity="eigenvalues", modes="growing")
     else:  # target='phase_end' and the learning phase does not end within the horizon
@@ -274,13 +262,39 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
     W_t = _weights_along(traj, W0) if estimate_departure else None
     rt, rgap, mgap, depart = _remainder(net, model, x, y2, t, loss, W_t, gap_tol)
     return Prediction(t=t, loss=loss, eigenvalues=eig, model=model, W0=W0, trajectory=traj, asymptote=asym,
-                      final_loss=final_loss, targets=targets, growing=growing, ignition_times=np.asarray(ign, dtype=float), plateau_levels=levels,
+                      final_loss=final_loss, targets=targets, growing=growing,
+                      ignition_times=np.asarray(ign, dtype=float), plateau_levels=levels,
                       drop_times=np.asarray(drops, dtype=float), half_drop_time=float(half), phase_end=float(end),
                       departure_estimate=depart, remainder_t=rt, remainder_gap=rgap, module_gap=mgap,
                       settings=settings, x=jax.tree_util.tree_map(np.asarray, x), y=np.asarray(y2), network=net)
 
 
 TARGETS = ("asymptote", "phase_end", "horizon")
+
+
+def _map(model, W0, m: int, k: int, lr, steps, t1, save_every, batch_size, batch_indices, key, momentum,
+         weight_decay):
+    """Theorem 2's exact map (`nqf.closed_sgd`) for `predict`: (MapTrajectory, the (steps, b) batch
+    schedule over the m inputs or None). The schedule is drawn as `nqf.record` draws it and
+    expanded to the m k data rows of a k-output module (Corollary 1: rows mu k + o)."""
+    from ..dynamics._batches import check_batch_indices
+
+    lr = check_positive(lr, "lr")
+    if steps is None:
+        if t1 is None:
+            raise ValueError("Give the horizon of the map: `steps` (or `t1`, steps = round(t1 / lr)).")
+        steps = max(1, int(round(check_positive(t1, "t1") / lr)))
+    steps, save_every = check_steps(steps, save_every if save_every is not None else max(1, steps // 400))
+    rows = None
+    if batch_size is not None or batch_indices is not None:
+        if batch_indices is not None and batch_size is not None:
+            raise ValueError("Give `batch_indices` or `batch_size`, not both.")
+        rows = draw_batches(key, m, batch_size, steps) if batch_indices is None else batch_indices
+        rows = np.asarray(check_batch_indices(rows, m, steps))
+    data_rows = None if rows is None else (rows[:, :, None] * k + np.arange(k)).reshape(steps, -1)
+    traj = closed_sgd(model, W0=W0, lr=lr, steps=steps, save_every=save_every, batch_indices=data_rows,
+                      momentum=momentum, weight_decay=weight_decay)
+    return traj, rows
 
 
 def _asymptote(model, W0, target: str):
@@ -305,12 +319,7 @@ def _asymptote(model, W0, target: str):
 
 def _targets(target: str, asym, t, eig, end) -> np.ndarray:
     """The values (p,) whose fraction rho defines the ignition times (`predict`'s `target`)."""
-    if target not in TARGETS:
-        raise ValueError(f"`target` must be one of {TARGETS}; found {target!r}.")
     if target == "asymptote":
-        if asym is None:
-            raise ValueError("target='asymptote' needs weight_decay = 0 (nqf.asymptote is the limit of the plain "
-                             "flow); use target='phase_end' or 'horizon'.")
         return np.asarray(asym.eigenvalues, dtype=float)
     if target == "horizon":
         return eig[-1].copy()
