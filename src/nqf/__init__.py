@@ -121,7 +121,8 @@ from .theory import (
 from .theory import compress, powerlaw, samplewise, spectral  # Theorems 3, Cor. 3; E21-E23; Theorems 4, 5, 10; E15
 from . import data, dynamics, solvers, theory, network  # noqa: E402  (the layers, for `from nqf import *`)
 from .data import Network, NeuronError, PrecisionWarning  # a user's module with its neurons located
-from .network import Comparison, FrozenParameterWarning, Prediction, Recording, compare, predict, record
+from .network import (Comparison, FrozenParameterWarning, HorizonWarning, Prediction, Recording, compare, predict,
+                      record)
 from . import validate  # the theorem checks behind `nqf validate`: nqf.validate.validate()
 
 # nqf 0.1's flat module paths -> their homes (CHANGELOG.md). `import nqf.solve` and
@@ -194,7 +195,7 @@ __all__ = [
     "Compression", "theorem3", "corollary3", "compression_report",
     # your own network
     "Network", "NeuronError", "PrecisionWarning", "predict", "Prediction", "record", "Recording", "compare",
-    "Comparison", "FrozenParameterWarning",
+    "Comparison", "FrozenParameterWarning", "HorizonWarning",
     # results on disk
     "save", "load",
     # public namespaces

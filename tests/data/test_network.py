@@ -143,6 +143,30 @@ def test_errors_name_what_was_wrong():
         Network(mlp).with_W(np.zeros((4, 2)))
 
 
+def test_auto_orders_layers_by_shape_not_by_field_order():
+    class Reversed(eqx.Module):
+        readout: eqx.nn.Linear
+        hidden: eqx.nn.Linear
+
+        def __call__(self, x):
+            return self.readout(jnp.tanh(self.hidden(x)))
+
+    k1, k2 = jax.random.split(KEY)
+    net = Network(Reversed(eqx.nn.Linear(3, 1, use_bias=False, key=k1), eqx.nn.Linear(4, 3, use_bias=False, key=k2)))
+    assert net.group_names == ("hidden.weight", "readout.weight") and (net.p, net.d) == (5, 3)
+    square = Network(Reversed(eqx.nn.Linear(4, 4, use_bias=False, key=k1), eqx.nn.Linear(4, 4, use_bias=False, key=k2)))
+    with pytest.raises(NeuronError, match="paired the layers the wrong way round"):  # square: the field order guessed
+        square.check_inputs(X)
+    with pytest.raises(NeuronError, match="neither feeds the other"):
+        Network(Reversed(eqx.nn.Linear(3, 1, key=k1), eqx.nn.Linear(4, 2, key=k2)))
+
+
+def test_a_frozen_array_of_the_width_is_named():
+    net = Network(_mlp(), neurons={"layers[0].weight": 0})  # the readout's columns are left out
+    with pytest.raises(NeuronError, match=r"cannot run with 2 neurons.*layers\[1\].weight \(1, 3\)"):
+        net.check_inputs(X)
+
+
 def test_a_module_computing_in_float32_is_refused():
     class Low(eqx.Module):
         mlp: eqx.nn.MLP

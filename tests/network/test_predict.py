@@ -3,6 +3,7 @@ on (the MLP's NQF of `nqf.structure`, Theorem 2's map vs weight space, the Taylo
 the null-space projection against a dense Jacobian), the recorded network at small init, and
 bad input."""
 
+import dataclasses
 import warnings
 
 import equinox as eqx
@@ -134,6 +135,40 @@ def test_flow_prediction_and_plots_leave_pyplot_alone(pred, run):
     assert len(fig.axes) == 2 and fig.axes[1].get_yscale() == "log"
 
 
+def test_horizon_warnings_and_untested_verdicts(pred, run):
+    with pytest.warns(nqf.HorizonWarning, match="does not end within the horizon"):
+        short = nqf.predict(NET, X, Y, lr=LR, steps=100, init_scale=SCALE)
+    assert np.all(np.isnan(short.ignition_times))
+    cmp = nqf.compare(short, short.record(optax.sgd(LR)))
+    assert cmp.verdicts["ignition_times"] is None  # nothing to test: no mode ignites in the prediction
+    part = nqf.Recording(**{**{f: getattr(run, f) for f in ("steps", "t", "M", "mu", "loss")}, "W_final": run.W_final,
+                            "lr": run.lr, "optimizer": "optax", "trained": "neurons"})
+    cut = dataclasses.replace(part, steps=run.steps[:20], t=run.t[:20], M=run.M[:20], mu=run.mu[:20], loss=run.loss[:20])
+    assert nqf.compare(pred, cut).verdicts["phase_gap"] is None  # the run stops before the phase ends
+    with pytest.warns(UserWarning, match="does not start at the prediction's M0"):
+        nqf.compare(pred, dataclasses.replace(part, M=2 * run.M))
+    with pytest.warns(nqf.HorizonWarning, match="stability edge"):
+        nqf.predict(NET, X, 3 * Y, lr=1.0, steps=200, init_scale=SCALE, estimate_departure=False)
+
+
+def test_a_mean_over_units_is_scaled_back():
+    """extract_options={"normalization": "mean"}: the sum form scaled by 1/d is the module's NQF, so
+    the map equals weight-space SGD of the module's own quadratic expansion (the MLP's closed form / d)."""
+
+    class Mean(eqx.Module):
+        mlp: eqx.nn.MLP
+
+        def __call__(self, x):
+            return self.mlp(x) / self.mlp.layers[0].weight.shape[0]  # a mean over the units
+
+    net = nqf.Network(Mean(MLP), neurons={"mlp.layers[0].weight": 0, "mlp.layers[1].weight": 1})
+    p = nqf.predict(net, X, Y, lr=LR * WIDTH, steps=200, init_scale=0.2, extract_options={"normalization": "mean"},
+                    estimate_departure=False)
+    closed = nqf.structure.mlp(X, Y).scaled(1.0 / WIDTH)
+    ws = nqf.train_w(closed, p.W0, lr=LR * WIDTH, steps=200, save_every=200)
+    np.testing.assert_allclose(p.loss[-1], ws.loss[-1], rtol=1e-10)
+
+
 def test_prediction_saves_and_pickles(pred, tmp_path):
     import pickle
 
@@ -162,7 +197,19 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="`target` must be one of"):
         nqf.predict(NET, X, Y, t1=1.0, target="end")
     with pytest.raises(ValueError, match="needs weight_decay = 0"):
-        nqf.predict(NET, X, Y, t1=1.0, weight_decay=0.1)
+        nqf.predict(NET, X, Y, t1=1.0, weight_decay=0.1, target="asymptote")
+    with pytest.raises(ValueError, match="disagrees with lr x steps"):
+        nqf.predict(NET, X, Y, t1=100.0, lr=0.1, steps=5)
+    with pytest.raises(ValueError, match="`ts` gives the saved times of a flow"):
+        nqf.predict(NET, X, Y, lr=0.1, steps=5, ts=[0.0, 0.5])
+    with pytest.raises(ValueError, match="starting at 0"):
+        nqf.predict(NET, X, Y, t1=10.0, ts=np.linspace(1.0, 10.0, 5))
+    bad_x = X.copy()
+    bad_x[3, 1] = np.nan
+    with pytest.raises(ValueError, match="`x` must be finite"):
+        nqf.predict(NET, bad_x, Y, t1=1.0)
+    with pytest.raises(TypeError, match="concrete"):
+        jax.jit(lambda x: nqf.predict(NET, x, Y, t1=1.0).loss)(X)
     with pytest.raises(TypeError, match="plain function"):
         nqf.predict(lambda W, x: W.sum(), X, Y, t1=1.0)
     relu = eqx.nn.MLP(N_IN, 1, WIDTH, depth=1, activation=jax.nn.relu, use_bias=False, use_final_bias=False, key=KEY)

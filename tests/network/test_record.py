@@ -101,6 +101,15 @@ def test_flax_nnx_module():
     np.testing.assert_allclose(run.W_final, W, rtol=0, atol=1e-13)
 
 
+def test_optax_extra_arguments_and_multisteps():
+    """optax's line searches need the loss (value, grad, value_fn): L-BFGS decreases the loss;
+    MultiSteps(k) applies SGD every k steps."""
+    lbfgs = nqf.record(NET, X, Y, optax.lbfgs(), lr=1.0, steps=10, W0=W0)
+    assert lbfgs.loss[-1] < 0.5 * lbfgs.loss[0]
+    multi = nqf.record(NET, X, Y, optax.MultiSteps(optax.sgd(0.1), 2), lr=0.1, steps=20, W0=W0, save_every=20)
+    assert np.isfinite(multi.loss).all() and multi.loss[-1] < multi.loss[0]
+
+
 def test_bad_input_is_named():
     with pytest.raises(TypeError, match=r"optimizer.*optax.GradientTransformation.*optax.sgd\(lr\)"):
         nqf.record(NET, X, Y, "sgd", lr=0.1, steps=3)

@@ -194,6 +194,33 @@ def _layers(module):
     return found
 
 
+def _io(kind: str, layer) -> tuple[int, int]:
+    """(inputs, outputs) of a Linear/Conv layer from its weight's shape."""
+    if kind.startswith("eqx"):
+        shape = layer.weight.shape  # (out, in, ...)
+        return int(shape[1]), int(shape[0])
+    shape = layer.kernel.shape  # (..., in, out)
+    return int(shape[-2]), int(shape[-1])
+
+
+def _feeding_order(a, b):
+    """The two weight layers (path, kind, layer) ordered so that the first feeds the second (its
+    outputs are the second's inputs), decided by their shapes; when both orders chain (e.g. a
+    1-channel conv and a 1-output readout), by the order of the fields (a wrong guess cannot run
+    at another width, which `Network.check_inputs` reports).
+
+    **Raises:** `NeuronError` if the shapes do not chain."""
+    (ia, oa), (ib, ob) = _io(a[1], a[2]), _io(b[1], b[2])
+    forward, backward = oa == ib, ob == ia
+    if forward:
+        return a, b
+    if backward:
+        return b, a
+    raise NeuronError(f"neurons='auto' found two weight layers of which neither feeds the other ({a[0]}: {ia} -> "
+                      f"{oa}, {b[0]}: {ib} -> {ob}). Name the neuron arrays with `neurons=` (the first layer's "
+                      "output axis, then the second layer's input axis).")
+
+
 def _join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
@@ -226,24 +253,16 @@ def _auto(module) -> tuple[list[tuple[str, int]], int | None, str]:
         return spec, mha.num_heads, "eqx.nn.MultiheadAttention heads"
     weights = [(p, k, l) for p, k, l in layers if k in ("eqx-linear", "eqx-conv", "nnx-linear", "nnx-conv")]
     if len(weights) == 2 and len(layers) == 2:
-        (p1, k1, l1), (p2, k2, l2) = weights
+        (p1, k1, l1), (p2, k2, l2) = _feeding_order(*weights)
         spec = []
         if k1.startswith("eqx"):  # weight (out, in, ...): units on axis 0
             spec.append((_join(p1, "weight"), 0))
-            if l1.bias is not None:
-                spec.append((_join(p1, "bias"), 0))
         else:  # nnx kernel (..., in, out): units on the last axis
             spec.append((_join(p1, "kernel"), -1))
-            if l1.bias is not None:
-                spec.append((_join(p1, "bias"), 0))
-        if k2 == "eqx-linear":
-            spec.append((_join(p2, "weight"), 1))
-        elif k2 == "nnx-linear":
-            spec.append((_join(p2, "kernel"), 0))
-        elif k2 == "eqx-conv":
-            spec.append((_join(p2, "weight"), 1))
-        else:
-            spec.append((_join(p2, "kernel"), -2))
+        if l1.bias is not None:
+            spec.append((_join(p1, "bias"), 0))
+        # the second layer's inputs: eqx weight (out, in, ...) axis 1; nnx kernel (..., in, out) axis -2
+        spec.append((_join(p2, "weight"), 1) if k2.startswith("eqx") else (_join(p2, "kernel"), -2))
         return spec, None, f"the outputs of {p1 or 'the first layer'} and the inputs of {p2 or 'the second'}"
     found = ", ".join(f"{p or '(top)'} ({k})" for p, k, _ in layers) or "no Linear/Conv/MLP/attention layer"
     raise NeuronError(
@@ -269,7 +288,9 @@ class Network:
       (attention heads: ``num_heads``); default: the common length of the neuron axes.
     - `apply`: ``apply(module, x) -> output`` for one input x (scalar or (k,)); default
       ``module(x)``. E.g. ``lambda m, X: m(X, X, X)[-1]`` for an attention layer.
-    - `W0`: with a plain function `module` = f(W, x): the initial weights (p, d).
+    - `W0`: with a plain function `module` = f(W, x): the initial weights (p, d); `groups`:
+      its row groups (sizes summing to p, e.g. ``(64, 1)`` for [u; v]), which let `nqf.extract`
+      find the feed-forward structure without a Hessian per row.
 
     **Attributes:** `p` (parameters per neuron), `d` (neurons), `W` (p, d) float64 numpy,
     `groups` (row counts of the neuron arrays, summing to p), `group_names` (their paths),
@@ -284,7 +305,7 @@ class Network:
     """
 
     def __init__(self, module, neurons="auto", *, width: int | None = None,
-                 apply: Callable | None = None, W0=None):
+                 apply: Callable | None = None, W0=None, groups=None):
         require_x64()
         if apply is not None and not callable(apply):
             raise TypeError(f"`apply` must be a callable apply(module, x); found {type(apply).__name__}.")
@@ -327,6 +348,14 @@ class Network:
         used = {s.index for s in self._slots}
         paths = jax.tree_util.tree_flatten_with_path(self._params)[0]
         self.frozen = tuple(_path_name(kp) for i, (kp, _) in enumerate(paths) if i not in used)
+        self._frozen_shapes = tuple(np.shape(leaf) for i, (_, leaf) in enumerate(paths) if i not in used)
+        if groups is not None:
+            if not self._function:
+                raise TypeError("`groups` is for a plain function f(W, x); a module's groups are its neuron arrays.")
+            groups = tuple(int(g) for g in groups)
+            if sum(groups) != self.p or min(groups, default=0) < 1:
+                raise NeuronError(f"`groups` must be positive row counts summing to p = {self.p}; found {groups}.")
+            self.groups, self.group_names = groups, tuple(f"rows {i}" for i in range(len(groups)))
         self.layout = description or "neurons: " + ", ".join(
             f"{s.name} (axis {s.axis}{f', {s.pack} per neuron' if s.pack > 1 else ''})" for s in self._slots)
 
@@ -375,6 +404,8 @@ class Network:
 
     def __call__(self, W, x):
         """The module's output at W (p, d') for one input x: f(W, x) for `nqf.extract`."""
+        if jnp.ndim(W) != 2 or jnp.shape(W)[0] != self.p:
+            raise ValueError(f"`W` must have shape (p, d') = ({self.p}, d'); found {shape_str(jnp.shape(W))}.")
         return self._call(self.with_params_W(self._params, W), x)
 
     def _compiled(self, key, build):
@@ -427,7 +458,30 @@ class Network:
                 f"The module returns {out.dtype} although its parameters and inputs are float64 (an explicit "
                 "dtype or cast inside it, e.g. flax's dtype=jnp.float32): nqf compares the NQF with the "
                 "module at relative 1e-8 and needs float64. Build the module with float64 computation.")
+        self._check_widths(first)
         return x
+
+    def _check_widths(self, x0) -> None:
+        """The module must run at other widths (the NQF is extracted at d = 2 and 4): else name the
+        frozen arrays that have an axis of the width's length (they belong to the neurons) or the
+        width-bound computation.
+
+        **Raises:** `NeuronError`."""
+        for width in (2, 4):
+            W = jax.ShapeDtypeStruct((self.p, width), jnp.float64)
+            try:
+                jax.eval_shape(lambda W: self(W, x0), W)
+            except Exception as err:  # the user's module at another width: any error, explained
+                suspects = [f"{n} {shape_str(s)}" for n, s in zip(self.frozen, self._frozen_shapes)
+                            if any(L % self.d == 0 and L >= self.d for L in s)]
+                cause = ("frozen arrays with an axis of length d = " + str(self.d) + " (list them in `neurons`, "
+                         "they belong to the neurons): " + ", ".join(suspects)) if suspects else (
+                    "a computation tied to the width (a normalisation across the units such as LayerNorm, a "
+                    "static size; Theorem 1 needs f = sum_i phi(w_i, x)), or neurons='auto' paired the layers the "
+                    "wrong way round (name them with `neurons=`)")
+                raise NeuronError(f"The module cannot run with {width} neurons instead of {self.d}; it must, for its "
+                                  f"NQF to exist at every width. Likely cause: {cause}. ({type(err).__name__}: "
+                                  f"{str(err)[:200]})") from err
 
 
 def _cast_tree(tree):

@@ -18,8 +18,10 @@ Models (each as a user writes it: `nqf.Network(module)` with ``neurons="auto"``)
 - ``MLP, 10 outputs``: one-hot targets (Corollary 1), width 256, lr 0.1;
 - ``attention``: `eqx.nn.MultiheadAttention(4, 8, output_size=1)` reading the 8 image rows as
   tokens, the last token's output; init 0.05;
-- ``CNN``: `eqx.nn.Conv2d(1, 16, 3)`, tanh, global sum pool, `eqx.nn.Linear(16, 1)`; lr 0.003,
-  init 0.05 (the sum over 36 patches makes its curvature large);
+- ``CNN``: `eqx.nn.Conv2d(1, 16, 3)`, tanh, global sum pool, `eqx.nn.Linear(16, 1)`; lr 0.0015,
+  6000 steps, init 0.05, the first 600 images (the sum over 36 patches makes its curvature large:
+  at lr 0.003 the map is at its stability edge and `predict` warns; a float64 convolution over
+  all 1797 images for 6000 steps would dominate the run time);
 - ``flax.nnx MLP``: two `nnx.Linear` (64 -> 256 -> 1), float32 parameters cast to float64;
 - ``MLP, Adam``: the first MLP trained with `optax.adam(1e-3)` for the same number of steps
   (not predicted: Adam is not closed on M, Theorem 2; reported against the SGD prediction).
@@ -62,8 +64,8 @@ GAP_TOL, TIME_RTOL, DEPART_FACTOR = 0.05, 0.05, 2.0
 CHOSEN_SETTINGS = {
     "data": chosen("sklearn digits, pixels / 16, y = (digit - 4.5) / 4.5 or one-hot", "no such experiment",
                    "a data set that ships inside a package (nothing is downloaded)"),
-    "models": chosen("MLP 64-256-1 (with and without biases, 10 outputs, flax.nnx), 4-head attention over image "
-                     "rows, Conv2d(1, 16, 3) + sum pool + Linear", "no such experiment",
+    "models": chosen("MLP 64-256-1 (quick: width 32; with and without biases, 10 outputs, flax.nnx), 4-head "
+                     "attention over image rows, Conv2d(1, 16, 3) + sum pool + Linear", "no such experiment",
                      "the layers of the user report behind issue 23"),
     "optimizers": chosen("SGD (full batch, batch 100), Adam 1e-3", "no such experiment",
                          "SGD is Theorem 2's exact map; Adam is the common optimizer the NQF does not predict"),
@@ -125,7 +127,7 @@ def _models(quick: bool):
                                                onehot=True), "sgd"),
         ("attention", lambda key: Attention(eqx.nn.MultiheadAttention(4, 8, output_size=1, key=key)),
          dict(lr=0.05, steps=int(3000 * s), init_scale=0.05, target="phase_end"), "sgd"),
-        ("CNN", cnn, dict(lr=0.003, steps=int(3000 * s), init_scale=0.05, target="phase_end"), "sgd"),
+        ("CNN", cnn, dict(lr=0.0015, steps=int(6000 * s), init_scale=0.05, target="phase_end", subset=600), "sgd"),
         ("flax.nnx MLP", flax_mlp, sgd, "sgd"),
         ("MLP, Adam", mlp(), sgd, "adam"),
     ]
@@ -190,7 +192,9 @@ def _checks(name, net, pred, run, x, y) -> list[dict]:
     ]
 
 
-def _claims(name, cmp, adam: bool) -> list[dict]:
+def _claims(name, cmp, adam: bool, edge: bool = False) -> list[dict]:
+    """The claims of one model; `edge`: the prediction warned that its learning rate is at the map's
+    stability edge (a departure there is the map's catapult, not the network leaving the NQF)."""
     s = cmp.summary()
     setting, why_prefix = "package-chosen", f"{name}: "
     if adam:
@@ -212,7 +216,11 @@ def _claims(name, cmp, adam: bool) -> list[dict]:
               "The NQF predicts when the network learns (sudden learning, Sec. 6).", SECTION,
               metric="|t_half,measured - t_half,predicted| / t_half,predicted", value=half["relative_error"],
               criterion=f"<= {TIME_RTOL:g}", holds=half["relative_error"] <= TIME_RTOL, setting=setting,
-              why=why_prefix + f"predicted {half['predicted']:.5g}, measured {half['measured']:.5g}"),
+              expected=bool(np.isfinite(half["predicted"])),
+              why=why_prefix + (f"predicted {half['predicted']:.5g}, measured {half['measured']:.5g}"
+                                if np.isfinite(half["predicted"]) else
+                                "the predicted loss does not fall half-way to the NQF's final loss within the "
+                                "horizon: nothing to compare")),
     ]
     if ign["predicted"]:
         out.append(claim(f"predict {name}: ignition times within {TIME_RTOL:.0%}",
@@ -227,9 +235,12 @@ def _claims(name, cmp, adam: bool) -> list[dict]:
                          "The next terms of the expansion tell when the NQF stops holding (Limitation 3).",
                          "Theorem 13, Limitation 3", metric="estimated / measured departure time", value=ratio,
                          criterion=f"in [1/{DEPART_FACTOR:g}, {DEPART_FACTOR:g}]",
-                         holds=1 / DEPART_FACTOR <= ratio <= DEPART_FACTOR, setting=setting,
-                         why=why_prefix + f"estimate {cmp.departure_estimate:.4g}, measured {cmp.departure_time:.4g} "
-                                          "(the estimate is first order in the remainder)"))
+                         holds=1 / DEPART_FACTOR <= ratio <= DEPART_FACTOR, setting=setting, expected=not edge,
+                         why=why_prefix + (f"estimate {cmp.departure_estimate:.4g}, measured {cmp.departure_time:.4g} "
+                                           "(the estimate is first order in the remainder)" if not edge else
+                                           "the learning rate is at the NQF map's stability edge (nqf.HorizonWarning): "
+                                           "the measured departure is the map's catapult, not the network leaving "
+                                           "the NQF")))
     return out
 
 
@@ -240,6 +251,8 @@ def run_model(name, build, opts, optimizer, x, digits, key_seed: int = 0):
 
     opts = dict(opts)
     onehot = opts.pop("onehot", False)
+    n = opts.pop("subset", None)
+    x, digits = (x, digits) if n is None else (x[:n], digits[:n])
     y = np.eye(10)[digits] if onehot else (digits - 4.5) / 4.5
     module = build(jax.random.key(key_seed))
     with warnings.catch_warnings(record=True) as caught:
@@ -249,6 +262,7 @@ def run_model(name, build, opts, optimizer, x, digits, key_seed: int = 0):
         pred = predict(net, x, y, **opts)
         t_predict = time.perf_counter() - t0
     warned = sorted({w.category.__name__ for w in caught})
+    edge = any("stability edge" in str(w.message) for w in caught)
     lr = opts["lr"]
     opt = optax.sgd(lr) if optimizer == "sgd" else optax.adam(1e-3)
     t0 = time.perf_counter()
@@ -260,11 +274,13 @@ def run_model(name, build, opts, optimizer, x, digits, key_seed: int = 0):
            "frozen": list(net.frozen), "warnings": warned, "settings": {k: v for k, v in opts.items()},
            "half_drop_time": s["half_drop_time"], "ignition_times": s["ignition_times"],
            "phase_end": cmp.phase_end, "phase_gap": cmp.phase_gap, "final_loss_nqf": pred.final_loss,
-           "final_loss_network": float(run.loss[-1]), "departure_time": cmp.departure_time,
+           "final_loss_network": float(run.loss[-1]), "departed": bool(np.isfinite(cmp.departure_time)),
+           "departure_time": cmp.departure_time, "departure_estimated": bool(np.isfinite(cmp.departure_estimate)),
+           "stability_edge": edge,
            "departure_estimate": cmp.departure_estimate, "departure_estimate_module": cmp.departure_estimate_module,
            "wall_time_predict_s": t_predict, "wall_time_record_s": t_record, "verdicts": s["verdicts"]}
     checks = [] if optimizer == "adam" else _checks(name, net, pred, run, pred.x, pred.y)
-    return row, checks, _claims(name, cmp, optimizer == "adam"), cmp
+    return row, checks, _claims(name, cmp, optimizer == "adam", edge), cmp
 
 
 def run(out_dir, quick: bool = False, progress=None) -> dict:

@@ -11,9 +11,10 @@ modules: `_inputs`, `_predict`, `_record`, `_compare`, `_plot`.
 
 from .._core._exports import publish as _publish
 from ._compare import Comparison, compare
-from ._predict import FrozenParameterWarning, Prediction, predict
+from ._predict import FrozenParameterWarning, HorizonWarning, Prediction, predict
 from ._record import Recording, record
 
-__all__ = ["Prediction", "predict", "Recording", "record", "Comparison", "compare", "FrozenParameterWarning"]
+__all__ = ["Prediction", "predict", "Recording", "record", "Comparison", "compare", "FrozenParameterWarning",
+           "HorizonWarning"]
 
 _publish(__name__, globals())

@@ -21,12 +21,18 @@ any trajectory with times `t`, `loss` and `M`) on the measured run's saved times
   with the same targets (the NQF's asymptotic eigenvalues; `nqf.measure_ignition_times`).
   Criterion: every mode that ignites in the prediction ignites in the run, within `time_rtol`.
 
-`verdicts` holds one boolean per criterion. Times are gradient-flow times t = lr * steps.
+`verdicts` holds one boolean per criterion, or None where it is not tested (no predicted drop or
+growing mode, a recording that stops before the learning phase ends). A relative error is nan
+where nothing was predicted and inf where the predicted event never happened in the run. `gap`
+and `loss_predicted` are nan at measured times past the prediction's horizon. Times are
+gradient-flow times t = lr * steps. `compare` warns when the recording does not start at the
+prediction's W0 W0^T or trained the frozen arrays.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 
@@ -93,15 +99,36 @@ class Comparison(Saveable):
 
 
 def _rel(a, b) -> float:
-    return float(abs(b - a) / abs(a)) if np.isfinite(a) and np.isfinite(b) and a != 0 else float("nan")
+    """|b - a| / |a|: nan when the prediction `a` is not finite (nothing to test), inf when the
+    measurement `b` is not (the predicted event never happened in the run)."""
+    if not np.isfinite(a) or a == 0:
+        return float("nan")
+    return float(abs(b - a) / abs(a)) if np.isfinite(b) else float("inf")
+
+
+def _within(a, b, rtol) -> bool | None:
+    """The verdict |b - a| <= rtol |a|, or None (not tested) when nothing was predicted."""
+    r = _rel(a, b)
+    return None if np.isnan(r) else bool(r <= rtol)
+
+
+def _warn_other_run(prediction, recording, M) -> None:
+    """Warn when the recording is not the run the prediction describes: another start, or frozen
+    arrays trained."""
+    M0 = prediction.W0 @ prediction.W0.T
+    err = float(np.abs(M[0] - M0).max() / max(np.abs(M0).max(), np.finfo(float).tiny))
+    if err > 1e-8:
+        warnings.warn(f"The recording does not start at the prediction's M0 = W0 W0^T (relative difference {err:.3g}): "
+                      "it is not the run the prediction describes.", UserWarning, stacklevel=3)
+    if getattr(recording, "trained", "neurons") == "all" and prediction.network is not None and \
+            prediction.network.frozen:
+        warnings.warn("The recording trained the frozen arrays too (train='all'): the NQF keeps them fixed, so a gap "
+                      f"may come from them ({', '.join(prediction.network.frozen)}).", UserWarning, stacklevel=3)
 
 
 def _max_rel(a, b) -> float:
-    if not len(a):
-        return float("nan")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.abs(b - a) / np.abs(a)
-    return float(np.max(np.where(np.isfinite(r), r, np.inf)))
+    """max `_rel` over the entries (nan for none)."""
+    return max((_rel(u, v) for u, v in zip(a, b)), default=float("nan"))
 
 
 def compare(prediction, recording, *, gap_tol: float | None = None, time_rtol: float = 0.05) -> Comparison:
@@ -134,12 +161,17 @@ def compare(prediction, recording, *, gap_tol: float | None = None, time_rtol: f
         raise ValueError(f"The recording's `M` must have shape (n, {p}, {p}) like the prediction's; found {M.shape}.")
     t = np.asarray(recording.t, dtype=float)
     lm = np.asarray(recording.loss, dtype=float)
+    if t.ndim != 1 or lm.shape != t.shape or M.shape[0] != t.size:
+        raise ValueError(f"The recording's `t` {t.shape}, `loss` {lm.shape} and `M` {M.shape} must have one entry per "
+                         "saved step.")
+    _warn_other_run(prediction, recording, M)
     tp, lp_all = prediction.t, prediction.loss
     inside = t <= tp[-1] * (1 + 1e-12)
     lp = np.where(inside, np.interp(t, tp, lp_all), np.nan)
     L0 = float(lp_all[0])
     gap = np.abs(lm - lp) / L0
     end = prediction.phase_end
+    covers = t[-1] >= (end if np.isfinite(end) else tp[-1]) * (1 - 1e-9)  # the run covers the learning phase
     in_phase = inside & (t <= end if np.isfinite(end) else inside)
     phase_gap = float(np.max(gap[in_phase])) if in_phase.any() else float("nan")
     over = np.flatnonzero(inside & (gap > gap_tol))
@@ -159,11 +191,13 @@ def compare(prediction, recording, *, gap_tol: float | None = None, time_rtol: f
     over_m = np.flatnonzero(module_est > gap_tol)
     est_module = float(prediction.remainder_t[over_m[0]]) if over_m.size else (
         float("inf") if module_est.size else float("nan"))
-    verdicts = {
-        "phase_gap": bool(phase_gap <= gap_tol),
-        "half_drop_time": bool(_rel(*half) <= time_rtol),
-        "drop_times": bool(all(_rel(a, b) <= time_rtol for a, b in zip(*drops) if np.isfinite(a))),
-        "ignition_times": bool(_max_rel(ign[0][ignited], ign[1][ignited]) <= time_rtol) if ignited.any() else True,
+    predicted_drops = np.isfinite(drops[0])
+    verdicts = {  # None: not tested (module docstring)
+        "phase_gap": bool(phase_gap <= gap_tol) if covers else (False if phase_gap > gap_tol else None),
+        "half_drop_time": _within(*half, time_rtol),
+        "drop_times": (all(_within(a, b, time_rtol) for a, b in zip(*drops[:, predicted_drops])) if
+                       predicted_drops.any() else None),
+        "ignition_times": (bool(_max_rel(ign[0][ignited], ign[1][ignited]) <= time_rtol) if ignited.any() else None),
     }
     return Comparison(t=t, loss_predicted=lp, loss_measured=lm, gap=gap, phase_end=float(end), phase_gap=phase_gap,
                       departure_time=departure, departure_estimate=float(prediction.departure_estimate),

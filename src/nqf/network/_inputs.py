@@ -42,6 +42,13 @@ def check_data(net: Network, x, y):
     if len(ms) != 1 or 0 in ms:
         raise ValueError(f"Every leaf of `x` must have the same leading batch axis m >= 1; found {sorted(ms)}.")
     m = ms.pop()
+    if any(isinstance(a, jax.core.Tracer) for a in leaves):
+        raise TypeError("`x` is traced (inside jax.jit / vmap / grad): nqf.predict and nqf.record run on concrete "
+                        "inputs (they extract, solve and measure on the host); call them outside the transformation.")
+    for i, a in enumerate(leaves):
+        a = np.asarray(a)
+        if np.issubdtype(a.dtype, np.number) and not np.all(np.isfinite(a)):
+            raise ValueError(f"`x` must be finite; leaf {i} has {int(np.sum(~np.isfinite(a)))} non-finite entries.")
     x = net.check_inputs(x)
     out = jax.eval_shape(lambda xx: net.apply(net.params, xx), jax.tree_util.tree_map(lambda a: a[0], x))
     k = int(np.prod(out.shape, dtype=int)) if out.shape else 1
@@ -57,11 +64,14 @@ def check_data(net: Network, x, y):
 
 
 def check_optimizer(optimizer):
-    """`optimizer` if it is an `optax.GradientTransformation`.
+    """`optimizer` if it is an `optax.GradientTransformation` (an `optax.MultiSteps` wrapper: its
+    `gradient_transformation()`).
 
     **Raises:** `TypeError` naming `optimizer`, what was expected and what was found."""
     import optax
 
+    if isinstance(optimizer, optax.MultiSteps):
+        optimizer = optimizer.gradient_transformation()
     if isinstance(optimizer, optax.GradientTransformation):
         return optimizer
     hint = f" (e.g. optax.sgd(lr) for {optimizer!r})" if isinstance(optimizer, str) else ""

@@ -23,8 +23,8 @@ def plot_prediction(prediction, comparison=None, *, ax=None):
         fig = Figure(figsize=(10, 3.8), layout="constrained")
         ax = fig.subplots(1, 2)
     else:
-        if len(ax) != 2:
-            raise ValueError(f"`ax` must be two matplotlib Axes (loss, eigenvalues); found {len(ax)}.")
+        if not hasattr(ax, "__len__") or len(ax) != 2:
+            raise ValueError(f"`ax` must be two matplotlib Axes (loss, eigenvalues); found {type(ax).__name__}.")
         fig = ax[0].figure
     a_loss, a_eig = ax
     t = prediction.t

@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core import memory
 from .._core._checks import check_positive
 from .._core.io import Saveable
 from .._core._errors import AssumptionError
@@ -50,7 +51,12 @@ from ..solvers import FlowSolution, solve_flow
 from ..theory import asymptote, drop_times, learning_phase_end, measure_ignition_times, plateau_levels
 from ._inputs import as_network, check_data, check_steps
 
-__all__ = ["Prediction", "predict", "FrozenParameterWarning"]
+__all__ = ["Prediction", "predict", "FrozenParameterWarning", "HorizonWarning"]
+
+
+class HorizonWarning(UserWarning):
+    """A prediction's horizon does not cover what was asked: the learning phase does not end
+    within it, or the map's learning rate is at its stability edge."""
 
 
 class FrozenParameterWarning(UserWarning):
@@ -128,27 +134,36 @@ class Prediction(Saveable):
         return {**super().__getstate__(), "network": None}
 
     def record(self, optimizer, *, lr: float | None = None, label: str | None = None, train: str = "neurons",
-               **kwargs):
+               network=None, **kwargs):
         """Train the module with `optimizer` on this prediction's data, initial weights, horizon and
         batches (`nqf.record`); `lr` is the time unit (default: the prediction's learning rate;
-        required for a flow prediction). Other keywords go to `nqf.record`."""
+        required for a flow prediction); `network`: the `nqf.Network` (default: the prediction's;
+        needed after `nqf.load`). Other keywords go to `nqf.record` (`steps`, `batch_size`, ...
+        replace the prediction's).
+
+        **Raises:** `ValueError` without a network, without `lr` for a flow prediction, for an `lr`
+        whose first step already passes the horizon, or a batch schedule of another length."""
         from ._record import record
 
-        if self.network is None:
-            raise ValueError("This prediction has no `network` (it was loaded from disk): call nqf.record "
-                             "with the network.")
+        network = self.network if network is None else network
+        if network is None:
+            raise ValueError("This prediction has no `network` (it was loaded from disk or unpickled): pass "
+                             "network=nqf.Network(module) (the module it was predicted for).")
         s = self.settings
         lr = s["lr"] if lr is None else check_positive(lr, "lr")
         if lr is None:
             raise ValueError("A flow prediction has no learning rate: pass `lr` (the time unit t = lr * steps).")
+        if lr > self.t[-1] * (1 + 1e-12):
+            raise ValueError(f"`lr` = {lr:g} is past the prediction's horizon t = {self.t[-1]:g} in one step.")
         steps = s["steps"] if s["lr"] == lr and s["steps"] else max(1, int(round(self.t[-1] / lr)))
-        batches = {} if s["batch_indices"] is None else {"batch_indices": s["batch_indices"]}
-        if batches and batches["batch_indices"].shape[0] != steps:
-            raise ValueError(f"The prediction's batch schedule has {batches['batch_indices'].shape[0]} steps; "
-                             f"this record would take {steps}.")
-        options = dict(steps=steps, W0=self.W0, label=label, train=train, **batches)
+        options = dict(steps=steps, W0=self.W0, label=label, train=train)
+        if s["batch_indices"] is not None and "batch_size" not in kwargs:
+            options["batch_indices"] = s["batch_indices"]
         options.update(kwargs)
-        return record(self.network, self.x, self.y, optimizer, lr=lr, **options)
+        if options.get("batch_indices") is not None and np.shape(options["batch_indices"])[0] != options["steps"]:
+            raise ValueError(f"The prediction's batch schedule has {np.shape(options['batch_indices'])[0]} steps; "
+                             f"this record would take {options['steps']}.")
+        return record(network, self.x, self.y, optimizer, lr=lr, **options)
 
     def plot(self, *, ax=None):
         """The predicted loss (ignition times marked) and eigenvalues of M(t); returns a matplotlib
@@ -161,7 +176,7 @@ class Prediction(Saveable):
 def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, steps: int | None = None,
             ts=None, save_every: int | None = None, W0=None, init_scale: float | None = None,
             batch_size: int | None = None, batch_indices=None, key=0, momentum: float = 0.0,
-            weight_decay: float = 0.0, rho: float = 0.5, target: str = "asymptote", phase_tol: float = 0.02,
+            weight_decay: float = 0.0, rho: float = 0.5, target: str = "phase_end", phase_tol: float = 0.02,
             gap_tol: float = 0.05, estimate_departure: bool = True,
             extract_options: dict | None = None) -> Prediction:
     """Predict the training of `network` on (x, y) from its NQF, before training it.
@@ -186,27 +201,37 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
       `nqf.record`'s), or `batch_indices` (steps, b) over the m inputs; `momentum` (heavy ball);
       `weight_decay` (penalty gamma/2 |W|^2; also for the flow).
     - `rho`: the ignition fraction. `target`: the values whose fraction rho a mode reaches at its
-      ignition time: ``"asymptote"`` (default: the NQF's limit t -> inf, `nqf.asymptote`,
-      exact for Eq. E19 and independent of the horizon), ``"phase_end"`` (the eigenvalues of M
-      at the end of the learning phase: independent of the horizon once it covers the phase;
-      for ill-conditioned inputs such as image pixels, whose least-squares limit puts weight on
-      directions learned only at very late times, so that no mode reaches half its asymptote
-      within a practical horizon) or ``"horizon"`` (the values at the last saved time).
+      ignition time: ``"phase_end"`` (default: the eigenvalues of M at the end of the learning
+      phase; independent of the horizon once it covers the phase, and defined for every module;
+      a `HorizonWarning` says when the phase does not end within the horizon), ``"asymptote"``
+      (the NQF's limit t -> inf, `nqf.asymptote`: exact for Eq. E19; for ill-conditioned inputs
+      such as image pixels the least-squares limit puts weight on directions learned only at very
+      late times, and no mode reaches half of it in a practical run; data without a closed-form
+      limit, or a model with g, B, need the limit's numerical flow, certified within 20 horizons
+      or refused with a `RuntimeError`) or ``"horizon"`` (the values at the last saved time).
     - `phase_tol`: the learning phase ends when L(t) - L_inf <= phase_tol (L(0) - L_inf);
       `gap_tol`: the loss-gap tolerance (fraction of L(0)) of the departure estimate.
     - `estimate_departure`: compute the a-priori departure estimate (default True; it evaluates
       the module's next expansion terms and their gradient at 24 saved times, often the largest
       part of the cost); False leaves `departure_estimate` nan.
-    - `extract_options`: keywords for `nqf.extract` (e.g. ``{"structure": "dense"}``).
+    - `extract_options`: keywords for `nqf.extract` (e.g. ``{"structure": "dense"}``, or
+      ``{"normalization": "mean"}`` for a layer that averages its units: the extracted sum form
+      is scaled by c(d) = 1/d or 1/sqrt(d) back to the module at its width d).
 
     **Returns:** a `Prediction`.
 
-    **Raises:** `ValueError` for mismatched `x`/`y`, a `W0` of the wrong shape, no horizon or
-    both kinds of horizon inconsistent, map options without `lr`, bad tolerances; the
+    **Raises:** `ValueError` for mismatched or non-finite `x`/`y`, a `W0` of the wrong shape, no
+    horizon, `t1` inconsistent with `lr` x `steps`, `ts` with `lr` or not starting at 0, map
+    options without `lr`, bad tolerances; `nqf.memory.MemoryBudgetError` if the saved states
+    exceed the memory budget; the
     `nqf.ExtractionError`s of `nqf.extract` (not permutation-symmetric, not C^3 such as ReLU, a
     normalisation across neurons), naming the module; `TypeError` for a `network` that is not a
     module. Warns `FrozenParameterWarning` when a frozen array has a nonzero loss gradient at W0,
-    `nqf.data.PrecisionWarning` when float32 parameters or inputs were cast.
+    `nqf.data.PrecisionWarning` when float32 parameters or inputs were cast, `HorizonWarning`
+    when the learning phase does not end within the horizon (ignition times against
+    ``"phase_end"`` are then nan) or when the full-batch map's loss rises (the learning rate is
+    near the stability edge 2 / sharpness: what follows is the map's instability, not the
+    NQF's learning).
     """
     net = as_network(network)
     x, y2, m, k = check_data(net, x, y)
@@ -223,8 +248,13 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
     if target == "asymptote" and weight_decay:
         raise ValueError("target='asymptote' needs weight_decay = 0 (nqf.asymptote is the limit of the plain "
                          "flow); use target='phase_end' or 'horizon'.")
+    _check_horizon(t1, lr, steps, ts)
+    n_saves = (len(ts) if ts is not None else 401) if lr is None else (
+        min(steps or 10**9, 400) + 2 if steps is not None or t1 is not None else 402)
+    memory.check(8.0 * 3 * n_saves * net.p ** 2, f"predict: {n_saves} saved states (M, a factor, eigenvalues) of "
+                 f"p = {net.p}", "fewer saves (`save_every`, `ts`), or NQF_MEMORY_BUDGET.")
     _warn_frozen(net, x, y2, W0)
-    model = extract(net, x, net.p, y=np.asarray(y2) if k > 1 else np.asarray(y2[:, 0]), **(extract_options or {}))
+    model = _extract(net, x, y2, k, extract_options)
     settings = dict(lr=None, steps=None, t1=None, batch_size=batch_size, batch_indices=None, key=key,
                     momentum=float(momentum), weight_decay=float(weight_decay), rho=float(rho), target=target,
                     phase_tol=float(phase_tol), gap_tol=float(gap_tol))
@@ -244,12 +274,22 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
         settings.update(lr=traj.lr, steps=int(traj.steps[-1]), t1=float(traj.t[-1]), batch_indices=rows)
     t = np.asarray(traj.ts if isinstance(traj, FlowSolution) else traj.t, dtype=float)
     loss = np.asarray(traj.loss, dtype=float)
+    if lr is not None and batch_size is None and batch_indices is None and np.any(np.diff(loss) > 0.01 * loss[0]):
+        warnings.warn(f"The predicted full-batch loss rises by up to {np.diff(loss).max() / loss[0]:.3g} L(0) between "
+                      f"saved steps: lr = {lr:g} is near the stability edge 2 / sharpness of the NQF's map; what "
+                      "follows is the map's instability (a catapult), not the NQF's learning, and a departure "
+                      "measured there is not the network leaving the NQF. Use a smaller `lr`.",
+                      HorizonWarning, stacklevel=2)
     eig = np.linalg.eigvalsh(np.asarray(traj.M))[:, ::-1]
-    asym = None if weight_decay else _asymptote(model, W0, target)
+    asym = None if weight_decay else _asymptote(model, W0, target, float(t[-1]))
     final_loss = float(loss[-1]) if asym is None else float(asym.loss)
     settings["final_loss"] = "horizon" if asym is None else "asymptote"
     end = learning_phase_end(t, loss, min(final_loss, float(loss[0])), tol=phase_tol)
     targets = _targets(target, asym, t, eig, end)
+    if target == "phase_end" and not np.isfinite(end):
+        warnings.warn(f"The NQF's learning phase (L - L_inf <= {phase_tol:g} (L(0) - L_inf), L_inf = {final_loss:.4g}) "
+                      f"does not end within the horizon t = {t[-1]:g}: ignition times against target='phase_end' are "
+                      "nan. Extend the horizon, or use target='horizon' or 'asymptote'.", HorizonWarning, stacklevel=2)
     if np.all(np.isfinite(targets)):
         ign = measure_ignition_times(traj, rho=rho, target=targets, quantity="eigenvalues", modes="growing")
     else:  # target='phase_end' and the learning phase does not end within the horizon
@@ -270,6 +310,36 @@ def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, 
 
 
 TARGETS = ("asymptote", "phase_end", "horizon")
+
+
+def _check_horizon(t1, lr, steps, ts) -> None:
+    """The horizon arguments of `predict` are consistent (each names what it found)."""
+    if lr is not None:
+        if ts is not None:
+            raise ValueError("`ts` gives the saved times of a flow; the map (with `lr`) saves every `save_every` "
+                             "steps.")
+        if t1 is not None and steps is not None and not np.isclose(float(t1), float(lr) * steps, rtol=1e-9):
+            raise ValueError(f"`t1` = {t1!r} disagrees with lr x steps = {float(lr) * steps:g}: give `steps` or `t1`.")
+    elif ts is not None:
+        tsa = np.asarray(ts, dtype=float)
+        if tsa.ndim != 1 or tsa.size < 2 or tsa[0] != 0.0 or np.any(np.diff(tsa) <= 0):
+            raise ValueError("`ts` must be increasing saved times starting at 0 (L(0) is the loss at t = 0); found "
+                             f"{tsa[:3]}{'...' if tsa.size > 3 else ''}.")
+
+
+def _extract(net, x, y2, k: int, options):
+    """`nqf.extract` of the network; with a declared ``normalization`` the sum form scaled back to
+    the module at its width d (all of A, g, B, f0 scale with c(d))."""
+    options = dict(options or {})
+    model = extract(net, x, net.p, y=np.asarray(y2) if k > 1 else np.asarray(y2[:, 0]), **options)
+    kind = options.get("normalization")
+    if kind is None:
+        return model
+    c = 1.0 / net.d if kind == "mean" else 1.0 / np.sqrt(net.d)
+    if not isinstance(model, NQFModel):
+        return model.scaled(c)
+    scale = lambda v: None if v is None else c * v  # noqa: E731
+    return NQFModel(model.data.scaled(c), g=scale(model.g), B=scale(model.B), f0=scale(model.f0))
 
 
 def _map(model, W0, m: int, k: int, lr, steps, t1, save_every, batch_size, batch_indices, key, momentum,
@@ -297,15 +367,20 @@ def _map(model, W0, m: int, k: int, lr, steps, t1, save_every, batch_size, batch
     return traj, rows
 
 
-def _asymptote(model, W0, target: str):
+def _asymptote(model, W0, target: str, horizon: float):
     """`nqf.asymptote` of the NQF from W0. For ``target="asymptote"`` any method (the numerical
-    flow for data without a closed-form limit; it raises if it cannot certify the limit). For the
+    flow for data without a closed-form limit, within 20 horizons; a `RuntimeError` that says
+    what failed and what to do otherwise). For the
     other targets only the closed forms (commuting data: the GLV limit; feed-forward data: the
     least-squares limit), else None: the last predicted loss then stands in for the final loss
     (``settings["final_loss"]`` says which), so the cost of a prediction stays that of its
     horizon."""
     if target == "asymptote":
-        return asymptote(model, W0=W0)
+        try:
+            return asymptote(model, W0=W0, max_time=20.0 * horizon, solve_options={"max_steps": 20_000})
+        except (RuntimeError, AssumptionError) as err:
+            raise RuntimeError(f"predict(target='asymptote'): the NQF's limit t -> inf is not available: {err} "
+                               "Use target='phase_end' (the default) or 'horizon'.") from err
     data = model.data if isinstance(model, NQFModel) else model
     if isinstance(model, NQFModel) and model.has_mean_field:
         return None

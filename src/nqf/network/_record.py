@@ -187,8 +187,12 @@ def _program(net: Network, optimizer, save_every: int):
         def step(carry, inp):
             trainable, opt_state = carry
             j, count, idx = inp
-            grads = jax.grad(step_loss)(trainable, fixed, x, y, idx)
-            updates, new_state = optimizer.update(grads, opt_state, trainable)
+            value, grads = jax.value_and_grad(step_loss)(trainable, fixed, x, y, idx)
+            extra = {}
+            if isinstance(optimizer, optax.GradientTransformationExtraArgs):  # optax's convention (line
+                # searches, reduce_on_plateau): the loss, its gradient and the loss as a function
+                extra = dict(value=value, grad=grads, value_fn=lambda t: step_loss(t, fixed, x, y, idx))
+            updates, new_state = optimizer.update(grads, opt_state, trainable, **extra)
             new = (optax.apply_updates(trainable, updates), new_state)
             return jax.tree_util.tree_map(lambda a, b: jnp.where(j < count, a, b), new, carry), None
 
