@@ -13,6 +13,8 @@ Models (each as a user writes it: `nqf.Network(module)` with ``neurons="auto"``)
   module's own initialization;
 - ``MLP + biases``: the same with biases (the hidden bias is a neuron parameter, the output bias
   is frozen in the NQF and, by `record`'s default, in training);
+- ``MLP, GELU``: the first MLP with GELU units (GELU''(0) != 0: a cubic term, T3 != 0, so the
+  network is expected to leave its NQF early, and the departure estimate is put to the test);
 - ``MLP, minibatch``: the first MLP with batches of 100 (the prediction is Theorem 2's exact
   minibatch map with the batches `record` uses);
 - ``MLP, 10 outputs``: one-hot targets (Corollary 1), width 256, lr 0.1;
@@ -82,8 +84,8 @@ def _models(quick: bool):
 
     width = 32 if quick else 256
 
-    def mlp(out=1, bias=False):
-        return lambda key: eqx.nn.MLP(64, out, width, depth=1, activation=jnp.tanh, use_bias=bias,
+    def mlp(out=1, bias=False, activation=jnp.tanh):
+        return lambda key: eqx.nn.MLP(64, out, width, depth=1, activation=activation, use_bias=bias,
                                       use_final_bias=bias, key=key)
 
     class Attention(eqx.Module):
@@ -122,6 +124,7 @@ def _models(quick: bool):
     return [
         ("MLP", mlp(), sgd, "sgd"),
         ("MLP + biases", mlp(bias=True), sgd, "sgd"),
+        ("MLP, GELU", mlp(activation=jax.nn.gelu), sgd, "sgd"),
         ("MLP, minibatch", mlp(), dict(sgd, batch_size=100), "sgd"),
         ("MLP, 10 outputs", mlp(out=10), dict(lr=0.1, steps=int(1500 * s), init_scale=0.01, target="horizon",
                                                onehot=True), "sgd"),
@@ -313,8 +316,8 @@ def run(out_dir, quick: bool = False, progress=None) -> dict:
 def _plot(comparisons, quick):
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(16, 7), layout="constrained")
-    axes = fig.subplots(2, 4).ravel()
+    fig = Figure(figsize=(16, 10), layout="constrained")
+    axes = fig.subplots(3, 3).ravel()
     for ax, (name, cmp) in zip(axes, comparisons):
         pred = cmp.prediction
         ax.plot(pred.t, pred.loss, lw=1.8, label="NQF (predicted)")
