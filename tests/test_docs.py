@@ -15,6 +15,8 @@ import pytest
 
 import nqf
 
+pytestmark = pytest.mark.slow  # the docs pages (python -m pytest -m slow)
+
 ROOT = pathlib.Path(__file__).parents[1]
 DOCS = ROOT / "docs"
 

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the examples (python -m pytest -m slow)
+
 EXAMPLES = sorted((pathlib.Path(__file__).parents[1] / "examples").glob("*.py"))
 TIMEOUT_S = 240  # each example takes well under a minute on an idle 2-core CPU; headroom for load
 

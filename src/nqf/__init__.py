@@ -25,105 +25,55 @@ This module is the public surface: every name below is re-exported on purpose. M
 nqf 0.1's flat layout (``nqf.solve``, ``nqf.maps``, ``nqf.oracles``, ...) still import: they
 name the modules' new homes (CHANGELOG.md).
 
-Importing nqf enables JAX float64 (see `nqf._core._config`).
+Importing nqf enables JAX float64 (see `nqf._core._config`) and is quick: the names below are
+loaded when first used (``nqf.solve_flow`` imports `nqf.solvers` and the layers under it), so
+``import nqf`` and the command line's ``nqf --help`` / ``nqf list`` do not import JAX. nqf's
+persistent compilation cache is on by default (`nqf.enable_compilation_cache`;
+``NQF_COMPILATION_CACHE=0`` turns it off).
 """
 
 import importlib as _importlib
+import importlib.abc as _abc
+import os as _os
 import sys as _sys
+import types as _types
 
-from ._core import _config  # noqa: F401  (enables float64 first)
+# float64 before anything computes: set now if JAX is already imported, else at its import.
+if "jax" in _sys.modules:
+    from ._core import _config  # noqa: F401
 
-del _config  # private: nqf._core._config
-from ._core import io, memory  # results on disk (.npz + JSON header); memory estimated before allocation
-from ._core._cache import enable_compilation_cache  # JAX's persistent compilation cache (first-call latency)
-from ._core._errors import AssumptionError
-from ._core._exports import publish as _publish
-from ._core._version import __version__
-from ._core.io import load, save
-from .data import (
-    AbstractCommutingData,
-    AbstractData,
-    BlockData,
-    CommutingData,
-    DenseData,
-    DiagonalData,
-    FeedForwardData,
-    He2Data,
-    LowRankData,
-    NQFModel,
-    feedforward_data,
-)
-from .data import datasets, modules, structure  # generated data sets; the architecture dictionary (THEORY sec. 2)
-from .data import (DegenerateWarning, ExtractionError, NormalizationError, SmoothnessError, SymmetryError,
-                   ZGZWarning, data_span, extract, extract_report, k_V)
-from .dynamics import (
-    MapTrajectory,
-    PerSampleLoss,
-    WTrajectory,
-    batch_indices,
-    batch_weights,
-    closed_map,
-    closed_sgd,
-    excess_loss,
-    glv_equilibrium,
-    mse,
-    train_w,
-)
-from .dynamics import multilayer  # Theorem 14, 15
-from .dynamics.multilayer import DeepNQF, closed_deep_sgd, compress_deep, train_deep_w
-from .solvers import (
-    SOLVERS,
-    FlowSolution,
-    GLVTrajectory,
-    MapSweep,
-    MaxStepsReached,
-    Stop,
-    SweepSolution,
-    closed_sgd_sweep,
-    glv_gd,
-    glv_rhs,
-    solve_flow,
-    solve_sweep,
-)
-from .solvers import exact, kernels, rosenbrock, stiff  # Theorem 6 as a solve path; numba; Rodas5P; Newton solves
-from .theory import (
-    Asymptote,
-    Compression,
-    OracleSolution,
-    PowerLawFit,
-    SampleOracleSolution,
-    asymptote,
-    compression_report,
-    corollary3,
-    drop_times,
-    fit_power_law,
-    learning_phase_end,
-    linearized,
-    linearized_horizon,
-    measure_ignition_times,
-    measure_sample_ignition_times,
-    ntk,
-    plateau_levels,
-    predicted_ignition_times,
-    proposition7,
-    sample_ignition_times,
-    samplewise_rates,
-    staircase_limit,
-    theorem3,
-    theorem4,
-    theorem5,
-    theorem6,
-    theorem6_rates,
-    theorem7,
-    theorem7_commuting,
-    theorem16,
-)
-from .theory import compress, powerlaw, samplewise, spectral  # Theorems 3, Cor. 3; E21-E23; Theorems 4, 5, 10; E15
-from . import data, dynamics, solvers, theory, network  # noqa: E402  (the layers, for `from nqf import *`)
-from .data import Network, NeuronError, PrecisionWarning  # a user's module with its neurons located
-from .network import (Comparison, FrozenParameterWarning, HorizonWarning, Prediction, Recording, compare, predict,
-                      record)
-from . import validate  # the theorem checks behind `nqf validate`: nqf.validate.validate()
+    del _config
+else:
+    _os.environ["JAX_ENABLE_X64"] = "1"  # read by jax's config at its import; nqf._core._config sets it again
+
+from ._core._errors import AssumptionError, NQFWarning  # noqa: E402  (no JAX; their public home is nqf)
+from ._core._version import __version__  # noqa: E402, F401  (nqf.__version__)
+
+AssumptionError.__module__ = NQFWarning.__module__ = __name__  # pickles name nqf.AssumptionError
+
+# name -> the module that defines or re-exports it; loaded on first use (PEP 562).
+_NAMES = {
+    "nqf._core": "io memory",
+    "nqf._core._cache": "enable_compilation_cache",
+    "nqf._core.io": "load save",
+    "nqf.data": """AbstractCommutingData AbstractData BlockData CommutingData DenseData DiagonalData FeedForwardData
+        He2Data LowRankData NQFModel feedforward_data datasets modules structure DegenerateWarning ExtractionError
+        NormalizationError SmoothnessError SymmetryError ZGZWarning data_span extract extract_report k_V Network
+        NeuronError PrecisionWarning""",
+    "nqf.dynamics": """MapTrajectory PerSampleLoss WTrajectory batch_indices batch_weights closed_map closed_sgd
+        excess_loss glv_equilibrium mse train_w multilayer""",
+    "nqf.dynamics.multilayer": "DeepNQF closed_deep_sgd compress_deep train_deep_w",
+    "nqf.solvers": """SOLVERS FlowSolution GLVTrajectory MapSweep MaxStepsReached Stop SweepSolution
+        closed_sgd_sweep glv_gd glv_rhs solve_flow solve_sweep exact kernels rosenbrock stiff""",
+    "nqf.theory": """Asymptote Compression OracleSolution PowerLawFit SampleOracleSolution asymptote
+        compression_report corollary3 drop_times fit_power_law learning_phase_end linearized linearized_horizon
+        measure_ignition_times measure_sample_ignition_times ntk plateau_levels predicted_ignition_times
+        proposition7 sample_ignition_times samplewise_rates staircase_limit theorem3 theorem4 theorem5 theorem6
+        theorem6_rates theorem7 theorem7_commuting theorem16 compress powerlaw samplewise spectral""",
+    "nqf.network": "Comparison FrozenParameterWarning HorizonWarning Prediction Recording compare predict record",
+}
+_HOME = {name: module for module, names in _NAMES.items() for name in names.split()}
+_LAYERS = ("data", "dynamics", "solvers", "theory", "network", "validate", "experiments", "cli")
 
 # nqf 0.1's flat module paths -> their homes (CHANGELOG.md). `import nqf.solve` and
 # `from nqf.oracles import theorem6` keep working, and so do pickles that name them.
@@ -161,17 +111,62 @@ _MOVED = {
     "sweep": "nqf.solvers._sweep",
     "wspace": "nqf.dynamics._wspace",
 }
-for _old, _new in _MOVED.items():
-    _sys.modules.setdefault(f"{__name__}.{_old}", _importlib.import_module(_new))
-del _old, _new
+
+
+class _Alias(_abc.MetaPathFinder, _abc.Loader):
+    """Import ``nqf.<old>`` (a key of `_MOVED`) as the module at its new home: the same module
+    object (no second copy, so classes keep their identity), loaded only when asked for."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        package, _, leaf = fullname.rpartition(".")
+        if package != __name__ or leaf not in _MOVED:
+            return None
+        from importlib.machinery import ModuleSpec
+
+        return ModuleSpec(fullname, self)
+
+    def create_module(self, spec):
+        module = _importlib.import_module(_MOVED[spec.name.rpartition(".")[2]])
+        spec.loader_state = module.__spec__  # the import system sets module.__spec__ = spec next
+        return module
+
+    def exec_module(self, module):
+        module.__spec__ = module.__spec__.loader_state  # keep the home's spec
+
+
+if not any(isinstance(f, _Alias) for f in _sys.meta_path):
+    _sys.meta_path.append(_Alias())
 
 
 def __getattr__(name: str):
-    """``nqf.maps`` and the other flat module paths of `_MOVED` as attributes (after ``import nqf``)."""
-    if name in _MOVED:
-        return _sys.modules[f"{__name__}.{name}"]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """Load a public name, a layer, or a flat 0.1 module path on first use."""
+    if name in _HOME:
+        value = getattr(_importlib.import_module(_HOME[name]), name)
+    elif name in _LAYERS:
+        value = _importlib.import_module(f"{__name__}.{name}")
+    elif name in _MOVED:
+        value = _importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOME) | set(_LAYERS) | set(_MOVED))
+
+
+class _Package(_types.ModuleType):
+    """`nqf`'s module type: importing the flat 0.1 paths ``nqf.ntk`` and ``nqf.extract`` does not
+    replace the functions `nqf.ntk` and `nqf.extract` by those modules (as in 0.1)."""
+
+    def __setattr__(self, name, value):
+        if name in ("ntk", "extract") and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     # data
@@ -187,7 +182,7 @@ __all__ = [
     "solve_flow", "FlowSolution", "MaxStepsReached", "SOLVERS", "Stop", "solve_sweep", "SweepSolution",
     "closed_sgd_sweep", "MapSweep", "GLVTrajectory", "glv_gd", "glv_rhs", "enable_compilation_cache",
     # theory
-    "AssumptionError", "OracleSolution", "theorem6", "theorem6_rates", "theorem7", "theorem7_commuting",
+    "AssumptionError", "NQFWarning", "OracleSolution", "theorem6", "theorem6_rates", "theorem7", "theorem7_commuting",
     "theorem16", "proposition7", "SampleOracleSolution", "theorem4", "theorem5", "samplewise_rates",
     "sample_ignition_times", "measure_sample_ignition_times", "staircase_limit", "predicted_ignition_times",
     "measure_ignition_times", "Asymptote", "asymptote", "drop_times", "plateau_levels", "learning_phase_end",
@@ -205,4 +200,3 @@ __all__ = [
     "data", "dynamics", "solvers", "theory", "network",
 ]
 
-_publish(__name__, globals())  # pickles name nqf.AssumptionError, not nqf._core._errors

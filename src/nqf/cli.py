@@ -637,6 +637,8 @@ def info() -> dict:
     try:
         import jax
 
+        from ._core import _config  # noqa: F401  (nqf's float64 and compilation cache, as a computation sees them)
+
         out["jax_backend"] = jax.default_backend()
         out["jax_devices"] = [f"{d.platform}:{d.id} ({getattr(d, 'device_kind', '?')})" for d in jax.devices()]
         out["float64"] = bool(jax.config.jax_enable_x64)
@@ -675,9 +677,10 @@ def _cmd_info(args, parser) -> int:
         print(f"persistent compilation cache: {where}" + (f" (NQF_COMPILATION_CACHE={env})" if env else ""))
     elif env:
         print(f"persistent compilation cache: off: NQF_COMPILATION_CACHE={env} is set, but the "
-              "directory could not be used (see the warning at import), or the value means off")
+              "directory could not be used (see the warning), or the value means off")
     else:
-        print("persistent compilation cache: off (turn it on with NQF_COMPILATION_CACHE=1 or =DIR)")
+        print("persistent compilation cache: off (the default directory "
+              "~/.cache/nqf/jax could not be used; NQF_COMPILATION_CACHE=DIR names another)")
     if rep["progress_default"] is None:
         print(f"progress lines: {rep['progress_error']}")
     else:

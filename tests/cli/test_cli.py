@@ -10,6 +10,7 @@ from _quick_runs import quick_run
 from nqf.cli import main
 
 
+@pytest.mark.slow  # a reproduction
 @pytest.mark.parametrize("name", ["fig3", "fig3-powerlaw"])
 def test_reproduce_quick_writes_png_and_json(name, tmp_path_factory):
     rc, out, stdout, result = quick_run(name, tmp_path_factory)

@@ -193,6 +193,7 @@ def test_fig8_one_step_shares_lr_and_loss(arch):
     assert errs[0] < 1e-2 and 30 < errs[0] / errs[1] < 300, errs
 
 
+@pytest.mark.slow  # a reproduction
 def test_fig8_quick(tmp_path_factory):
     rc, out, stdout, res = quick_run("fig8", tmp_path_factory)
     assert res == json.loads((out / "fig8.json").read_text())

@@ -9,6 +9,8 @@ import nqf.experiments
 from _quick_runs import quick_run
 from nqf.experiments import fig3_powerlaw
 
+pytestmark = pytest.mark.slow  # reproductions (python -m pytest -m slow)
+
 # THEORY sec. 11: t*_k = (1/r_k) ln(r_k / (C_kk eps)) for the Fig. 3 setting (rho = 1/2).
 FIG3_TSTAR = [11.51, 21.64, 40.51, 75.47, 139.84]
 

@@ -11,6 +11,8 @@ from nqf.experiments import fig2
 from nqf.experiments._pair import train_pair
 from nqf.modules import MLP
 
+pytestmark = pytest.mark.slow  # reproductions (python -m pytest -m slow)
+
 
 @pytest.mark.parametrize("opt,name", [("gd", "sgd"), ("momentum", "momentum"), ("adam", "adam")])
 def test_pair_nqf_matches_train_w(opt, name, rng):

@@ -13,6 +13,8 @@ from nqf import datasets
 from nqf.experiments import fig5
 from nqf.dynamics._gd import gradient_descent
 
+pytestmark = pytest.mark.slow  # reproductions (python -m pytest -m slow)
+
 
 def test_registered():
     for name in ("fig4", "fig4-powerlaw", "fig5"):

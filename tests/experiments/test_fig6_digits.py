@@ -13,6 +13,8 @@ from nqf.experiments import digits, fig6
 from nqf.experiments._pair import train_online, train_pair
 from nqf.modules import MLP
 
+pytestmark = pytest.mark.slow  # reproductions (python -m pytest -m slow)
+
 
 def test_registry():
     for name, mod in (("fig6", fig6), ("digits", digits)):

@@ -148,7 +148,7 @@ def test_horizon_warnings_and_untested_verdicts(pred, run):
     with pytest.warns(UserWarning, match="does not start at the prediction's M0"):
         nqf.compare(pred, dataclasses.replace(part, M=2 * run.M))
     with pytest.warns(nqf.HorizonWarning, match="stability edge"):
-        nqf.predict(NET, X, 3 * Y, lr=1.0, steps=200, init_scale=SCALE, estimate_departure=False)
+        nqf.predict(NET, X, 3 * Y, lr=1.0, steps=200, init_scale=SCALE, estimate_departure=False, target="horizon")
 
 
 def test_a_mean_over_units_is_scaled_back():
@@ -163,7 +163,7 @@ def test_a_mean_over_units_is_scaled_back():
 
     net = nqf.Network(Mean(MLP), neurons={"mlp.layers[0].weight": 0, "mlp.layers[1].weight": 1})
     p = nqf.predict(net, X, Y, lr=LR * WIDTH, steps=200, init_scale=0.2, extract_options={"normalization": "mean"},
-                    estimate_departure=False)
+                    estimate_departure=False, target="horizon")
     closed = nqf.structure.mlp(X, Y).scaled(1.0 / WIDTH)
     ws = nqf.train_w(closed, p.W0, lr=LR * WIDTH, steps=200, save_every=200)
     np.testing.assert_allclose(p.loss[-1], ws.loss[-1], rtol=1e-10)
@@ -182,7 +182,7 @@ def test_prediction_saves_and_pickles(pred, tmp_path):
 def test_frozen_output_bias_warns():
     mlp = eqx.nn.MLP(N_IN, 1, WIDTH, depth=1, activation=jnp.tanh, use_bias=False, use_final_bias=True, key=KEY)
     with pytest.warns(nqf.FrozenParameterWarning, match=r"layers\[1\].bias"):
-        nqf.predict(nqf.Network(mlp), X, Y + 1.0, t1=5.0, init_scale=SCALE)
+        nqf.predict(nqf.Network(mlp), X, Y + 1.0, t1=5.0, init_scale=SCALE, target="horizon")
 
 
 def test_bad_input_is_named():

@@ -5,6 +5,8 @@ import pytest
 
 import nqf
 
+pytestmark = pytest.mark.slow  # nqf validate (python -m pytest -m slow)
+
 V = importlib.import_module("nqf.validate")
 
 

@@ -33,20 +33,20 @@ def require_x64() -> None:
         )
 
 
-# Persistent compilation cache at import (NQF_COMPILATION_CACHE=1 or a directory; see nqf.enable_compilation_cache).
+# nqf's persistent compilation cache: on by default (nqf.enable_compilation_cache; NQF_COMPILATION_CACHE).
 def _enable_cache_from_env() -> None:
     import os
 
-    if os.environ.get("NQF_COMPILATION_CACHE"):
-        import sys
+    value = os.environ.get("NQF_COMPILATION_CACHE", "").strip()
+    if value and value.lower() not in ("0", "false", "no", "off") and "equinox" not in __import__("sys").modules:
+        # Asked for explicitly: also persist the diffrax programs. Their runtime checks
+        # (equinox.error_if) are host callbacks, and JAX never persists a program with host
+        # callbacks; EQX_ON_ERROR=nan (read when equinox is imported) removes them. The default
+        # (variable unset) leaves equinox's error handling alone.
+        os.environ.setdefault("EQX_ON_ERROR", "nan")
+    from ._cache import _enable_from_env
 
-        # diffrax/equinox runtime checks are host callbacks, and JAX never persists a program
-        # with host callbacks; EQX_ON_ERROR=nan (read when equinox is imported) removes them.
-        if "equinox" not in sys.modules:
-            os.environ.setdefault("EQX_ON_ERROR", "nan")
-        from ._cache import _enable_from_env
-
-        _enable_from_env()
+    _enable_from_env()
 
 
 _enable_cache_from_env()

@@ -1,6 +1,14 @@
-"""The error an oracle raises when its theorem's assumption fails on the given data."""
+"""The error an oracle raises when its theorem's assumption fails on the given data, and the
+base class of nqf's warnings."""
 
-__all__ = ["AssumptionError"]
+__all__ = ["AssumptionError", "NQFWarning"]
+
+
+class NQFWarning(UserWarning):
+    """Base class of every warning nqf issues (`nqf.HorizonWarning`, `nqf.PrecisionWarning`,
+    `nqf.FrozenParameterWarning`, `nqf.ZGZWarning`, `nqf.DegenerateWarning`, ...): filter them all
+    with ``warnings.filterwarnings("error", category=nqf.NQFWarning)`` (nqf's own test suite does)."""
+
 
 
 class AssumptionError(ValueError):

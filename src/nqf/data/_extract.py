@@ -57,6 +57,7 @@ import numpy as np
 
 import equinox as eqx
 
+from .._core._errors import NQFWarning
 from .._core._checks import as_array
 from .._core._config import require_x64
 from . import _extract_blocks as _blocks
@@ -94,12 +95,12 @@ class NormalizationError(ExtractionError):
     neurons or a 1/sqrt(d) factor): Theorem 1's form needs a width-independent neuron."""
 
 
-class DegenerateWarning(UserWarning):
+class DegenerateWarning(NQFWarning):
     """The quadratic part of the module at W = 0 vanishes (A = 0 for every input): constant,
     linear or purely cubic f. The NQF is trivial (M does not move under the MSE flow with g = 0)."""
 
 
-class ZGZWarning(UserWarning):
+class ZGZWarning(NQFWarning):
     """ZGZ fails (g != 0 or B != 0): the NQF is the general form E2 with g, B (Theorem 12)."""
 
 
@@ -513,7 +514,7 @@ def extract_report(f, x, p: int | None = None, y=None, *, width: int = 2, scale:
     def fail(cls, msg):
         if on_error == "raise":
             raise cls(msg)
-        warnings.warn(msg, UserWarning, stacklevel=3)
+        warnings.warn(msg, NQFWarning, stacklevel=3)
 
     if "symmetry" in failed:
         fail(SymmetryError,

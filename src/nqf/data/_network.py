@@ -54,6 +54,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core._errors import NQFWarning
 from .._core._checks import shape_str
 from .._core._config import require_x64
 
@@ -65,7 +66,7 @@ class NeuronError(ValueError):
     the number of neurons, or no layout recognised by ``neurons="auto"``."""
 
 
-class PrecisionWarning(UserWarning):
+class PrecisionWarning(NQFWarning):
     """Parameters or inputs in a precision below float64 were cast to float64."""
 
 

@@ -37,44 +37,75 @@ reduces the work (coarser grids, smaller problems) but still runs every check.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from . import fig2, fig3, fig3_powerlaw
-from . import fig4, fig4_powerlaw, fig5, fig8
-from . import digits, fig6
-from . import sample_scaling
-from . import predict
+import ast
+import importlib
+from collections.abc import Callable, MutableMapping
+from pathlib import Path
 
 __all__ = ["EXPERIMENTS", "TITLES", "run"]
 
-EXPERIMENTS: dict[str, Callable[..., dict]] = {
-    fig2.NAME: fig2.run,
-    fig3.NAME: fig3.run,
-    fig3_powerlaw.NAME: fig3_powerlaw.run,
-    fig4.NAME: fig4.run,
-    fig4_powerlaw.NAME: fig4_powerlaw.run,
-    fig5.NAME: fig5.run,
-    fig6.NAME: fig6.run,
-    digits.NAME: digits.run,
-    fig8.NAME: fig8.run,
-    sample_scaling.NAME: sample_scaling.run,
-    predict.NAME: predict.run,
+# NAME -> module of this package: the registry. Each module defines NAME, TITLE and run.
+_MODULES = {
+    "fig2": "fig2",
+    "fig3": "fig3",
+    "fig3-powerlaw": "fig3_powerlaw",
+    "fig4": "fig4",
+    "fig4-powerlaw": "fig4_powerlaw",
+    "fig5": "fig5",
+    "fig6": "fig6",
+    "digits": "digits",
+    "fig8": "fig8",
+    "sample-scaling": "sample_scaling",
+    "predict": "predict",
 }
-"""Name -> ``run(out_dir, quick=False) -> dict`` for every reproducible figure."""
 
-TITLES: dict[str, str] = {
-    fig2.NAME: fig2.TITLE,
-    fig3.NAME: fig3.TITLE,
-    fig3_powerlaw.NAME: fig3_powerlaw.TITLE,
-    fig4.NAME: fig4.TITLE,
-    fig4_powerlaw.NAME: fig4_powerlaw.TITLE,
-    fig5.NAME: fig5.TITLE,
-    fig6.NAME: fig6.TITLE,
-    digits.NAME: digits.TITLE,
-    fig8.NAME: fig8.TITLE,
-    sample_scaling.NAME: sample_scaling.TITLE,
-    predict.NAME: predict.TITLE,
-}
+
+class _Registry(MutableMapping):
+    """A dict whose values are loaded on first access: ``EXPERIMENTS[name]`` imports that one
+    figure's module (and JAX) only when it is run, so ``nqf list`` and ``nqf --help`` stay fast."""
+
+    def __init__(self, load: Callable[[str], object]):
+        self._load = load
+        self._items: dict[str, object] = dict.fromkeys(_MODULES)
+
+    def __getitem__(self, name):
+        if self._items[name] is None:
+            self._items[name] = self._load(name)
+        return self._items[name]
+
+    def __setitem__(self, name, value):
+        self._items[name] = value
+
+    def __delitem__(self, name):
+        del self._items[name]
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({list(self._items)})"
+
+
+def _run_of(name: str):
+    return importlib.import_module(f"{__name__}.{_MODULES[name]}").run
+
+
+def _title_of(name: str) -> str:
+    """The module's ``TITLE``, read from its source (a string constant) without importing it."""
+    tree = ast.parse((Path(__file__).parent / f"{_MODULES[name]}.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "TITLE" for t in node.targets):
+            return ast.literal_eval(node.value)
+    return getattr(importlib.import_module(f"{__name__}.{_MODULES[name]}"), "TITLE")
+
+
+EXPERIMENTS: MutableMapping[str, Callable[..., dict]] = _Registry(_run_of)
+"""Name -> ``run(out_dir, quick=False) -> dict`` for every reproducible figure (loaded on first use)."""
+
+TITLES: MutableMapping[str, str] = _Registry(_title_of)
 """Name -> one-line description (shown by ``nqf list``)."""
 
 

@@ -36,6 +36,7 @@ import warnings
 
 import numpy as np
 
+from .._core._errors import NQFWarning
 from .._core.io import Saveable
 from ..theory import drop_times, measure_ignition_times
 
@@ -119,11 +120,11 @@ def _warn_other_run(prediction, recording, M) -> None:
     err = float(np.abs(M[0] - M0).max() / max(np.abs(M0).max(), np.finfo(float).tiny))
     if err > 1e-8:
         warnings.warn(f"The recording does not start at the prediction's M0 = W0 W0^T (relative difference {err:.3g}): "
-                      "it is not the run the prediction describes.", UserWarning, stacklevel=3)
+                      "it is not the run the prediction describes.", NQFWarning, stacklevel=3)
     if getattr(recording, "trained", "neurons") == "all" and prediction.network is not None and \
             prediction.network.frozen:
         warnings.warn("The recording trained the frozen arrays too (train='all'): the NQF keeps them fixed, so a gap "
-                      f"may come from them ({', '.join(prediction.network.frozen)}).", UserWarning, stacklevel=3)
+                      f"may come from them ({', '.join(prediction.network.frozen)}).", NQFWarning, stacklevel=3)
 
 
 def _max_rel(a, b) -> float:

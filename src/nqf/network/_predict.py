@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core._errors import NQFWarning
 from .._core import memory
 from .._core._checks import check_positive
 from .._core.io import Saveable
@@ -54,12 +55,12 @@ from ._inputs import as_network, check_data, check_steps
 __all__ = ["Prediction", "predict", "FrozenParameterWarning", "HorizonWarning"]
 
 
-class HorizonWarning(UserWarning):
+class HorizonWarning(NQFWarning):
     """A prediction's horizon does not cover what was asked: the learning phase does not end
     within it, or the map's learning rate is at its stability edge."""
 
 
-class FrozenParameterWarning(UserWarning):
+class FrozenParameterWarning(NQFWarning):
     """An array of the module that is not a neuron parameter (so frozen in the NQF) has a nonzero
     loss gradient at the initial weights: training it would change the run the NQF predicts."""
 

@@ -21,7 +21,6 @@ atol = rtol / max_k |lambda_k| by default (so |du| <= rtol per unit of atol), rt
 from __future__ import annotations
 
 import numpy as np
-import scipy.integrate
 
 from ..data._operators import CommutingData
 
@@ -147,6 +146,8 @@ def solve_reduced(data: CommutingData, u0, mask, *, method, t0, t1, ts, rtol, at
         stats = {"num_steps": -1, "num_accepted_steps": -1, "num_rejected_steps": -1,
                  "max_steps": int(max_steps), "nfev": int(sol.nfev), "njev": int(sol.njev)}
         return G, prob, ReducedCVODEInterpolation(prob, float(t0), float(t1), rtol, atol, max_steps), stats
+    import scipy.integrate  # on first use: ~0.3 s at import
+
     sol = scipy.integrate.solve_ivp(
         prob.rhs, (t0, t1), np.zeros(data.m), method="LSODA", t_eval=ts, dense_output=True,
         rtol=rtol, atol=atol, jac=prob.jac,

@@ -26,7 +26,6 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
-import scipy.optimize
 
 from .._core._checks import as_array, check_positive, shape_str
 from .._core._config import require_x64
@@ -391,6 +390,8 @@ def _first_crossings(t, values, level, *, direction=1.0, at=None, how: str = "li
         with np.errstate(divide="ignore", invalid="ignore"):
             out = np.where(i > 0, t[lo] + (t[i] - t[lo]) * (-g0) / (g1 - g0), t[0])
     if how == "brent":
+        import scipy.optimize  # on first use: ~0.3 s at import
+
         for j in np.flatnonzero(hit & (i > 0)):
             fj = lambda s, j=j: float((at(np.array([s]))[0, j] - level[j]) * sgn[j])  # noqa: E731
             out[j] = scipy.optimize.brentq(fj, t[lo[j]], t[i[j]], xtol=xtol, rtol=4 * np.finfo(float).eps)
