@@ -18,7 +18,10 @@ Each oracle is one JAX code for concrete and traced input (jit / vmap / grad). I
 theorem's assumption, argument validation) go through one mechanism, `nqf._core._checks.check`
 / `check_assumption`: measured in JAX under `jax.ensure_compile_time_eval()`, so that concrete
 values (also inside someone's jit) are checked at once and refused with the exception and the
-measured values; a check on a traced value becomes `equinox.error_if`, raised at run time.
+measured values; a check on a traced value becomes `equinox.error_if`, raised at run time (never
+called inside `ensure_compile_time_eval`, where its error branch would run at trace time). Host
+algorithms (scipy's ODE solver, Theorem 7's graded form) run where their inputs are concrete,
+also inside someone's jit.
 Concrete input gives numpy arrays (converted at the boundary, `_host`). Theorem 7 keeps two
 evaluations of E17: the graded form (concrete M0, needs its rank) and one linear solve per time
 (traced), see `theorem7`.
@@ -357,10 +360,10 @@ def theorem7(data: AbstractData, ts, *, M0, tol: float = 1e-10) -> OracleSolutio
     data, c = _check_isotropic(data, tol, theorem)
     ts = _times(ts)
     M0 = _initial_M(M0, p)
-    with jax.ensure_compile_time_eval():  # concrete data inside someone's jit: the basis on the host
+    with jax.ensure_compile_time_eval():  # concrete parts inside someone's jit: evaluated at once
         g, V = jnp.linalg.eigh(data.Y())
-    Mb0 = V.T @ M0 @ V
-    Mb0 = 0.5 * (Mb0 + Mb0.T)
+        Mb0 = V.T @ M0 @ V
+        Mb0 = 0.5 * (Mb0 + Mb0.T)
     if any_traced(g, c, Mb0, ts):  # one p x p solve per time (differentiable)
         Mb = _riccati_traced(g, c, Mb0, ts)
     else:  # the graded information form: needs the rank of M0 (host)
@@ -393,9 +396,9 @@ def theorem7_commuting(g, c, z0, ts) -> np.ndarray:
 
     **Raises:** `ValueError` for negative c, z0 or times, or non-finite input.
     """
-    g = as_array(g, "g", ndim=1)
-    z0 = as_array(z0, "z0")
-    c = as_array(c, "c", ndim=0)
+    g = as_array(g, "g", ndim=1, host=True)
+    z0 = as_array(z0, "z0", host=True)
+    c = as_array(c, "c", ndim=0, host=True)
     with jax.ensure_compile_time_eval():
         bad = (c < 0) | jnp.any(z0 < 0)
     z0 = check(z0, bad, lambda: ValueError("`c` and `z0` must be >= 0."), "`c` and `z0` must be >= 0")
@@ -446,7 +449,7 @@ def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> 
     theorem = "Theorem 16"
     _check_data(data)
     p = data.p
-    Pi = as_array(projectors, "projectors", ndim=3, shape=(None, p, p))
+    Pi = as_array(projectors, "projectors", ndim=3, shape=(None, p, p), host=True)
     n_a = Pi.shape[0]
     if n_a == 0:
         raise ValueError("`projectors` must hold at least one projector; found shape (0, p, p).")
@@ -538,7 +541,7 @@ def proposition7(data: CommutingData, M0, z, *, tol: float = 1e-10) -> np.ndarra
         )
     p = cdata.p
     M0 = _initial_M(M0, p)
-    z = as_array(z, "z", ndim=2, shape=(None, p))
+    z = as_array(z, "z", ndim=2, shape=(None, p), host=True)
     with jax.ensure_compile_time_eval():
         bad = jnp.any(z < 0)
     z = check(z, bad, lambda: ValueError(f"`z` must be >= 0 (mode strengths); found min {float(z.min()):.3g}."),

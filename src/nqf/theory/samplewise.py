@@ -402,13 +402,15 @@ def theorem4(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10,
     p, m = data.p, data.m
     ts = _times(ts)
     M0, W0 = _initial(data, M0, W0, p)
-    Mb0 = P.T @ M0 @ P
-    Mb0 = 0.5 * (Mb0 + Mb0.T)
-    z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
-    y = jnp.asarray(data.y, dtype=jnp.float64)
-    alpha = 4.0 / m * (c @ c)
-    beta = 4.0 / m * (c @ y)
-    xi = _xi((alpha * lam * z0)[None], (2.0 * lam)[None], beta[None], ts, rtol)[:, 0]  # (n,), Eq. E14
+    with jax.ensure_compile_time_eval():  # concrete input inside someone's jit: xi by scipy, as outside
+        Mb0 = P.T @ M0 @ P
+        Mb0 = 0.5 * (Mb0 + Mb0.T)
+        z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
+        y = jnp.asarray(data.y, dtype=jnp.float64)
+        alpha = 4.0 / m * (c @ c)
+        beta = 4.0 / m * (c @ y)
+        a, b, rhs_c = (alpha * lam * z0)[None], (2.0 * lam)[None], beta[None]
+    xi = _xi(a, b, rhs_c, ts, rtol)[:, 0]  # (n,), Eq. E14
     z, Mb, W = _assemble(P, Mb0, xi[:, None] * lam[None, :], W0)
     outputs = jnp.outer(z @ lam, c)
     return SampleOracleSolution(theorem, _host(ts), _host(z), _host(P), _host(Mb), _host(W), xi=_host(xi),
@@ -669,24 +671,32 @@ def theorem5(data: AbstractData, ts, *, M0=None, W0=None, z0=None, matrices: boo
     if not (matrices or any_traced(data, ts, M0, W0, z0)):  # block form on the host (see above)
         return _theorem5_blocks(data, ts, M0, W0, z0, tol, rtol)
     cdata = _orthogonal_commuting(data, theorem, tol)
-    Lam = jnp.asarray(cdata.Lambda)
-    m, p = Lam.shape
-    P = jnp.eye(p) if cdata.P is None else jnp.asarray(cdata.P)
+    with jax.ensure_compile_time_eval():  # concrete input inside someone's jit: xi by scipy, as outside
+        Lam = jnp.asarray(cdata.Lambda)
+        m, p = Lam.shape
+        P = jnp.eye(p) if cdata.P is None else jnp.asarray(cdata.P)
     ts = _times(ts)
-    if z0 is not None and not matrices:  # the mode strengths as given (no M0 formed)
+    given = z0 is not None and not matrices  # the mode strengths as given (no M0 formed)
+    if given:
         if M0 is not None or W0 is not None:
             raise ValueError("Give exactly one initial condition: `M0` (p, p), `W0` (p, d) or `z0` (p,).")
-        z0, Mb0 = jnp.asarray(_check_z0(z0, p), dtype=jnp.float64), None
+        z0 = _check_z0(z0, p)
     else:
         M0, W0 = _initial(cdata, M0, W0, p, z0=z0, P=P)
-        Mb0 = P.T @ M0 @ P
-        Mb0 = 0.5 * (Mb0 + Mb0.T)
-        z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
-    y = jnp.asarray(cdata.y, dtype=jnp.float64)
-    with jax.ensure_compile_time_eval():  # each mode k belongs to the sample with the largest |lambda_{mu,k}|
+    Mb0 = None
+    with jax.ensure_compile_time_eval():
+        if given:
+            z0 = jnp.asarray(z0, dtype=jnp.float64)
+        else:
+            Mb0 = P.T @ M0 @ P
+            Mb0 = 0.5 * (Mb0 + Mb0.T)
+            z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
+        y = jnp.asarray(cdata.y, dtype=jnp.float64)
+        # each mode k belongs to the sample with the largest |lambda_{mu,k}| (exact under the assumption)
         own = jnp.arange(m)[:, None] == jnp.argmax(jnp.abs(jax.lax.stop_gradient(Lam)), axis=0)[None, :]
-    Lown = jnp.where(own, Lam, 0.0)
-    xi = _xi(Lown * z0[None, :], 8.0 / m * Lown, y, ts, rtol)  # (n, m), Eq. E15
+        Lown = jnp.where(own, Lam, 0.0)
+        a, b = Lown * z0[None, :], 8.0 / m * Lown
+    xi = _xi(a, b, y, ts, rtol)  # (n, m), Eq. E15
     expo = 4.0 / m * xi @ Lam  # Sigma_kk, (n, p)
     if Mb0 is None:
         z, Mb, W = z0[None, :] * jnp.exp(-2.0 * expo), None, None
