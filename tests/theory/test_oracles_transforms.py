@@ -12,6 +12,7 @@ import pytest
 import nqf
 from nqf import datasets
 from nqf.validate._samplewise import thm4_data, thm5_data
+from nqf import AssumptionError
 from nqf.data import CommutingData, DenseData
 from nqf.theory._oracles import proposition7, theorem6, theorem7, theorem16
 from nqf.samplewise import theorem4, theorem5
@@ -186,3 +187,30 @@ def test_samplewise_gradient_stays_right_after_convergence():
     f = lambda s: nqf.theorem5(data, ts, z0=s * z0, matrices=False).z[4].sum()  # noqa: E731
     fd = (f(1.0 + 1e-4) - f(1.0 - 1e-4)) / 2e-4
     assert abs(float(jax.grad(f)(1.0)) / fd - 1) < 1e-3
+
+
+# ------------------------------------------------------------------------------------------
+# Checks on traced input: the same checks as for concrete input, at run time (equinox.error_if)
+# ------------------------------------------------------------------------------------------
+def test_traced_checks_run_at_run_time():
+    """One check mechanism: a violated assumption or argument on traced input raises when the
+    compiled function runs (concrete input: the exception at once); valid input passes."""
+    data = datasets.fig3_data()
+    ts, M0 = np.array([0.0, 1.0]), 1e-3 * np.eye(5)
+    Lam, y = np.asarray(data.Lambda), np.asarray(data.y)
+    f6 = jax.jit(lambda L, t: theorem6(CommutingData(L, y), t, M0=M0).z)
+    np.testing.assert_array_equal(f6(Lam, ts), theorem6(data, ts, M0=M0).z)
+    bad = Lam.copy()
+    bad[0] = 1.0  # every feature overlaps every other one
+    with pytest.raises(Exception, match=r"Theorem 6 does not apply.*orthogonal features.*checked at run time"):
+        jax.block_until_ready(f6(bad, ts))
+    with pytest.raises(Exception, match=r"`ts` must be.*>= 0.*checked at run time"):
+        jax.block_until_ready(f6(Lam, -ts[::-1]))
+    d16, Pi = datasets.projector_data((2, 2, 1), (1.0, 0.5, -0.3), (1.0, 2.0, 0.5), m=5, seed=2)
+    f16 = jax.jit(lambda M: theorem16(d16, Pi, ts, M0=M).z)
+    with pytest.raises(Exception, match=r"initial condition M0 = sum_a z_a\(0\) Pi_a.*checked at run time"):
+        jax.block_until_ready(f16(np.eye(5) + 0.1 * np.ones((5, 5))))
+    with pytest.raises(Exception, match=r"positive semi-definite.*checked at run time"):
+        jax.block_until_ready(f16(-Pi.sum(0)))
+    with pytest.raises(AssumptionError, match=r"Theorem 16.*initial condition"):  # concrete inside jit: at once
+        jax.jit(lambda t: theorem16(d16, Pi, t, M0=np.eye(5) + 0.1 * np.ones((5, 5))).z)(ts)

@@ -1,14 +1,75 @@
-"""Input validation shared by the public entry points: clear errors, never silent NaNs."""
+"""Input validation shared by the public entry points: clear errors, never silent NaNs.
 
+**One check mechanism for concrete and traced values** (`check`, `check_assumption`), in
+diffrax's style: the failure condition is computed in JAX under `jax.ensure_compile_time_eval()`,
+so whatever is concrete (also inside someone's `jax.jit`) is evaluated eagerly and a failing check
+raises its exception at once, with the measured values in the message; a condition that depends
+on a traced value (inside jit / vmap / grad) becomes `equinox.error_if`, checked at run time (with
+``EQX_ON_ERROR=nan`` the outputs become NaN instead). `is_traced` / `any_traced` are the package's
+one test for traced input.
+"""
+
+from collections.abc import Callable
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ._config import require_x64
+from ._errors import AssumptionError
+
+_TINY = np.finfo(float).tiny
+RUN_TIME = " (checked at run time: the value was traced)"
 
 
 def is_traced(x) -> bool:
+    """True if `x` is a JAX tracer (inside jit, vmap, grad, ...); pytrees: `any_traced`."""
     return isinstance(x, jax.core.Tracer)
+
+
+def any_traced(*trees) -> bool:
+    """True if any leaf of `trees` is a JAX tracer (inside jit, vmap, grad, ...)."""
+    return any(is_traced(x) for x in jax.tree.leaves(trees))
+
+
+def check(x, bad, error: Callable[[], Exception], message: str):
+    """`x` (any pytree) with the failure condition `bad` enforced, for concrete and traced input.
+
+    `bad` is a boolean (scalar or array: any entry fails), best computed under
+    `jax.ensure_compile_time_eval()` so that it stays concrete when its inputs are. Concrete: if
+    it holds, `error()` (a callable that builds the exception from the measured values) is raised
+    now, and `x` is returned unchanged. Traced: `equinox.error_if(x, bad, message + RUN_TIME)`,
+    so the check runs when the returned value is used (use it!).
+    """
+    if is_traced(bad):
+        return eqx.error_if(x, jnp.any(bad), message + RUN_TIME)
+    if bool(np.any(np.asarray(bad))):
+        raise error()
+    return x
+
+
+def check_assumption(x, theorem: str, condition: str, residuals, tol, *, where="",
+                     detail: str | Callable[[], str] = ""):
+    """`x`, refusing with `AssumptionError(theorem, condition, ...)` when the largest of
+    `residuals` (relative residuals, any shape; computed under `jax.ensure_compile_time_eval()`)
+    exceeds `tol` (NaN residuals pass, as `res > tol` does). Concrete residuals: raised now, with
+    the worst residual, `where` (a format string filled with the index of the worst residual, or a
+    callable taking that index tuple) and `detail` (a string or a callable). Traced residuals (or
+    tol): `check`'s run-time error, whose message names the theorem and the condition."""
+    res = residuals
+    if not any_traced(res, tol):
+        res = np.asarray(res, dtype=float).reshape(np.shape(res))
+        if res.size and bool(res.max() > tol):  # NaN residuals pass (as `res > tol` does)
+            idx = tuple(int(i) for i in np.unravel_index(np.argmax(res), res.shape))
+            w = where(idx) if callable(where) else where.format(*idx)
+            raise AssumptionError(theorem, condition, float(res[idx]), tol, where=w,
+                                  detail=detail() if callable(detail) else detail)
+        return x
+    t = f" {tol:.3g}" if not is_traced(tol) else ""
+    return check(x, jnp.max(jnp.asarray(res)) > tol, None,
+                 f"{theorem} does not apply to this data: its assumption '{condition}' fails; relative "
+                 f"residual > tol{t}")
 
 
 def shape_str(shape) -> str:
@@ -78,33 +139,43 @@ def as_array(x, name: str, *, ndim: int | None = None, shape=None, finite: bool 
     return jnp.asarray(x, dtype=jnp.float64)
 
 
-def check_symmetric(x, name: str, rtol: float = 1e-10) -> None:
-    """Raise if the trailing two axes of `x` are not symmetric to relative `rtol`."""
-    if is_traced(x):
-        return
-    x = np.asarray(x)
-    asym = np.abs(x - np.swapaxes(x, -1, -2))
-    scale = max(float(np.abs(x).max(initial=0.0)), np.finfo(float).tiny)
-    worst = float(asym.max(initial=0.0))
-    if worst > rtol * scale:
+def check_symmetric(x, name: str, rtol: float = 1e-10):
+    """`x`, raising if its trailing two axes are not symmetric to relative `rtol` (traced `x`:
+    checked at run time, through `check`, in the returned value)."""
+    xp = jnp if is_traced(x) else np
+    with jax.ensure_compile_time_eval():
+        x_ = jax.lax.stop_gradient(x) if xp is jnp else np.asarray(x)  # the check is not differentiated
+        asym = xp.abs(x_ - xp.swapaxes(x_, -1, -2))
+        scale = xp.maximum(xp.abs(x_).max(initial=0.0), _TINY)
+        worst = asym.max(initial=0.0)
+        bad = worst > rtol * scale
+
+    def error():
         idx = tuple(int(i) for i in np.unravel_index(np.argmax(asym), asym.shape))
-        raise ValueError(
-            f"`{name}` must be symmetric (A = A^T); found |A - A^T| = {worst:.3g} at index {idx} "
-            f"(relative {worst / scale:.3g} > {rtol:g})."
+        return ValueError(
+            f"`{name}` must be symmetric (A = A^T); found |A - A^T| = {float(worst):.3g} at index {idx} "
+            f"(relative {float(worst / scale):.3g} > {rtol:g})."
         )
 
+    return check(x, bad, error, f"`{name}` must be symmetric (A = A^T)")
 
-def check_psd(M, name: str, rtol: float = 1e-10) -> None:
-    """Raise if the symmetric matrix `M` has an eigenvalue below -rtol * max|eig|."""
-    if is_traced(M):
-        return
-    ev = np.linalg.eigvalsh(np.asarray(M))
-    scale = max(float(np.abs(ev).max(initial=0.0)), np.finfo(float).tiny)
-    if ev.size and ev[0] < -rtol * scale:
-        raise ValueError(
+
+def check_psd(M, name: str, rtol: float = 1e-10):
+    """`M`, raising if the symmetric matrix has an eigenvalue below -rtol * max|eig| (traced `M`:
+    checked at run time, through `check`, in the returned value)."""
+    xp = jnp if is_traced(M) else np
+    with jax.ensure_compile_time_eval():
+        ev = xp.linalg.eigvalsh(jax.lax.stop_gradient(M) if xp is jnp else np.asarray(M))
+        scale = xp.maximum(xp.abs(ev).max(initial=0.0), _TINY)
+        bad = (ev[0] < -rtol * scale) if ev.size else False
+
+    def error():
+        return ValueError(
             f"`{name}` must be positive semi-definite (an order parameter M = W W^T); found "
-            f"smallest eigenvalue {ev[0]:.3g} (largest |eigenvalue| {scale:.3g})."
+            f"smallest eigenvalue {float(ev[0]):.3g} (largest |eigenvalue| {float(scale):.3g})."
         )
+
+    return check(M, bad, error, f"`{name}` must be positive semi-definite (an order parameter M = W W^T)")
 
 
 def check_positive(x, name: str, *, allow_zero: bool = False) -> float:

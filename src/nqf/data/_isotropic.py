@@ -7,26 +7,31 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._checks import as_array, check_psd, check_symmetric, shape_str
+from .._core._checks import as_array, check, check_psd, check_symmetric, is_traced, shape_str
 from ._operators import AbstractData
 
 
-def _times(ts) -> np.ndarray:
-    ts = np.asarray(as_array(ts, "ts", ndim=1))
-    if ts.size and ts.min() < 0:
-        raise ValueError(
-            f"`ts` must be gradient-flow times >= 0 (the oracles start at t = 0); found min {ts.min()}."
-        )
-    return ts
+def _times(ts):
+    """Gradient-flow times (n,) >= 0: a numpy array for concrete `ts`; traced, a float64 JAX
+    array with t >= 0 checked at run time (`check`)."""
+    ts = as_array(ts, "ts", ndim=1, host=True)
+    if is_traced(ts):
+        ts = jnp.asarray(ts, dtype=jnp.float64)
+    return check(ts, ~(ts >= 0), lambda: ValueError(
+        f"`ts` must be gradient-flow times >= 0 (the oracles start at t = 0); found min {ts.min()}."
+    ), "`ts` must be finite gradient-flow times >= 0 (the oracles start at t = 0)")
 
 
-def _initial_M(M0, p: int, name: str = "M0") -> np.ndarray:
-    M0 = as_array(M0, name, ndim=2)
+def _initial_M(M0, p: int, name: str = "M0"):
+    """`M0` (p, p) checked finite, symmetric and PSD and symmetrized: a numpy array for concrete
+    `M0`; traced, a float64 JAX array with those checks at run time (`check`)."""
+    M0 = as_array(M0, name, ndim=2, host=True)
     if M0.shape != (p, p):
         raise ValueError(f"`{name}` must have shape ({p}, {p}) to match the data; found {shape_str(M0.shape)}.")
-    check_symmetric(M0, name)
-    check_psd(M0, name)
-    M0 = np.asarray(M0)
+    if is_traced(M0):
+        M0 = jnp.asarray(M0, dtype=jnp.float64)
+        M0 = check(M0, ~jnp.all(jnp.isfinite(M0)), None, f"`{name}` must be finite")
+    M0 = check_psd(check_symmetric(M0, name), name)
     return 0.5 * (M0 + M0.T)
 
 
@@ -62,15 +67,23 @@ def isotropy(data: AbstractData) -> tuple[float, float, np.ndarray]:
     max_i |kappa_i - 4 c| / max_i kappa_i over the eigenvalues kappa of K (0 when K = 0), and the
     eigenvalues.
     """
+    with jax.ensure_compile_time_eval():
+        c, res, kappa = _isotropy(data)
+    return float(c), float(res), np.asarray(kappa)
+
+
+def _isotropy(data: AbstractData):
+    """(c, residual, kappa) of `isotropy` in JAX, traceable: c differentiable (c = Tr K / (4 dim
+    Sym(p)) = sum T^2 / (m dim Sym(p))), the residual and kappa not differentiated."""
     _check_data(data)
-    p = data.p
-    B = jnp.asarray(sym_basis(p))
-    T = np.asarray(jax.vmap(data.traces)(B))  # (n_s, m)
-    Kmat = 4.0 / data.m * (T @ T.T)
-    kappa = np.linalg.eigvalsh(Kmat)
-    c = float(np.trace(Kmat)) / (4.0 * Kmat.shape[0])
-    top = float(np.abs(kappa).max(initial=0.0))
-    res = float(np.abs(kappa - 4.0 * c).max(initial=0.0)) / top if top > 0 else 0.0
+    T = jax.vmap(data.traces)(jnp.asarray(sym_basis(data.p)))  # (n_s, m)
+    c = jnp.sum(T**2) / (data.m * T.shape[0])
+    Ts = jax.lax.stop_gradient(T)
+    Kmat = 4.0 / data.m * (Ts @ Ts.T)
+    kappa = jnp.linalg.eigvalsh(Kmat)
+    top = jnp.abs(kappa).max(initial=0.0)
+    cs = jax.lax.stop_gradient(c)
+    res = jnp.where(top > 0, jnp.abs(kappa - 4.0 * cs).max(initial=0.0) / jnp.where(top > 0, top, 1.0), 0.0)
     return c, res, kappa
 
 

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core._checks import any_traced
 from .._core._config import require_x64
 from ..data._operators import AbstractCommutingData, BlockData, DiagonalData
 
@@ -52,18 +53,30 @@ def orthogonal_features_residual(data: AbstractCommutingData) -> tuple[float, tu
     _check_commuting(data, "orthogonal_features_residual")
     if isinstance(data, DiagonalData):
         return 0.0, (0, 0)
-    Lam = np.asarray(data.Lambda)
-    norms = np.einsum("mk,mk->k", Lam, Lam)
-    live = np.flatnonzero(norms > 0)[: Lam.shape[0] + 1]
-    if live.size < 2:
+    with jax.ensure_compile_time_eval():
+        cos, cols = features_cosines(data.Lambda)
+    cos, cols = np.asarray(cos), np.asarray(cols)
+    if cos.shape[0] < 2 or not cos.max() > 0:
         return 0.0, (0, 0)
-    sub = Lam[:, live]
-    G = sub.T @ sub
-    nrm = np.sqrt(np.diag(G))
-    cos = np.abs(G) / np.maximum(np.outer(nrm, nrm), _TINY)
-    np.fill_diagonal(cos, 0.0)
     k, j = np.unravel_index(np.argmax(cos), cos.shape)
-    return float(cos[k, j]), (int(live[k]), int(live[j]))
+    return float(cos[k, j]), (int(cols[k]), int(cols[j]))
+
+
+def features_cosines(Lam):
+    """|cosines| between the first m + 1 nonzero columns of Lambda (m, p) (see
+    `orthogonal_features_residual`), in JAX (traceable, not differentiated): the (s, s) matrix,
+    s = min(m + 1, p), with a zero diagonal and zeros for padding, and the columns' indices (s,)."""
+    Lam = jax.lax.stop_gradient(jnp.asarray(Lam))
+    m, p = Lam.shape
+    live = jnp.einsum("mk,mk->k", Lam, Lam) > 0
+    s = min(m + 1, p)
+    cols = jnp.argsort(~live, stable=True)[:s]  # the nonzero columns first, in order
+    sub = Lam[:, cols]
+    G = sub.T @ sub
+    nrm = jnp.sqrt(jnp.diagonal(G))
+    cos = jnp.abs(G) / jnp.maximum(jnp.outer(nrm, nrm), _TINY)
+    keep = live[cols][:, None] & live[cols][None, :] & ~jnp.eye(s, dtype=bool)
+    return jnp.where(keep, cos, 0.0), cols
 
 
 # Taylor coefficients 1/(n+1)! of (1 - e^s)/(-s) = sum_n s^n/(n+1)!: 16 terms reach 4e-16 on |s| < 1/2.
@@ -105,10 +118,6 @@ def logistic_log_z(log_z0, z0, a, C, t):
     return log_z0 + jnp.where(grows, 0.0, s) - jnp.log(jnp.where(grows, e, 1.0) + C * z0 * frac)
 
 
-def _traced(*xs) -> bool:
-    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(xs))
-
-
 def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
     """z* = argmin_{z >= 0} (1/m) |Lambda z - y|^2, the limit z(inf) of the GLV flow (Eq. E13).
 
@@ -131,13 +140,13 @@ def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
     _check_commuting(data, "glv_equilibrium")
     if isinstance(data, DiagonalData):  # orthogonal features by construction: O(p)
         lam, y = data.lam, data.y
-        if _traced(data):
+        if any_traced(data):
             safe = jnp.where(lam != 0, lam, 1.0)
             return jnp.where(lam != 0, jnp.maximum(y / safe, 0.0), 0.0)
         lam, y = np.asarray(lam), np.asarray(y)
         safe = np.where(lam != 0, lam, 1.0)
         return np.where(lam != 0, np.maximum(y / safe, 0.0), 0.0)
-    if isinstance(data, BlockData) and not _traced(data):
+    if isinstance(data, BlockData) and not any_traced(data):
         b, y = np.asarray(data.blocks), np.asarray(data.y)
         score = b * np.where(y >= 0, 1.0, -1.0)[:, None]
         j = np.argmax(score, axis=1)
@@ -146,7 +155,7 @@ def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
         z = np.zeros(b.shape)
         z[np.arange(b.shape[0]), j] = np.where(ok, y / np.where(ok, best, 1.0), 0.0)
         return z.reshape(-1)
-    if _traced(data):
+    if any_traced(data):
         raise ValueError(
             "glv_equilibrium of traced CommutingData: the non-negative least squares runs on the "
             "host; pass concrete data (close over it instead of tracing it), or DiagonalData."
@@ -185,4 +194,4 @@ def excess_loss(data: AbstractCommutingData, z, z_star=None):
     g = 2.0 / m * data.pullback(data.outputs_z(z_star) - data.y)
     lin = jnp.sum(jnp.where(z_star == 0, jnp.maximum(g, 0.0) * z, 0.0), axis=-1)
     out = quad + lin
-    return out if _traced(out) else np.asarray(out)
+    return out if any_traced(out) else np.asarray(out)

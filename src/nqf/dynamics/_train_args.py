@@ -14,11 +14,11 @@ take their traced path. Arguments that fix shapes or the program (`steps`, `save
 from __future__ import annotations
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._checks import check_positive, is_traced, shape_str
+from .._core._checks import RUN_TIME, check_positive, is_traced, shape_str
+from .._core._checks import any_traced  # noqa: F401 (re-exported for the simulators)
 from ._batches import batch_indices as draw_batches
 from ._batches import check_batch_indices
 
@@ -32,15 +32,10 @@ def check_count(x, name: str) -> int:
     return int(x)
 
 
-def any_traced(*trees) -> bool:
-    """True if any leaf of `trees` is a JAX tracer (inside jit, vmap, grad, ...)."""
-    return any(is_traced(x) for x in jax.tree.leaves(trees))
-
-
 def guard(x, bad, message: str):
     """`x` (any pytree), raising `message` at run time where the traced predicate `bad` holds
     (`equinox.error_if`; the check runs only if the returned value is used)."""
-    return eqx.error_if(x, bad, message + " (checked at run time: the value was traced)")
+    return eqx.error_if(x, bad, message + RUN_TIME)
 
 
 def _traced_real(x, name: str, ok, condition: str):

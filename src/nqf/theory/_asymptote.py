@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._checks import is_traced
+from .._core._checks import any_traced
 from .._core._config import require_x64
 from .._core._errors import AssumptionError
 from .._core.io import Saveable
@@ -190,7 +190,7 @@ def asymptote(model, *, W0=None, M0=None, z0=None, mu0=None, d: int | None = Non
     mdl = as_model(model)
     data = mdl.data
     general = mdl.has_mean_field
-    traced = _traced(model, W0, M0, z0, mu0)
+    traced = any_traced(model, W0, M0, z0, mu0)
     if traced and not (isinstance(data, DiagonalData) and not general and method in ("auto", "glv")):
         raise TypeError(
             "`asymptote` runs on concrete input (numpy least squares, eigen-decompositions and flow "
@@ -239,27 +239,23 @@ def asymptote(model, *, W0=None, M0=None, z0=None, mu0=None, d: int | None = Non
 # --------------------------------------------------------------------------------------------
 
 
-def _traced(*xs) -> bool:
-    return any(is_traced(leaf) for leaf in jax.tree.leaves(xs))
-
-
 def _host(x):
-    return x if x is None or _traced(x) else np.asarray(x)
+    return x if x is None or any_traced(x) else np.asarray(x)
 
 
 def _descending(ev):
-    return -jnp.sort(-ev) if _traced(ev) else -np.sort(-np.asarray(ev))
+    return -jnp.sort(-ev) if any_traced(ev) else -np.sort(-np.asarray(ev))
 
 
 def _eigvals_desc(M):
-    return _descending(jnp.linalg.eigvalsh(M) if _traced(M) else np.linalg.eigvalsh(np.asarray(M)))
+    return _descending(jnp.linalg.eigvalsh(M) if any_traced(M) else np.linalg.eigvalsh(np.asarray(M)))
 
 
 def _loss_and_outputs(traces, y, f0):
     """(loss, outputs) from the traces Tr[M A_mu] against the shifted labels y = y_data - f0."""
     f = traces if f0 is None else traces + f0
     loss = jnp.mean((traces - y) ** 2)
-    return (loss, f) if _traced(loss) else (float(loss), np.asarray(f))
+    return (loss, f) if any_traced(loss) else (float(loss), np.asarray(f))
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,7 +289,7 @@ def _glv(data: AbstractCommutingData, kind: str, x0, f0, max_dense: int, *, stri
         z_eq, accuracy = _flow_selected_minimizer(data, np.asarray(z0), np.asarray(z_eq), strict)
         if z_eq is None:
             return None
-    z_star = jnp.where(live, z_eq, 0.0) if _traced(z_eq, z0) else np.where(np.asarray(live), z_eq, 0.0)
+    z_star = jnp.where(live, z_eq, 0.0) if any_traced(z_eq, z0) else np.where(np.asarray(live), z_eq, 0.0)
     loss, f = _loss_and_outputs(data.outputs_z(jnp.asarray(z_star)), data.y, f0)
     M, eigenvalues = _glv_state(data, kind, x0, z0, z_star, max_dense)
     return Asymptote(eigenvalues=eigenvalues, loss=loss, M=M, z=_host(z_star), mu=None, outputs=f, t=None,
@@ -302,7 +298,7 @@ def _glv(data: AbstractCommutingData, kind: str, x0, f0, max_dense: int, *, stri
 
 def _glv_state(data, kind, x0, z0, z_star, max_dense):
     """(M* or None, its eigenvalues) from the slaving M* = P S M~0 S P^T, S = sqrt(z*/z0)."""
-    xp = jnp if _traced(x0, z_star) else np
+    xp = jnp if any_traced(x0, z_star) else np
     p = data.p
     P = None if data.P is None else xp.asarray(data.P)
     if kind == "z":  # M~0 diagonal: M* = P diag(z*) P^T

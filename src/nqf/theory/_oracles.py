@@ -13,6 +13,18 @@ t = eta * (number of GD steps), the same time as `nqf.solve_flow`.
 
 All closed forms are evaluated so that no two large terms cancel (`expm1`, positive sums only), so
 their relative accuracy holds for initial scales z(0) ~ 1e-12 and large growth r t.
+
+Each oracle is one JAX code for concrete and traced input (jit / vmap / grad). Its checks (the
+theorem's assumption, argument validation) go through one mechanism, `nqf._core._checks.check`
+/ `check_assumption`: measured in JAX under `jax.ensure_compile_time_eval()`, so that concrete
+values (also inside someone's jit) are checked at once and refused with the exception and the
+measured values; a check on a traced value becomes `equinox.error_if`, raised at run time (never
+called inside `ensure_compile_time_eval`, where its error branch would run at trace time). Host
+algorithms (scipy's ODE solver, Theorem 7's graded form) run where their inputs are concrete,
+also inside someone's jit.
+Concrete input gives numpy arrays (converted at the boundary, `_host`). Theorem 7 keeps two
+evaluations of E17: the graded form (concrete M0, needs its rank) and one linear solve per time
+(traced), see `theorem7`.
 """
 
 from __future__ import annotations
@@ -24,12 +36,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._checks import as_array, as_weights, check_positive
+from .._core._checks import any_traced, as_array, as_weights, check, check_assumption, check_positive
 from .._core._errors import AssumptionError
 from .._core.io import Saveable
-from ..data._isotropic import _check_data, _initial_M, _riccati_isotropic, _times, isotropy, sym_basis
-from ..data._operators import AbstractCommutingData, AbstractData, CommutingData
-from ..dynamics._glv import _THM6_COND, orthogonal_features_residual
+from ..data._isotropic import _check_data, _initial_M, _isotropy, _riccati_isotropic, _times, isotropy, sym_basis
+from ..data._operators import AbstractCommutingData, AbstractData, CommutingData, DiagonalData
+from ..dynamics._glv import _THM6_COND, _logistic_terms, features_cosines
 
 __all__ = [
     "AssumptionError",
@@ -79,8 +91,7 @@ class OracleSolution(Saveable):
         """Order parameter M(t) in the standard basis, shape (n, p, p)."""
         if self.basis is None:
             return self.M_basis
-        out = jnp.einsum("ik,nkl,jl->nij", self.basis, self.M_basis, self.basis)
-        return out if _traced(out) else np.asarray(out)
+        return _host(jnp.einsum("ik,nkl,jl->nij", self.basis, self.M_basis, self.basis))
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,15 +113,12 @@ def logistic(R, C, z0, ts) -> np.ndarray:
     **Returns:** z(t), shape (n, p) (a numpy array for concrete input).
     """
     t = jnp.asarray(ts, dtype=jnp.float64)[:, None]
-    out = jnp.asarray(z0, dtype=jnp.float64) * _logistic_ratio(R, C, z0, t)
-    return out if _traced(out) else np.asarray(out)
+    return _host(jnp.asarray(z0, dtype=jnp.float64) * _logistic_ratio(R, C, z0, t))
 
 
 def _logistic_ratio(R, C, z0, t):
     """z(t)/z(0) for z' = R z - C z^2 (see `logistic`); 1 where z0 = 0 (the mode stays at 0).
     JAX arrays in, a JAX array out (traceable; no overflow, so gradients stay finite)."""
-    from ..dynamics._glv import _logistic_terms
-
     R, C, z0, t = jnp.broadcast_arrays(*(jnp.asarray(v, dtype=jnp.float64) for v in (R, C, z0, t)))
     _, e, frac = _logistic_terms(R, t)
     grows = R > 0
@@ -120,7 +128,7 @@ def _logistic_ratio(R, C, z0, t):
 
 def _host(x):
     """`x` as numpy unless it is traced (the oracles return numpy arrays for concrete input)."""
-    return x if x is None or _traced(x) else np.asarray(x)
+    return x if x is None or any_traced(x) else np.asarray(x)
 
 
 def _commutator_residual(A: np.ndarray) -> tuple[float, tuple[int, int]]:
@@ -135,11 +143,20 @@ def _commutator_residual(A: np.ndarray) -> tuple[float, tuple[int, int]]:
 _COMMUTING = "commuting data A_mu A_nu = A_nu A_mu (Assumption 1: a shared eigenbasis P)"
 
 
-def _as_commuting(data: AbstractData, theorem: str, tol: float) -> CommutingData:
-    """`data` as `CommutingData`, converting dense forms; AssumptionError if it does not commute."""
+def _as_commuting(data: AbstractData, theorem: str, tol: float, fn: str = "") -> CommutingData:
+    """`data` as `CommutingData`, converting dense forms on the host (concrete data, also inside
+    someone's jit); AssumptionError if it does not commute; ValueError for traced dense data."""
     _check_data(data)
     if isinstance(data, AbstractCommutingData):
         return data
+    if any_traced(data):
+        raise ValueError(f"Under jit / vmap / grad with traced data `{fn}` needs CommutingData or DiagonalData "
+                         f"(dense data are converted on the host); found {type(data).__name__}.")
+    with jax.ensure_compile_time_eval():
+        return _from_dense(data, theorem, tol)
+
+
+def _from_dense(data, theorem: str, tol: float) -> CommutingData:
     A = np.asarray(data.dense())
     res, (a, b) = _commutator_residual(A)
     if res > tol:
@@ -156,40 +173,6 @@ def _as_commuting(data: AbstractData, theorem: str, tol: float) -> CommutingData
 # --------------------------------------------------------------------------------------------
 
 
-def _traced(tree) -> bool:
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
-
-
-def _theorem6_traced(data, ts, M0, W0) -> "OracleSolution":
-    """`theorem6` inside jit / vmap / grad: the same formulas in JAX. Not checked under tracing:
-    the orthogonal-features assumption, the PSD initial condition, t >= 0; the data must already
-    be commuting (`CommutingData` or `DiagonalData`)."""
-    from ..dynamics._glv import _logistic_terms
-
-    if not isinstance(data, AbstractCommutingData):
-        raise ValueError("Under jit / vmap / grad `theorem6` needs CommutingData or DiagonalData "
-                         "(dense data are converted on the host).")
-    if (M0 is None) == (W0 is None):
-        raise ValueError("Give exactly one initial condition: `M0` (p, p) or `W0` (p, d).")
-    p = data.p
-    ts = as_array(ts, "ts", ndim=1)
-    M0 = W0 @ W0.T if W0 is not None else as_array(M0, "M0", shape=(p, p))
-    P = jnp.eye(p) if data.P is None else data.P
-    Mb0 = P.T @ M0 @ P
-    z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
-    r, C = 8.0 / data.m * data.pullback(data.y), 8.0 / data.m * data.feature_norms()
-    _, e, frac = _logistic_terms(r, ts[:, None])
-    grows = r > 0
-    ratio = jnp.where(grows, 1.0, e) / (jnp.where(grows, e, 1.0) + C * z0 * frac)
-    ratio = jnp.where(z0 > 0, ratio, 1.0)  # (n, p): z(t)/z(0), Eq. E16
-    s = jnp.sqrt(ratio)
-    z = z0 * ratio
-    Mb = s[:, :, None] * Mb0[None] * s[:, None, :]
-    Mb = Mb.at[:, jnp.arange(p), jnp.arange(p)].set(z)
-    W = None if W0 is None else jnp.einsum("ik,nk,kd->nid", P, s, P.T @ W0)
-    return OracleSolution("Theorem 6", ts, z, P, Mb, W)
-
-
 def theorem6_rates(data: AbstractCommutingData) -> tuple[np.ndarray, np.ndarray]:
     """Growth rates and self-competition of Theorem 6 (Eq. E16).
 
@@ -204,8 +187,13 @@ def theorem6_rates(data: AbstractCommutingData) -> tuple[np.ndarray, np.ndarray]
             "`theorem6_rates` needs commuting data (a `CommutingData`); build it with "
             f"`CommutingData.from_dense`. Found {type(data).__name__}."
         )
-    r, C = 8.0 / data.m * data.pullback(data.y), 8.0 / data.m * data.feature_norms()
+    r, C = _rates(data)
     return _host(r), _host(C)
+
+
+def _rates(data):
+    """(r, C) of `theorem6_rates`, JAX arrays (traceable)."""
+    return 8.0 / data.m * data.pullback(data.y), 8.0 / data.m * data.feature_norms()
 
 
 def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) -> OracleSolution:
@@ -229,8 +217,10 @@ def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) ->
     **Returns:** `OracleSolution` with `z` (n, p), `basis` = P, `M` (n, p, p) and, given `W0`,
     `W` (n, p, d).
 
-    Runs under jit / vmap / grad (times, initial condition and data values traced); there the
-    assumption checks are skipped and the data must be `CommutingData` or `DiagonalData`.
+    Runs under jit / vmap / grad (times, initial condition and data values traced): the same
+    JAX code; checks on traced values run at run time (`equinox.error_if`: the orthogonality of
+    traced features, t >= 0, M0 finite, symmetric and PSD); traced data must be `CommutingData`
+    or `DiagonalData` (dense data are converted on the host).
 
     **Raises:** `AssumptionError` if the data does not commute (residual
     max|[A_mu, A_nu]| / max|A|^2) or the features are not orthogonal (residual: the largest cosine
@@ -239,13 +229,12 @@ def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) ->
     """
     tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
     theorem = "Theorem 6"
-    if _traced((data, ts, M0, W0)):
-        return _theorem6_traced(data, ts, M0, W0)
-    cdata = _as_commuting(data, theorem, tol)
-    res, (k, j) = orthogonal_features_residual(cdata)
-    if res > tol:
-        raise AssumptionError(
-            theorem, _THM6_COND, res, tol, where=f"(k, j) = ({k}, {j})",
+    cdata = _as_commuting(data, theorem, tol, "theorem6")
+    if not isinstance(cdata, DiagonalData):  # DiagonalData: one feature per sample, orthogonal
+        with jax.ensure_compile_time_eval():
+            cos, cols = features_cosines(cdata.Lambda)
+        cdata = check_assumption(
+            cdata, theorem, _THM6_COND, cos, tol, where=lambda i: f"(k, j) = ({int(cols[i[0]])}, {int(cols[i[1]])})",
             detail="Residual: |sum_mu lambda_{mu,k} lambda_{mu,j}| / (|lambda_k| |lambda_j|).",
         )
     p = cdata.p
@@ -253,23 +242,21 @@ def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) ->
     if (M0 is None) == (W0 is None):
         raise ValueError("Give exactly one initial condition: `M0` (p, p) or `W0` (p, d).")
     if W0 is not None:
-        W0 = as_weights(W0, p, host=True)
+        W0 = jnp.asarray(as_weights(W0, p, host=True), dtype=jnp.float64)
         M0 = W0 @ W0.T
     else:
         M0 = _initial_M(M0, p)
-    P = np.eye(p) if cdata.P is None else np.asarray(cdata.P)
+    P = jnp.eye(p) if cdata.P is None else jnp.asarray(cdata.P)
     Mb0 = P.T @ M0 @ P
-    z0 = np.maximum(np.diag(Mb0), 0.0)
-    r, C = theorem6_rates(cdata)
-    ratio = np.asarray(_logistic_ratio(r, C, z0, ts[:, None]))  # (n, p)
-    s = np.sqrt(ratio)
+    z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
+    r, C = _rates(cdata)
+    ratio = _logistic_ratio(r, C, z0, ts[:, None])  # (n, p): z(t)/z(0), Eq. E16
+    s = jnp.sqrt(ratio)
     z = z0 * ratio
     Mb = s[:, :, None] * Mb0[None] * s[:, None, :]
-    np.einsum("nkk->nk", Mb)[...] = z  # diagonal exactly z (no rounding from s^2)
-    W = None
-    if W0 is not None:
-        W = np.einsum("ik,nk,kd->nid", P, s, P.T @ W0)
-    return OracleSolution(theorem, ts, z, P, Mb, W)
+    Mb = Mb.at[:, jnp.arange(p), jnp.arange(p)].set(z)  # diagonal exactly z (no rounding from s^2)
+    W = None if W0 is None else jnp.einsum("ik,nk,kd->nid", P, s, P.T @ W0)
+    return OracleSolution(theorem, _host(ts), _host(z), _host(P), _host(Mb), _host(W))
 
 
 # --------------------------------------------------------------------------------------------
@@ -278,19 +265,22 @@ def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) ->
 _THM7_COND = "isotropic samples K(X) = 4 c X for every symmetric X"
 
 
-def _check_isotropic(data: AbstractData, tol: float, theorem: str = "Theorem 7") -> float:
-    c, res, kappa = isotropy(data)
-    if res > tol:
-        p, m = data.p, data.m
+def _check_isotropic(data: AbstractData, tol, theorem: str = "Theorem 7"):
+    """(data, c): Theorem 7's isotropy check (`check_assumption`: concrete data now, traced data
+    at run time, threaded through the returned data) and c = Tr K / (4 dim Sym(p))."""
+    with jax.ensure_compile_time_eval():
+        c, res, kappa = _isotropy(data)
+    p, m = data.p, data.m
+
+    def detail():
         ns = p * (p + 1) // 2
-        detail = (
-            f"Residual: max|kappa - 4c| / max kappa over the eigenvalues kappa of K on Sym({p}) "
-            f"(they span [{kappa.min():.4g}, {kappa.max():.4g}], 4c = {4 * c:.4g})."
-        )
+        out = (f"Residual: max|kappa - 4c| / max kappa over the eigenvalues kappa of K on Sym({p}) "
+               f"(they span [{float(kappa.min()):.4g}, {float(kappa.max()):.4g}], 4c = {4 * float(c):.4g}).")
         if m < ns:
-            detail += f" Isotropy needs m >= p(p+1)/2 = {ns} samples; found m = {m}."
-        raise AssumptionError(theorem, _THM7_COND, res, tol, detail=detail)
-    return c
+            out += f" Isotropy needs m >= p(p+1)/2 = {ns} samples; found m = {m}."
+        return out
+
+    return check_assumption(data, theorem, _THM7_COND, res, tol, detail=detail), c
 
 
 # sinh(x)/x = sum_k x^(2k) / (2k+1)!, k <= 6: relative error < 1e-16 for |x| < 1/2
@@ -352,11 +342,12 @@ def theorem7(data: AbstractData, ts, *, M0, tol: float = 1e-10) -> OracleSolutio
     than |M(t)| carry an absolute error ~1e-16 |M(t)| instead of a relative one (same data,
     M0 of scale 1e-12, t <= 20: M normwise 1.0e-11, z elementwise 2.4e-6, so the small modes
     lose their relative accuracy: use concrete input for those), and
-    e^{g t} must not overflow (|g| t < ~700; no FloatingPointError is raised there). Checks
-    run on whatever is concrete: the isotropy check when `data` is concrete (skipped for traced
-    data, where c = Tr K / (4 dim Sym(p)) is used as is), the PSD / symmetry check of `M0` and
-    t >= 0 when those are concrete. Gradients with respect to labels or data values need
-    distinct eigenvalues of Y (eigh's derivative).
+    e^{g t} must not overflow (|g| t < ~700; an overflow is an error at run time there). The
+    checks are the same for concrete and traced input (`check_assumption` / `check`): on
+    concrete values at once, on traced ones at run time (`equinox.error_if`: isotropy of traced
+    data, t >= 0, M0 finite, symmetric and PSD, no overflow); c = Tr K / (4 dim Sym(p)).
+    Gradients with respect to labels or data values need distinct eigenvalues of Y (eigh's
+    derivative).
 
     **Raises:** `AssumptionError` if K is not 4 c I on Sym(p) (which needs m >= p(p+1)/2);
     `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times;
@@ -366,34 +357,27 @@ def theorem7(data: AbstractData, ts, *, M0, tol: float = 1e-10) -> OracleSolutio
     theorem = "Theorem 7"
     _check_data(data)
     p = data.p
-    if _traced((data, ts, M0)):
-        with jax.ensure_compile_time_eval():  # concrete parts inside someone's jit: checked on the host
-            if _traced(data):
-                T = jax.vmap(data.traces)(jnp.asarray(sym_basis(p)))  # (n_s, m)
-                c = jnp.sum(T**2) / (data.m * T.shape[0])  # Tr K / (4 dim Sym(p))
-            else:
-                c = _check_isotropic(data, tol, theorem)
-            ts = as_array(ts, "ts", ndim=1) if _traced(ts) else jnp.asarray(_times(ts))
-            M0 = as_array(M0, "M0", shape=(p, p)) if _traced(M0) else jnp.asarray(_initial_M(M0, p))
-            g, V = jnp.linalg.eigh(data.Y())
-        Mb0 = V.T @ M0 @ V
-        Mb = _riccati_traced(g, c, 0.5 * (Mb0 + Mb0.T), ts)
-        return OracleSolution(theorem, ts, jnp.einsum("nkk->nk", Mb), V, Mb)
-    c = _check_isotropic(data, tol, theorem)
+    data, c = _check_isotropic(data, tol, theorem)
     ts = _times(ts)
     M0 = _initial_M(M0, p)
-    g, V = (np.asarray(v) for v in jnp.linalg.eigh(jnp.asarray(data.Y())))  # the traced path's basis
-    Mb0 = V.T @ M0 @ V
-    with np.errstate(over="ignore", invalid="ignore"):
-        Mb = _riccati_isotropic(g, c, 0.5 * (Mb0 + Mb0.T), ts)
-    if not np.all(np.isfinite(Mb)):
-        raise FloatingPointError(
-            "Theorem 7 oracle overflowed (g_max t = "
-            f"{float(np.abs(g).max(initial=0.0) * ts.max(initial=0.0)):.4g}); use smaller times."
-        )
-    Mb = 0.5 * (Mb + np.swapaxes(Mb, 1, 2))
-    z = np.einsum("nkk->nk", Mb).copy()
-    return OracleSolution(theorem, ts, z, V, Mb)
+    with jax.ensure_compile_time_eval():  # concrete parts inside someone's jit: evaluated at once
+        g, V = jnp.linalg.eigh(data.Y())
+        Mb0 = V.T @ M0 @ V
+        Mb0 = 0.5 * (Mb0 + Mb0.T)
+    if any_traced(g, c, Mb0, ts):  # one p x p solve per time (differentiable)
+        Mb = _riccati_traced(g, c, Mb0, ts)
+    else:  # the graded information form: needs the rank of M0 (host)
+        with np.errstate(over="ignore", invalid="ignore"):
+            Mb = _riccati_isotropic(np.asarray(g), float(c), np.asarray(Mb0), ts)
+        Mb = 0.5 * (Mb + np.swapaxes(Mb, 1, 2))
+    with jax.ensure_compile_time_eval():
+        bad = ~jnp.all(jnp.isfinite(Mb))
+    Mb = check(Mb, bad, lambda: FloatingPointError(
+        "Theorem 7 oracle overflowed (g_max t = "
+        f"{float(jnp.abs(g).max(initial=0.0) * jnp.max(ts, initial=0.0)):.4g}); use smaller times."
+    ), "Theorem 7 oracle overflowed (exp(g t) too large); use smaller times")
+    z = jnp.einsum("nkk->nk", Mb)
+    return OracleSolution(theorem, _host(ts), _host(z), _host(V), _host(Mb))
 
 
 def theorem7_commuting(g, c, z0, ts) -> np.ndarray:
@@ -408,28 +392,26 @@ def theorem7_commuting(g, c, z0, ts) -> np.ndarray:
 
     **Returns:** z(t), shape (n, p).
 
-    Runs under jit / vmap / grad (the sign checks of c, z0 and times skipped for traced input).
+    Runs under jit / vmap / grad (the sign checks of c, z0 and times at run time for traced input).
 
     **Raises:** `ValueError` for negative c, z0 or times, or non-finite input.
     """
-    if _traced((g, c, z0, ts)):
-        g = as_array(g, "g", ndim=1)
-        z0 = jnp.broadcast_to(as_array(z0, "z0"), g.shape)
-        return logistic(2.0 * g, 8.0 * as_array(c, "c", ndim=0), z0, as_array(ts, "ts", ndim=1))
-    g = np.asarray(as_array(g, "g", ndim=1))
-    z0 = np.asarray(as_array(z0, "z0"))
-    c = float(as_array(c, "c", ndim=0))
-    if c < 0 or np.any(z0 < 0):
-        raise ValueError("`c` and `z0` must be >= 0.")
+    g = as_array(g, "g", ndim=1, host=True)
+    z0 = as_array(z0, "z0", host=True)
+    c = as_array(c, "c", ndim=0, host=True)
+    with jax.ensure_compile_time_eval():
+        bad = (c < 0) | jnp.any(z0 < 0)
+    z0 = check(z0, bad, lambda: ValueError("`c` and `z0` must be >= 0."), "`c` and `z0` must be >= 0")
     ts = _times(ts)
-    return logistic(2.0 * g, 8.0 * c, np.broadcast_to(z0, g.shape), ts)
+    return logistic(2.0 * g, 8.0 * c, jnp.broadcast_to(z0, g.shape), ts)
 
 
 # --------------------------------------------------------------------------------------------
 # Theorem 16
 # --------------------------------------------------------------------------------------------
-def _spec(X) -> float:
-    return float(np.abs(np.linalg.eigvalsh(0.5 * (X + X.T))).max(initial=0.0))
+def _spec(X):
+    """|X|_2 of the symmetric part, for a stack (..., p, p)."""
+    return jnp.abs(jnp.linalg.eigvalsh(0.5 * (X + jnp.swapaxes(X, -1, -2)))).max(axis=-1, initial=0.0)
 
 
 def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> OracleSolution:
@@ -456,9 +438,9 @@ def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> 
 
     **Under jit / vmap / grad** (traced `ts`, `M0`, `projectors`, labels or data values): the
     same formulas run in JAX (g_a, k_a, z_a(0) as traces, the logistic without overflow), so a
-    traced call equals the concrete one to rounding. Checks run on what is concrete: the five
-    assumptions above only when `data`, `projectors` and `M0` are all concrete, the PSD check of
-    `M0` and t >= 0 when those are concrete; shapes always.
+    traced call equals the concrete one to rounding. The checks are the same: on concrete values
+    at once, on traced ones at run time (`equinox.error_if`: the five assumptions above, nonzero
+    projectors, M0 finite, symmetric and PSD, t >= 0); shapes always at trace time.
 
     **Raises:** `AssumptionError` naming the first violated condition above (and (a, b));
     `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, a zero projector, negative times.
@@ -467,17 +449,15 @@ def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> 
     theorem = "Theorem 16"
     _check_data(data)
     p = data.p
-    Pi = as_array(projectors, "projectors", ndim=3, shape=(None, p, p))
+    Pi = as_array(projectors, "projectors", ndim=3, shape=(None, p, p), host=True)
     n_a = Pi.shape[0]
     if n_a == 0:
         raise ValueError("`projectors` must hold at least one projector; found shape (0, p, p).")
-    with jax.ensure_compile_time_eval():  # concrete parts inside someone's jit: checked on the host
-        ts = as_array(ts, "ts", ndim=1) if _traced(ts) else jnp.asarray(_times(ts))
-        M0 = as_array(M0, "M0", shape=(p, p)) if _traced(M0) else jnp.asarray(_initial_M(M0, p))
-        Y = data.Y()
-        KP = jax.vmap(data.K)(Pi)  # K(Pi_b), (n_a, p, p)
-        if not _traced((data, Pi, M0)):
-            _theorem16_check(theorem, *(np.asarray(v) for v in (Pi, Y, KP, M0)), tol)
+    ts = _times(ts)
+    M0 = _initial_M(M0, p)
+    Pi = _theorem16_check(theorem, Pi, data, M0, tol)
+    Y = data.Y()
+    KP = jax.vmap(data.K)(Pi)  # K(Pi_b), (n_a, p, p)
     tr = jnp.einsum("aii->a", Pi)
     g = jnp.einsum("ij,aji->a", Y, Pi) / tr
     k = jnp.einsum("aij,aji->a", KP, Pi) / tr
@@ -487,49 +467,45 @@ def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> 
     return OracleSolution(theorem, _host(ts), _host(z), None, _host(M))
 
 
-def _theorem16_check(theorem, Pi, Y, KP, M0, tol) -> None:
-    """Theorem 16's assumptions 1-5 (see `theorem16`) on concrete numpy arrays."""
+def _theorem16_check(theorem, Pi, data, M0, tol):
+    """`Pi` with Theorem 16's assumptions 1-5 (see `theorem16`) checked in that order, through
+    `check_assumption` (concrete: now, naming the first violated condition; traced: at run time,
+    threaded through the returned projectors). Measured in JAX, not differentiated."""
     n_a = Pi.shape[0]
-    nrm = np.linalg.norm(Pi, axis=(1, 2))
-    tr = np.einsum("aii->a", Pi)
-    if np.any(tr < 0.5):
-        a = int(np.argmin(tr))
-        raise ValueError(f"`projectors[{a}]` has trace {tr[a]:.3g}; each projector must be nonzero (rank >= 1).")
-
-    def worst(res, name, where_fmt, detail=""):
-        res = np.asarray(res)
-        idx = np.unravel_index(np.argmax(res), res.shape)
-        if res[idx] > tol:
-            raise AssumptionError(theorem, name, float(res[idx]), tol,
-                                  where=where_fmt.format(*[int(i) for i in idx]), detail=detail)
-
-    # 1. symmetric
-    worst(np.linalg.norm(Pi - np.swapaxes(Pi, 1, 2), axis=(1, 2)) / nrm,
-          "symmetric projectors Pi_a = Pi_a^T", "a = {}")
-    # 2. orthogonal projectors
-    prod = np.einsum("aij,bjk->abik", Pi, Pi)
-    prod -= np.eye(n_a)[:, :, None, None] * Pi[:, None]
-    worst(np.linalg.norm(prod, axis=(2, 3)) / np.maximum.outer(nrm, nrm),
-          "orthogonal projectors Pi_a Pi_b = delta_ab Pi_a", "(a, b) = ({}, {})")
-    # 3. Y condition
-    g = np.einsum("ij,aji->a", Y, Pi) / tr
-    YP = np.einsum("ij,ajk->aik", Y, Pi)
-    R = YP + np.swapaxes(YP, 1, 2) - 2.0 * g[:, None, None] * Pi
-    ys = max(_spec(Y), _TINY)
-    worst(np.linalg.norm(R, axis=(1, 2)) / (2.0 * ys * nrm),
-          "Y Pi_a + Pi_a Y = 2 g_a Pi_a", "a = {}")
-    # 4. K condition
-    k = np.einsum("aij,aji->a", KP, Pi) / tr
-    KbPa = np.einsum("bij,ajk->abik", KP, Pi)  # K(Pi_b) Pi_a, indexed [a, b]
-    R = KbPa + np.swapaxes(KbPa, 2, 3) - 2.0 * (np.eye(n_a) * k[:, None])[:, :, None, None] * Pi[:, None]
-    ks = np.maximum(np.array([_spec(K) for K in KP]), _TINY)
-    worst(np.linalg.norm(R, axis=(2, 3)) / (2.0 * ks[None, :] * nrm[:, None]),
-          "K(Pi_b) Pi_a + Pi_a K(Pi_b) = 2 k_a delta_ab Pi_a", "(a, b) = ({}, {})")
-    # 5. initial condition in the span
-    z0 = np.maximum(np.einsum("ij,aji->a", M0, Pi) / tr, 0.0)
-    m0n = float(np.linalg.norm(M0))
-    res = float(np.linalg.norm(M0 - np.einsum("a,aij->ij", z0, Pi))) / m0n if m0n > 0 else 0.0
-    worst([res], "initial condition M0 = sum_a z_a(0) Pi_a", "")
+    with jax.ensure_compile_time_eval():
+        Pi_, M0_ = jax.lax.stop_gradient((jnp.asarray(Pi), jnp.asarray(M0)))
+        Y = jax.lax.stop_gradient(data.Y())
+        KP = jax.lax.stop_gradient(jax.vmap(data.K)(Pi_))
+        nrm = jnp.linalg.norm(Pi_, axis=(1, 2))
+        tr = jnp.einsum("aii->a", Pi_)
+    Pi = check(Pi, tr < 0.5, lambda: ValueError(
+        f"`projectors[{int(jnp.argmin(tr))}]` has trace {float(tr.min()):.3g}; each projector must be nonzero "
+        "(rank >= 1)."), "each projector must be nonzero (rank >= 1, trace >= 1/2)")
+    with jax.ensure_compile_time_eval():
+        res1 = jnp.linalg.norm(Pi_ - jnp.swapaxes(Pi_, 1, 2), axis=(1, 2)) / nrm
+        prod = jnp.einsum("aij,bjk->abik", Pi_, Pi_) - jnp.eye(n_a)[:, :, None, None] * Pi_[:, None]
+        res2 = jnp.linalg.norm(prod, axis=(2, 3)) / jnp.maximum(nrm[:, None], nrm[None, :])
+        g = jnp.einsum("ij,aji->a", Y, Pi_) / tr
+        YP = jnp.einsum("ij,ajk->aik", Y, Pi_)
+        R = YP + jnp.swapaxes(YP, 1, 2) - 2.0 * g[:, None, None] * Pi_
+        res3 = jnp.linalg.norm(R, axis=(1, 2)) / (2.0 * jnp.maximum(_spec(Y), _TINY) * nrm)
+        k = jnp.einsum("aij,aji->a", KP, Pi_) / tr
+        KbPa = jnp.einsum("bij,ajk->abik", KP, Pi_)  # K(Pi_b) Pi_a, indexed [a, b]
+        R = KbPa + jnp.swapaxes(KbPa, 2, 3) - 2.0 * (jnp.eye(n_a) * k[:, None])[:, :, None, None] * Pi_[:, None]
+        res4 = jnp.linalg.norm(R, axis=(2, 3)) / (2.0 * jnp.maximum(_spec(KP), _TINY)[None, :] * nrm[:, None])
+        z0 = jnp.maximum(jnp.einsum("ij,aji->a", M0_, Pi_) / tr, 0.0)
+        m0n = jnp.linalg.norm(M0_)
+        res5 = jnp.linalg.norm(M0_ - jnp.einsum("a,aij->ij", z0, Pi_)) / jnp.where(m0n > 0, m0n, 1.0)
+        res5 = jnp.where(m0n > 0, res5, 0.0)[None]
+    for res, name, where in (
+        (res1, "symmetric projectors Pi_a = Pi_a^T", "a = {}"),
+        (res2, "orthogonal projectors Pi_a Pi_b = delta_ab Pi_a", "(a, b) = ({}, {})"),
+        (res3, "Y Pi_a + Pi_a Y = 2 g_a Pi_a", "a = {}"),
+        (res4, "K(Pi_b) Pi_a + Pi_a K(Pi_b) = 2 k_a delta_ab Pi_a", "(a, b) = ({}, {})"),
+        (res5, "initial condition M0 = sum_a z_a(0) Pi_a", ""),
+    ):
+        Pi = check_assumption(Pi, theorem, name, res, tol, where=where)
+    return Pi
 
 
 # --------------------------------------------------------------------------------------------
@@ -547,9 +523,9 @@ def proposition7(data: CommutingData, M0, z, *, tol: float = 1e-10) -> np.ndarra
 
     **Returns:** M(t) in the standard basis, shape (n, p, p) (numpy for concrete input).
 
-    Runs under jit / vmap / grad (traced `M0`, `z`, or a traced `CommutingData`): the same
-    formula in JAX; there the PSD check of a traced `M0` and z >= 0 of a traced `z` are skipped
-    (d M / d z is singular where z_i = 0).
+    Runs under jit / vmap / grad (traced `M0`, `z`, or a traced `CommutingData`): the same JAX
+    code; the checks of a traced `M0` (finite, symmetric, PSD) and z >= 0 of a traced `z` run at
+    run time (`equinox.error_if`) (d M / d z is singular where z_i = 0).
 
     **Raises:** `AssumptionError` if `data` is not commuting (residual max|[A_mu, A_nu]| / max|A|^2);
     `TypeError` if it commutes but is not given as `CommutingData` (z's basis would be undefined:
@@ -557,22 +533,19 @@ def proposition7(data: CommutingData, M0, z, *, tol: float = 1e-10) -> np.ndarra
     or a non-PSD `M0`.
     """
     tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
-    with jax.ensure_compile_time_eval():
-        cdata = _as_commuting(data, "Proposition 7", tol)
+    cdata = _as_commuting(data, "Proposition 7", tol, "proposition7")
     if cdata is not data:
         raise TypeError(
             "`proposition7` needs the data as a `CommutingData` so that the basis of `z` is defined; "
             "convert it with `CommutingData.from_dense(A, y)` and solve for z with that object."
         )
     p = cdata.p
-    with jax.ensure_compile_time_eval():  # concrete parts inside someone's jit: checked on the host
-        M0 = as_array(M0, "M0", shape=(p, p)) if _traced(M0) else jnp.asarray(_initial_M(M0, p))
-        if _traced(z):
-            z = as_array(z, "z", ndim=2, shape=(None, p))
-        else:
-            z = np.asarray(as_array(z, "z", ndim=2, shape=(None, p)))
-            if np.any(z < 0):
-                raise ValueError(f"`z` must be >= 0 (mode strengths); found min {z.min():.3g}.")
+    M0 = _initial_M(M0, p)
+    z = as_array(z, "z", ndim=2, shape=(None, p), host=True)
+    with jax.ensure_compile_time_eval():
+        bad = jnp.any(z < 0)
+    z = check(z, bad, lambda: ValueError(f"`z` must be >= 0 (mode strengths); found min {float(z.min()):.3g}."),
+              "`z` must be >= 0 (mode strengths)")
     P = jnp.eye(p) if cdata.P is None else cdata.P
     Mb0 = P.T @ M0 @ P
     z0 = jnp.diagonal(Mb0)

@@ -46,7 +46,7 @@ import numpy as np
 import scipy.integrate
 import scipy.optimize
 
-from .._core._checks import as_array, as_weights, check_positive, shape_str
+from .._core._checks import any_traced, as_array, as_weights, check, check_assumption, check_positive, shape_str
 from .._core._config import require_x64
 from ..data._operators import (
     AbstractCommutingData,
@@ -57,7 +57,7 @@ from ..data._operators import (
     LowRankData,
 )
 from ._ignition import _check_rho, _first_crossings
-from ._oracles import AssumptionError, OracleSolution, _as_commuting, _check_data, _initial_M, _times, _traced
+from ._oracles import AssumptionError, OracleSolution, _as_commuting, _check_data, _host, _initial_M, _times
 
 __all__ = [
     "SampleOracleSolution",
@@ -148,6 +148,10 @@ def _solve_scalar_odes(a, b, c, ts, rtol: float) -> np.ndarray:
     c = np.asarray(c, float)
     n_c = c.shape[0]
     b = np.where(a != 0, b, 0.0)  # masked modes: no overflow of exp(-b xi) times 0
+    if a.size:  # each component's nonzero terms only, in order: (n_c, K) with K the most per component
+        nz = a != 0
+        keep = np.argsort(~nz, axis=1, kind="stable")[:, : max(int(nz.sum(axis=1).max()), 1)]
+        a, b = np.take_along_axis(a, keep, axis=1), np.take_along_axis(b, keep, axis=1)
     ts = np.asarray(ts, float)
     out = np.zeros((ts.shape[0], n_c))
     if ts.size == 0 or n_c == 0:
@@ -253,54 +257,43 @@ def _assemble(P, Mb0, expo, W0, matrices: bool = True):
     return z, Mb, W
 
 
-def _initial_any(data, M0, W0, p: int, z0=None, P=None):
-    """`_initial` when every initial condition is concrete (all checks); else shape checks only
-    (under tracing the PSD / symmetry of M0 and z0 >= 0 are not checked). JAX arrays out."""
-    if not _traced((M0, W0, z0, P)):
-        with jax.ensure_compile_time_eval():
-            M0, W0 = _initial(data, M0, W0, p, z0=z0, P=None if P is None else np.asarray(P))
-        return jnp.asarray(M0), None if W0 is None else jnp.asarray(W0)
-    if sum(v is not None for v in (M0, W0, z0)) != 1:
-        raise ValueError("Give exactly one initial condition: `M0` (p, p), `W0` (p, d) or `z0` (p,).")
-    if z0 is not None:
-        z0 = as_array(z0, "z0", shape=(p,))
-        Q = jnp.eye(p) if P is None else P
-        return (Q * z0) @ Q.T, None
-    if W0 is not None:
-        W0 = as_array(W0, "W0", ndim=2)
-        if W0.shape[0] != p:
-            raise ValueError(f"`W0` must have shape ({p}, d) to match the data; found {shape_str(W0.shape)}.")
-        return W0 @ W0.T, W0
-    return as_array(M0, "M0", shape=(p, p)), None
-
-
-def _times_any(ts):
-    """`_times` (checks t >= 0) for concrete times, a shape check for traced ones; JAX array."""
-    if _traced(ts):
-        return as_array(ts, "ts", ndim=1)
-    with jax.ensure_compile_time_eval():
-        return jnp.asarray(_times(ts))
+def _xi(a, b, c, ts, rtol: float):
+    """xi of the scalar ODEs xi_i' = sum_j a_ij exp(-b_ij xi_i) - c_i, xi_i(0) = 0, at `ts`,
+    shape (n, n_c): by scipy DOP853 for concrete input (`_solve_scalar_odes`, independent of
+    diffrax and of the package's flow), by diffrax's Kvaerno5 for traced input
+    (`_solve_scalar_odes_traced`, differentiable). The only part of Theorems 4 and 5 that is not
+    one JAX code: a numerical integration has to run somewhere."""
+    if any_traced(a, b, c, ts):
+        a, b, c, ts = (jnp.asarray(v, dtype=jnp.float64) for v in (a, b, c, ts))
+        return _solve_scalar_odes_traced(a, b, c, ts, rtol)
+    return _solve_scalar_odes(*(np.asarray(v) for v in (a, b, c, ts)), rtol)
 
 
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
 def _initial(data: AbstractData, M0, W0, p: int, z0=None, P=None):
-    """(M0, W0) from exactly one of M0 (p, p), W0 (p, d) or z0 (p,) (then M0 = P diag(z0) P^T)."""
+    """(M0, W0) from exactly one of M0 (p, p), W0 (p, d) or z0 (p,) (then M0 = P diag(z0) P^T),
+    checked (concrete: now; traced: at run time)."""
     if sum(v is not None for v in (M0, W0, z0)) != 1:
         raise ValueError("Give exactly one initial condition: `M0` (p, p), `W0` (p, d) or `z0` (p,).")
     if z0 is not None:
-        z0 = np.asarray(as_array(z0, "z0", ndim=1))
-        if z0.shape != (p,):
-            raise ValueError(f"`z0` must have shape ({p},) to match the data; found {shape_str(z0.shape)}.")
-        if np.any(z0 < 0):
-            raise ValueError(f"`z0` must be >= 0 (mode strengths); found min {z0.min():.3g}.")
-        Q = np.eye(p) if P is None else P
+        z0 = _check_z0(z0, p)
+        Q = jnp.eye(p) if P is None else P
         return (Q * z0) @ Q.T, None
     if W0 is not None:
-        W0 = as_weights(W0, p, host=True)
+        W0 = jnp.asarray(as_weights(W0, p, host=True), dtype=jnp.float64)
         return W0 @ W0.T, W0
     return _initial_M(M0, p), None
+
+
+def _check_z0(z0, p: int, what: str = "to match the data"):
+    """Mode strengths z0 (p,) >= 0 (concrete: checked now; traced: z0 >= 0 at run time)."""
+    z0 = as_array(z0, "z0", ndim=1, host=True)
+    if z0.shape != (p,):
+        raise ValueError(f"`z0` must have shape ({p},) {what}; found {shape_str(z0.shape)}.")
+    return check(z0, z0 < 0, lambda: ValueError(f"`z0` must be >= 0 (mode strengths); found min {z0.min():.3g}."),
+                 "`z0` must be >= 0 (mode strengths)")
 
 
 def _check_rtol(rtol) -> float:
@@ -308,13 +301,6 @@ def _check_rtol(rtol) -> float:
     if not (100 * np.finfo(float).eps <= rtol < 1):
         raise ValueError(f"`rtol` must lie in [{100 * np.finfo(float).eps:.3g}, 1); found {rtol!r}.")
     return rtol
-
-
-def _solution(theorem, ts, P, Mb0, expo, W0, xi, outputs, y, matrices=True) -> SampleOracleSolution:
-    """Assemble M~(t) = D M~0 D, D = diag(exp(-expo)) (expo = Sigma_kk, shape (n, p)), and
-    W(t) = P D P^T W0 (only z when `matrices` is False), as numpy arrays (`_assemble`)."""
-    z, Mb, W = (None if v is None else np.asarray(v) for v in _assemble(P, Mb0, expo, W0, matrices))
-    return SampleOracleSolution(theorem, ts, z, P, Mb, W, xi=xi, outputs=outputs, y=np.asarray(y, float))
 
 
 # --------------------------------------------------------------------------------------------
@@ -332,31 +318,42 @@ def proportional_decomposition(data: AbstractData):
     max_mu |A_mu - c_mu A|_F / max_mu |A_mu|_F (0 for all-zero data); and the mu where it sits.
     For `CommutingData` the fit runs on Lambda (m, p) in its basis (no dense matrices).
     """
+    with jax.ensure_compile_time_eval():
+        c, lam, P, res, worst = _proportional(data)
+    return np.asarray(c), np.asarray(lam), np.asarray(P), float(res), int(worst)
+
+
+def _proportional(data: AbstractData):
+    """`proportional_decomposition` in JAX, traceable: (c, lam, P) differentiable where the
+    assumption holds (the value is the SVD's; the derivative that of the normalized
+    X^T X v, which equals v for exactly proportional samples), the residual and its mu not
+    differentiated. Gradients with respect to dense data values need distinct eigenvalues of A."""
     _check_data(data)
-    if isinstance(data, CommutingData):
-        X = np.asarray(data.Lambda)
-    else:
-        A = np.asarray(data.dense())
-        X = A.reshape(A.shape[0], -1)
     m, p = data.m, data.p
-    norms = np.linalg.norm(X, axis=1)
-    top = float(norms.max(initial=0.0))
-    if top == 0.0:
-        return np.zeros(m), np.zeros(p), np.eye(p), 0.0, 0
-    _, _, Vt = np.linalg.svd(X, full_matrices=False)
-    v = Vt[0]
+    X = jnp.asarray(data.Lambda) if isinstance(data, CommutingData) else data.dense().reshape(m, -1)
+    Xs = jax.lax.stop_gradient(X)
+    top = jnp.linalg.norm(Xs, axis=1).max(initial=0.0)
+    live = top > 0
+    v0 = jnp.linalg.svd(Xs, full_matrices=False)[2][0]
+    w = X.T @ (X @ v0)
+    wn = jnp.linalg.norm(w)
+    w = jnp.where(live, w / jnp.where(live, wn, 1.0), v0)
+    w = w * jnp.sign(jax.lax.stop_gradient(w) @ v0 + (~live))
+    v = v0 + (w - jax.lax.stop_gradient(w))  # the value of v0, the derivative of w
     c = X @ v
-    if c[np.argmax(np.abs(c))] < 0:
-        v, c = -v, -c
-    res = np.linalg.norm(X - np.outer(c, v), axis=1) / top
-    worst = int(np.argmax(res))
+    sgn = jnp.where(c[jnp.argmax(jnp.abs(jax.lax.stop_gradient(c)))] < 0, -1.0, 1.0)
+    v, c = sgn * v, sgn * c
+    cs, vs = jax.lax.stop_gradient((c, v))
+    res = jnp.linalg.norm(Xs - jnp.outer(cs, vs), axis=1) / jnp.where(live, top, 1.0)
+    worst = jnp.argmax(res)
     if isinstance(data, CommutingData):
-        lam = v
-        P = np.eye(p) if data.P is None else np.asarray(data.P)
+        lam, P = v, (jnp.eye(p) if data.P is None else jnp.asarray(data.P))
     else:
         Amat = v.reshape(p, p)
-        lam, P = np.linalg.eigh(0.5 * (Amat + Amat.T))
-    return c, lam, P, float(res[worst]), worst
+        lam, P = jnp.linalg.eigh(0.5 * (Amat + Amat.T))
+    zero = ~live  # all-zero data: c = 0, lam = 0, P = I, residual 0
+    return (jnp.where(zero, 0.0, c), jnp.where(zero, 0.0, lam), jnp.where(zero, jnp.eye(p), P),
+            jnp.where(zero, 0.0, res[worst]), jnp.where(zero, 0, worst))
 
 
 def theorem4(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10,
@@ -381,15 +378,14 @@ def theorem4(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10,
     **Returns:** `SampleOracleSolution` with `xi` (n,), `z` (n, p) in the eigenbasis `basis` = P of
     A, `M` (n, p, p), `outputs` f_mu = c_mu Tr[M A] (n, m), `loss`, and `W` (n, p, d) given `W0`.
 
-    **Under jit / vmap / grad** (traced `ts`, `M0` / `W0`, labels or data values): the same
-    E14 with xi integrated by diffrax's Kvaerno5 at a tenth of `rtol` and atol
+    **Under jit / vmap / grad** (traced `ts`, `M0` / `W0`, labels or data values): the same JAX
+    code, with xi integrated by diffrax's Kvaerno5 at a tenth of `rtol` and atol
     (`_solve_scalar_odes_traced`, differentiable; agrees with the concrete scipy path to
-    ~1e-13) and the matrices assembled by the same JAX code (`_assemble`). Checks run on what is
-    concrete: the proportionality check when `data` is concrete (for traced data the
-    decomposition is exact-under-the-assumption: A is the largest sample matrix normalized,
-    c_mu = <A_mu, A>, A = P diag(lambda) P^T by eigh for dense data, so gradients with respect
-    to dense data values need distinct eigenvalues of A), the PSD check of `M0` and t >= 0 when
-    those are concrete.
+    ~1e-13). The checks are the same for concrete and traced input: on concrete values at once,
+    on traced ones at run time (`equinox.error_if`: the proportionality of traced data, t >= 0,
+    M0 finite, symmetric and PSD). The decomposition is differentiable where the assumption
+    holds (`_proportional`); gradients with respect to dense data values need distinct
+    eigenvalues of A (eigh's derivative).
 
     **Raises:** `AssumptionError` if max_mu |A_mu - c_mu A|_F / max_mu |A_mu|_F > tol;
     `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times, bad `rtol`.
@@ -398,70 +394,27 @@ def theorem4(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10,
     theorem = "Theorem 4"
     _check_data(data)
     rtol = _check_rtol(rtol)
-    if _traced(data):
-        c, lam, P = _proportional_traced(data)
-    else:
-        with jax.ensure_compile_time_eval():  # concrete data inside someone's jit: check on the host
-            c, lam, P, res, worst = proportional_decomposition(data)
-        if res > tol:
-            raise AssumptionError(theorem, _THM4_COND, res, tol, where=f"mu = {worst}",
-                                  detail="Residual: max_mu |A_mu - c_mu A|_F / max_mu |A_mu|_F for the "
-                                         "best rank-1 fit of the stacked A_mu.")
-    if _traced((data, ts, M0, W0)):
-        return _theorem4_traced(data, ts, M0, W0, rtol, c, lam, P)
+    with jax.ensure_compile_time_eval():  # concrete data inside someone's jit: decomposed on the host
+        c, lam, P, res, worst = _proportional(data)
+    c = check_assumption(c, theorem, _THM4_COND, res, tol, where=lambda _: f"mu = {int(worst)}",
+                         detail="Residual: max_mu |A_mu - c_mu A|_F / max_mu |A_mu|_F for the "
+                                "best rank-1 fit of the stacked A_mu.")
     p, m = data.p, data.m
     ts = _times(ts)
     M0, W0 = _initial(data, M0, W0, p)
-    Mb0 = P.T @ M0 @ P
-    Mb0 = 0.5 * (Mb0 + Mb0.T)
-    z0 = np.maximum(np.diag(Mb0), 0.0)
-    y = np.asarray(data.y, float)
-    alpha = 4.0 / m * float(c @ c)
-    beta = 4.0 / m * float(c @ y)
-    xi = _solve_scalar_odes((alpha * lam * z0)[None], (2.0 * lam)[None], np.array([beta]), ts, rtol)[:, 0]
-    expo = xi[:, None] * lam[None, :]
-    sol = _solution(theorem, ts, P, Mb0, expo, W0, xi, None, y)
-    outputs = np.outer(sol.z @ lam, c)
-    return dataclasses.replace(sol, outputs=outputs)
-
-
-def _proportional_traced(data):
-    """(c, lam, P) of A_mu = c_mu A for traced data (no residual): exact when the assumption
-    holds, with `proportional_decomposition`'s normalization |A|_F = 1 and sign (largest |c_mu|
-    positive). A is the sample matrix of largest norm, normalized (in Lambda for
-    `CommutingData`)."""
-    if isinstance(data, CommutingData):
-        X = data.Lambda
-    else:
-        X = data.dense().reshape(data.m, -1)
-    i = jnp.argmax(jnp.sum(X**2, axis=1))
-    v = X[i] / jnp.linalg.norm(X[i])
-    c = X @ v
-    sgn = jnp.where(c[jnp.argmax(jnp.abs(c))] < 0, -1.0, 1.0)
-    v, c = sgn * v, sgn * c
-    p = data.p
-    if isinstance(data, CommutingData):
-        return c, v, (jnp.eye(p) if data.P is None else data.P)
-    Amat = v.reshape(p, p)
-    lam, P = jnp.linalg.eigh(0.5 * (Amat + Amat.T))
-    return c, lam, P
-
-
-def _theorem4_traced(data, ts, M0, W0, rtol, c, lam, P) -> SampleOracleSolution:
-    """`theorem4` under tracing (see its docstring): E14 in JAX, xi by diffrax."""
-    p, m = data.p, data.m
-    c, lam, P = (jnp.asarray(v) for v in (c, lam, P))
-    ts = _times_any(ts)
-    M0, W0 = _initial_any(data, M0, W0, p)
-    Mb0 = P.T @ M0 @ P
-    Mb0 = 0.5 * (Mb0 + Mb0.T)
-    z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
-    y = jnp.asarray(data.y)
-    alpha = 4.0 / m * (c @ c)
-    beta = 4.0 / m * (c @ y)
-    xi = _solve_scalar_odes_traced((alpha * lam * z0)[None], (2.0 * lam)[None], beta[None], ts, rtol)[:, 0]
+    with jax.ensure_compile_time_eval():  # concrete input inside someone's jit: xi by scipy, as outside
+        Mb0 = P.T @ M0 @ P
+        Mb0 = 0.5 * (Mb0 + Mb0.T)
+        z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
+        y = jnp.asarray(data.y, dtype=jnp.float64)
+        alpha = 4.0 / m * (c @ c)
+        beta = 4.0 / m * (c @ y)
+        a, b, rhs_c = (alpha * lam * z0)[None], (2.0 * lam)[None], beta[None]
+    xi = _xi(a, b, rhs_c, ts, rtol)[:, 0]  # (n,), Eq. E14
     z, Mb, W = _assemble(P, Mb0, xi[:, None] * lam[None, :], W0)
-    return SampleOracleSolution("Theorem 4", ts, z, P, Mb, W, xi=xi, outputs=jnp.outer(z @ lam, c), y=y)
+    outputs = jnp.outer(z @ lam, c)
+    return SampleOracleSolution(theorem, _host(ts), _host(z), _host(P), _host(Mb), _host(W), xi=_host(xi),
+                                outputs=_host(outputs), y=_host(y))
 
 
 # --------------------------------------------------------------------------------------------
@@ -488,9 +441,10 @@ def orthogonal_samples_residual(data: AbstractData) -> tuple[float, tuple[int, i
         lam, Q = _lowrank_eig(data)
         return _lowrank_residual(lam, Q)
     if isinstance(data, CommutingData):
-        L = np.asarray(data.Lambda)
-        nrm = np.linalg.norm(L, axis=1)
-        G = np.sqrt(np.einsum("ak,bk->ab", L**2, L**2))
+        with jax.ensure_compile_time_eval():
+            R = np.asarray(_overlaps(data.Lambda))
+        a, b = np.unravel_index(np.argmax(R), R.shape)
+        return float(R[a, b]), (int(a), int(b))
     else:
         A = np.asarray(data.dense())
         nrm = np.linalg.norm(A, axis=(1, 2))
@@ -499,6 +453,16 @@ def orthogonal_samples_residual(data: AbstractData) -> tuple[float, tuple[int, i
     np.fill_diagonal(R, 0.0)
     a, b = np.unravel_index(np.argmax(R), R.shape)
     return float(R[a, b]), (int(a), int(b))
+
+
+def _overlaps(Lam):
+    """|lambda_mu * lambda_nu|_2 / (|lambda_mu| |lambda_nu|) (m, m), zero diagonal: Theorem 5's
+    residual for commuting data, in JAX (traceable, not differentiated)."""
+    L = jax.lax.stop_gradient(jnp.asarray(Lam))
+    nrm = jnp.linalg.norm(L, axis=1)
+    G = jnp.sqrt(jnp.einsum("ak,bk->ab", L**2, L**2))
+    R = G / jnp.maximum(jnp.outer(nrm, nrm), _TINY)
+    return jnp.where(jnp.eye(L.shape[0], dtype=bool), 0.0, R)
 
 
 def _lowrank_eig(data: LowRankData):
@@ -616,12 +580,26 @@ def _sample_modes(data: AbstractData, theorem: str, tol: float) -> _SampleModes:
     return _SampleModes(lam, idx, mask, P, cdata.p, np.asarray(cdata.y, float), cdata.p)
 
 
-def _orthogonal_commuting(data: AbstractData, theorem: str, tol: float) -> CommutingData:
-    res, (a, b) = orthogonal_samples_residual(data)
-    if res > tol:
-        raise AssumptionError(theorem, _THM5_COND, res, tol, where=f"(mu, nu) = ({a}, {b})",
-                              detail="Residual: |A_mu A_nu|_F / (|A_mu|_F |A_nu|_F).")
-    return _as_commuting(data, theorem, max(tol, 1e-12))
+def _orthogonal_commuting(data: AbstractData, theorem: str, tol) -> CommutingData:
+    """`data` as commuting data, with Theorem 5's orthogonality checked (`check_assumption`:
+    concrete data now, with the structural measure of `orthogonal_samples_residual`; traced
+    commuting data at run time, threaded through the returned data). Dense data are jointly
+    diagonalized on the host (traced dense data: ValueError)."""
+    detail = "Residual: |A_mu A_nu|_F / (|A_mu|_F |A_nu|_F)."
+    if any_traced(data):
+        if not isinstance(data, AbstractCommutingData):
+            raise ValueError(f"Under jit / vmap / grad with traced data `{theorem.lower().replace(' ', '')}` needs "
+                             "CommutingData or DiagonalData (dense data are diagonalized on the host); found "
+                             f"{type(data).__name__}.")
+        if isinstance(data, (DiagonalData, BlockData)) or data.m < 2:  # orthogonal by construction
+            return data
+        with jax.ensure_compile_time_eval():
+            R = _overlaps(data.Lambda)
+        return check_assumption(data, theorem, _THM5_COND, R, tol, where="(mu, nu) = ({}, {})", detail=detail)
+    with jax.ensure_compile_time_eval():  # concrete data inside someone's jit: on the host
+        res, (a, b) = orthogonal_samples_residual(data)
+        check_assumption(None, theorem, _THM5_COND, res, tol, where=f"(mu, nu) = ({a}, {b})", detail=detail)
+        return _as_commuting(data, theorem, max(tol, 1e-12))
 
 
 def _blocks(Lam: np.ndarray):
@@ -676,12 +654,12 @@ def theorem5(data: AbstractData, ts, *, M0=None, W0=None, z0=None, matrices: boo
     **Under jit / vmap / grad** (traced `ts`, `M0` / `W0` / `z0`, labels or data values): the
     same E15 with the m xi_mu integrated together by diffrax's Kvaerno5 at a tenth of `rtol` and
     per-sample atol (`_solve_scalar_odes_traced`, max-norm error control, differentiable;
-    agrees with the concrete scipy path to ~1e-13), each xi_mu summing over all p modes (the
-    other samples' eigenvalues are 0 under the assumption), and the matrices assembled by the
-    same JAX code (`_assemble`). Checks run on what is concrete: the orthogonality check and the
-    joint diagonalization of dense data when `data` is concrete (traced data must be
-    `CommutingData` or `DiagonalData`, unchecked), the PSD check of `M0`, z0 >= 0 and t >= 0
-    when those are concrete.
+    agrees with the concrete scipy path to ~1e-13), in the same JAX code as concrete input
+    (each xi_mu summing over the modes its sample owns). The checks are the same: on concrete
+    values at once, on traced ones at run time (`equinox.error_if`: the orthogonality of traced
+    `CommutingData`, M0 finite, symmetric and PSD, z0 >= 0, t >= 0); traced data must be
+    commuting (`CommutingData`, `DiagonalData`, `BlockData`: dense data are jointly diagonalized
+    on the host). ``matrices=False`` on concrete input uses the block form above.
 
     **Raises:** `AssumptionError` if max_{mu != nu} |A_mu A_nu|_F / (|A_mu|_F |A_nu|_F) > tol;
     `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times, bad `rtol`.
@@ -690,74 +668,55 @@ def theorem5(data: AbstractData, ts, *, M0=None, W0=None, z0=None, matrices: boo
     theorem = "Theorem 5"
     _check_data(data)
     rtol = _check_rtol(rtol)
-    if _traced((data, ts, M0, W0, z0)):
-        if _traced(data):
-            if not isinstance(data, AbstractCommutingData):
-                raise ValueError("Under jit / vmap / grad with traced data `theorem5` needs CommutingData or "
-                                 f"DiagonalData (dense data are diagonalized on the host); found {type(data).__name__}.")
-            cdata = data
-        else:
-            with jax.ensure_compile_time_eval():  # concrete data inside someone's jit: check on the host
-                cdata = _orthogonal_commuting(data, theorem, tol)
-        return _theorem5_traced(cdata, ts, M0, W0, z0, matrices, rtol)
-    ts = _times(ts)
-    if not matrices:  # block form: O(m K) plus the basis, for every data class
-        sm = _sample_modes(data, theorem, tol)
-        z0 = sm.z_initial(M0, W0, z0)
-        xi = _solve_scalar_odes(sm.lam * sm.blockwise(z0), 8.0 / sm.m * sm.lam, sm.y, ts, rtol)  # (n, m)
-        expo = sm.scatter(4.0 / sm.m * xi[:, :, None] * sm.lam[None])  # Sigma_kk, (n, n_modes)
-        z = z0[None, :] * np.exp(-2.0 * expo)
-        outputs = np.sum(sm.lam * sm.blockwise(z), axis=-1)  # f_mu = sum_k lambda_{mu,k} z_k
-        return SampleOracleSolution(theorem, ts, z, sm.basis, None, None, xi=xi, outputs=outputs, y=sm.y)
+    if not (matrices or any_traced(data, ts, M0, W0, z0)):  # block form on the host (see above)
+        return _theorem5_blocks(data, ts, M0, W0, z0, tol, rtol)
     cdata = _orthogonal_commuting(data, theorem, tol)
-    Lam = np.asarray(cdata.Lambda)
-    m, p = Lam.shape
-    P = np.eye(p) if cdata.P is None else np.asarray(cdata.P)
-    M0, W0 = _initial(cdata, M0, W0, p, z0=z0, P=P)
-    Mb0 = P.T @ M0 @ P
-    Mb0 = 0.5 * (Mb0 + Mb0.T)
-    z0 = np.maximum(np.diag(Mb0), 0.0)
-    y = np.asarray(cdata.y, float)
-    _, idx, mask = _blocks(Lam)
-    lam_b = np.where(mask, np.take_along_axis(Lam, idx, axis=1), 0.0)  # (m, K)
-    z0_b = np.where(mask, z0[idx], 0.0)
-    xi = _solve_scalar_odes(lam_b * z0_b, 8.0 / m * lam_b, y, ts, rtol)  # (n, m)
-    expo = 4.0 / m * xi @ Lam  # Sigma_kk, (n, p)
-    sol = _solution(theorem, ts, P, Mb0, expo, W0, xi, None, y, matrices=matrices)
-    return dataclasses.replace(sol, outputs=sol.z @ Lam.T)
-
-
-def _theorem5_traced(cdata, ts, M0, W0, z0, matrices, rtol) -> SampleOracleSolution:
-    """`theorem5` under tracing (see its docstring): E15 in JAX, the xi_mu by diffrax."""
-    Lam = jnp.asarray(cdata.Lambda)
-    m, p = Lam.shape
-    P = jnp.eye(p) if cdata.P is None else cdata.P
-    ts = _times_any(ts)
-    if z0 is not None and not matrices:
+    with jax.ensure_compile_time_eval():  # concrete input inside someone's jit: xi by scipy, as outside
+        Lam = jnp.asarray(cdata.Lambda)
+        m, p = Lam.shape
+        P = jnp.eye(p) if cdata.P is None else jnp.asarray(cdata.P)
+    ts = _times(ts)
+    given = z0 is not None and not matrices  # the mode strengths as given (no M0 formed)
+    if given:
         if M0 is not None or W0 is not None:
             raise ValueError("Give exactly one initial condition: `M0` (p, p), `W0` (p, d) or `z0` (p,).")
-        if _traced(z0):
-            z0 = as_array(z0, "z0", shape=(p,))
-        else:
-            with jax.ensure_compile_time_eval():
-                z0 = np.asarray(as_array(z0, "z0", ndim=1))
-            if z0.shape != (p,) or np.any(z0 < 0):
-                raise ValueError(f"`z0` must have shape ({p},) and entries >= 0; found shape {shape_str(z0.shape)}.")
-            z0 = jnp.asarray(z0)
-        Mb0 = None
+        z0 = _check_z0(z0, p)
     else:
-        M0, W0 = _initial_any(cdata, M0, W0, p, z0=z0, P=P)
-        Mb0 = P.T @ M0 @ P
-        Mb0 = 0.5 * (Mb0 + Mb0.T)
-        z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
-    y = jnp.asarray(cdata.y)
-    xi = _solve_scalar_odes_traced(Lam * z0[None, :], 8.0 / m * Lam, y, ts, rtol)  # (n, m)
+        M0, W0 = _initial(cdata, M0, W0, p, z0=z0, P=P)
+    Mb0 = None
+    with jax.ensure_compile_time_eval():
+        if given:
+            z0 = jnp.asarray(z0, dtype=jnp.float64)
+        else:
+            Mb0 = P.T @ M0 @ P
+            Mb0 = 0.5 * (Mb0 + Mb0.T)
+            z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
+        y = jnp.asarray(cdata.y, dtype=jnp.float64)
+        # each mode k belongs to the sample with the largest |lambda_{mu,k}| (exact under the assumption)
+        own = jnp.arange(m)[:, None] == jnp.argmax(jnp.abs(jax.lax.stop_gradient(Lam)), axis=0)[None, :]
+        Lown = jnp.where(own, Lam, 0.0)
+        a, b = Lown * z0[None, :], 8.0 / m * Lown
+    xi = _xi(a, b, y, ts, rtol)  # (n, m), Eq. E15
     expo = 4.0 / m * xi @ Lam  # Sigma_kk, (n, p)
     if Mb0 is None:
         z, Mb, W = z0[None, :] * jnp.exp(-2.0 * expo), None, None
     else:
         z, Mb, W = _assemble(P, Mb0, expo, W0, matrices)
-    return SampleOracleSolution("Theorem 5", ts, z, P, Mb, W, xi=xi, outputs=z @ Lam.T, y=y)
+    return SampleOracleSolution(theorem, _host(ts), _host(z), _host(P), _host(Mb), _host(W), xi=_host(xi),
+                                outputs=_host(z @ Lam.T), y=_host(y))
+
+
+def _theorem5_blocks(data, ts, M0, W0, z0, tol, rtol) -> SampleOracleSolution:
+    """`theorem5` with ``matrices=False`` on concrete input: the block form (O(m K) plus the
+    basis, structural for every data class; a layout of the same E15, on the host)."""
+    ts = _times(ts)
+    sm = _sample_modes(data, "Theorem 5", tol)
+    z0 = sm.z_initial(M0, W0, z0)
+    xi = _solve_scalar_odes(sm.lam * sm.blockwise(z0), 8.0 / sm.m * sm.lam, sm.y, ts, rtol)  # (n, m)
+    expo = sm.scatter(4.0 / sm.m * xi[:, :, None] * sm.lam[None])  # Sigma_kk, (n, n_modes)
+    z = z0[None, :] * np.exp(-2.0 * expo)
+    outputs = np.sum(sm.lam * sm.blockwise(z), axis=-1)  # f_mu = sum_k lambda_{mu,k} z_k
+    return SampleOracleSolution("Theorem 5", ts, z, sm.basis, None, None, xi=xi, outputs=outputs, y=sm.y)
 
 
 # --------------------------------------------------------------------------------------------
