@@ -205,4 +205,14 @@ __all__ = [
     "data", "dynamics", "solvers", "theory", "network",
 ]
 
+# -- issue 25: the objects of one solve core (forms, backends, step-size controller, save spec) --
+from .solvers import (  # noqa: E402
+    CVODE, LSODA, PID, AbstractBackend, AbstractForm, Exact, FactorForm, GLVForm, MForm, MMuForm, ReducedGLVForm,
+    Save,
+)
+
+__all__ += ["AbstractForm", "MForm", "FactorForm", "GLVForm", "ReducedGLVForm", "MMuForm", "AbstractBackend",
+            "Exact", "LSODA", "CVODE", "PID", "Save"]
+# -- end issue 25 --
+
 _publish(__name__, globals())  # pickles name nqf.AssumptionError, not nqf._core._errors
