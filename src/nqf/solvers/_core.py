@@ -1,13 +1,11 @@
 """The compiled core of a flow solve: one pure function of arrays (`_solve_core`, traceable:
 jit, vmap, grad) that `solve_flow` calls, its static configuration (`_FlowConfig`) and dynamic
-arguments (`_FlowArgs`), the diffrax solvers by name, and the shared integrator `_integrate` of
-`solve_sweep`. The form's behaviour (vector field, initial state, reduced GLV coordinates) comes
+arguments (`_FlowArgs`) and the diffrax solvers by name; `solve_sweep` vmaps the same core. The form's behaviour (vector field, initial state, reduced GLV coordinates) comes
 from its form object (`nqf.solvers._forms`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, NamedTuple
 
@@ -24,7 +22,7 @@ from ..dynamics._flow import _saved_losses, is_model, reduced_log_z
 from ..dynamics._glv import glv_equilibrium
 from ._events import Stop, condition
 from ._events import direction as event_direction
-from ._forms import FORMS, ReducedGLVForm, _reduced_saver
+from ._forms import FORMS, ReducedGLVForm
 from ._initial import _state_size
 from ._solution import _SUCCESS_CODE, _host, _is_traced
 from .rosenbrock import Rodas5P
@@ -88,31 +86,6 @@ def _partition_solver(solver) -> tuple:
 TRACE_COUNT = [0]
 
 
-@eqx.filter_jit
-def _integrate(rhs, solver, controller, data, y0, args, t0, t1, ts, dt0, max_steps, dense, meter,
-               saver=None):
-    TRACE_COUNT[0] += 1
-    saveat = diffrax.SaveAt(ts=ts, dense=dense, fn=saver) if saver is not None else \
-        diffrax.SaveAt(ts=ts, dense=dense)
-    return diffrax.diffeqsolve(
-        diffrax.ODETerm(rhs),
-        solver,
-        t0,
-        t1,
-        dt0,
-        y0,
-        args=args,
-        saveat=saveat,
-        stepsize_controller=controller,
-        max_steps=max_steps,
-        throw=False,
-        progress_meter=meter,
-        adjoint=diffrax.ForwardMode(),  # plain while loops: no checkpoint copies of the state
-    )
-
-
-
-
 class _FlowArgs(NamedTuple):
     """The dynamic half of a flow solve: arrays (and pytrees of arrays), None where unused."""
 
@@ -122,7 +95,7 @@ class _FlowArgs(NamedTuple):
     ts: Any
     dt0: Any = None
     atol: Any = None  # None: the default rtol * max|state(0)| (rtol for the log-space GLV state)
-    width: Any = None  # the "M-mu" form's d
+    width: Any = None  # the "M-mu" form's d (a joint sweep: the members' scales, `JointForm`)
     solver: Any = None  # the solver's arrays (eqx.partition)
     z_star: Any = None  # save="loss" with the excess loss: the equilibrium and the gradient there
     grad: Any = None
@@ -133,8 +106,8 @@ class _FlowConfig(NamedTuple):
     """The static (hashable) half of a flow solve: everything that decides the compiled program.
     The dynamic half is a dict of arrays (see `_solve_core`)."""
 
-    form: str  # "M", "factor", "glv" or "M-mu"
-    init: str  # what `dyn.init` holds: "W" (p, d), "M" (p, p), "z" (p,) or "M-mu" (M, mu)
+    form: Any  # "M", "factor", "glv" or "M-mu" (or a form object: a joint sweep's `JointForm`)
+    init: str  # what `dyn.init` holds: "W" (p, d), "M" (p, p), "z" (p,), "M-mu" (M, mu) or "state" (y0, mask)
     solver: Any  # the solver with its arrays partitioned out (eqx.partition)
     max_steps: int
     dense: bool
@@ -193,7 +166,7 @@ def _setup(cfg: _FlowConfig, dyn: _FlowArgs) -> tuple:
     """(vector field, state0, args, solver, controller, saver, event, y0, mask) of `_solve_core`:
     the form object's initial state and vector field (the reduced GLV form's m coordinates when
     `cfg.reduced`), the default atol, the saved-loss function and the stop event."""
-    form = FORMS[cfg.form]
+    form = FORMS[cfg.form] if isinstance(cfg.form, str) else cfg.form  # a name, or a form object (a sweep's)
     data = dyn.data
     plain = data.data if is_model(data) else data
     y0, mask = form.initial(cfg.init, plain, dyn.init)
@@ -211,7 +184,8 @@ def _setup(cfg: _FlowConfig, dyn: _FlowArgs) -> tuple:
     if cfg.constant:
         controller = diffrax.ConstantStepSize()
     else:
-        controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff)
+        controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff,
+                                           **form.controller_options())
     event = None
     if cfg.stop is not None:  # terminate at the event; its time by a Newton root find (differentiable)
         cond = condition(cfg.stop, cfg.form, dyn.stop_target)
@@ -271,6 +245,8 @@ class ReducedInterpolation(eqx.Module):
 
 
 _solve_jit = jax.jit(_solve_core, static_argnums=0)
+# the same core with every array of `cfg` traced too (a sweep's PID coefficients as arrays)
+_solve_filter_jit = eqx.filter_jit(_solve_core)
 
 
 

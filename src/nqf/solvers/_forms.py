@@ -19,6 +19,7 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..data._operators import AbstractCommutingData
 from ..dynamics._flow import (
@@ -34,7 +35,7 @@ from ..dynamics._flow import (
     rhs_M_mu,
 )
 
-__all__ = ["AbstractForm", "MForm", "FactorForm", "GLVForm", "ReducedGLVForm", "MMuForm", "as_form", "FORMS"]
+__all__ = ["AbstractForm", "MForm", "FactorForm", "GLVForm", "ReducedGLVForm", "MMuForm", "JointForm", "as_form", "FORMS"]
 
 
 class AbstractForm(eqx.Module):
@@ -57,8 +58,15 @@ class AbstractForm(eqx.Module):
 
     def initial(self, kind: str, data, x):
         """(y0, mask): the initial state from the initial condition `x` of kind "M" (p, p),
-        "W" (p, d), "z" (p,) or "M-mu" ((p, p), (p,)); mask: live modes (GLV form), else None."""
+        "W" (p, d), "z" (p,) or "M-mu" ((p, p), (p,)), or "state": x is (y0, mask) already (a
+        sweep's members, built on the host); mask: live modes (GLV form), else None."""
+        if kind == "state":
+            return x
         return _initial_y0(self.name, kind, data, x)
+
+    def controller_options(self) -> dict:
+        """Extra keywords of the PID controller (the joint sweep's error norm); none here."""
+        return {}
 
     def state_size(self, x0, data) -> int:
         """Number of float64 values in the integrated state started from `x0`."""
@@ -232,7 +240,7 @@ class MMuForm(AbstractForm):
         return rhs_M_mu(t, y, args)
 
     def initial(self, kind, data, x):
-        return x, None
+        return x if kind == "state" else (x, None)
 
     def args(self, data, gamma, width, mask):
         return (data, gamma, width)
@@ -260,6 +268,63 @@ class MMuForm(AbstractForm):
         if m is not None and (m.has_mean_field or m.f0 is not None):
             return jax.vmap(m.outputs)(jnp.asarray(y[0]), jnp.asarray(y[1]))
         return jax.vmap(sol.data.traces)(jnp.asarray(y[0]))
+
+
+def _member_rms_max(x, axis_name=None):
+    """The joint mode's error norm: max over members (leading axis) of each member's RMS norm.
+
+    diffrax's default norm is an RMS over the whole (B, ...) state, which would let one
+    member's error hide among B - 1 members with small errors (diluted by up to sqrt(B)); the
+    max keeps every member's scaled error below 1, as its own `solve_flow` call does. With
+    `axis_name` (inside `shard_map`), the max is also taken over the devices' shards (`pmax`):
+    all devices take the same steps. A max is exact in any order, so the result does not
+    depend on how members are grouped on devices."""
+    leaves = jax.tree.leaves(x)
+    b = leaves[0].shape[0]
+    sq = sum(jnp.sum(jnp.reshape(leaf, (b, -1)) ** 2, axis=1) for leaf in leaves)
+    n = sum(int(np.prod(leaf.shape[1:])) for leaf in leaves)
+    out = jnp.max(jnp.sqrt(sq / max(n, 1)))
+    return out if axis_name is None else jax.lax.pmax(out, axis_name)
+
+
+def _joint_rhs(rhs, data_axis, t, Y, args):
+    """The joint vector field: `rhs` (one member's) vmapped over the members of the stacked
+    state Y (B, ...). With per-member scales s (B,), the state is Y = y / s."""
+    data, gamma, mask, scale = args
+    f = jax.vmap(rhs, in_axes=(None, 0, (data_axis, None, 0)))
+    if scale is None:
+        return f(t, Y, (data, gamma, mask))
+    s = jnp.reshape(scale, (-1,) + (1,) * (Y.ndim - 1))
+    return f(t, Y * s, (data, gamma, mask)) / s
+
+
+class JointForm(AbstractForm):
+    """All B members of a sweep as ONE ODE on the stacked state Y (B, ...) of the member form
+    `inner` (`solve_sweep(mode="joint")`): the vector field vmapped over members (data along
+    `data_axis`: 0 for a batch of data sets, None for one shared), the state of member i scaled
+    by 1 / s_i (s: the ``width`` slot of the core's arguments, or None), and the PID error norm
+    the max over members of their RMS norms (`axis_name`: also over devices, in `shard_map`)."""
+
+    inner: AbstractForm
+    data_axis: int | None = eqx.field(static=True, default=None)
+    axis_name: str | None = eqx.field(static=True, default=None)
+
+    @property
+    def name(self):  # the member form's name: its default atol, checks and outputs
+        return self.inner.name
+
+    def vector_field(self, t, y, args):
+        return _joint_rhs(self.inner.vector_field, self.data_axis, t, y, args)
+
+    def initial(self, kind, data, x):
+        y0, mask, scale = x
+        return (y0 if scale is None else y0 / jnp.reshape(scale, (-1,) + (1,) * (y0.ndim - 1))), mask
+
+    def args(self, data, gamma, width, mask):
+        return (data, gamma, mask, width)
+
+    def controller_options(self) -> dict:
+        return {"norm": functools.partial(_member_rms_max, axis_name=self.axis_name)}
 
 
 FORMS = {"M": MForm(), "factor": FactorForm(), "glv": GLVForm(), "M-mu": MMuForm()}

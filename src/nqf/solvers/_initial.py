@@ -5,13 +5,6 @@ form (M0 (p, p), W0 (p, d), z0 (p,), or (M0, mu0, d) for the "M-mu" form), the t
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-from typing import Any, NamedTuple
-
-import diffrax
-import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, NamedTuple
+from typing import Any
 
 import diffrax
 import equinox as eqx
@@ -341,7 +341,7 @@ def _settings(form: str, call, t0, t1, max_steps, weight_decay, stop) -> tuple:
     stop_rec = None
     if isinstance(stop, Stop):
         stop_rec = ("unavailable",) if stop.fn is not None else (stop.kind, plain(stop.value), stop.k)
-    solver = call.solver
+    solver = call.solver if not call.constant else "unavailable"  # ConstantStepSize: not rebuilt by keywords
     return (("form", form), ("solver", solver if solver is None or isinstance(solver, str) else "unavailable"),
             ("stiff", bool(call.stiff)), ("t0", plain(t0)), ("t1", plain(t1)), ("rtol", plain(call.rtol)),
             ("atol", plain(call.atol)), ("pcoeff", plain(call.pcoeff)), ("icoeff", plain(call.icoeff)),
@@ -356,7 +356,12 @@ def _dense_by_resolving(sol: "FlowSolution"):
     return functools.partial(_resolve_interp, sol)
 
 
+# The front end, registered by `nqf.solvers._solve` (which imports this module; not the reverse).
+_FRONT_END: dict = {}
+
+
 def _resolve_interp(sol: "FlowSolution"):
+    solve_flow = _FRONT_END["solve_flow"]
     kw = dict(sol.settings)
     if not kw or kw.get("solver") == "unavailable" or kw.get("stop") == ("unavailable",):
         raise ValueError(

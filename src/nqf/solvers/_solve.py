@@ -36,7 +36,7 @@ from .._core._checks import check_positive
 from ..data._model import NQFModel
 from ..data._operators import AbstractData, CommutingData
 from ..dynamics._flow import check_form, factor_linear_term
-from ._backends import BACKENDS, CVODE, LSODA, AbstractBackend, Exact, Problem
+from ._backends import BACKENDS, CVODE, LSODA, AbstractBackend, Exact, Problem  # noqa: F401  (Exact, ...: old home)
 from ._core import (  # noqa: F401  (re-exported: the names of this module before the split)
     SOLVERS,
     TRACE_COUNT,
@@ -45,7 +45,6 @@ from ._core import (  # noqa: F401  (re-exported: the names of this module befor
     _excess_loss_anchor,
     _FlowArgs,
     _FlowConfig,
-    _integrate,
     _is_implicit_name,
     _make_solver,
     _params,
@@ -75,6 +74,7 @@ from ._solution import (  # noqa: F401
     _CODE_OF,
     _MAX_STEPS_CODE,
     _NO_DENSE,
+    _FRONT_END,
     _RESULT_STR,
     _STAT_NAMES,
     _SUCCESS_CODE,
@@ -201,6 +201,9 @@ def solve_flow(
             )
         return BACKENDS[call.backend].solve(problem, call)
     return _solve_ode(problem, call)
+
+
+_FRONT_END["solve_flow"] = solve_flow  # a loaded FlowSolution rebuilds its dense output through it
 
 
 def _problem(data, inits: tuple, form: str, call: Call) -> Problem:

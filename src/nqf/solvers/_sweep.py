@@ -77,10 +77,10 @@ from .._core.io import Saveable
 from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData, DiagonalData
 from ..dynamics._flow import check_form
-from ._core import _integrate, _make_solver
-from ._forms import FORMS, AbstractForm, as_form
+from ._core import _FlowArgs, _FlowConfig, _make_solver, _partition_solver, _solve_core, _solve_filter_jit
+from ._forms import FORMS, AbstractForm, JointForm, _joint_rhs, _member_rms_max, as_form  # noqa: F401
 from ._initial import _check_mode_strengths, _check_solve_memory, _initial_state, _time_grid
-from ._solution import _CODE_OF, FlowSolution, MaxStepsReached, _dense_by_resolving, _settings
+from ._solution import _CODE_OF, _RESULT_STR, _STAT_NAMES, FlowSolution, MaxStepsReached, _dense_by_resolving, _settings
 from ._spec import PID, Save, check_options, resolve_call
 from .stiff import is_stiff, is_structured
 
@@ -297,34 +297,30 @@ def _resolve_devices(devices) -> list | None:
 
 
 class _Problem(NamedTuple):
-    """The shared (unbatched) half of a compiled sweep: one member's vector field, solver, PID
-    settings and time grid (`_solve_one`, `_solve_batch`, `_solve_joint`)."""
+    """The shared (unbatched) half of a compiled sweep: the core's static configuration (the
+    member form, solver, PID coefficients as arrays) and its dynamic arguments without the
+    members' data, initial states and atol (`nqf.solvers._core._solve_core`)."""
 
-    rhs: Any
-    solver: Any
-    rtol: Any
-    pcoeff: Any
-    icoeff: Any
-    gamma: Any
-    t0: Any
-    t1: Any
-    ts: Any
-    dt0: Any
-    max_steps: int
+    cfg: _FlowConfig
+    solver: Any  # the solver (both halves; `cfg` and `dyn` hold its static and array parts)
+    dyn: _FlowArgs
+
+
+def _member_args(problem: _Problem, data, y0, mask, atol) -> _FlowArgs:
+    """The core's dynamic arguments of one member (or, in the joint mode, of the stacked state)."""
+    return problem.dyn._replace(data=data, init=(y0, mask), atol=atol)
 
 
 def _solve_one(problem: _Problem, data, y0, mask, atol):
-    """One member, exactly `solve_flow`'s program (`nqf.solvers._core._integrate`), dense output off."""
-    pb = problem
-    controller = diffrax.PIDController(rtol=pb.rtol, atol=atol, pcoeff=pb.pcoeff, icoeff=pb.icoeff)
-    sol = _integrate(pb.rhs, pb.solver, controller, data, y0, (data, pb.gamma, mask), pb.t0, pb.t1, pb.ts, pb.dt0,
-                     pb.max_steps, False, diffrax.NoProgressMeter())
-    return sol.ys, sol.stats, sol.result
+    """One member: exactly `solve_flow`'s compiled core (`nqf.solvers._core._solve_core`), dense
+    output off; returns (ys (n, ...), info (5,))."""
+    out = _solve_core(problem.cfg, _member_args(problem, data, y0, mask, atol))
+    return out["ys"], out["info"]
 
 
 @eqx.filter_jit
 def _solve_batch(problem: _Problem, data, data_batched, y0, mask, atol, mesh):
-    """The vmap mode: `_solve_one` vmapped over the members (lockstep)."""
+    """The vmap mode: `solve_flow`'s core vmapped over the members (lockstep)."""
     one = functools.partial(_solve_one, problem)
     batched = jax.vmap(one, in_axes=(0 if data_batched else None, 0, 0, 0))
     if mesh is None:
@@ -336,58 +332,25 @@ def _solve_batch(problem: _Problem, data, data_batched, y0, mask, atol, mesh):
     return sharded(data, y0, mask, atol)
 
 
-def _member_rms_max(x, axis_name=None):
-    """The joint mode's error norm: max over members (leading axis) of each member's RMS norm.
-
-    diffrax's default norm is an RMS over the whole (B, ...) state, which would let one
-    member's error hide among B - 1 members with small errors (diluted by up to sqrt(B)); the
-    max keeps every member's scaled error below 1, as its own `solve_flow` call does. With
-    `axis_name` (inside `shard_map`), the max is also taken over the devices' shards (`pmax`):
-    all devices take the same steps. A max is exact in any order, so the result does not
-    depend on how members are grouped on devices."""
-    leaves = jax.tree.leaves(x)
-    b = leaves[0].shape[0]
-    sq = sum(jnp.sum(jnp.reshape(leaf, (b, -1)) ** 2, axis=1) for leaf in leaves)
-    n = sum(int(np.prod(leaf.shape[1:])) for leaf in leaves)
-    out = jnp.max(jnp.sqrt(sq / max(n, 1)))
-    return out if axis_name is None else jax.lax.pmax(out, axis_name)
-
-
-def _joint_rhs(rhs, data_axis, t, Y, args):
-    """The joint vector field: `rhs` (one member's, `nqf.dynamics.RHS`) vmapped over the members of
-    the stacked state Y (B, ...). With per-member scales s (B,), the state is Y = y / s."""
-    data, gamma, mask, scale = args
-    f = jax.vmap(rhs, in_axes=(None, 0, (data_axis, None, 0)))
-    if scale is None:
-        return f(t, Y, (data, gamma, mask))
-    s = jnp.reshape(scale, (-1,) + (1,) * (Y.ndim - 1))
-    return f(t, Y * s, (data, gamma, mask)) / s
-
-
 @eqx.filter_jit
 def _solve_joint(problem: _Problem, data, data_batched, y0, mask, atol, scale, mesh):
-    """All members as ONE ODE on the stacked state (shared adaptive steps), `solve_flow`'s
-    program (`nqf.solvers._solve._integrate`) otherwise; ys (B, n, ...), stats and result are shared."""
-    pb = problem
-    term = functools.partial(_joint_rhs, pb.rhs, 0 if data_batched else None)
-
+    """All members as ONE ODE on the stacked state (shared adaptive steps): `solve_flow`'s core
+    with the joint form (`nqf.solvers._forms.JointForm`); ys (B, n, ...), info (5,) shared."""
     def joint(data, y0, mask, scale, axis_name=None):
-        norm = functools.partial(_member_rms_max, axis_name=axis_name)
-        controller = diffrax.PIDController(rtol=pb.rtol, atol=atol, pcoeff=pb.pcoeff, icoeff=pb.icoeff, norm=norm)
-        x0 = y0 if scale is None else y0 / jnp.reshape(scale, (-1,) + (1,) * (y0.ndim - 1))
-        sol = _integrate(term, pb.solver, controller, data, x0, (data, pb.gamma, mask, scale), pb.t0, pb.t1, pb.ts,
-                         pb.dt0, pb.max_steps, False, diffrax.NoProgressMeter())
-        ys = jnp.moveaxis(sol.ys, 0, 1)  # (n, B, ...) -> (B, n, ...)
+        form = JointForm(FORMS[problem.cfg.form], 0 if data_batched else None, axis_name)
+        cfg = problem.cfg._replace(form=form)
+        out = _solve_core(cfg, problem.dyn._replace(data=data, init=(y0, mask, scale), atol=atol, width=scale))
+        ys = jnp.moveaxis(out["ys"], 0, 1)  # (n, B, ...) -> (B, n, ...)
         if scale is not None:
             ys = ys * jnp.reshape(scale, (-1,) + (1,) * (ys.ndim - 1))
-        return ys, sol.stats, sol.result
+        return ys, out["info"]
 
     if mesh is None:
         return joint(data, y0, mask, scale)
     b, rep = PartitionSpec("batch"), PartitionSpec()
     # Each device integrates its shard; the error norm's pmax makes all devices share the steps.
     sharded = jax.shard_map(functools.partial(joint, axis_name="batch"), mesh=mesh,
-                            in_specs=(b if data_batched else rep, b, b, b), out_specs=(b, rep, rep),
+                            in_specs=(b if data_batched else rep, b, b, b), out_specs=(b, rep),
                             check_vma=False)
     return sharded(data, y0, mask, scale)
 
@@ -403,6 +366,11 @@ def _pad(tree, n: int):
 
 # ------------------------------------------------------------------------------------------
 # Result
+
+
+def _member_dense(cfg: _FlowConfig, dyn: _FlowArgs):
+    """A sweep member's dense output: its solve alone by the core, dense, with room for its steps."""
+    return _solve_filter_jit(cfg, dyn)["dense"]
 
 
 class Members:
@@ -492,13 +460,10 @@ class SweepSolution(Members, Saveable):
         if self._problem is None:  # a loaded sweep: dense output by solving the member alone again
             return [self._loaded_member(i) for i in range(len(self))]
         out = []
-        rhs, solver, controller_kw, gamma, t0, t1, ts, dt0 = self._problem
         for i in range(len(self)):
             data = self.data[i]
             mask = None if self._mask is None else jnp.asarray(self._mask[i])
-            y0 = jnp.asarray(self._y0[i])
-            controller = diffrax.PIDController(atol=_f64(self.atol[i]), **controller_kw)
-            problem = (rhs, solver, controller, data, y0, (data, gamma, mask), t0, t1, ts, dt0)
+            dyn = _member_args(self._problem, data, jnp.asarray(self._y0[i]), mask, _f64(self.atol[i]))
             steps = int(self.stats["num_steps"][i])
             info = np.array([_CODE_OF[self.results[i]], steps, int(self.stats["num_accepted_steps"][i]),
                              int(self.stats["num_rejected_steps"][i]), 1])
@@ -506,7 +471,7 @@ class SweepSolution(Members, Saveable):
             # the same steps up to rounding (batched linear algebra can flip an accept/reject).
             need = steps + 8 if self.mode == "vmap" else 2 * steps + 16
             room = 1 << int(need).bit_length()
-            redo = functools.partial(_integrate, *problem, room, True, diffrax.NoProgressMeter())
+            redo = functools.partial(_member_dense, self._problem.cfg._replace(max_steps=room, dense=True), dyn)
             out.append(FlowSolution(
                 ts=self.ts, form=self.form, ys=self.ys[i], data=data, init=self.init[i],
                 init_is_factor=self.init_is_factor, _info=info, max_steps=int(self.stats["max_steps"]),
@@ -816,10 +781,13 @@ def _batch(m: _Members, call, grid: _Grid):
     implicit = is_stiff(solver)
     pcoeff = (0.3 if implicit else 0.0) if call.pcoeff is None else call.pcoeff
     icoeff = (0.4 if implicit else 1.0) if call.icoeff is None else call.icoeff
-    problem = _Problem(FORMS[m.form].vector_field, solver, _f64(call.rtol), _f64(pcoeff), _f64(icoeff),
-                       _f64(grid.gamma), _f64(grid.t0), _f64(grid.t1), _f64(grid.ts),
-                       None if call.dt0 is None else _f64(call.dt0), grid.max_steps)
-    return (problem, m, atol), solver
+    solver_dyn, solver_static = _partition_solver(solver)
+    cfg = _FlowConfig(m.form, "state", solver_static, grid.max_steps, False, "state", False, False, _f64(pcoeff),
+                      _f64(icoeff))
+    params = jnp.stack([_f64(v) for v in (grid.t0, grid.t1, call.rtol, grid.gamma)])
+    dyn = _FlowArgs(None, None, params, _f64(grid.ts), None if call.dt0 is None else _f64(call.dt0),
+                    solver=solver_dyn)
+    return (_Problem(cfg, solver, dyn), m, atol), solver
 
 
 def _run(batch, solver, mode: str, devs, grid: _Grid) -> dict:
@@ -850,14 +818,14 @@ def _run(batch, solver, mode: str, devs, grid: _Grid) -> dict:
         arrays = (m.stacked, jnp.asarray(m.y0), mask, _f64(atol))
     arrays, mesh = _place(arrays, m.data_batched, devs, B)
     if mode == "joint":
-        ys, stats, result = _solve_joint(problem, arrays[0], m.data_batched, *arrays[1:3], _f64(atol_ref),
-                                         arrays[3], mesh)
-        result = jax.tree.map(lambda v: jnp.broadcast_to(v, (B,)), result)
-        stats = {k: jnp.broadcast_to(v, (B,)) for k, v in stats.items()}
+        ys, info = _solve_joint(problem, arrays[0], m.data_batched, *arrays[1:3], _f64(atol_ref), arrays[3], mesh)
+        info = np.broadcast_to(np.asarray(info), (B, 5))
     else:
-        ys, stats, result = _solve_batch(problem, arrays[0], m.data_batched, *arrays[1:], mesh)
-    return {"ys": np.asarray(ys)[:B], "codes": np.asarray(result._value)[:B], "result": result,
-            "stats": {k: np.asarray(v)[:B] for k, v in stats.items()}, "mode": mode, "implicit": implicit,
+        ys, info = _solve_batch(problem, arrays[0], m.data_batched, *arrays[1:], mesh)
+    info = np.asarray(info)[:B]
+    stats = {"max_steps": None, **{k: info[:, j + 1].astype(np.int64) for j, k in sorted(enumerate(_STAT_NAMES),
+                                                                                          key=lambda jk: jk[1])}}
+    return {"ys": np.asarray(ys)[:B], "codes": info[:, 0], "stats": stats, "mode": mode, "implicit": implicit,
             "devices": devs}
 
 
@@ -878,26 +846,21 @@ def _place(arrays: tuple, data_batched: bool, devs, B: int):
 def _report(sol: dict, m: _Members, batch, call, grid: _Grid, weight_decay, throw: bool) -> SweepSolution:
     """The `SweepSolution` (raising for failed members unless `throw` is False)."""
     problem, _, atol = batch
-    B, ys, codes, result = len(m.datas), sol["ys"], sol["codes"], sol["result"]
+    ys, codes = sol["ys"], sol["codes"]
     ok = codes == diffrax.RESULTS.successful._value
-    result = jax.tree.map(np.asarray, result)
-    messages = {c: str(jax.tree.map(lambda v, i=int(np.argmax(codes == c)): jnp.asarray(v[i]), result))
-                for c in np.unique(codes)}
-    results = [messages[c] for c in codes]
+    results = [_RESULT_STR[int(c)] for c in codes]
     if throw:
         _raise_failures(codes, ok, ys, results, sol["mode"], sol["implicit"], grid)
     stats = sol["stats"]
     stats["max_steps"] = grid.max_steps
-    controller_kw = dict(rtol=problem.rtol, pcoeff=problem.pcoeff, icoeff=problem.icoeff)
-    recorded = call._replace(atol=None, pcoeff=float(problem.pcoeff), icoeff=float(problem.icoeff), save="state",
-                             adjoint="auto")
+    recorded = call._replace(atol=None, pcoeff=float(problem.cfg.pcoeff), icoeff=float(problem.cfg.icoeff),
+                             save="state", adjoint="auto")
     return SweepSolution(
         ts=np.asarray(grid.ts), form=m.form, ys=ys, data=m.datas, init=np.asarray(m.inits),
         init_is_factor=m.is_factor, stats=stats, results=results, successful=ok, atol=np.asarray(atol),
         eps=m.eps, devices=sol["devices"], mode=sol["mode"],
         init_is_z=m.is_z, _y0=np.asarray(m.y0), _mask=None if m.mask is None else np.asarray(m.mask),
-        _problem=(problem.rhs, problem.solver, controller_kw, problem.gamma, problem.t0, problem.t1, problem.ts,
-                  problem.dt0),
+        _problem=problem,
         settings=_settings(m.form, recorded, grid.t0, grid.t1, grid.max_steps, weight_decay, None),
     )
 
