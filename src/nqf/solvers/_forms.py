@@ -198,7 +198,9 @@ class GLVForm(AbstractForm):
 class ReducedGLVForm(GLVForm):
     """The GLV form integrated in m coordinates (`nqf.dynamics.rhs_glv_reduced`; `CommutingData`
     with 2 m < p, stiff): the state is the integrated residual G (m,), from which
-    u = log z (p,) = `reduced_log_z`; saved states and dense output are in the GLV form's u."""
+    u = log z (p,) = `reduced_log_z`; saved states and dense output are in the GLV form's u.
+    `solve_flow` picks it with Rodas5P (``stiff=True``) where it applies; passed as `form=` it
+    names the GLV form (``"glv"``)."""
 
     def vector_field(self, t, y, args):
         return rhs_glv_reduced(t, y, args)

@@ -239,7 +239,7 @@ def _glv_z_batch(data, init, is_factor, data_batched):
 
 
 def _states(datas, stacked, data_batched, inits, is_factor, form):
-    """Batched version of `nqf.solvers._solve._initial_state` (same formulas, vectorized over members).
+    """Batched version of `nqf.solvers._initial._initial_state` (same formulas, vectorized over members).
     Member 0 goes through `_initial_state` itself, which also resolves ``form="auto"``."""
     form, _, _, _ = _initial_state(datas[0], None if is_factor else inits[0], inits[0] if is_factor else None, form)
     if not is_factor:
