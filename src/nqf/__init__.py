@@ -64,7 +64,8 @@ _NAMES = {
         excess_loss glv_equilibrium mse train_w multilayer""",
     "nqf.dynamics.multilayer": "DeepNQF closed_deep_sgd compress_deep train_deep_w",
     "nqf.solvers": """SOLVERS FlowSolution GLVTrajectory MapSweep MaxStepsReached Stop SweepSolution
-        closed_sgd_sweep glv_gd glv_rhs solve_flow solve_sweep exact kernels rosenbrock stiff""",
+        closed_sgd_sweep glv_gd glv_rhs solve_flow solve_sweep exact kernels rosenbrock stiff
+        AbstractForm MForm FactorForm GLVForm ReducedGLVForm MMuForm AbstractBackend Exact LSODA CVODE PID Save""",
     "nqf.theory": """Asymptote Compression OracleSolution PowerLawFit SampleOracleSolution asymptote
         compression_report corollary3 drop_times fit_power_law learning_phase_end linearized linearized_horizon
         measure_ignition_times measure_sample_ignition_times ntk plateau_levels predicted_ignition_times
@@ -181,6 +182,8 @@ __all__ = [
     # solvers
     "solve_flow", "FlowSolution", "MaxStepsReached", "SOLVERS", "Stop", "solve_sweep", "SweepSolution",
     "closed_sgd_sweep", "MapSweep", "GLVTrajectory", "glv_gd", "glv_rhs", "enable_compilation_cache",
+    "AbstractForm", "MForm", "FactorForm", "GLVForm", "ReducedGLVForm", "MMuForm", "AbstractBackend", "Exact",
+    "LSODA", "CVODE", "PID", "Save",
     # theory
     "AssumptionError", "NQFWarning", "OracleSolution", "theorem6", "theorem6_rates", "theorem7", "theorem7_commuting",
     "theorem16", "proposition7", "SampleOracleSolution", "theorem4", "theorem5", "samplewise_rates",

@@ -7,7 +7,10 @@ form, and Theorem 6's exact solution as a solve path (`nqf.exact`)), stopping co
 kernels for very large p (`nqf.kernels`). Times are gradient-flow times t = eta * steps.
 
 May import `nqf._core`, `nqf.data` and `nqf.dynamics`. Private modules: `_solve`, `_events`,
-`_lsoda`, `_sweep`, `_map_sweep`.
+`_lsoda`, `_sweep`, `_map_sweep`, and the pieces of one solve core (issue 25): `_forms` (the
+forms as strategy objects), `_spec` (controller, save specification, adjoint, keyword aliases),
+`_backends` (Exact, LSODA, CVODE), `_initial` (checks of the inputs), `_core` (the compiled
+solve), `_solution` (`FlowSolution`).
 """
 
 from .._core._exports import publish as _publish
@@ -16,6 +19,9 @@ from ._events import Stop
 from ._sweep import SweepSolution, solve_sweep
 from ._map_sweep import MapSweep, closed_sgd_sweep
 from .kernels import GLVTrajectory, glv_gd, glv_rhs
+from ._forms import AbstractForm, FactorForm, GLVForm, MForm, MMuForm, ReducedGLVForm
+from ._backends import CVODE, LSODA, AbstractBackend, Exact
+from ._spec import PID, Save
 from .rosenbrock import Rodas5P
 from . import exact, kernels, rosenbrock, stiff
 
@@ -37,6 +43,19 @@ __all__ = [
     "kernels",
     "rosenbrock",
     "stiff",
+    # issue 25: the objects of one solve core (forms, backends, controller, save specification)
+    "AbstractForm",
+    "MForm",
+    "FactorForm",
+    "GLVForm",
+    "ReducedGLVForm",
+    "MMuForm",
+    "AbstractBackend",
+    "Exact",
+    "LSODA",
+    "CVODE",
+    "PID",
+    "Save",
 ]
 
 _publish(__name__, globals())  # pickles name nqf.solvers.CLASS, not the private module

@@ -63,6 +63,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import diffrax
 import equinox as eqx
@@ -75,20 +76,12 @@ from .._core._checks import as_array, check_positive, check_symmetric, shape_str
 from .._core.io import Saveable
 from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData, DiagonalData
-from ..dynamics._flow import RHS, check_form
-from ._solve import (
-    _CODE_OF,
-    FlowSolution,
-    MaxStepsReached,
-    _check_mode_strengths,
-    _check_solve_memory,
-    _dense_by_resolving,
-    _initial_state,
-    _integrate,
-    _make_solver,
-    _settings,
-    _time_grid,
-)
+from ..dynamics._flow import check_form
+from ._core import _FlowArgs, _FlowConfig, _make_solver, _partition_solver, _solve_core, _solve_filter_jit
+from ._forms import FORMS, AbstractForm, JointForm, _joint_rhs, _member_rms_max, as_form  # noqa: F401
+from ._initial import _check_mode_strengths, _check_solve_memory, _initial_state, _time_grid
+from ._solution import _CODE_OF, _RESULT_STR, _STAT_NAMES, FlowSolution, MaxStepsReached, _dense_by_resolving, _settings
+from ._spec import PID, Save, check_options, resolve_call
 from .stiff import is_stiff, is_structured
 
 __all__ = ["solve_sweep", "SweepSolution"]
@@ -246,7 +239,7 @@ def _glv_z_batch(data, init, is_factor, data_batched):
 
 
 def _states(datas, stacked, data_batched, inits, is_factor, form):
-    """Batched version of `nqf.solvers._solve._initial_state` (same formulas, vectorized over members).
+    """Batched version of `nqf.solvers._initial._initial_state` (same formulas, vectorized over members).
     Member 0 goes through `_initial_state` itself, which also resolves ``form="auto"``."""
     form, _, _, _ = _initial_state(datas[0], None if is_factor else inits[0], inits[0] if is_factor else None, form)
     if not is_factor:
@@ -303,18 +296,32 @@ def _resolve_devices(devices) -> list | None:
 # The compiled batch
 
 
-def _solve_one(rhs, solver, rtol, pcoeff, icoeff, gamma, t0, t1, ts, dt0, max_steps, data, y0, mask, atol):
-    """One member, exactly `solve_flow`'s program (`nqf.solvers._solve._integrate`), dense output off."""
-    controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff)
-    sol = _integrate(rhs, solver, controller, data, y0, (data, gamma, mask), t0, t1, ts, dt0,
-                     max_steps, False, diffrax.NoProgressMeter())
-    return sol.ys, sol.stats, sol.result
+class _Problem(NamedTuple):
+    """The shared (unbatched) half of a compiled sweep: the core's static configuration (the
+    member form, solver, PID coefficients as arrays) and its dynamic arguments without the
+    members' data, initial states and atol (`nqf.solvers._core._solve_core`)."""
+
+    cfg: _FlowConfig
+    solver: Any  # the solver (both halves; `cfg` and `dyn` hold its static and array parts)
+    dyn: _FlowArgs
+
+
+def _member_args(problem: _Problem, data, y0, mask, atol) -> _FlowArgs:
+    """The core's dynamic arguments of one member (or, in the joint mode, of the stacked state)."""
+    return problem.dyn._replace(data=data, init=(y0, mask), atol=atol)
+
+
+def _solve_one(problem: _Problem, data, y0, mask, atol):
+    """One member: exactly `solve_flow`'s compiled core (`nqf.solvers._core._solve_core`), dense
+    output off; returns (ys (n, ...), info (5,))."""
+    out = _solve_core(problem.cfg, _member_args(problem, data, y0, mask, atol))
+    return out["ys"], out["info"]
 
 
 @eqx.filter_jit
-def _solve_batch(rhs, solver, rtol, pcoeff, icoeff, gamma, t0, t1, ts, dt0, max_steps, data,
-                 data_batched, y0, mask, atol, mesh):
-    one = functools.partial(_solve_one, rhs, solver, rtol, pcoeff, icoeff, gamma, t0, t1, ts, dt0, max_steps)
+def _solve_batch(problem: _Problem, data, data_batched, y0, mask, atol, mesh):
+    """The vmap mode: `solve_flow`'s core vmapped over the members (lockstep)."""
+    one = functools.partial(_solve_one, problem)
     batched = jax.vmap(one, in_axes=(0 if data_batched else None, 0, 0, 0))
     if mesh is None:
         return batched(data, y0, mask, atol)
@@ -325,58 +332,25 @@ def _solve_batch(rhs, solver, rtol, pcoeff, icoeff, gamma, t0, t1, ts, dt0, max_
     return sharded(data, y0, mask, atol)
 
 
-def _member_rms_max(x, axis_name=None):
-    """The joint mode's error norm: max over members (leading axis) of each member's RMS norm.
-
-    diffrax's default norm is an RMS over the whole (B, ...) state, which would let one
-    member's error hide among B - 1 members with small errors (diluted by up to sqrt(B)); the
-    max keeps every member's scaled error below 1, as its own `solve_flow` call does. With
-    `axis_name` (inside `shard_map`), the max is also taken over the devices' shards (`pmax`):
-    all devices take the same steps. A max is exact in any order, so the result does not
-    depend on how members are grouped on devices."""
-    leaves = jax.tree.leaves(x)
-    b = leaves[0].shape[0]
-    sq = sum(jnp.sum(jnp.reshape(leaf, (b, -1)) ** 2, axis=1) for leaf in leaves)
-    n = sum(int(np.prod(leaf.shape[1:])) for leaf in leaves)
-    out = jnp.max(jnp.sqrt(sq / max(n, 1)))
-    return out if axis_name is None else jax.lax.pmax(out, axis_name)
-
-
-def _joint_rhs(rhs, data_axis, t, Y, args):
-    """The joint vector field: `rhs` (one member's, `nqf.dynamics.RHS`) vmapped over the members of
-    the stacked state Y (B, ...). With per-member scales s (B,), the state is Y = y / s."""
-    data, gamma, mask, scale = args
-    f = jax.vmap(rhs, in_axes=(None, 0, (data_axis, None, 0)))
-    if scale is None:
-        return f(t, Y, (data, gamma, mask))
-    s = jnp.reshape(scale, (-1,) + (1,) * (Y.ndim - 1))
-    return f(t, Y * s, (data, gamma, mask)) / s
-
-
 @eqx.filter_jit
-def _solve_joint(rhs, solver, rtol, pcoeff, icoeff, gamma, t0, t1, ts, dt0, max_steps, data,
-                 data_batched, y0, mask, atol, scale, mesh):
-    """All members as ONE ODE on the stacked state (shared adaptive steps), `solve_flow`'s
-    program (`nqf.solvers._solve._integrate`) otherwise; ys (B, n, ...), stats and result are shared."""
-    term = functools.partial(_joint_rhs, rhs, 0 if data_batched else None)
-
+def _solve_joint(problem: _Problem, data, data_batched, y0, mask, atol, scale, mesh):
+    """All members as ONE ODE on the stacked state (shared adaptive steps): `solve_flow`'s core
+    with the joint form (`nqf.solvers._forms.JointForm`); ys (B, n, ...), info (5,) shared."""
     def joint(data, y0, mask, scale, axis_name=None):
-        norm = functools.partial(_member_rms_max, axis_name=axis_name)
-        controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff, norm=norm)
-        x0 = y0 if scale is None else y0 / jnp.reshape(scale, (-1,) + (1,) * (y0.ndim - 1))
-        sol = _integrate(term, solver, controller, data, x0, (data, gamma, mask, scale), t0, t1, ts,
-                         dt0, max_steps, False, diffrax.NoProgressMeter())
-        ys = jnp.moveaxis(sol.ys, 0, 1)  # (n, B, ...) -> (B, n, ...)
+        form = JointForm(FORMS[problem.cfg.form], 0 if data_batched else None, axis_name)
+        cfg = problem.cfg._replace(form=form)
+        out = _solve_core(cfg, problem.dyn._replace(data=data, init=(y0, mask, scale), atol=atol, width=scale))
+        ys = jnp.moveaxis(out["ys"], 0, 1)  # (n, B, ...) -> (B, n, ...)
         if scale is not None:
             ys = ys * jnp.reshape(scale, (-1,) + (1,) * (ys.ndim - 1))
-        return ys, sol.stats, sol.result
+        return ys, out["info"]
 
     if mesh is None:
         return joint(data, y0, mask, scale)
     b, rep = PartitionSpec("batch"), PartitionSpec()
     # Each device integrates its shard; the error norm's pmax makes all devices share the steps.
     sharded = jax.shard_map(functools.partial(joint, axis_name="batch"), mesh=mesh,
-                            in_specs=(b if data_batched else rep, b, b, b), out_specs=(b, rep, rep),
+                            in_specs=(b if data_batched else rep, b, b, b), out_specs=(b, rep),
                             check_vma=False)
     return sharded(data, y0, mask, scale)
 
@@ -392,6 +366,11 @@ def _pad(tree, n: int):
 
 # ------------------------------------------------------------------------------------------
 # Result
+
+
+def _member_dense(cfg: _FlowConfig, dyn: _FlowArgs):
+    """A sweep member's dense output: its solve alone by the core, dense, with room for its steps."""
+    return _solve_filter_jit(cfg, dyn)["dense"]
 
 
 class Members:
@@ -481,13 +460,10 @@ class SweepSolution(Members, Saveable):
         if self._problem is None:  # a loaded sweep: dense output by solving the member alone again
             return [self._loaded_member(i) for i in range(len(self))]
         out = []
-        rhs, solver, controller_kw, gamma, t0, t1, ts, dt0 = self._problem
         for i in range(len(self)):
             data = self.data[i]
             mask = None if self._mask is None else jnp.asarray(self._mask[i])
-            y0 = jnp.asarray(self._y0[i])
-            controller = diffrax.PIDController(atol=_f64(self.atol[i]), **controller_kw)
-            problem = (rhs, solver, controller, data, y0, (data, gamma, mask), t0, t1, ts, dt0)
+            dyn = _member_args(self._problem, data, jnp.asarray(self._y0[i]), mask, _f64(self.atol[i]))
             steps = int(self.stats["num_steps"][i])
             info = np.array([_CODE_OF[self.results[i]], steps, int(self.stats["num_accepted_steps"][i]),
                              int(self.stats["num_rejected_steps"][i]), 1])
@@ -495,7 +471,7 @@ class SweepSolution(Members, Saveable):
             # the same steps up to rounding (batched linear algebra can flip an accept/reject).
             need = steps + 8 if self.mode == "vmap" else 2 * steps + 16
             room = 1 << int(need).bit_length()
-            redo = functools.partial(_integrate, *problem, room, True, diffrax.NoProgressMeter())
+            redo = functools.partial(_member_dense, self._problem.cfg._replace(max_steps=room, dense=True), dyn)
             out.append(FlowSolution(
                 ts=self.ts, form=self.form, ys=self.ys[i], data=data, init=self.init[i],
                 init_is_factor=self.init_is_factor, _info=info, max_steps=int(self.stats["max_steps"]),
@@ -584,6 +560,9 @@ def _refuse_traced(**args) -> None:
             )
 
 
+SWEEP_OPTIONS = ("ts", "rtol", "atol", "pcoeff", "icoeff", "dt0", "stiff", "mode", "throw", "memory_budget")
+
+
 def solve_sweep(
     data,
     *,
@@ -593,21 +572,14 @@ def solve_sweep(
     z0=None,
     t1,
     t0: float = 0.0,
-    ts=None,
-    form: str = "auto",
+    form: str | AbstractForm = "auto",
     solver=None,
-    stiff: bool = False,
-    rtol: float = 1e-10,
-    atol=None,
-    pcoeff: float | None = None,
-    icoeff: float | None = None,
-    dt0: float | None = None,
+    stepsize_controller: PID | None = None,
+    saveat: Save | None = None,
     max_steps: int = 100_000,
     weight_decay: float = 0.0,
     devices=None,
-    mode: str = "auto",
-    throw: bool = True,
-    memory_budget: float | None = None,
+    **options,
 ) -> SweepSolution:
     """Solve a batch of MSE gradient flows (Eq. E9 / E13) in one compiled call.
 
@@ -626,88 +598,116 @@ def solve_sweep(
       initialization W0 = sqrt(eps) I), or with a base `M0` (p, p): M0_i = eps_i * M0; `M0`
       (p, p) or a batch (B, p, p); `W0` (p, d) or a batch (B, p, d); for commuting data (GLV
       form) `z0` (p,) or a batch (B, p) of mode strengths >= 0, alone or with `eps` (B,)
-      (z0_i = eps_i z0). With commuting data and the GLV form, `eps` alone is z0 = eps (the
-      mode strengths of M0 = eps I): no p x p matrix is formed, so eps sweeps run at any p
-      (`DiagonalData` at p = 10^6); `init` then holds z0 (B, p) (`init_is_z`), and `W` is the
-      factor P diag(sqrt z) of M, as for `solve_flow(z0=...)` (M, z and the loss are those of
-      M0 = eps I). An unbatched initial
-      condition is shared by all data sets; a batched one is paired member by member with a
-      sequence of data sets (the sizes must agree). For a full grid (every eps for every seed)
-      repeat the data list and tile `eps`.
-    - `t1`, `t0`, `ts` (default 201 equally spaced times), `form` (``"auto"``, ``"M"``,
-      ``"factor"``, ``"glv"``; not ``"M-mu"``), `solver`, `stiff`, `rtol`, `atol`, `pcoeff`,
-      `icoeff`, `dt0`, `max_steps`, `weight_decay`: as in `solve_flow`. The default `atol` is
-      per member, as `solve_flow` would choose it: ``rtol * max|state_i(0)|`` (``rtol`` for
-      GLV); a given `atol` is a scalar or one value per member (B,). A stiff solver
-      (`stiff=True`, "rodas5p" or a Kvaerno name) gets `nqf.stiff`'s structured linear solve in the GLV
-      form, as in `solve_flow`, for `DiagonalData` and for one `CommutingData` shared by all
-      members (Woodbury with one basis spanning D_mask Lambda^T for each distinct set of live
-      modes among the members, also on the stacked joint state); a batch of different
-      `CommutingData` and the M / factor forms use lineax's dense LU, for which ``mode="auto"``
-      picks the vmap mode (p x p per member; the joint mode would factorize (B p) x (B p)).
-    - `memory_budget`: bytes the sweep may allocate (default: ``NQF_MEMORY_BUDGET`` or half the
-      available memory): B members' saved states and working vectors are estimated first
-      (`nqf.memory.MemoryBudgetError` otherwise).
-    - `devices`: None (default: run on JAX's default device, batch not placed), ``"all"``
-      (every device in `jax.devices()`), an int n (the first n devices) or a list of devices.
-      With more than one device the batch is sharded over a ``"batch"`` mesh axis (padded to a
-      multiple of the device count, the padding stripped). Stiff sweeps shard for
-      `DiagonalData` (both modes) and for a shared `CommutingData` with the Woodbury solve in
-      the joint mode; other stiff sweeps over several devices raise `NotImplementedError`.
-    - `mode`: ``"auto"`` (default: ``"joint"`` when all members have the same atol, as in the
-      GLV form or with a scalar `atol`; else ``"vmap"``), ``"joint"`` (one ODE on the stacked
-      state, shared steps, error norm = max over members of the per-member RMS; unequal atol by
-      rescaling each member's state) or ``"vmap"`` (lockstep, each member its own steps). See
-      the module docstring. In the joint mode `stats` and `results` are the same for every
-      member (all fail together).
-    - `throw`: raise if any member fails (default); with False, failures are reported in
-      `results` / `successful` and the failed members' states are whatever the solver reached.
+      (z0_i = eps_i z0). With commuting data and the GLV form, `eps` alone is z0 = eps: no
+      p x p matrix is formed (eps sweeps at any p); `init` then holds z0 (B, p) (`init_is_z`).
+      An unbatched initial condition is shared by all data sets; a batched one is paired
+      member by member with a sequence of data sets (the sizes must agree).
+    - `t1`, `t0` (gradient-flow times), `form` (a form object or ``"auto"``, ``"M"``,
+      ``"factor"``, ``"glv"``; not ``"M-mu"``), `solver` (a diffrax solver or its name),
+      `stepsize_controller` (`PID`; options ``rtol``, ``atol``, ``pcoeff``, ``icoeff``,
+      ``dt0``), `saveat` (`Save(ts)`: the saved times, default 201; option ``ts``; only the
+      state, no dense output), `max_steps`, `weight_decay`: as in `solve_flow`. The default
+      atol is per member, as `solve_flow` would choose it; a given atol is a scalar or one value
+      per member (B,). A stiff solver (option ``stiff=True``, "rodas5p" or a Kvaerno name) gets
+      `nqf.stiff`'s structured linear solve in the GLV form for `DiagonalData` and one shared
+      `CommutingData`; otherwise lineax's dense LU, for which ``mode="auto"`` picks the vmap mode.
+    - `devices`: None (default: JAX's default device, batch not placed), ``"all"``, an int n
+      (the first n devices) or a list of devices: the batch is sharded over a ``"batch"`` mesh
+      axis (padded to a multiple of the device count, the padding stripped). Stiff sweeps shard
+      for `DiagonalData` and for a shared `CommutingData` in the joint mode only.
+    - `**options`: the keyword aliases above and ``mode``: ``"auto"`` (default: ``"joint"``
+      when all members have the same atol, else ``"vmap"``), ``"joint"`` (one ODE on the stacked
+      state, shared steps; `stats` and `results` shared) or ``"vmap"`` (lockstep, each member
+      its own steps), see the module docstring; ``throw`` (default True: raise if any member
+      fails; False: report in `results` / `successful`); ``memory_budget`` (bytes; B members'
+      states are estimated first, `nqf.memory.MemoryBudgetError`).
 
     **Returns:** a `SweepSolution` (batched arrays; `sol[i]` is member i as a `FlowSolution`).
 
-    Not transformable: `solve_sweep` is the host-side driver of one compiled batch (validation,
-    stacking, device placement, per-member reports); called with a traced argument inside
-    `jax.jit` / `jax.vmap` / `jax.grad` it raises a `TypeError` naming the argument. Inside JAX
-    code use ``jax.vmap`` over `nqf.solve_flow` (transformable: jit, vmap, grad).
+    Not transformable: a host-side driver of one compiled batch; a traced argument raises
+    `TypeError` (inside JAX code use ``jax.vmap`` over `nqf.solve_flow`).
 
-    **Raises:** `TypeError` for a traced argument (see above) or a non-data `data` (an
-    `NQFModel` included: use its `data`);
-    `ValueError` for data sets of different types, structures or shapes, batch sizes that do not
-    agree, eps <= 0 or non-finite, bad shapes, non-symmetric / non-PSD M0, bad tolerances or
-    `ts`, form ``"M-mu"``, unavailable devices; `NotImplementedError` for a stiff sweep sharded
-    where it is not supported (see `devices`); `MaxStepsReached` (naming the members) if a
-    member runs out of steps; `FloatingPointError` if a member blows up.
+    **Raises:** `TypeError` for a traced argument, a non-data `data` (an `NQFModel` included) or
+    an unknown keyword; `ValueError` for data sets of different types, structures or shapes,
+    batch sizes that do not agree, eps <= 0 or non-finite, bad shapes, non-symmetric / non-PSD
+    M0, bad tolerances or `ts`, form ``"M-mu"``, unavailable devices; `NotImplementedError` for
+    a stiff sweep sharded where it is not supported; `MaxStepsReached` (naming the members) if
+    a member runs out of steps; `FloatingPointError` if a member blows up.
     """
-    _refuse_traced(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, ts=ts, atol=atol)
+    check_options(options, SWEEP_OPTIONS, "solve_sweep")
+    form, _ = as_form(form)
+    call = _sweep_call(options, solver, stepsize_controller, saveat)
+    _refuse_traced(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, ts=call.ts, atol=call.atol)
+    mode = options.get("mode", "auto")
     if mode not in ("auto", "joint", "vmap"):
         raise ValueError(f"`mode` must be 'auto', 'joint' or 'vmap'; found {mode!r}.")
     datas, data_batched = _stack_data(data)
     devs = _resolve_devices(devices)
-    p = datas[0].p
     if form == "M-mu":
         raise ValueError("`solve_sweep` does not support form='M-mu' (Eq. E10); use `solve_flow` per member.")
-    solver_arg = solver
-    _make_solver(solver, stiff)  # validates the name before the data work below
-    rtol = check_positive(rtol, "rtol")
-    t0, t1, ts = _time_grid(t0, t1, ts)
+    _make_solver(call.solver, call.stiff)  # validates the name before the data work below
+    call = call._replace(rtol=check_positive(call.rtol, "rtol"))
+    t0, t1, ts = _time_grid(t0, t1, call.ts)
     gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
     if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
         raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
+    grid = _Grid(gamma, t0, t1, ts, int(max_steps), call.memory_budget)
+    members = _members(datas, data_batched, (eps, M0, W0, z0), form, grid)
+    batch, solver = _batch(members, call, grid)
+    sol = _run(batch, solver, mode, devs, grid)
+    return _report(sol, members, batch, call, grid, weight_decay, options.get("throw", True))
+
+
+class _Grid(NamedTuple):
+    """The checked time grid and budget of a sweep (gradient-flow times)."""
+
+    gamma: float
+    t0: float
+    t1: float
+    ts: np.ndarray
+    max_steps: int
+    memory_budget: Any
+
+
+class _Members(NamedTuple):
+    """The sweep's members on the host: data sets, stacked data, initial conditions and states."""
+
+    datas: list
+    stacked: Any
+    data_batched: bool
+    form: str
+    inits: np.ndarray
+    is_factor: bool
+    is_z: bool
+    y0: np.ndarray
+    mask: Any
+    eps: Any
+
+
+def _sweep_call(options: dict, solver, stepsize_controller, saveat):
+    """The resolved settings of a sweep (`nqf.solvers._spec.Call`): a diffrax solve saving the
+    state at `ts`, PID controlled."""
+    call = resolve_call(options, solver=solver, stepsize_controller=stepsize_controller, saveat=saveat,
+                        adjoint="auto")
+    if call.backend == "exact":
+        raise ValueError("`solve_sweep` integrates the ODE; use `solve_flow(solver=Exact())` per member.")
+    if call.save != "state" or call.dense is not None:
+        raise ValueError("`solve_sweep` saves the state at `ts` (no save='loss', no dense output: "
+                         "`sol[i]` builds a member's dense output on first use).")
+    if call.constant:
+        raise NotImplementedError("`solve_sweep` runs under PID step-size control (nqf.PID).")
+    return call
+
+
+def _members(datas, data_batched: bool, inits: tuple, form: str, grid: _Grid) -> _Members:
+    """The members' initial conditions and states (checked; B members' memory estimated first)."""
+    eps, M0, W0, z0 = inits
+    p = datas[0].p
     commuting = isinstance(datas[0], AbstractCommutingData)
     is_z = z0 is not None or (eps is not None and M0 is None and W0 is None and commuting
                               and form in ("auto", "glv"))
     if is_z:  # GLV mode strengths: no p x p matrix at any p
-        if M0 is not None or W0 is not None:
-            raise ValueError("Give exactly one initial condition: `z0` (with or without `eps`), `M0` or `W0`.")
-        if not commuting:
-            raise ValueError(
-                "`z0` (mode strengths) needs commuting data (`CommutingData` or `DiagonalData`); "
-                f"found {type(datas[0]).__name__}. Give `eps`, `M0` or `W0`."
-            )
-        if form != "auto":
-            check_form(form, datas[0])
-        if form not in ("auto", "glv"):
-            raise ValueError(f"`z0` is the initial state of the GLV form; found form={form!r}.")
+        _check_z_form(M0, W0, commuting, datas[0], form)
         inits, init_batched = _initial_z_batch(p, eps, z0)
         is_factor = False
     else:
@@ -724,8 +724,8 @@ def solve_sweep(
     # B members' states and saved times, estimated before any batched array is built
     early_form = "glv" if is_z else _initial_state(datas[0], None if is_factor else inits[0],
                                                    inits[0] if is_factor else None, form)[0]
-    _check_solve_memory(early_form, inits[0], datas[0], len(ts), "state", None, False, False, max_steps,
-                        memory_budget, members=B)
+    _check_solve_memory(early_form, inits[0], datas[0], len(grid.ts), "state", None, False, False, grid.max_steps,
+                        grid.memory_budget, members=B)
     if not data_batched:
         datas = datas * B
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *datas) if data_batched else datas[0]
@@ -734,36 +734,67 @@ def solve_sweep(
         y0 = np.where(mask, np.log(np.where(mask, inits, 1.0)), 0.0)
     else:
         form, y0, mask = _states(datas, stacked, data_batched, inits, is_factor, form)
+    eps = None if eps is None else np.broadcast_to(np.asarray(eps, float).reshape(-1), (B,)).copy()
+    return _Members(datas, stacked, data_batched, form, inits, is_factor, is_z, y0, mask, eps)
+
+
+def _check_z_form(M0, W0, commuting: bool, data, form: str) -> None:
+    """The checks of a sweep started from mode strengths (GLV form)."""
+    if M0 is not None or W0 is not None:
+        raise ValueError("Give exactly one initial condition: `z0` (with or without `eps`), `M0` or `W0`.")
+    if not commuting:
+        raise ValueError(
+            "`z0` (mode strengths) needs commuting data (`CommutingData` or `DiagonalData`); "
+            f"found {type(data).__name__}. Give `eps`, `M0` or `W0`."
+        )
+    if form != "auto":
+        check_form(form, data)
+    if form not in ("auto", "glv"):
+        raise ValueError(f"`z0` is the initial state of the GLV form; found form={form!r}.")
+
+
+def _batch(m: _Members, call, grid: _Grid):
+    """(the compiled sweep's shared problem, the solver): the structured stiff solve where it
+    applies, the per-member atol (solve_flow's rule) and the PID coefficients."""
+    B = len(m.datas)
     # Implicit solvers named by string get the structured Newton solve of `nqf.stiff` for the
     # GLV form, as in `solve_flow`: diagonal for DiagonalData; Woodbury for a shared CommutingData,
     # with one basis spanning D_mask Lambda^T for every distinct mask of live modes among the
     # members (each member's Jacobian range). Data sets that differ per member have different
     # bases: lineax's dense LU there.
-    structured = form == "glv" and (isinstance(datas[0], DiagonalData) or not data_batched)
-    solver = _make_solver(solver_arg, stiff, datas[0], form if structured else None,
-                          None if mask is None else np.unique(mask, axis=0))
+    structured = m.form == "glv" and (isinstance(m.datas[0], DiagonalData) or not m.data_batched)
+    solver = _make_solver(call.solver, call.stiff, m.datas[0], m.form if structured else None,
+                          None if m.mask is None else np.unique(m.mask, axis=0))
     if is_stiff(solver):  # and the stiff solver's matrices
-        _check_solve_memory(form, inits[0], datas[0], len(ts), "state", solver, False, False, max_steps,
-                            memory_budget, members=B)
-
-    if atol is None:  # solve_flow's rule, per member
-        scale = np.abs(y0).reshape(B, -1).max(axis=1) if form != "glv" else np.ones(B)
-        atol = rtol * np.where(scale > 0, scale, 1.0)
+        _check_solve_memory(m.form, m.inits[0], m.datas[0], len(grid.ts), "state", solver, False, False,
+                            grid.max_steps, grid.memory_budget, members=B)
+    if call.atol is None:  # solve_flow's rule, per member
+        scale = np.abs(m.y0).reshape(B, -1).max(axis=1) if m.form != "glv" else np.ones(B)
+        atol = call.rtol * np.where(scale > 0, scale, 1.0)
     else:
-        a = np.asarray(as_array(atol, "atol", finite=False))
+        a = np.asarray(as_array(call.atol, "atol", finite=False))
         if a.ndim > 1 or (a.ndim == 1 and a.shape[0] != B):
             raise ValueError(f"`atol` must be a scalar or have shape ({B},); found {shape_str(a.shape)}.")
         for v in a.reshape(-1):
             check_positive(v, "atol")
         atol = np.broadcast_to(a, (B,)).astype(float)
     implicit = is_stiff(solver)
-    pcoeff = (0.3 if implicit else 0.0) if pcoeff is None else pcoeff
-    icoeff = (0.4 if implicit else 1.0) if icoeff is None else icoeff
+    pcoeff = (0.3 if implicit else 0.0) if call.pcoeff is None else call.pcoeff
+    icoeff = (0.4 if implicit else 1.0) if call.icoeff is None else call.icoeff
+    solver_dyn, solver_static = _partition_solver(solver)
+    cfg = _FlowConfig(m.form, "state", solver_static, grid.max_steps, False, "state", False, False, _f64(pcoeff),
+                      _f64(icoeff))
+    params = jnp.stack([_f64(v) for v in (grid.t0, grid.t1, call.rtol, grid.gamma)])
+    dyn = _FlowArgs(None, None, params, _f64(grid.ts), None if call.dt0 is None else _f64(call.dt0),
+                    solver=solver_dyn)
+    return (_Problem(cfg, solver, dyn), m, atol), solver
 
-    rhs = RHS[form]
-    controller_kw = dict(rtol=_f64(rtol), pcoeff=_f64(pcoeff), icoeff=_f64(icoeff))
-    static = (rhs, solver, controller_kw["rtol"], controller_kw["pcoeff"], controller_kw["icoeff"],
-              _f64(gamma), _f64(t0), _f64(t1), _f64(ts), None if dt0 is None else _f64(dt0), int(max_steps))
+
+def _run(batch, solver, mode: str, devs, grid: _Grid) -> dict:
+    """Run the compiled sweep (joint or vmap mode, sharded over `devs`); host arrays out."""
+    problem, m, atol = batch
+    B = len(m.datas)
+    implicit = is_stiff(solver)
     uniform = bool(np.all(atol == atol[0]))
     # An implicit solver with lineax's dense LU would factorize the joint state's (B p) x (B p)
     # Jacobian in the joint mode (B^3 the work of B separate p x p LUs): vmap mode there.
@@ -771,72 +802,88 @@ def solve_sweep(
     if mode == "auto":
         mode = "joint" if uniform and not dense_newton else "vmap"
     if devs is not None and len(devs) > 1 and implicit and (dense_newton or mode == "vmap") \
-            and not isinstance(datas[0], DiagonalData):
+            and not isinstance(m.datas[0], DiagonalData):
         raise NotImplementedError(
             "Sharding a stiff sweep over several devices is supported for DiagonalData (both modes) "
             "and for one shared CommutingData with the structured (Woodbury) solve in mode='joint'; "
-            f"found {type(datas[0]).__name__}"
+            f"found {type(m.datas[0]).__name__}"
             + (" with lineax's dense LU" if dense_newton else "") + f" in mode={mode!r}. Use "
             "devices=None (one device)" + ("" if dense_newton else " or mode='joint'") + "."
         )
+    mask = None if m.mask is None else jnp.asarray(m.mask)
     if mode == "joint":  # one scalar atol; unequal per-member atol by rescaling the states
         atol_ref = float(atol.max())
-        scale = None if uniform else _f64(atol / atol_ref)
-        batch = (stacked, jnp.asarray(y0), None if mask is None else jnp.asarray(mask), scale)
+        arrays = (m.stacked, jnp.asarray(m.y0), mask, None if uniform else _f64(atol / atol_ref))
     else:
-        batch = (stacked, jnp.asarray(y0), None if mask is None else jnp.asarray(mask), _f64(atol))
-    mesh = None
-    if devs is not None and len(devs) > 1:
-        n = -(-B // len(devs)) * len(devs)
-        mesh = Mesh(np.array(devs), ("batch",))
-        b_sh, rep_sh = NamedSharding(mesh, PartitionSpec("batch")), NamedSharding(mesh, PartitionSpec())
-        d_in = jax.device_put(_pad(stacked, n), b_sh) if data_batched else jax.device_put(stacked, rep_sh)
-        batch = (d_in,) + tuple(jax.device_put(_pad(x, n), b_sh) for x in batch[1:])
-    elif devs is not None:
-        batch = jax.device_put(batch, devs[0])
+        arrays = (m.stacked, jnp.asarray(m.y0), mask, _f64(atol))
+    arrays, mesh = _place(arrays, m.data_batched, devs, B)
     if mode == "joint":
-        ys, stats, result = _solve_joint(*static, batch[0], data_batched, *batch[1:3], _f64(atol_ref),
-                                         batch[3], mesh)
-        result = jax.tree.map(lambda v: jnp.broadcast_to(v, (B,)), result)
-        stats = {k: jnp.broadcast_to(v, (B,)) for k, v in stats.items()}
+        ys, info = _solve_joint(problem, arrays[0], m.data_batched, *arrays[1:3], _f64(atol_ref), arrays[3], mesh)
+        info = np.broadcast_to(np.asarray(info), (B, 5))
     else:
-        ys, stats, result = _solve_batch(*static, batch[0], data_batched, *batch[1:], mesh)
+        ys, info = _solve_batch(problem, arrays[0], m.data_batched, *arrays[1:], mesh)
+    info = np.asarray(info)[:B]
+    stats = {"max_steps": None, **{k: info[:, j + 1].astype(np.int64) for j, k in sorted(enumerate(_STAT_NAMES),
+                                                                                          key=lambda jk: jk[1])}}
+    return {"ys": np.asarray(ys)[:B], "codes": info[:, 0], "stats": stats, "mode": mode, "implicit": implicit,
+            "devices": devs}
 
-    ys = np.asarray(ys)[:B]
-    codes = np.asarray(result._value)[:B]
-    stats = {k: np.asarray(v)[:B] for k, v in stats.items()}
+
+def _place(arrays: tuple, data_batched: bool, devs, B: int):
+    """(arrays, mesh): the batch on its device, or padded and sharded over a ``"batch"`` mesh."""
+    if devs is None:
+        return arrays, None
+    if len(devs) == 1:
+        return jax.device_put(arrays, devs[0]), None
+    n = -(-B // len(devs)) * len(devs)
+    mesh = Mesh(np.array(devs), ("batch",))
+    b_sh, rep_sh = NamedSharding(mesh, PartitionSpec("batch")), NamedSharding(mesh, PartitionSpec())
+    stacked = arrays[0]
+    d_in = jax.device_put(_pad(stacked, n), b_sh) if data_batched else jax.device_put(stacked, rep_sh)
+    return (d_in,) + tuple(jax.device_put(_pad(x, n), b_sh) for x in arrays[1:]), mesh
+
+
+def _report(sol: dict, m: _Members, batch, call, grid: _Grid, weight_decay, throw: bool) -> SweepSolution:
+    """The `SweepSolution` (raising for failed members unless `throw` is False)."""
+    problem, _, atol = batch
+    ys, codes = sol["ys"], sol["codes"]
     ok = codes == diffrax.RESULTS.successful._value
-    result = jax.tree.map(np.asarray, result)
-    messages = {c: str(jax.tree.map(lambda v, i=int(np.argmax(codes == c)): jnp.asarray(v[i]), result))
-                for c in np.unique(codes)}
-    results = [messages[c] for c in codes]
+    results = [_RESULT_STR[int(c)] for c in codes]
     if throw:
-        hit = np.flatnonzero(codes == diffrax.RESULTS.max_steps_reached._value)
-        if hit.size:
-            joint = (" (mode='joint': the members share their steps, so all of them stop together; "
-                     "mode='vmap' names the members that need the steps)") if mode == "joint" else ""
-            raise MaxStepsReached(
-                f"Members {hit.tolist()} used all max_steps={max_steps} steps before reaching "
-                f"t1={t1}{joint}. Increase `max_steps` or loosen `rtol`/`atol`"
-                + ("." if implicit else ", or, if the problem is stiff, pass `stiff=True`.")
-            )
-        if not ok.all():
-            bad = np.flatnonzero(~ok).tolist()
-            raise RuntimeError(f"The flow solve failed for members {bad}: {results[bad[0]]}")
-        nonfinite = ~np.isfinite(ys.reshape(B, -1)).all(axis=1)
-        if nonfinite.any():
-            raise FloatingPointError(
-                f"The flow produced non-finite values for members {np.flatnonzero(nonfinite).tolist()} "
-                "(the solution blew up); check the sign of the labels and the scale of the data, "
-                "or reduce t1."
-            )
-    stats["max_steps"] = int(max_steps)
+        _raise_failures(codes, ok, ys, results, sol["mode"], sol["implicit"], grid)
+    stats = sol["stats"]
+    stats["max_steps"] = grid.max_steps
+    recorded = call._replace(atol=None, pcoeff=float(problem.cfg.pcoeff), icoeff=float(problem.cfg.icoeff),
+                             save="state", adjoint="auto")
     return SweepSolution(
-        ts=np.asarray(ts), form=form, ys=ys, data=datas, init=np.asarray(inits),
-        init_is_factor=is_factor, stats=stats, results=results, successful=ok, atol=np.asarray(atol),
-        eps=None if eps is None else np.broadcast_to(np.asarray(eps, float).reshape(-1), (B,)).copy(),
-        devices=devs, mode=mode, init_is_z=is_z, _y0=np.asarray(y0), _mask=None if mask is None else np.asarray(mask),
-        _problem=(rhs, solver, controller_kw, static[5], static[6], static[7], static[8], static[9]),
-        settings=_settings(form, solver_arg, stiff, t0, t1, rtol, None, pcoeff, icoeff, dt0, max_steps,
-                           weight_decay, "state", "ode", "auto", None),
+        ts=np.asarray(grid.ts), form=m.form, ys=ys, data=m.datas, init=np.asarray(m.inits),
+        init_is_factor=m.is_factor, stats=stats, results=results, successful=ok, atol=np.asarray(atol),
+        eps=m.eps, devices=sol["devices"], mode=sol["mode"],
+        init_is_z=m.is_z, _y0=np.asarray(m.y0), _mask=None if m.mask is None else np.asarray(m.mask),
+        _problem=problem,
+        settings=_settings(m.form, recorded, grid.t0, grid.t1, grid.max_steps, weight_decay, None),
     )
+
+
+def _raise_failures(codes, ok, ys, results, mode: str, implicit: bool, grid: _Grid) -> None:
+    """`MaxStepsReached`, `RuntimeError` or `FloatingPointError` naming the failed members."""
+    B = len(codes)
+    hit = np.flatnonzero(codes == diffrax.RESULTS.max_steps_reached._value)
+    if hit.size:
+        joint = (" (mode='joint': the members share their steps, so all of them stop together; "
+                 "mode='vmap' names the members that need the steps)") if mode == "joint" else ""
+        raise MaxStepsReached(
+            f"Members {hit.tolist()} used all max_steps={grid.max_steps} steps before reaching "
+            f"t1={grid.t1}{joint}. Increase `max_steps` or loosen `rtol`/`atol`"
+            + ("." if implicit else ", or, if the problem is stiff, pass `stiff=True`.")
+        )
+    if not ok.all():
+        bad = np.flatnonzero(~ok).tolist()
+        raise RuntimeError(f"The flow solve failed for members {bad}: {results[bad[0]]}")
+    nonfinite = ~np.isfinite(ys.reshape(B, -1)).all(axis=1)
+    if nonfinite.any():
+        raise FloatingPointError(
+            f"The flow produced non-finite values for members {np.flatnonzero(nonfinite).tolist()} "
+            "(the solution blew up); check the sign of the labels and the scale of the data, "
+            "or reduce t1."
+        )

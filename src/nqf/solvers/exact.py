@@ -73,7 +73,7 @@ class _ExactConfig(NamedTuple):
 
 def _exact_core(cfg: _ExactConfig, dyn: dict) -> dict:
     """The exact solve as a pure function of arrays (same `dyn` layout and output dict as
-    `nqf.solvers._solve._solve_core`; traceable)."""
+    `nqf.solvers._core._solve_core`; traceable)."""
 
     data = dyn.data
     y0, mask = _initial_y0("glv", cfg.init, data, dyn.init)
