@@ -51,11 +51,10 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-import equinox as eqx
 
 from .._core._checks import as_array
 from .._core._config import require_x64
@@ -469,7 +468,7 @@ def extract_report(f, x, p: int | None = None, y=None, *, width: int = 2, scale:
 
     # C^3 test: remainder of the quadratic model along three random directions (d = 4).
     orders, parities = [], []
-    for trial in range(3):
+    for _ in range(3):
         V = scale * rng.standard_normal((p, 4))
         rs = []
         for t in ts:

@@ -115,13 +115,13 @@ class AbstractData(eqx.Module):
               f"{self.p}, {self.p}) array)", "keep the structured representation: every flow, map "
               "and oracle of nqf works on it without dense().")
 
-    def subset(self, idx) -> "AbstractData | None":
+    def subset(self, idx) -> AbstractData | None:
         """The data set of the samples `idx` (integer array (b,), repeats kept) in the same
         representation, or None if the representation has no cheap row subset. Works inside
         `jit` (constructors only shape-check traced arrays)."""
         return None
 
-    def scaled(self, c: float) -> "AbstractData":
+    def scaled(self, c: float) -> AbstractData:
         """The data set with every A_mu multiplied by c (labels kept), in the same
         representation where it has one (else `DenseData`).
 
@@ -132,7 +132,7 @@ class AbstractData(eqx.Module):
                 raise ValueError(f"`c` must be a finite real scalar; found {c!r}.")
         return self._scaled(c)
 
-    def _scaled(self, c) -> "AbstractData":
+    def _scaled(self, c) -> AbstractData:
         return DenseData(c * jnp.asarray(self.dense()), self.y)
 
     # Derived MSE quantities (THEORY E8-E9).
@@ -314,7 +314,7 @@ class CommutingData(_SharedBasisData):
         self.P = _check_basis(P, p)
 
     @classmethod
-    def from_dense(cls, A, y, *, rtol: float = 1e-10, seed: int = 0) -> "CommutingData":
+    def from_dense(cls, A, y, *, rtol: float = 1e-10, seed: int = 0) -> CommutingData:
         """Jointly diagonalize commuting dense matrices A (m, p, p).
 
         **Raises:** `ValueError` naming the largest commutator |A_mu A_nu - A_nu A_mu| relative to
@@ -536,7 +536,7 @@ class BlockData(_SharedBasisData):
         Lam = self.Lambda
         return Lam.T @ Lam
 
-    def as_commuting(self) -> "CommutingData":
+    def as_commuting(self) -> CommutingData:
         """The same data as `CommutingData` (Lambda (m, p) materialized)."""
         return CommutingData(self.Lambda, self.y, self.P)
 

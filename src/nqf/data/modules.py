@@ -56,7 +56,7 @@ def _eye_b(m: int, k: int):
 
 
 class _Module:
-    def nqf_apply(self, W, feats: "_Features"):
+    def nqf_apply(self, W, feats: _Features):
         """The NQF's outputs f0 + Tr[W W^T A_o(x)] for a batch, shape (m, k), in the feed-forward
         form a^T E(W) b (Eq. E3: Tr[M A] = <M_12, C>, C_o = a b_o^T); `feats` from
         `nqf_features(xs, d)`. Costs O(p^2 d + m n_a n_b k): no (m, p, p) tensor."""

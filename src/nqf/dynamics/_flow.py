@@ -28,7 +28,6 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._core._checks import is_traced
-
 from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData
 

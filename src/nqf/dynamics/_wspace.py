@@ -44,10 +44,10 @@ from ._losses import PerSampleLoss, as_loss
 from ._train_args import (
     any_traced,
     check_count,
-    check_optax_args,
     check_finite,
     check_hyper,
     check_lr,
+    check_optax_args,
     check_unit_interval,
     check_weight_decay,
     guard,

@@ -41,8 +41,8 @@ import numpy as np
 
 from .._core import memory
 from .._core._checks import check_positive
-from .._core.io import Saveable
 from .._core._errors import AssumptionError
+from .._core.io import Saveable
 from ..data import AbstractCommutingData, FeedForwardData, Network, NQFModel, extract
 from ..data._model import as_model
 from ..dynamics import batch_indices as draw_batches
@@ -511,7 +511,7 @@ def _remainder(net: Network, model, x, y, t, loss, W_t, gap_tol):
     return ts, gap, np.abs(parts[:, 3]) / L0, depart
 
 
-def _output_span(data: "FeedForwardData"):
+def _output_span(data: FeedForwardData):
     """The span S = span{C_mu} of the feed-forward data (the NQF's outputs are <Z1 Z2^T, C_mu>)
     as ``(Ua, Ub, front)`` when S = span(a) (x) span(b) (orthonormal bases (k, sa), (q, sb);
     MLP, CNN: then the projection is a Sylvester solve), else ``(B, None, front)`` with an

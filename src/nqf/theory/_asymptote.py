@@ -29,7 +29,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.optimize
 
 from .._core._checks import is_traced
 from .._core._config import require_x64

@@ -22,7 +22,8 @@ Times are gradient-flow times t = eta * (number of GD steps) throughout.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -227,7 +228,7 @@ def _series_of(trajectory, quantity: str, refine: str) -> tuple[list[_Series], b
 def _has_dense(sol: FlowSolution) -> bool:
     """True if `sol` has dense output (`solve_flow(dense=True)`, or the default dense=None)."""
     try:
-        sol.step_times
+        _ = sol.step_times
     except ValueError:  # solved with dense=False
         return False
     return True
