@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
+from jaxtyping import Array, ArrayLike, Float
 
 from .._core._config import require_x64
 from ..data._operators import AbstractCommutingData, BlockData, DiagonalData
@@ -110,7 +111,7 @@ def _traced(*xs) -> bool:
     return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(xs))
 
 
-def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
+def glv_equilibrium(data: AbstractCommutingData) -> Float[np.ndarray, " p"]:
     """z* = argmin_{z >= 0} (1/m) |Lambda z - y|^2, the limit z(inf) of the GLV flow (Eq. E13).
 
     With orthogonal features (Theorem 6) this is z*_k = max(r_k / C_kk, 0) in closed form;
@@ -162,7 +163,11 @@ def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
     return z
 
 
-def excess_loss(data: AbstractCommutingData, z, z_star=None):
+def excess_loss(
+    data: AbstractCommutingData,
+    z: Float[ArrayLike, "*batch p"],
+    z_star: Float[ArrayLike, " p"] | None = None,
+) -> Float[np.ndarray, "*batch"] | Float[Array, "*batch"]:
     """E(z) = L(z) - L(z*) for mode strengths z of shape (..., p); returns shape (...).
 
     Computed as (1/m) |Lambda (z - z*)|^2 + sum_{k: z*_k = 0} g_k z_k with g = grad L(z*) >= 0
