@@ -34,13 +34,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import ArrayLike, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 from .._core import memory
 from .._core._checks import check_positive
@@ -186,7 +187,8 @@ class Prediction(Saveable):
 def predict(network: Network | eqx.Module | Any, x: PyTree[Float[ArrayLike, "m ..."]],
             y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"], *,
             t1: float | None = None, lr: float | None = None, steps: int | None = None,
-            ts: Float[ArrayLike, " n"] | None = None, save_every: int | None = None,
+            ts: Float[np.ndarray, " n"] | Float[Array, " n"] | Sequence[float] | None = None,
+            save_every: int | None = None,
             W0: Float[ArrayLike, "p d"] | None = None, init_scale: float | None = None,
             batch_size: int | None = None, batch_indices: Int[ArrayLike, "steps b"] | None = None,
             key: PRNGKeyArray | int = 0, momentum: float = 0.0,

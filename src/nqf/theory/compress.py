@@ -617,9 +617,9 @@ def compression_report(model: NQFModel | AbstractData, *, lr: float, steps: int,
     if batch_indices is None and batch_size is not None:
         batch_indices = draw(0 if key is None else key, model.m, batch_size, steps)
         key = None
-    init = dict(W0=W0) if W0 is not None else dict(M0=M0, mu0=mu0, d=d)
+    init: dict[str, Any] = dict(W0=W0) if W0 is not None else dict(M0=M0, mu0=mu0, d=d)
     comp = compress(model, lr=lr, d_prime=d_prime, rtol=rtol, **init)
-    kw = dict(steps=steps, batch_indices=batch_indices, loss=loss)
+    kw: dict[str, Any] = dict(steps=steps, batch_indices=batch_indices, loss=loss)
     orig = closed_sgd(model, lr=lr, **({"W0": W0} if W0 is not None else init), **kw)
     small = closed_sgd(comp.model, lr=comp.lr, W0=comp.W0, **kw)
     Mc, muc = comp.lift(small.M, small.mu)
