@@ -87,7 +87,12 @@ def _logistic_terms(a, t):
     return s, e, t * ratio
 
 
-def logistic_z(z0, a, C, t):
+def logistic_z(
+    z0: Float[ArrayLike, "*shape"],
+    a: Float[ArrayLike, "*shape"],
+    C: Float[ArrayLike, "*shape"],
+    t: Float[ArrayLike, "*shape"],
+) -> Float[Array, "*shape"]:
     """z(t) for the logistic mode z' = (a - C z) z, z(0) = z0 >= 0: Theorem 6's
     z(t) = a z0 / (C z0 + (a - C z0) e^{-a t}) (Eq. E16; a = r_k - 2 gamma with weight decay),
     written without overflow or cancellation for every sign of a (traceable; broadcasts):
@@ -99,7 +104,13 @@ def logistic_z(z0, a, C, t):
     return z0 * jnp.where(grows, 1.0, e) / (jnp.where(grows, e, 1.0) + C * z0 * frac)
 
 
-def logistic_log_z(log_z0, z0, a, C, t):
+def logistic_log_z(
+    log_z0: Float[ArrayLike, "*shape"],
+    z0: Float[ArrayLike, "*shape"],
+    a: Float[ArrayLike, "*shape"],
+    C: Float[ArrayLike, "*shape"],
+    t: Float[ArrayLike, "*shape"],
+) -> Float[Array, "*shape"]:
     """log z(t) of `logistic_z` (z0 = exp(log_z0) > 0), in log space so that it stays finite
     and relatively accurate however small z gets."""
     s, e, frac = _logistic_terms(a, t)
