@@ -27,7 +27,7 @@ from typing import Any
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._core._checks import is_traced
 from ..data._model import NQFModel
@@ -39,13 +39,13 @@ __all__ = ["FORMS", "RHS", "rhs_M", "rhs_factor", "rhs_glv", "rhs_glv_reduced", 
 FORMS = ("M", "factor", "glv", "M-mu")
 
 
-def rhs_M(t: float | Float[Array, ""], M: Float[Array, "p p"], args: tuple[Any, ...]) -> Float[Array, "p p"]:
+def rhs_M(t: Float[ArrayLike, ""], M: Float[Array, "p p"], args: tuple[Any, ...]) -> Float[Array, "p p"]:
     data, gamma, _ = args
     H_M = data.apply(4.0 / data.m * data.residual(M), M) + gamma * M
     return -(H_M + H_M.T)
 
 
-def rhs_factor(t: float | Float[Array, ""], F: Float[Array, "p r"], args: tuple[Any, ...]) -> Float[Array, "p r"]:
+def rhs_factor(t: Float[ArrayLike, ""], F: Float[Array, "p r"], args: tuple[Any, ...]) -> Float[Array, "p r"]:
     data, gamma, _ = args
     delta = data.traces_factor(F) - data.y
     return -(data.apply(4.0 / data.m * delta, F) + gamma * F)
@@ -56,21 +56,21 @@ def glv_z(u: Float[Array, "*batch p"], mask: Bool[Array, " p"]) -> Float[Array, 
     return jnp.where(mask, jnp.exp(jnp.where(mask, u, 0.0)), 0.0)
 
 
-def rhs_glv(t: float | Float[Array, ""], u: Float[Array, " p"], args: tuple[Any, ...]) -> Float[Array, " p"]:
+def rhs_glv(t: Float[ArrayLike, ""], u: Float[Array, " p"], args: tuple[Any, ...]) -> Float[Array, " p"]:
     data, gamma, mask = args
     delta = data.outputs_z(glv_z(u, mask)) - data.y
     du = -(8.0 / data.m) * data.pullback(delta) - 2.0 * gamma
     return jnp.where(mask, du, 0.0)
 
 
-def reduced_log_z(t: float | Float[Array, ""], G: Float[Array, " m"], args: tuple[Any, ...]) -> Float[Array, " p"]:
+def reduced_log_z(t: Float[ArrayLike, ""], G: Float[Array, " m"], args: tuple[Any, ...]) -> Float[Array, " p"]:
     """log z of the reduced GLV form: u(t) = u0 + D_mask (Lambda^T G - 2 gamma (t - t0)), shape
     (p,) (0 on masked modes)."""
     data, gamma, mask, u0, t0 = args
     return jnp.where(mask, u0 + data.pullback(G) - 2.0 * gamma * (t - t0), 0.0)
 
 
-def rhs_glv_reduced(t: float | Float[Array, ""], G: Float[Array, " m"], args: tuple[Any, ...]) -> Float[Array, " m"]:
+def rhs_glv_reduced(t: Float[ArrayLike, ""], G: Float[Array, " m"], args: tuple[Any, ...]) -> Float[Array, " m"]:
     """The GLV flow (Eq. E13) of commuting data with m < p in m coordinates. Its velocity
     u' = -(8/m) D_mask Lambda^T Delta - 2 gamma lies in the range of D_mask Lambda^T (plus a
     constant), so u(t) = u0 + D_mask (Lambda^T G(t) - 2 gamma t) exactly, with
@@ -81,7 +81,7 @@ def rhs_glv_reduced(t: float | Float[Array, ""], G: Float[Array, " m"], args: tu
     return -(8.0 / data.m) * (data.outputs_z(z) - data.y)
 
 
-def jac_glv_reduced(t: float | Float[Array, ""], G: Float[Array, " m"], args: tuple[Any, ...]) -> Float[Array, "m m"]:
+def jac_glv_reduced(t: Float[ArrayLike, ""], G: Float[Array, " m"], args: tuple[Any, ...]) -> Float[Array, "m m"]:
     """Jacobian of `rhs_glv_reduced`: -(8/m) Lambda diag(z) Lambda^T (D_mask z = z), shape
     (m, m), one (m, p) x (p, m) product."""
     data = args[0]
@@ -179,7 +179,7 @@ def factor_linear_term(model, *, max_rank: int = FACTOR_MAX_RANK):
 
 
 def rhs_M_mu(
-    t: float | Float[Array, ""], state: tuple[Float[Array, "p p"], Float[Array, " p"]], args: tuple[Any, ...]
+    t: Float[ArrayLike, ""], state: tuple[Float[Array, "p p"], Float[Array, " p"]], args: tuple[Any, ...]
 ) -> tuple[Float[Array, "p p"], Float[Array, " p"]]:
     """Eq. E10 with weight decay: state = (M (p, p), mu (p,)), args = (model or data, gamma, d).
 
