@@ -17,7 +17,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 if TYPE_CHECKING:
     from ..data._model import NQFModel
@@ -76,7 +76,7 @@ def _draw(key, m: int, batch_size: int, steps: int):
     return jnp.argsort(u, axis=1)[:, :batch_size].astype(jnp.int32)
 
 
-def check_batch_indices(idx: Int[ArrayLike, "steps b"], m: int, steps: int) -> Int[Array, "steps b"]:
+def check_batch_indices(idx: Int[Array, "steps b"] | Int[np.ndarray, "steps b"], m: int, steps: int) -> Int[Array, "steps b"]:
     """Validate a batch schedule: integer array of shape (steps, b), 1 <= b <= m, entries in
     [0, m). Repeated entries within a row are allowed (they count twice in the weights).
 
