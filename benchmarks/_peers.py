@@ -146,8 +146,9 @@ class Fig3:
         return np.abs(z / self.z_ref - 1.0).max()
 
     def contenders(self):
-        import nqf
         from scipy.integrate import solve_ivp
+
+        import nqf
 
         u0 = np.log(np.sum((self.P.T @ self.W0) ** 2, axis=1))
         c = 8.0 / self.m
@@ -225,8 +226,9 @@ class MLP:
         return (np.abs(M - self.M_ref).max(axis=(1, 2)) / np.abs(self.M_ref).max(axis=(1, 2))).max()
 
     def contenders(self):
-        import nqf
         from scipy.integrate import solve_ivp
+
+        import nqf
 
         def scipy(method):
             def run(r):
@@ -312,9 +314,10 @@ class Powerlaw:
         return _excess_loss_diagonal(self.lam, self.y, np.exp(u), self.z_star, self.g)
 
     def contenders(self):
-        import nqf
         from scipy.integrate import solve_ivp
         from scipy.sparse import diags
+
+        import nqf
 
         u0 = np.log(self.z0)
         lam, y, c = self.lam, self.y, self.c
@@ -377,8 +380,8 @@ class Coupled:
     T1 = 1e5
 
     def __init__(self, p: int, m: int = 100):
-        from nqf.data import CommutingData
         from nqf import glv_equilibrium
+        from nqf.data import CommutingData
 
         self.p, self.m = int(p), int(m)
         rng = np.random.default_rng(0)

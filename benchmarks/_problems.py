@@ -64,7 +64,7 @@ def best_times(fns: dict, repeat: int):
     """Best wall time of `repeat` calls of each fn in `fns` ({name: fn}), the calls interleaved
     (round r calls every fn once) so that a change in machine load hits all of them alike.
     Returns ({name: seconds}, {name: last result})."""
-    best = {k: np.inf for k in fns}
+    best = dict.fromkeys(fns, np.inf)
     out = {}
     for _ in range(repeat):
         for k, fn in fns.items():
@@ -93,6 +93,7 @@ class Fig3:
 
     def __init__(self):
         import scipy.integrate  # noqa: F401  (import cost in set-up, not in a timed solve)
+
         from nqf.datasets import fig3_data
 
         self.data = fig3_data()
@@ -162,6 +163,7 @@ class Powerlaw:
 
     def __init__(self):
         import scipy.integrate  # noqa: F401  (import cost in set-up, not in a timed solve)
+
         from nqf.datasets import powerlaw_data
 
         self.data = powerlaw_data(PL_P)

@@ -129,7 +129,7 @@ class Case:
 def best_times(fns: dict, repeat: int) -> dict:
     """Best wall time of `repeat` calls of each fn, the calls interleaved (round r calls every fn
     once) so that a change in machine load hits all of them alike."""
-    best = {k: np.inf for k in fns}
+    best = dict.fromkeys(fns, np.inf)
     for _ in range(repeat):
         for k, fn in fns.items():
             t0 = time.perf_counter()

@@ -98,9 +98,9 @@ def main(argv=None) -> int:
     for p in ((10**4, 10**5) if args.quick else (10**6, 10**7)):
         data = nqf.datasets.powerlaw_data(p)
         z0 = 1e-6 * np.arange(1, p + 1.0) ** -1.2
-        ex = record(f"powerlaw p={p:.0e} exact", lambda: nqf.solve_flow(data, z0=z0, t1=1e5, ts=ts, method="exact",
+        ex = record(f"powerlaw p={p:.0e} exact", lambda: nqf.solve_flow(data, z0=z0, t1=1e5, ts=ts, method="exact",  # noqa: B023 (run now)
                                                                         save="loss"), 2)
-        st = record(f"powerlaw p={p:.0e} stiff", lambda: nqf.solve_flow(data, z0=z0, t1=1e5, ts=ts, stiff=True,
+        st = record(f"powerlaw p={p:.0e} stiff", lambda: nqf.solve_flow(data, z0=z0, t1=1e5, ts=ts, stiff=True,  # noqa: B023 (run now)
                                                                         rtol=1e-7, save="loss", max_steps=10**6),
                     1, steps)
         keep = ex.excess_loss >= 1e-10 * ex.excess_loss[0]

@@ -84,7 +84,7 @@ def cases():
     ones = np.ones((m, 1))
     U = np.stack([np.hstack([X, ones]), np.hstack([X, -ones])], axis=2)
     lr = nqf.LowRankData(U, np.tile([0.25, -0.25], (m, 1)), np.asarray(ff.y))
-    out.append(dict(name=f"LowRankData (the same MLP data, U (m, p, 2)), factor form",
+    out.append(dict(name="LowRankData (the same MLP data, U (m, p, 2)), factor form",
                     run=lambda d=lr, p=p, r=r: (flow.rhs_factor, 0.01 * rng.standard_normal((p, r)), (d, 0.0, None)),
                     flops=2 * 2 * m * p * 2 * r, bytes=8 * (m * p * 2 + 2 * m + m + 2 * p * r)))
 

@@ -19,10 +19,10 @@ import jax.numpy as jnp
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-import nqf  # noqa: E402
+import nqf
 
 out = pathlib.Path(os.environ.get("NQF_EXAMPLES_OUT") or tempfile.mkdtemp(prefix="nqf-examples-"))
 out.mkdir(parents=True, exist_ok=True)

@@ -78,7 +78,7 @@ def _check_model_matches(model, f, xs, p, order):
     errs = []
     for eps in (1e-2, 5e-3):
         We = eps * W
-        ref = np.asarray(jax.vmap(lambda x: f(jnp.asarray(We), x))(xs))
+        ref = np.asarray(jax.vmap(lambda x: f(jnp.asarray(We), x))(xs))  # noqa: B023 (called here)
         out = np.asarray(model.outputs(We @ We.T, We.sum(axis=1)))
         errs.append(np.abs(out - ref).max())
     assert np.log2(errs[0] / errs[1]) >= order - 0.2, errs

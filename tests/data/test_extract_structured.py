@@ -16,8 +16,8 @@ import pytest
 
 import nqf
 from nqf import structure as S
-from nqf.data._extract import ExtractionError, ZGZWarning, extract, extract_report
 from nqf._core.memory import MemoryBudgetError
+from nqf.data._extract import ExtractionError, ZGZWarning, extract, extract_report
 from nqf.modules import CNN, MHA, MLP
 
 N = 4  # inputs of the MLPs
@@ -145,7 +145,7 @@ def test_sigmoid_mlp_gives_model_with_g_and_no_B(xs):
     errs = []
     for eps in (1e-2, 5e-3):
         We = eps * W
-        ref = np.asarray(jax.vmap(lambda x: f(jnp.asarray(We), x))(xs))
+        ref = np.asarray(jax.vmap(lambda x: f(jnp.asarray(We), x))(xs))  # noqa: B023 (called here)
         errs.append(np.abs(np.asarray(model.outputs(We @ We.T, We.sum(axis=1))) - ref).max())
     assert np.log2(errs[0] / errs[1]) >= 2.8, errs
 

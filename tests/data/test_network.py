@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import nqf
 from nqf.data import Network, NeuronError, PrecisionWarning
 
 KEY = jax.random.PRNGKey(0)

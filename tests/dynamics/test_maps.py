@@ -7,8 +7,8 @@ is relative 1e-12 in float64 on the whole trajectory: max_n |M_closed - M_w| / m
 the same for mu).
 """
 
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 import pytest
 import scipy.integrate
 from hypothesis import given, settings

@@ -215,8 +215,8 @@ def _check_batch(values, grads, single, lrs, betas):
     for i, (lr, beta) in enumerate(zip(lrs, betas)):
         ref = single(lr, beta)
         assert rel(values[i], ref.loss[-1]) <= TOL
-        assert_grad(float(grads[0][i]), central(lambda x: single(x, beta).loss[-1], lr, 1.0, 1e-6))
-        assert_grad(float(grads[1][i]), central(lambda x: single(lr, x).loss[-1], beta, 1.0, 1e-6))
+        assert_grad(float(grads[0][i]), central(lambda x: single(x, beta).loss[-1], lr, 1.0, 1e-6))  # noqa: B023
+        assert_grad(float(grads[1][i]), central(lambda x: single(lr, x).loss[-1], beta, 1.0, 1e-6))  # noqa: B023
 
 
 def test_closed_map_under_jit_vmap_and_grad():

@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from _quick_runs import quick_run
 import nqf
+from _quick_runs import quick_run
 from nqf import multilayer as ml
 from nqf.experiments import fig8
 
@@ -202,7 +202,7 @@ def test_fig8_quick(tmp_path_factory):
     names = [c["name"] for c in res["claims"]]
     assert len(names) == 10 and len(set(names)) == 10
     assert set(res["gaps"]) == {"mlp small", "mlp large", "attention small", "attention large"}
-    for key, case in res["cases"].items():
+    for case in res["cases"].values():
         n = res["settings"]["n_saves"] + 1
         assert len(case["steps"]) == n and case["steps"][-1] == res["settings"]["steps"]
         for name in ("original", "nqf2", "nqf1"):

@@ -84,7 +84,8 @@ REVISED = {"fig2", "digits", "fig5", "fig8"}  # figures whose metrics issue 15 f
 
 
 def assert_claim_records(claims):
-    from nqf.experiments._common import REVISED as REVISED_KIND, SETTINGS, VERDICTS
+    from nqf.experiments._common import REVISED as REVISED_KIND
+    from nqf.experiments._common import SETTINGS, VERDICTS
 
     assert claims and len({c["name"] for c in claims}) == len(claims)
     for c in claims:
@@ -151,7 +152,7 @@ def test_sample_scaling_quick(tmp_path_factory):
     ds = res["settings"]["ds"]
     assert set(res["spectral"]) == {f"gamma={g:g},d={d}" for g in ss.GAMMAS for d in ds}
     for key, sp in res["spectral"].items():
-        d, gamma = sp["d"], sp["gamma"]
+        d = sp["d"]
         lam = ss.sp_lam(sp)
         th = res["thresholds"][key]
         np.testing.assert_allclose(th["n_half_predicted"], spectral.half_overlap_sizes(lam, d, sigma=ss.SIGMA)[:6],

@@ -10,8 +10,8 @@ import nqf
 import nqf.experiments
 from _quick_runs import quick_run
 from nqf import datasets
-from nqf.experiments import fig5
 from nqf.dynamics._gd import gradient_descent
+from nqf.experiments import fig5
 
 pytestmark = pytest.mark.slow  # reproductions (python -m pytest -m slow)
 

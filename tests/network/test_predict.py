@@ -4,7 +4,6 @@ the null-space projection against a dense Jacobian), the recorded network at sma
 bad input."""
 
 import dataclasses
-import warnings
 
 import equinox as eqx
 import jax

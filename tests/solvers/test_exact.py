@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 import nqf
-from nqf.dynamics._glv import logistic_log_z, logistic_z
-
 from conftest import random_orthogonal
+from nqf.dynamics._glv import logistic_log_z, logistic_z
 
 
 def _mp_logistic(z0, a, C, t):

@@ -5,11 +5,10 @@ import numpy as np
 import pytest
 
 import nqf
+from conftest import random_orthogonal
 from nqf import kernels
 from nqf.data import CommutingData, DiagonalData
 from nqf.dynamics._flow import rhs_glv
-
-from conftest import random_orthogonal
 
 RTOL = 1e-13
 P_BIG = 70_001  # > 2 parallel chunks (2^15) and a partial cache block

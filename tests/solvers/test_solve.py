@@ -1,6 +1,5 @@
 """The closed MSE flow (Eq. E9) in each form against an independent scipy integration."""
 
-import jax
 import numpy as np
 import pytest
 import scipy.integrate

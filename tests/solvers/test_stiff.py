@@ -282,8 +282,8 @@ def test_host_reduced_path_matches_explicit_flow(host):
 def test_block_solver_solves_block_diagonal_systems():
     """BlockSolver against numpy's dense solve on a random block-diagonal matrix (vectors (p,)
     and stacked states (B, p)), and refusing a size that K does not divide."""
-    import lineax as lx
     import jax.numpy as jnp
+    import lineax as lx
     from scipy.linalg import block_diag
 
     from nqf.stiff import BlockSolver

@@ -160,7 +160,7 @@ def test_results_pickle_and_round_trip(fig3, tmp_path):
     assert list(frame.columns) == ["member", "eps", "t", "loss", "excess_loss"] and len(frame) == 2 * 201
     np.testing.assert_array_equal(frame["loss"].to_numpy().reshape(2, -1), sweep.loss)
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 (whatever numpy raises on a corrupt archive)
         nqf.load(tmp_path / "junk.npz")
     np.savez(tmp_path / "plain.npz", a=np.ones(2))
     with pytest.raises(ValueError, match="not an nqf result file"):

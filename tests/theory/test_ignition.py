@@ -7,10 +7,9 @@ hand-made curves."""
 
 import types
 
-import scipy.optimize
-
 import numpy as np
 import pytest
+import scipy.optimize
 
 import nqf
 
@@ -182,8 +181,8 @@ def test_sweep_gives_one_row_per_member(fig3):
         (dict(refine="cubic"), ValueError, r"`refine` must be one of .*found 'cubic'"),
         (dict(xtol=0.0), ValueError, r"`xtol` must be finite and > 0"),
         (dict(modes="some"), ValueError, r"`modes` must be one of \('all', 'growing'\); found 'some'"),
-        (dict(modes=[0, 2]), ValueError, r"`modes` must be 'all', 'growing' or a boolean mask of shape \(5,\); "
-                                         r"found an array of dtype int64"),
+        (dict(modes=[0, 2]), ValueError, (r"`modes` must be 'all', 'growing' or a boolean mask of shape \(5,\); "
+                                          r"found an array of dtype int64")),
         (dict(modes=np.ones(4, bool)), ValueError,
          r"`modes` \(a boolean mask\) must have shape \(5,\); found \(4,\)"),
         (dict(target="final"), ValueError,

@@ -11,11 +11,11 @@ import pytest
 
 import nqf
 from nqf import datasets
-from nqf.validate._samplewise import thm4_data, thm5_data
 from nqf import AssumptionError
 from nqf.data import CommutingData, DenseData
-from nqf.theory._oracles import proposition7, theorem6, theorem7, theorem16
 from nqf.samplewise import theorem4, theorem5
+from nqf.theory._oracles import proposition7, theorem6, theorem7, theorem16
+from nqf.validate._samplewise import thm4_data, thm5_data
 
 TS = np.array([0.0, 0.5, 1.5, 3.0])
 RTOL = 1e-12  # traced vs plain
@@ -71,7 +71,7 @@ def test_samplewise_oracles_under_transforms(oracle, make):
         fd = central(lambda s: loss(s, y, TS)[0], e, 1e-5 * e)
         assert abs(ge[i] / fd - 1) <= GTOL
         for k in range(data.m):
-            fd = central(lambda v: loss(e, v, TS)[0], y, np.eye(data.m)[k] * 1e-6)
+            fd = central(lambda v: loss(e, v, TS)[0], y, np.eye(data.m)[k] * 1e-6)  # noqa: B023 (called here)
             assert abs(gy[i, k] - fd) <= GTOL * np.abs(gy[i]).max()
 
 

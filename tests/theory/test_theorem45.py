@@ -16,9 +16,7 @@ import scipy.integrate
 
 import nqf
 from nqf import datasets
-from nqf.validate._samplewise import thm4_data, thm5_data
 from nqf.data import CommutingData, DenseData
-from nqf.theory._oracles import AssumptionError
 from nqf.samplewise import (
     crossing_times,
     measure_sample_ignition_times,
@@ -30,7 +28,9 @@ from nqf.samplewise import (
     theorem4,
     theorem5,
 )
+from nqf.theory._oracles import AssumptionError
 from nqf.validate import matrix_relative_error, norm_relative_error, relative_error
+from nqf.validate._samplewise import thm4_data, thm5_data
 
 BOUND = 1e-8
 RTOL = 1e-11

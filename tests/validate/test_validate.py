@@ -70,9 +70,9 @@ def _check_registry_extensible():
 def test_theorem2_check_detects_a_wrong_map():
     """The Theorem 2 measure is not vacuous: Nesterov's closed map against heavy-ball W-space
     training (one momentum term placed differently) is far above the 1e-10 bound."""
-    from nqf.validate import _theorem2 as T2
     from nqf.dynamics._maps import closed_map
     from nqf.dynamics._wspace import train_w
+    from nqf.validate import _theorem2 as T2
 
     _, model, W0 = T2._models()
     kw = dict(lr=0.02, steps=50)

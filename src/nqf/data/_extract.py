@@ -50,19 +50,21 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-import equinox as eqx
+from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from .._core._errors import NQFWarning
 from .._core._checks import as_array
 from .._core._config import require_x64
 from . import _extract_blocks as _blocks
 from ._model import NQFModel
-from ._operators import DenseData, FeedForwardData
+from ._operators import AbstractData, DenseData, FeedForwardData
 
 __all__ = [
     "extract",
@@ -335,11 +337,15 @@ def _quadratic(model, W):
     return model.outputs_factor(W, jnp.sum(W, axis=1))
 
 
-def extract_report(f, x, p: int | None = None, y=None, *, width: int = 2, scale: float = 0.3, seed: int = 0,
-                   sym_tol: float = 1e-9, zgz_tol: float = 1e-12, order_bound: float = 2.5,
-                   ts=(2e-2, 1e-2, 5e-3), on_error: str = "raise", normalization: str | None = None,
-                   f0_rtol: float = 1e-10, structure: str = "auto", groups=None, chunk_size: int | None = None,
-                   memory_budget=None, structure_tol: float = 1e-10):
+def extract_report(f: Callable[[Float[Array, "p d"], Any], ArrayLike], x: PyTree[Float[ArrayLike, "m ..."]],
+                   p: int | None = None,
+                   y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None, *, width: int = 2,
+                   scale: float = 0.3, seed: int = 0, sym_tol: float = 1e-9, zgz_tol: float = 1e-12,
+                   order_bound: float = 2.5, ts: Sequence[float] = (2e-2, 1e-2, 5e-3), on_error: str = "raise",
+                   normalization: str | None = None, f0_rtol: float = 1e-10, structure: str = "auto",
+                   groups: Sequence[int] | None = None, chunk_size: int | None = None,
+                   memory_budget: float | None = None, structure_tol: float = 1e-10,
+                   ) -> tuple[AbstractData | NQFModel, ExtractionReport]:
     """`extract` plus the `ExtractionReport` of its checks; returns ``(representation, report)``.
 
     **Arguments:**
@@ -470,7 +476,7 @@ def extract_report(f, x, p: int | None = None, y=None, *, width: int = 2, scale:
 
     # C^3 test: remainder of the quadratic model along three random directions (d = 4).
     orders, parities = [], []
-    for trial in range(3):
+    for _ in range(3):
         V = scale * rng.standard_normal((p, 4))
         rs = []
         for t in ts:
@@ -583,7 +589,10 @@ def _flat_labels(y, m, k):
     raise ValueError(f"`y` must have shape ({m},) or ({m}, {k}); found {y.shape}.")
 
 
-def extract(f, x, p: int | None = None, y=None, **kwargs):
+def extract(f: Callable[[Float[Array, "p d"], Any], ArrayLike], x: PyTree[Float[ArrayLike, "m ..."]],
+            p: int | None = None,
+            y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None,
+            **kwargs: Any) -> AbstractData | NQFModel:
     """Structure matrices of the module ``f(W, x)`` at W = 0 by autodiff with two neurons
     (Theorems 1, 12), in chunks of inputs.
 
@@ -615,7 +624,8 @@ def extract(f, x, p: int | None = None, y=None, **kwargs):
     return extract_report(f, x, p, y, **kwargs)[0]
 
 
-def module_fn(module, neurons):
+def module_fn(module: eqx.Module, neurons: Sequence[tuple[Callable[[Any], Array], int]],
+              ) -> tuple[Callable[[Float[Array, "p d"], Any], Array], int]:
     """``(f, p)`` for `extract` from an equinox module whose neurons are slices of some of its
     parameter arrays: ``nqf.Network(module, neurons=neurons)`` and its `p` (kept for nqf 0.1;
     `nqf.Network` is the full adapter: flax.nnx modules, packed attention heads, ``"auto"``,

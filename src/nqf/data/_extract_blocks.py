@@ -396,9 +396,9 @@ def feedforward(chunks: Chunks, p: int, groups, names: GroupNames, split, rng, t
     k1s, k2s = offs[t] - offs[first], offs[last + 1] - offs[t]
     small_is_z2 = k2s <= k1s
     if small_is_z2:  # z_s = groups [t, last]; the larger side is every group before t
-        small, big, far = range(t, last + 1), range(0, t), range(last + 1, n_g)
+        small, big, far = range(t, last + 1), range(t), range(last + 1, n_g)
     else:  # z_s = groups [first, t); the larger side is every group from t on
-        small, big, far = range(first, t), range(t, n_g), range(0, first)
+        small, big, far = range(first, t), range(t, n_g), range(first)
     lo, ks = int(offs[small[0]]), int(offs[small[-1] + 1] - offs[small[0]])
     b0, b1 = int(offs[big[0]]), int(offs[big[-1] + 1])
     probe = np.zeros((N_PROBES, p))

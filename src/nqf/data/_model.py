@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._core._checks import as_array, check_symmetric
 from .._core.io import register
@@ -44,7 +44,13 @@ class NQFModel(eqx.Module):
     B: Float[Array, "m p p"] | None
     f0: Float[Array, " m"] | None
 
-    def __init__(self, data: AbstractData, g=None, B=None, f0=None):
+    def __init__(
+        self,
+        data: AbstractData,
+        g: Float[ArrayLike, "m p"] | None = None,
+        B: Float[ArrayLike, "m p p"] | None = None,
+        f0: Float[ArrayLike, " m"] | None = None,
+    ):
         if not isinstance(data, AbstractData):
             raise TypeError(f"`data` must be an nqf data set; found {type(data).__name__}.")
         m, p = data.m, data.p
@@ -65,7 +71,7 @@ class NQFModel(eqx.Module):
         return self.data.p
 
     @property
-    def y(self):
+    def y(self) -> Float[Array, " m"]:
         return self.data.y
 
     @property
@@ -99,7 +105,7 @@ class NQFModel(eqx.Module):
         return u
 
 
-def as_model(model) -> NQFModel:
+def as_model(model: NQFModel | AbstractData) -> NQFModel:
     """An `NQFModel`, wrapping a bare data set as the plain model (g = B = f0 = 0)."""
     if isinstance(model, NQFModel):
         return model

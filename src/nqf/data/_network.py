@@ -48,11 +48,13 @@ import copy
 import dataclasses
 import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from .._core._errors import NQFWarning
 from .._core._checks import shape_str
@@ -305,8 +307,10 @@ class Network:
     float32 after its parameters were cast to float64.
     """
 
-    def __init__(self, module, neurons="auto", *, width: int | None = None,
-                 apply: Callable | None = None, W0=None, groups=None):
+    def __init__(self, module: Any, neurons: str | Mapping[Any, int] | Sequence[tuple[Any, int]] = "auto", *,
+                 width: int | None = None,
+                 apply: Callable | None = None, W0: Float[ArrayLike, "p d"] | None = None,
+                 groups: Sequence[int] | None = None):
         require_x64()
         if apply is not None and not callable(apply):
             raise TypeError(f"`apply` must be a callable apply(module, x); found {type(apply).__name__}.")
@@ -361,7 +365,7 @@ class Network:
             f"{s.name} (axis {s.axis}{f', {s.pack} per neuron' if s.pack > 1 else ''})" for s in self._slots)
 
     # -- the layout ---------------------------------------------------------------------------------
-    def to_W(self, params=None):
+    def to_W(self, params: PyTree[Array] | None = None) -> Float[Array, "p d"]:
         """The neuron parameters of `params` (default: the module's) as W (p, d); JAX arrays in,
         JAX array out (traceable)."""
         leaves = self._leaves if params is None else jax.tree_util.tree_leaves(params)
@@ -372,7 +376,7 @@ class Network:
             cols.append(a.reshape((d, -1)))  # neuron-major: block i of a packed axis is neuron i
         return jnp.concatenate(cols, axis=1).T
 
-    def with_params_W(self, params, W):
+    def with_params_W(self, params: PyTree[Array], W: Float[ArrayLike, "p d_prime"]) -> PyTree[Array]:
         """`params` with the neuron arrays replaced from W (p, d') (any width d')."""
         W = jnp.asarray(W)
         leaves = list(jax.tree_util.tree_leaves(params))
@@ -385,25 +389,25 @@ class Network:
         return jax.tree_util.tree_unflatten(self._treedef, leaves)
 
     @property
-    def W(self) -> np.ndarray:
+    def W(self) -> Float[np.ndarray, "p d"]:
         """The module's neuron parameters as W (p, d), float64."""
         return np.asarray(self.to_W())
 
     @property
-    def params(self):
+    def params(self) -> PyTree[Array]:
         """The module's arrays as a pytree (what an optimizer trains)."""
         return self._params
 
-    def with_W(self, W):
+    def with_W(self, W: Float[ArrayLike, "p d_prime"]) -> Any:
         """The module rebuilt with neuron parameters W (p, d') (any width d'); frozen arrays kept."""
         W = self._check_W(W)
         return self._rebuild(self.with_params_W(self._params, W))
 
-    def apply(self, params, x):
+    def apply(self, params: PyTree[Array], x: PyTree[ArrayLike]) -> Float[Array, "*k"]:
         """The output for one input x from a parameter pytree like `params` (traceable)."""
         return self._call(params, x)
 
-    def __call__(self, W, x):
+    def __call__(self, W: Float[ArrayLike, "p d_prime"], x: PyTree[ArrayLike]) -> Float[Array, "*k"]:
         """The module's output at W (p, d') for one input x: f(W, x) for `nqf.extract`."""
         if jnp.ndim(W) != 2 or jnp.shape(W)[0] != self.p:
             raise ValueError(f"`W` must have shape (p, d') = ({self.p}, d'); found {shape_str(jnp.shape(W))}.")
@@ -418,7 +422,7 @@ class Network:
             cache[key] = build()
         return cache[key]
 
-    def neuron_mask(self):
+    def neuron_mask(self) -> PyTree[bool]:
         """A pytree like `params` of bools: True on the neuron arrays."""
         used = {s.index for s in self._slots}
         return jax.tree_util.tree_unflatten(self._treedef, [i in used for i in range(len(self._leaves))])
@@ -435,7 +439,7 @@ class Network:
                              f"neuron); found {shape_str(shape)}.")
         return jnp.asarray(W, dtype=jnp.float64)
 
-    def check_inputs(self, x):
+    def check_inputs(self, x: PyTree[Float[ArrayLike, "m ..."]]) -> PyTree[Float[Array, "m ..."]]:
         """x with floating leaves in float64 (one `PrecisionWarning` if any was cast), and the
         output dtype of the module checked on the first input.
 

@@ -34,7 +34,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._core._checks import as_array, check_symmetric, is_traced, shape_str
 from .._core.io import register
@@ -115,13 +115,13 @@ class AbstractData(eqx.Module):
               f"{self.p}, {self.p}) array)", "keep the structured representation: every flow, map "
               "and oracle of nqf works on it without dense().")
 
-    def subset(self, idx) -> "AbstractData | None":
+    def subset(self, idx: Int[ArrayLike, " b"]) -> AbstractData | None:
         """The data set of the samples `idx` (integer array (b,), repeats kept) in the same
         representation, or None if the representation has no cheap row subset. Works inside
         `jit` (constructors only shape-check traced arrays)."""
         return None
 
-    def scaled(self, c: float) -> "AbstractData":
+    def scaled(self, c: float | Float[Array, ""]) -> AbstractData:
         """The data set with every A_mu multiplied by c (labels kept), in the same
         representation where it has one (else `DenseData`).
 
@@ -132,7 +132,7 @@ class AbstractData(eqx.Module):
                 raise ValueError(f"`c` must be a finite real scalar; found {c!r}.")
         return self._scaled(c)
 
-    def _scaled(self, c) -> "AbstractData":
+    def _scaled(self, c: float | Float[Array, ""]) -> AbstractData:
         return DenseData(c * jnp.asarray(self.dense()), self.y)
 
     # Derived MSE quantities (THEORY E8-E9).
@@ -167,7 +167,7 @@ class DenseData(AbstractData):
     A: Float[Array, "m p p"]
     y: Float[Array, " m"]
 
-    def __init__(self, A, y):
+    def __init__(self, A: Float[ArrayLike, "m p p"], y: Float[ArrayLike, " m"]):
         A = as_array(A, "A", ndim=3)
         if A.shape[1] != A.shape[2]:
             raise ValueError(f"`A` must have shape (m, p, p); found {A.shape}.")
@@ -179,25 +179,25 @@ class DenseData(AbstractData):
     def p(self) -> int:
         return self.A.shape[-1]
 
-    def traces(self, X):
+    def traces(self, X: Float[Array, "p p"]) -> Float[Array, " m"]:
         return jnp.einsum("mij,ij->m", self.A, X)
 
-    def traces_factor(self, F):
+    def traces_factor(self, F: Float[Array, "p r"]) -> Float[Array, " m"]:
         return jnp.einsum("mij,ir,jr->m", self.A, F, F)
 
-    def apply(self, c, X):
+    def apply(self, c: Float[Array, " m"], X: Float[Array, "p r"]) -> Float[Array, "p r"]:
         return self.weighted_sum(c) @ X
 
-    def weighted_sum(self, c):
+    def weighted_sum(self, c: Float[Array, " m"]) -> Float[Array, "p p"]:
         return jnp.einsum("m,mij->ij", c, self.A)
 
-    def dense(self):
+    def dense(self) -> Float[Array, "m p p"]:
         return self.A
 
-    def subset(self, idx):
+    def subset(self, idx: Int[ArrayLike, " b"]) -> AbstractData:
         return DenseData(self.A[idx], self.y[idx])
 
-    def _scaled(self, c):
+    def _scaled(self, c: float | Float[Array, ""]) -> AbstractData:
         return DenseData(c * self.A, self.y)
 
 
@@ -257,17 +257,17 @@ class _SharedBasisData(AbstractCommutingData):
         """z_k = (P^T F F^T P)_kk without forming F F^T."""
         return jnp.sum(self._to_basis(F) ** 2, axis=1)
 
-    def traces(self, X):
+    def traces(self, X: Float[Array, "p p"]) -> Float[Array, " m"]:
         return self.outputs_z(self.z(X))
 
-    def traces_factor(self, F):
+    def traces_factor(self, F: Float[Array, "p r"]) -> Float[Array, " m"]:
         return self.outputs_z(self.z_factor(F))
 
-    def apply(self, c, X):
+    def apply(self, c: Float[Array, " m"], X: Float[Array, "p r"]) -> Float[Array, "p r"]:
         h = self.pullback(c)
         return self._from_basis(h[:, None] * self._to_basis(X))
 
-    def weighted_sum(self, c):
+    def weighted_sum(self, c: Float[Array, " m"]) -> Float[Array, "p p"]:
         h = self.pullback(c)
         if self.P is None:
             return jnp.diag(h)
@@ -307,14 +307,26 @@ class CommutingData(_SharedBasisData):
     y: Float[Array, " m"]
     P: Float[Array, "p p"] | None = None
 
-    def __init__(self, Lambda, y, P=None):
+    def __init__(
+        self,
+        Lambda: Float[ArrayLike, "m p"],
+        y: Float[ArrayLike, " m"],
+        P: Float[ArrayLike, "p p"] | None = None,
+    ):
         self.Lambda = as_array(Lambda, "Lambda", ndim=2)
         m, p = self.Lambda.shape
         self.y = _check_labels(y, m, p, f"`Lambda` of shape {shape_str(self.Lambda.shape)}")
         self.P = _check_basis(P, p)
 
     @classmethod
-    def from_dense(cls, A, y, *, rtol: float = 1e-10, seed: int = 0) -> "CommutingData":
+    def from_dense(
+        cls,
+        A: Float[ArrayLike, "m p p"],
+        y: Float[ArrayLike, " m"],
+        *,
+        rtol: float = 1e-10,
+        seed: int = 0,
+    ) -> CommutingData:
         """Jointly diagonalize commuting dense matrices A (m, p, p).
 
         **Raises:** `ValueError` naming the largest commutator |A_mu A_nu - A_nu A_mu| relative to
@@ -348,13 +360,13 @@ class CommutingData(_SharedBasisData):
     def p(self) -> int:
         return self.Lambda.shape[1]
 
-    def traces(self, X):
+    def traces(self, X: Float[Array, "p p"]) -> Float[Array, " m"]:
         return self.Lambda @ self.z(X)
 
-    def traces_factor(self, F):
+    def traces_factor(self, F: Float[Array, "p r"]) -> Float[Array, " m"]:
         return self.Lambda @ self.z_factor(F)
 
-    def dense(self):
+    def dense(self) -> Float[Array, "m p p"]:
         self._check_dense_memory()
         if self.P is None:
             return jax.vmap(jnp.diag)(self.Lambda)
@@ -364,19 +376,19 @@ class CommutingData(_SharedBasisData):
         """C' = Lambda^T Lambda, the GLV competition matrix (Eq. E13), shape (p, p)."""
         return self.Lambda.T @ self.Lambda
 
-    def outputs_z(self, z):
+    def outputs_z(self, z: Float[Array, "... p"]) -> Float[Array, "... m"]:
         return z @ self.Lambda.T
 
-    def pullback(self, delta):
+    def pullback(self, delta: Float[Array, "... m"]) -> Float[Array, "... p"]:
         return delta @ self.Lambda
 
-    def feature_norms(self):
+    def feature_norms(self) -> Float[Array, " p"]:
         return jnp.sum(self.Lambda**2, axis=0)
 
-    def subset(self, idx):
+    def subset(self, idx: Int[ArrayLike, " b"]) -> AbstractData:
         return CommutingData(self.Lambda[idx], self.y[idx], self.P)
 
-    def _scaled(self, c):
+    def _scaled(self, c: float | Float[Array, ""]) -> AbstractData:
         return CommutingData(c * self.Lambda, self.y, self.P)
 
 
@@ -402,7 +414,7 @@ class DiagonalData(AbstractCommutingData):
     lam: Float[Array, " p"]
     y: Float[Array, " m"]
 
-    def __init__(self, lam, y):
+    def __init__(self, lam: Float[ArrayLike, " p"], y: Float[ArrayLike, " p"]):
         self.lam = as_array(lam, "lam", ndim=1)
         self.y = _check_labels(y, self.lam.shape[0])
 
@@ -419,34 +431,34 @@ class DiagonalData(AbstractCommutingData):
         """diag(lam), shape (p, p) (materialized: small p only)."""
         return jnp.diag(self.lam)
 
-    def z(self, M):
+    def z(self, M: Float[Array, "p p"]) -> Float[Array, " p"]:
         return jnp.diagonal(M)
 
-    def z_factor(self, F):
+    def z_factor(self, F: Float[Array, "p r"]) -> Float[Array, " p"]:
         return jnp.sum(F**2, axis=1)
 
-    def outputs_z(self, z):
+    def outputs_z(self, z: Float[Array, "... p"]) -> Float[Array, "... m"]:
         return self.lam * z
 
-    def pullback(self, delta):
+    def pullback(self, delta: Float[Array, "... m"]) -> Float[Array, "... p"]:
         return self.lam * delta
 
-    def feature_norms(self):
+    def feature_norms(self) -> Float[Array, " p"]:
         return self.lam**2
 
-    def traces(self, X):
+    def traces(self, X: Float[Array, "p p"]) -> Float[Array, " m"]:
         return self.lam * jnp.diagonal(X)
 
-    def traces_factor(self, F):
+    def traces_factor(self, F: Float[Array, "p r"]) -> Float[Array, " m"]:
         return self.lam * self.z_factor(F)
 
-    def apply(self, c, X):
+    def apply(self, c: Float[Array, " m"], X: Float[Array, "p r"]) -> Float[Array, "p r"]:
         return (c * self.lam)[:, None] * X
 
-    def weighted_sum(self, c):
+    def weighted_sum(self, c: Float[Array, " m"]) -> Float[Array, "p p"]:
         return jnp.diag(c * self.lam)
 
-    def dense(self):
+    def dense(self) -> Float[Array, "m p p"]:
         self._check_dense_memory()
         k = jnp.arange(self.p)
         return jnp.zeros((self.p, self.p, self.p)).at[k, k, k].set(self.lam)
@@ -455,7 +467,7 @@ class DiagonalData(AbstractCommutingData):
         """C' = diag(lam^2), shape (p, p) (materialized: small p only)."""
         return jnp.diag(self.lam**2)
 
-    def _scaled(self, c):
+    def _scaled(self, c: float | Float[Array, ""]) -> AbstractData:
         return DiagonalData(c * self.lam, self.y)
 
 
@@ -489,7 +501,12 @@ class BlockData(_SharedBasisData):
     y: Float[Array, " m"]
     P: Float[Array, "p p"] | None = None
 
-    def __init__(self, blocks, y, P=None):
+    def __init__(
+        self,
+        blocks: Float[ArrayLike, "m K"],
+        y: Float[ArrayLike, " m"],
+        P: Float[ArrayLike, "p p"] | None = None,
+    ):
         self.blocks = as_array(blocks, "blocks", ndim=2)
         m, K = self.blocks.shape
         if K < 1:
@@ -513,18 +530,18 @@ class BlockData(_SharedBasisData):
         m, K = self.blocks.shape
         return (jnp.eye(m)[:, :, None] * self.blocks[None, :, :]).reshape(m, m * K)
 
-    def outputs_z(self, z):
+    def outputs_z(self, z: Float[Array, "... p"]) -> Float[Array, "... m"]:
         m, K = self.blocks.shape
         return jnp.sum(z.reshape(z.shape[:-1] + (m, K)) * self.blocks, axis=-1)
 
-    def pullback(self, delta):
+    def pullback(self, delta: Float[Array, "... m"]) -> Float[Array, "... p"]:
         m, K = self.blocks.shape
         return (delta[..., :, None] * self.blocks).reshape(delta.shape[:-1] + (m * K,))
 
-    def feature_norms(self):
+    def feature_norms(self) -> Float[Array, " p"]:
         return (self.blocks**2).reshape(-1)
 
-    def dense(self):
+    def dense(self) -> Float[Array, "m p p"]:
         self._check_dense_memory()
         Lam = self.Lambda
         if self.P is None:
@@ -536,11 +553,11 @@ class BlockData(_SharedBasisData):
         Lam = self.Lambda
         return Lam.T @ Lam
 
-    def as_commuting(self) -> "CommutingData":
+    def as_commuting(self) -> CommutingData:
         """The same data as `CommutingData` (Lambda (m, p) materialized)."""
         return CommutingData(self.Lambda, self.y, self.P)
 
-    def _scaled(self, c):
+    def _scaled(self, c: float | Float[Array, ""]) -> AbstractData:
         return BlockData(c * self.blocks, self.y, self.P)
 
 
@@ -564,7 +581,7 @@ class LowRankData(AbstractData):
     s: Float[Array, "m r"]
     y: Float[Array, " m"]
 
-    def __init__(self, U, s, y):
+    def __init__(self, U: Float[ArrayLike, "m p r"], s: Float[ArrayLike, "m r"], y: Float[ArrayLike, " m"]):
         self.U = as_array(U, "U", ndim=3)
         m, p, r = self.U.shape
         self.s = as_array(s, "s", shape=(m, r))
@@ -574,28 +591,28 @@ class LowRankData(AbstractData):
     def p(self) -> int:
         return self.U.shape[1]
 
-    def traces(self, X):
+    def traces(self, X: Float[Array, "p p"]) -> Float[Array, " m"]:
         return jnp.einsum("mir,ij,mjr,mr->m", self.U, X, self.U, self.s)
 
-    def traces_factor(self, F):
+    def traces_factor(self, F: Float[Array, "p r"]) -> Float[Array, " m"]:
         G = jnp.einsum("mir,ik->mrk", self.U, F)
         return jnp.einsum("mrk,mr->m", G**2, self.s)
 
-    def apply(self, c, X):
+    def apply(self, c: Float[Array, " m"], X: Float[Array, "p r"]) -> Float[Array, "p r"]:
         G = jnp.einsum("mir,ik->mrk", self.U, X)
         return jnp.einsum("mir,mr,mrk->ik", self.U, c[:, None] * self.s, G)
 
-    def weighted_sum(self, c):
+    def weighted_sum(self, c: Float[Array, " m"]) -> Float[Array, "p p"]:
         return jnp.einsum("mir,mr,mjr->ij", self.U, c[:, None] * self.s, self.U)
 
-    def dense(self):
+    def dense(self) -> Float[Array, "m p p"]:
         self._check_dense_memory()
         return jnp.einsum("mir,mr,mjr->mij", self.U, self.s, self.U)
 
-    def subset(self, idx):
+    def subset(self, idx: Int[ArrayLike, " b"]) -> AbstractData:
         return LowRankData(self.U[idx], self.s[idx], self.y[idx])
 
-    def _scaled(self, c):
+    def _scaled(self, c: float | Float[Array, ""]) -> AbstractData:
         return LowRankData(self.U, c * self.s, self.y)
 
 
@@ -634,7 +651,15 @@ class FeedForwardData(AbstractData):
     front: int = eqx.field(static=True, default=0)
     back: int = eqx.field(static=True, default=0)
 
-    def __init__(self, a, b, y, *, front: int = 0, back: int = 0):
+    def __init__(
+        self,
+        a: Float[ArrayLike, "m k r"],
+        b: Float[ArrayLike, "m q r"],
+        y: Float[ArrayLike, " m"],
+        *,
+        front: int = 0,
+        back: int = 0,
+    ):
         a = as_array(a, "a", ndim=3)
         m, _, r = a.shape
         b = as_array(b, "b", ndim=3)
@@ -724,19 +749,19 @@ class FeedForwardData(AbstractData):
         m, r, k, q = self.m, self.r, self.k, self.q
         return m * r * k * q + 2 * k * q * n <= 2 * m * r * n * (k + q)
 
-    def traces(self, X):
+    def traces(self, X: Float[Array, "p p"]) -> Float[Array, " m"]:
         i, j = self.front, self.front + self.k
         S = 0.5 * (X[i:j, j:j + self.q] + X[j:j + self.q, i:j].T)  # the z1-z2 block, symmetrized
         return self._contract(S)
 
-    def traces_factor(self, F):
+    def traces_factor(self, F: Float[Array, "p r"]) -> Float[Array, " m"]:
         F1, F2 = self._blocks(F)
         if self._small_C(F.shape[1]):
             return self._contract(F1 @ F2.T)
         Am, Bm = self._mats()
         return self._per_sample(jnp.sum((Am @ F1) * (Bm @ F2), axis=1))
 
-    def apply(self, c, X):
+    def apply(self, c: Float[Array, " m"], X: Float[Array, "p r"]) -> Float[Array, "p r"]:
         X1, X2 = self._blocks(X)
         if self._small_C(X.shape[1]):
             Cc = self._combine(c)
@@ -748,13 +773,13 @@ class FeedForwardData(AbstractData):
         out2 = jax.lax.dot_general(Bm, cr * (Am @ X1), dims)
         return self._pad(0.5 * out1, 0.5 * out2)
 
-    def weighted_sum(self, c):
+    def weighted_sum(self, c: Float[Array, " m"]) -> Float[Array, "p p"]:
         Cc = 0.5 * self._combine(c)
         k, q = self.k, self.q
         blk = jnp.block([[jnp.zeros((k, k)), Cc], [Cc.T, jnp.zeros((q, q))]])
         return jnp.pad(blk, ((self.front, self.back), (self.front, self.back)))
 
-    def dense(self):
+    def dense(self) -> Float[Array, "m p p"]:
         self._check_dense_memory()
         C = 0.5 * jnp.einsum("mrk,mrq->mkq", self.a_rows, self.b_rows)
         m, k, q = C.shape
@@ -764,10 +789,10 @@ class FeedForwardData(AbstractData):
         ], axis=1)
         return jnp.pad(blk, ((0, 0), (self.front, self.back), (self.front, self.back)))
 
-    def subset(self, idx):
+    def subset(self, idx: Int[ArrayLike, " b"]) -> AbstractData:
         return FeedForwardData(self.a[idx], self.b[idx], self.y[idx], front=self.front, back=self.back)
 
-    def _scaled(self, c):
+    def _scaled(self, c: float | Float[Array, ""]) -> AbstractData:
         return FeedForwardData(c * self.a, self.b, self.y, front=self.front, back=self.back)
 
     def as_lowrank(self) -> LowRankData:
@@ -783,7 +808,15 @@ class FeedForwardData(AbstractData):
         return LowRankData(U, s, self.y)
 
 
-def feedforward_data(y, C=None, *, a=None, b=None, front: int = 0, back: int = 0) -> FeedForwardData:
+def feedforward_data(
+    y: Float[ArrayLike, " m"],
+    C: Float[ArrayLike, "m k q"] | None = None,
+    *,
+    a: Float[ArrayLike, "m k r"] | None = None,
+    b: Float[ArrayLike, "m q r"] | None = None,
+    front: int = 0,
+    back: int = 0,
+) -> FeedForwardData:
     """Feed-forward data A(x) = 1/2 [[0, C(x)], [C(x)^T, 0]] (THEORY Eq. E3) as `FeedForwardData`.
 
     Neurons are w = [z1 (k); z2 (q)], p = k + q (plus `front`/`back` zero rows), and
@@ -834,7 +867,7 @@ class He2Data(AbstractData):
     y: Float[Array, " m"]
     c: Float[Array, ""]
 
-    def __init__(self, X, y, c=1.0):
+    def __init__(self, X: Float[ArrayLike, "m p"], y: Float[ArrayLike, " m"], c: float | Float[ArrayLike, ""] = 1.0):
         self.X = as_array(X, "X", ndim=2)
         self.y = _check_labels(y, self.X.shape[0])
         self.c = as_array(c, "c", ndim=0)
@@ -843,26 +876,26 @@ class He2Data(AbstractData):
     def p(self) -> int:
         return self.X.shape[1]
 
-    def traces(self, S):
+    def traces(self, S: Float[Array, "p p"]) -> Float[Array, " m"]:
         return self.c * (jnp.sum((self.X @ S) * self.X, axis=1) - jnp.trace(S))
 
-    def traces_factor(self, F):
+    def traces_factor(self, F: Float[Array, "p r"]) -> Float[Array, " m"]:
         return self.c * (jnp.sum((self.X @ F) ** 2, axis=1) - jnp.sum(F**2))
 
-    def apply(self, c, Z):
+    def apply(self, c: Float[Array, " m"], Z: Float[Array, "p r"]) -> Float[Array, "p r"]:
         return self.c * (self.X.T @ (c[:, None] * (self.X @ Z)) - jnp.sum(c) * Z)
 
-    def weighted_sum(self, c):
+    def weighted_sum(self, c: Float[Array, " m"]) -> Float[Array, "p p"]:
         return self.c * (self.X.T @ (c[:, None] * self.X) - jnp.sum(c) * jnp.eye(self.p))
 
-    def dense(self):
+    def dense(self) -> Float[Array, "m p p"]:
         self._check_dense_memory()
         return self.c * (jnp.einsum("mi,mj->mij", self.X, self.X) - jnp.eye(self.p))
 
-    def subset(self, idx):
+    def subset(self, idx: Int[ArrayLike, " b"]) -> AbstractData:
         return He2Data(self.X[idx], self.y[idx], self.c)
 
-    def _scaled(self, c):
+    def _scaled(self, c: float | Float[Array, ""]) -> AbstractData:
         return He2Data(self.X, self.y, c * self.c)
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 
 import numpy as np
+from jaxtyping import ArrayLike, Float
 
 from .._core._checks import check_positive
 from ._model import NQFModel, as_model
-from ._operators import CommutingData, DenseData, FeedForwardData, LowRankData
+from ._operators import AbstractData, CommutingData, DenseData, FeedForwardData, LowRankData
 
 __all__ = ["DEFAULT_RTOL", "Span", "data_span", "k_V", "span_from_rows", "helmert_rows"]
 
@@ -36,9 +38,9 @@ class Span:
     - `gap`: sigma_k / sigma_{k+1} (inf if sigma_{k+1} = 0 or k = p), how clear the decision was.
     """
 
-    V: np.ndarray
+    V: Float[np.ndarray, "p k"]
     k: int
-    singular_values: np.ndarray
+    singular_values: Float[np.ndarray, " p"]
     rtol: float
 
     @property
@@ -134,7 +136,7 @@ def _tsqr(blocks, p: int) -> np.ndarray:
     return R
 
 
-def span_from_rows(blocks, p: int, rtol: float = DEFAULT_RTOL) -> Span:
+def span_from_rows(blocks: Iterable[Float[ArrayLike, "n p"]], p: int, rtol: float = DEFAULT_RTOL) -> Span:
     """`Span` of row blocks (each (n_i, p)): SVD of their TSQR factor, rank by sigma_i >
     rtol * sigma_1. Used by `data_span` and by the per-layer spans of `nqf.multilayer`."""
     rtol = check_positive(rtol, "rtol")
@@ -147,7 +149,7 @@ def span_from_rows(blocks, p: int, rtol: float = DEFAULT_RTOL) -> Span:
     return Span(Vt[:k].T.copy(), k, sv, rtol)
 
 
-def data_span(model, *, rtol: float = DEFAULT_RTOL) -> Span:
+def data_span(model: NQFModel | AbstractData, *, rtol: float = DEFAULT_RTOL) -> Span:
     """V = span of {g(x)}, Col A(x), Col B(x) over the training inputs of `model` (Theorem 3).
 
     **Method and rank tolerance.** Each sample contributes rows spanning its pieces, normalized
@@ -177,12 +179,12 @@ def data_span(model, *, rtol: float = DEFAULT_RTOL) -> Span:
     return span_from_rows(_spanning_rows(model, rtol), model.p, rtol)
 
 
-def k_V(model, *, rtol: float = DEFAULT_RTOL) -> int:
+def k_V(model: NQFModel | AbstractData, *, rtol: float = DEFAULT_RTOL) -> int:
     """k_V = dim span U_x ({g(x)} u Col A(x) u Col B(x)) (Theorem 3); see `data_span`."""
     return data_span(model, rtol=rtol).k
 
 
-def helmert_rows(k: int, n: int) -> np.ndarray:
+def helmert_rows(k: int, n: int) -> Float[np.ndarray, "k n"]:
     """Z of shape (k, n), k <= n - 1: orthonormal rows orthogonal to the all-ones vector (the
     first k rows of the Helmert matrix without its constant row): Z Z^T = I_k, Z 1 = 0."""
     if k > n - 1:

@@ -6,9 +6,11 @@ Nothing is downloaded: every data set here is generated from a seed.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import jax
 import numpy as np
+from jaxtyping import ArrayLike, Float, Int
 
 from .._core._checks import as_array, is_traced
 from ._operators import CommutingData, DenseData, DiagonalData
@@ -48,7 +50,8 @@ def _on_host(fn):
 
 
 @_on_host
-def orthogonal_features_data(r, C=1.0, *, m: int | None = None, seed: int = 0,
+def orthogonal_features_data(r: Float[ArrayLike, " p"], C: float | Float[ArrayLike, " p"] = 1.0, *,
+                             m: int | None = None, seed: int = 0,
                              mix_samples: bool = True, rotate_basis: bool = False) -> CommutingData:
     """Commuting data with orthogonal features (Theorem 6) and prescribed r_k and C_kk.
 
@@ -110,7 +113,8 @@ def powerlaw_data(p: int = 1000, *, a1: float = 2.0, a2: float = 0.8) -> Diagona
 
 
 @_on_host
-def isotropic_data(p: int, c: float = 1.0, *, y=None, g=None, m: int | None = None,
+def isotropic_data(p: int, c: float = 1.0, *, y: Float[ArrayLike, " m"] | None = None,
+                   g: Float[ArrayLike, " p"] | None = None, m: int | None = None,
                    seed: int = 0) -> DenseData:
     """Exactly isotropic data (Theorem 7): K(X) = 4 c X for every symmetric X.
 
@@ -167,7 +171,8 @@ def isotropic_data(p: int, c: float = 1.0, *, y=None, g=None, m: int | None = No
 
 
 @_on_host
-def projector_data(block_sizes, g, k=1.0, *, m: int | None = None, seed: int = 0,
+def projector_data(block_sizes: Int[ArrayLike, " nb"], g: Float[ArrayLike, " nb"],
+                   k: float | Float[ArrayLike, " nb"] = 1.0, *, m: int | None = None, seed: int = 0,
                    rotate_basis: bool = True) -> tuple[CommutingData, np.ndarray]:
     """Commuting data satisfying Theorem 16 (but not Theorem 6) with projectors Pi_a.
 
@@ -331,7 +336,8 @@ __all__ += [
 
 
 @_on_host
-def proportional_data(lam, c, y, *, rotate_basis: bool = True, seed: int = 0) -> CommutingData:
+def proportional_data(lam: Float[ArrayLike, " p"], c: Float[ArrayLike, " m"], y: Float[ArrayLike, " m"], *,
+                      rotate_basis: bool = True, seed: int = 0) -> CommutingData:
     """Proportional samples (Theorem 4): A_mu = c_mu A, A = P diag(lam) P^T.
 
     **Arguments:** `lam` (p,) eigenvalues of A; `c` (m,) proportionality constants; `y` (m,)
@@ -346,7 +352,8 @@ def proportional_data(lam, c, y, *, rotate_basis: bool = True, seed: int = 0) ->
 
 
 @_on_host
-def orthogonal_samples_data(blocks, y, *, rotate_basis: bool = False, seed: int = 0) -> CommutingData:
+def orthogonal_samples_data(blocks: Float[ArrayLike, "m K"], y: Float[ArrayLike, " m"], *,
+                            rotate_basis: bool = False, seed: int = 0) -> CommutingData:
     """Orthogonal samples (Theorem 5): A_mu A_nu = 0 for mu != nu.
 
     Sample mu owns the modes mu K .. mu K + K - 1 (p = m K): A_mu = P diag(lambda_mu) P^T with
@@ -377,7 +384,7 @@ log time, and the staircase levels (1/m) sum_{nu > mu} y_nu^2 drop by factors ~4
 
 
 @_on_host
-def fig4_data(y=FIG4_Y) -> CommutingData:
+def fig4_data(y: Sequence[float] | Float[ArrayLike, " m"] = FIG4_Y) -> CommutingData:
     """The paper's Fig. 4 setting (THEORY sec. 11): m = 4, K = 3, p = 12, diagonal A_mu with
     nonzeros (1, 1.5, 2) on the block [mu K, mu K + K - 1]; labels `y` (default `FIG4_Y`)."""
     y = np.asarray(as_array(y, "y", ndim=1))
@@ -385,7 +392,7 @@ def fig4_data(y=FIG4_Y) -> CommutingData:
 
 
 @_on_host
-def samplewise_powerlaw_data(m: int, g1: float, g2: float, *, ratios=(0.5, 0.75, 1.0),
+def samplewise_powerlaw_data(m: int, g1: float, g2: float, *, ratios: tuple[float, ...] = (0.5, 0.75, 1.0),
                              c_zeta: float = 1.0) -> CommutingData:
     """Orthogonal samples with power-law growth rates and labels (Theorem 10, Eq. E23).
 
@@ -470,7 +477,7 @@ class SpikedTeacher:
     `sigma` label-noise standard deviation; `gamma`, `Z` the power law lambda_i = Z i^-gamma.
     """
 
-    def __init__(self, a, lam, sigma: float, gamma: float, Z: float):
+    def __init__(self, a: Float[ArrayLike, "d K"], lam: Float[ArrayLike, " K"], sigma: float, gamma: float, Z: float):
         self.a = np.asarray(a, dtype=float)
         self.lam = np.asarray(lam, dtype=float)
         self.sigma, self.gamma, self.Z = float(sigma), float(gamma), float(Z)
@@ -490,7 +497,7 @@ class SpikedTeacher:
         """E[y^2] = 2 sum_i lambda_i^2 + sigma^2."""
         return float(2.0 * np.sum(self.lam**2) + self.sigma**2)
 
-    def labels(self, X, rng=None) -> np.ndarray:
+    def labels(self, X: Float[ArrayLike, "n d"], rng: np.random.Generator | None = None) -> Float[np.ndarray, " n"]:
         """Labels y (n,) of inputs X (n, d) (noise drawn from `rng` when sigma > 0)."""
         X = np.asarray(as_array(X, "X", ndim=2, shape=(None, self.d)))
         y = ((X @ self.a) ** 2 - 1.0) @ self.lam
@@ -507,14 +514,14 @@ class SpikedTeacher:
         """E[Y] = 8 M*, shape (d, d)."""
         return 8.0 * self.M_star()
 
-    def population_loss(self, M) -> np.ndarray:
+    def population_loss(self, M: Float[ArrayLike, "*batch d d"]) -> Float[np.ndarray, "*batch"]:
         """E[(Tr[M A(x)] - y)^2] = 2 |M - M*|_F^2 + sigma^2 for M of shape (..., d, d)."""
         M = np.asarray(as_array(M, "M"))
         if M.shape[-2:] != (self.d, self.d):
             raise ValueError(f"`M` must have shape (..., {self.d}, {self.d}); found {M.shape}.")
         return 2.0 * np.sum((M - self.M_star()) ** 2, axis=(-2, -1)) + self.sigma**2
 
-    def population_flow(self, ts, M0) -> np.ndarray:
+    def population_flow(self, ts: Float[ArrayLike, " nt"], M0: Float[ArrayLike, "d d"]) -> Float[np.ndarray, "nt d d"]:
         """The population (n -> infinity) MSE flow M' = Y M + M Y - 16 M^2, Y = 8 M*, from
         M0 (d, d) symmetric PSD at gradient-flow times `ts` (n_t,) >= 0: Theorem 7's exact
         solution with c = 2 (THEORY E17, `nqf.theorem7`'s graded evaluation).

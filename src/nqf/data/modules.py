@@ -31,13 +31,15 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from . import structure
+from ._operators import FeedForwardData
 
 __all__ = ["MLP", "CNN", "QKAttention", "MHA", "unvec"]
 
 
-def unvec(v, rows: int, cols: int):
+def unvec(v: Float[Array, " n"], rows: int, cols: int) -> Float[Array, "rows cols"]:
     """Inverse of the column-stacking vec: v (rows cols,) -> (rows, cols), v[a + rows c] = Q[a, c]."""
     return v.reshape(cols, rows).T
 
@@ -56,18 +58,18 @@ def _eye_b(m: int, k: int):
 
 
 class _Module:
-    def nqf_apply(self, W, feats: "_Features"):
+    def nqf_apply(self, W: Float[Array, "p d"], feats: _Features) -> Float[Array, "m k"]:
         """The NQF's outputs f0 + Tr[W W^T A_o(x)] for a batch, shape (m, k), in the feed-forward
         form a^T E(W) b (Eq. E3: Tr[M A] = <M_12, C>, C_o = a b_o^T); `feats` from
         `nqf_features(xs, d)`. Costs O(p^2 d + m n_a n_b k): no (m, p, p) tensor."""
         F = jnp.einsum("ma,ab,mbk->mk", feats.a, self.effective_map(W), feats.b)
         return F if feats.f0 is None else F + feats.f0
 
-    def apply(self, W, xs):
+    def apply(self, W: Float[Array, "p d"], xs: PyTree[Float[ArrayLike, "m ..."]]) -> Float[Array, "m k"]:
         """Outputs for a batch of inputs, shape (m, k)."""
         return jax.vmap(lambda x: self(W, x))(xs)
 
-    def f0(self, xs, d: int):
+    def f0(self, xs: PyTree[Float[ArrayLike, "m ..."]], d: int) -> Float[Array, " mk"]:
         """Outputs at W = 0 of width d, flattened input-major, shape (m k,)."""
         return self.apply(jnp.zeros((self.p, d)), xs).reshape(-1)
 
@@ -85,7 +87,7 @@ class MLP(_Module):
     def p(self) -> int:
         return self.n_in + self.n_out
 
-    def __call__(self, W, x):
+    def __call__(self, W: Float[Array, "p d"], x: PyTree[Float[ArrayLike, " ..."]]) -> Float[Array, " k"]:
         U, V = W[: self.n_in], W[self.n_in:]
         return V @ self.phi(U.T @ x)
 
@@ -93,14 +95,15 @@ class MLP(_Module):
         with jax.ensure_compile_time_eval():  # a constant even when called under a trace
             return float(jax.grad(self.phi)(0.0))
 
-    def structure(self, xs, y=None):
+    def structure(self, xs: PyTree[Float[ArrayLike, "m ..."]],
+                  y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None) -> FeedForwardData:
         return structure.mlp(xs, y, n_outputs=self.n_out, phi_prime0=self.phi_prime0())
 
-    def effective_map(self, W):
+    def effective_map(self, W: Float[Array, "p d"]) -> Float[Array, "na nb"]:
         """phi'(0) U V^T (n_in, n_out): the NQF is F(x) = (phi'(0) U V^T)^T x."""
         return self.phi_prime0() * W[: self.n_in] @ W[self.n_in:].T
 
-    def nqf_features(self, xs, d: int = 1):
+    def nqf_features(self, xs: PyTree[Float[ArrayLike, "m ..."]], d: int = 1) -> _Features:
         return _Features(a=jnp.asarray(xs), b=_eye_b(xs.shape[0], self.n_out), f0=None)
 
 
@@ -128,7 +131,7 @@ class CNN(_Module):
     def p(self) -> int:
         return self.n_kernel + self.n_out
 
-    def __call__(self, W, x):
+    def __call__(self, W: Float[Array, "p d"], x: PyTree[Float[ArrayLike, " ..."]]) -> Float[Array, " k"]:
         x = x.reshape((1, self.channels) + tuple(x.shape[-2:]))
         d = W.shape[1]
         kern = W[: self.n_kernel].T.reshape((d, self.channels) + tuple(self.kernel_shape))
@@ -141,15 +144,16 @@ class CNN(_Module):
         with jax.ensure_compile_time_eval():  # a constant even when called under a trace
             return float(jax.grad(self.phi)(0.0))
 
-    def structure(self, xs, y=None):
+    def structure(self, xs: PyTree[Float[ArrayLike, "m ..."]],
+                  y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None) -> FeedForwardData:
         return structure.cnn(xs, self.kernel_shape, y, stride=self.stride, padding=self.padding,
                              n_outputs=self.n_out, phi_prime0=self.phi_prime0())
 
-    def effective_map(self, W):
+    def effective_map(self, W: Float[Array, "p d"]) -> Float[Array, "na nb"]:
         """phi'(0) K V^T (C kh kw, n_out): the NQF is F(X) = (phi'(0) K V^T)^T s(X)."""
         return self.phi_prime0() * W[: self.n_kernel] @ W[self.n_kernel:].T
 
-    def nqf_features(self, xs, d: int = 1):
+    def nqf_features(self, xs: PyTree[Float[ArrayLike, "m ..."]], d: int = 1) -> _Features:
         s = structure.cnn_patch_sum(xs, self.kernel_shape, stride=self.stride, padding=self.padding)
         return _Features(a=jnp.asarray(s), b=_eye_b(s.shape[0], self.n_out), f0=None)
 
@@ -185,7 +189,7 @@ class QKAttention(_Module):
     def _c(self):
         return self.c.reshape(self.D, -1)
 
-    def __call__(self, W, x):
+    def __call__(self, W: Float[Array, "p d"], x: PyTree[Float[ArrayLike, " ..."]]) -> Float[Array, " k"]:
         xq, X = x
         c = self._c().T  # (k, D)
         if not self.heads:
@@ -199,15 +203,16 @@ class QKAttention(_Module):
 
         return jnp.sum(jax.vmap(head, in_axes=1)(W), axis=0)
 
-    def structure(self, xs, y=None):
+    def structure(self, xs: PyTree[Float[ArrayLike, "m ..."]],
+                  y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None) -> FeedForwardData:
         xq, X = xs
         fn = structure.qk_heads if self.heads else structure.attention_logits
         return fn(xq, X, self._c(), y, d_k=self.d_k)
 
-    def f0(self, xs, d: int):
+    def f0(self, xs: PyTree[Float[ArrayLike, "m ..."]], d: int) -> Float[Array, " mk"]:
         return structure.attention_f0(xs[1], self._c()) * (d if self.heads else 1)
 
-    def effective_map(self, W):
+    def effective_map(self, W: Float[Array, "p d"]) -> Float[Array, "na nb"]:
         """W^Q^T W^K / sqrt d_k (D, D) (single head; for heads, sum_i of the same): the NQF is
         f_o = f0 + x^T [W^Q^T W^K / sqrt d_k] u_o, u_o = Sigma_X c_o."""
         if not self.heads:
@@ -217,7 +222,7 @@ class QKAttention(_Module):
         Ks = W[n:].T.reshape(-1, self.D, self.d_k)
         return jnp.einsum("icq,ieq->ce", Qs, Ks) / np.sqrt(self.d_k)
 
-    def nqf_features(self, xs, d: int = 1):
+    def nqf_features(self, xs: PyTree[Float[ArrayLike, "m ..."]], d: int = 1) -> _Features:
         xq, X = xs
         u = structure.sigma_c(np.asarray(X), np.asarray(self._c()))  # (m, D, k)
         f0 = np.asarray(self.f0(xs, d)).reshape(u.shape[0], -1)
@@ -239,7 +244,7 @@ class MHA(_Module):
     def p(self) -> int:
         return 2 * self.d_k * self.D + self.d_v * self.D + self.d_v * self.n_out
 
-    def __call__(self, W, x):
+    def __call__(self, W: Float[Array, "p d"], x: PyTree[Float[ArrayLike, " ..."]]) -> Float[Array, " k"]:
         xq, X = x
         n, nv = self.d_k * self.D, self.d_v * self.D
 
@@ -252,16 +257,17 @@ class MHA(_Module):
 
         return jnp.sum(jax.vmap(head, in_axes=1)(W), axis=0)
 
-    def structure(self, xs, y=None):
+    def structure(self, xs: PyTree[Float[ArrayLike, "m ..."]],
+                  y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None) -> FeedForwardData:
         return structure.mha(xs[1], y, d_k=self.d_k, d_v=self.d_v, n_outputs=self.n_out)
 
-    def effective_map(self, W):
+    def effective_map(self, W: Float[Array, "p d"]) -> Float[Array, "na nb"]:
         """sum_i W^V_i^T v_i (D, n_out): the NQF is F(X) = (sum_i W^V_i^T v_i)^T x_avg."""
         n, nv = self.d_k * self.D, self.d_v * self.D
         WV = W[2 * n: 2 * n + nv].T.reshape(-1, self.D, self.d_v)  # (d, D, d_v) = W^V_i^T
         v = W[2 * n + nv:].T.reshape(-1, self.n_out, self.d_v)  # (d, n_out, d_v) = v_i^T
         return jnp.einsum("icv,iov->co", WV, v)
 
-    def nqf_features(self, xs, d: int = 1):
+    def nqf_features(self, xs: PyTree[Float[ArrayLike, "m ..."]], d: int = 1) -> _Features:
         X = xs[1]
         return _Features(a=jnp.mean(jnp.asarray(X), axis=-1), b=_eye_b(X.shape[0], self.n_out), f0=None)

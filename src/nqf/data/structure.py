@@ -39,6 +39,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Float, Int
 
 from .._core._checks import as_array as _as_array
 from ._operators import CommutingData, DenseData, FeedForwardData, LowRankData
@@ -122,7 +123,10 @@ def _kron_eye(v, r: int):
     return (v[:, :, None, None] * np.eye(r)[None, None]).reshape(m, n * r, r)
 
 
-def sigma_c(X, c):
+def sigma_c(
+    X: Float[ArrayLike, "m D N"],
+    c: Float[ArrayLike, " D"] | Float[ArrayLike, "D k"],
+) -> Float[np.ndarray, "m D *k"]:
     """u = Sigma_X c with Sigma_X = X X^T / N - x_avg x_avg^T (Proposition 3).
 
     `X`: contexts (m, D, N); `c`: readout (D,) or (D, k). Returns (m, D) or (m, D, k)."""
@@ -150,7 +154,13 @@ def _attention_inputs(x, X, c=None):
 # ------------------------------------------------------------------------------------------------
 # Section 3 architectures (Propositions 1-6)
 # ------------------------------------------------------------------------------------------------
-def mlp(x, y=None, *, n_outputs: int = 1, phi_prime0: float = 1.0) -> FeedForwardData:
+def mlp(
+    x: Float[ArrayLike, "m n"],
+    y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None,
+    *,
+    n_outputs: int = 1,
+    phi_prime0: float = 1.0,
+) -> FeedForwardData:
     """Two-layer MLP f_o(x) = sum_i v_io phi(u_i^T x), phi(0) = 0 (Proposition 1, THEORY sec. 2).
 
     A_o(x) = phi'(0)/2 [[0_nxn, x e_o^T], [e_o x^T, 0_kxk]] on w_i = [u_i (n); v_i (k)]
@@ -180,7 +190,8 @@ def _as_image_batch(X):
     return X
 
 
-def cnn_patch_sum(X, kernel_shape, *, stride: int = 1, padding: int = 0):
+def cnn_patch_sum(X: Float[ArrayLike, "m ..."], kernel_shape: tuple[int, int], *, stride: int = 1,
+                  padding: int = 0) -> Float[np.ndarray, "m q"]:
     """s(X) = sum_P x_P, the sum of all (flattened) patches of a conv layer, shape (m, C kh kw).
 
     `X` (m, H, W) or (m, C, H, W); `kernel_shape` (kh, kw); zero `padding` on each side; patches
@@ -204,7 +215,9 @@ def cnn_patch_sum(X, kernel_shape, *, stride: int = 1, padding: int = 0):
     return s.reshape(s.shape[0], -1)
 
 
-def cnn(X, kernel_shape, y=None, *, stride: int = 1, padding: int = 0, n_outputs: int = 1,
+def cnn(X: Float[ArrayLike, "m ..."], kernel_shape: tuple[int, int],
+        y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None, *, stride: int = 1, padding: int = 0,
+        n_outputs: int = 1,
         phi_prime0: float = 1.0) -> FeedForwardData:
     """One-layer CNN with global sum pooling f_o = sum_i v_io sum_P phi(kern_i^T x_P)
     (Proposition 16 of the paper's appendix / THEORY sec. 2).
@@ -221,7 +234,14 @@ def cnn(X, kernel_shape, y=None, *, stride: int = 1, padding: int = 0, n_outputs
     return _ff(_labels(y, s.shape[0], k), a, b)
 
 
-def mha(X, y=None, *, d_k: int, d_v: int, n_outputs: int = 1) -> FeedForwardData:
+def mha(
+    X: Float[ArrayLike, "m D N"],
+    y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None,
+    *,
+    d_k: int,
+    d_v: int,
+    n_outputs: int = 1,
+) -> FeedForwardData:
     """Multi-head attention, one neuron per head (Proposition 2, THEORY sec. 2).
 
     f_o = sum_i v_i[:, o]^T W^V_i X softmax(X^T W^K_i^T W^Q_i x / sqrt d_k). Only the (W^V, v)
@@ -242,7 +262,9 @@ def mha(X, y=None, *, d_k: int, d_v: int, n_outputs: int = 1) -> FeedForwardData
     return _ff(_labels(y, m, k), a, b, front=2 * d_k * D)
 
 
-def qk_heads(x, X, c, y=None, *, d_k: int) -> FeedForwardData:
+def qk_heads(x: Float[ArrayLike, "m D"], X: Float[ArrayLike, "m D N"],
+             c: Float[ArrayLike, " D"] | Float[ArrayLike, "D k"],
+             y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None, *, d_k: int) -> FeedForwardData:
     """Query-key-only heads, one neuron per head (Proposition 3, THEORY sec. 2).
 
     f_o = sum_i c_o^T X softmax(X^T W^K_i^T W^Q_i x / sqrt d_k), w_i = [vec W^Q_i; vec W^K_i]:
@@ -262,7 +284,9 @@ def qk_heads(x, X, c, y=None, *, d_k: int) -> FeedForwardData:
     return _ff(_labels(y, X.shape[0], k), a, b)
 
 
-def attention_logits(x, X, c, y=None, *, d_k: int) -> FeedForwardData:
+def attention_logits(x: Float[ArrayLike, "m D"], X: Float[ArrayLike, "m D N"],
+                     c: Float[ArrayLike, " D"] | Float[ArrayLike, "D k"],
+                     y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None, *, d_k: int) -> FeedForwardData:
     """Single-head attention logits with the rows of W^Q, W^K as neurons (THEORY sec. 2).
 
     f_o = c_o^T X softmax(X^T W^K^T W^Q x / sqrt d_k), w_i = [q_i (D); k_i (D)] (row i of W^Q and
@@ -279,14 +303,19 @@ def attention_logits(x, X, c, y=None, *, d_k: int) -> FeedForwardData:
     return _ff(_labels(y, X.shape[0], k), a, b)
 
 
-def attention_f0(X, c):
+def attention_f0(
+    X: Float[ArrayLike, "m D N"],
+    c: Float[ArrayLike, " D"] | Float[ArrayLike, "D k"],
+) -> Float[np.ndarray, " mk"]:
     """c_o^T x_avg for every (input, output) pair, shape (m k,): the output of one attention head
     at W = 0 (softmax uniform). Multiply by the number of heads for `qk_heads`."""
     _, X, c, _ = _attention_inputs(None, X, c)
     return np.einsum("md,dk->mk", np.mean(X, axis=-1), c).reshape(-1)
 
 
-def moe(x, y=None, *, G=None, expert: Callable | None = None, theta_dim: int | None = None,
+def moe(x: Float[ArrayLike, "m n"], y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None, *,
+        G: Float[ArrayLike, "m P"] | Float[ArrayLike, "m k P"] | None = None, expert: Callable | None = None,
+        theta_dim: int | None = None,
         psi_prime0: float = 1.0) -> FeedForwardData:
     """Mixture of experts with independent gating f = sum_i psi(r_i^T x) E(x; Theta_i),
     psi(0) = 0, E(x; 0) = 0 (Proposition 4, THEORY sec. 2).
@@ -326,14 +355,14 @@ def moe(x, y=None, *, G=None, expert: Callable | None = None, theta_dim: int | N
 # ------------------------------------------------------------------------------------------------
 # Table 3 models
 # ------------------------------------------------------------------------------------------------
-def psd_sensing(S, y=None) -> DenseData:
+def psd_sensing(S: Float[ArrayLike, "m p p"], y: Float[ArrayLike, " m"] | None = None) -> DenseData:
     """PSD matrix sensing y_a = <S_a, W W^T>: A_a = Sym(S_a) = (S_a + S_a^T)/2 (Table 3).
     `S` (m, p, p). Returns `DenseData`."""
     S = as_array(S, "S", ndim=3)
     return DenseData(0.5 * (S + np.swapaxes(S, 1, 2)), _labels(y, S.shape[0]))
 
 
-def rect_sensing(S, y=None) -> FeedForwardData:
+def rect_sensing(S: Float[ArrayLike, "m k q"], y: Float[ArrayLike, " m"] | None = None) -> FeedForwardData:
     """Rectangular sensing / factorization y_a = <S_a, U V^T>: A_a = 1/2 [[0, S_a], [S_a^T, 0]]
     on w_i = [u_i; v_i] (Table 3). `S` (m, k, q)."""
     S = as_array(S, "S", ndim=3)
@@ -356,14 +385,16 @@ def _index_pairs(i, j, n_i: int, n_j: int, names):
     return np.eye(n_i)[i][:, :, None], np.eye(n_j)[j][:, :, None]
 
 
-def matrix_completion(rows, cols, n_rows: int, n_cols: int, y=None) -> FeedForwardData:
+def matrix_completion(rows: Int[ArrayLike, " m"], cols: Int[ArrayLike, " m"], n_rows: int, n_cols: int,
+                      y: Float[ArrayLike, " m"] | None = None) -> FeedForwardData:
     """Matrix completion R_ij = u_i^T v_j: A_ij = 1/2 [[0, e_i e_j^T], [e_j e_i^T, 0]] (Table 3);
     neuron l is [U[:, l] (n_rows); V[:, l] (n_cols)]. `rows`, `cols` (m,) observed entries."""
     a, b = _index_pairs(rows, cols, _count(n_rows, "n_rows"), _count(n_cols, "n_cols"), ("rows", "cols"))
     return _ff(_labels(y, a.shape[0]), a, b)
 
 
-def word_context(words, contexts, n_words: int, n_contexts: int, y=None) -> FeedForwardData:
+def word_context(words: Int[ArrayLike, " m"], contexts: Int[ArrayLike, " m"], n_words: int, n_contexts: int,
+                 y: Float[ArrayLike, " m"] | None = None) -> FeedForwardData:
     """Word-context embedding score s_wc = u_w^T v_c: A_wc = 1/2 [[0, e_w e_c^T], [e_c e_w^T, 0]]
     (Table 3); the same structure as `matrix_completion`."""
     a, b = _index_pairs(words, contexts, _count(n_words, "n_words"), _count(n_contexts, "n_contexts"),
@@ -376,24 +407,24 @@ def _rank_one(v, y, name):
     return LowRankData(v[:, :, None], np.ones((v.shape[0], 1)), _labels(y, v.shape[0]))
 
 
-def quadratic_network(x, y=None) -> LowRankData:
+def quadratic_network(x: Float[ArrayLike, "m p"], y: Float[ArrayLike, " m"] | None = None) -> LowRankData:
     """Quadratic network f = sum_r (w_r^T x)^2: A_x = x x^T (Table 3). `x` (m, p)."""
     return _rank_one(x, y, "x")
 
 
-def phase_retrieval(a, y=None) -> LowRankData:
+def phase_retrieval(a: Float[ArrayLike, "m p"], y: Float[ArrayLike, " m"] | None = None) -> LowRankData:
     """Phase retrieval y_a = a^T W W^T a: A_a = a a^T (Table 3). `a` (m, p)."""
     return _rank_one(a, y, "a")
 
 
-def diagonal_square(x, y=None) -> CommutingData:
+def diagonal_square(x: Float[ArrayLike, "m p"], y: Float[ArrayLike, " m"] | None = None) -> CommutingData:
     """Diagonal linear network, square parametrization f = sum_k x_k u_k^2 / 4:
     A_x = Diag(x)/4 (Table 3). `x` (m, p). Returns diagonal `CommutingData`."""
     x = as_array(x, "x", ndim=2)
     return CommutingData(x / 4.0, _labels(y, x.shape[0]))
 
 
-def diagonal_two_factor(x, y=None) -> CommutingData:
+def diagonal_two_factor(x: Float[ArrayLike, "m n"], y: Float[ArrayLike, " m"] | None = None) -> CommutingData:
     """Diagonal linear network, two-factor form f = u^T Diag(x) v: A_x = 1/2 [[0, Diag x],
     [Diag x, 0]] on w = [u (n); v (n)] (Table 3).
 
@@ -406,7 +437,8 @@ def diagonal_two_factor(x, y=None) -> CommutingData:
     return CommutingData(np.concatenate([x / 2.0, -x / 2.0], axis=1), _labels(y, x.shape[0]), P)
 
 
-def tied_query_key(x, X, c, y=None, *, d_k: int) -> LowRankData:
+def tied_query_key(x: Float[ArrayLike, "m D"], X: Float[ArrayLike, "m D N"], c: Float[ArrayLike, " D"],
+                   y: Float[ArrayLike, " m"] | None = None, *, d_k: int) -> LowRankData:
     """Tied query-key attention u^T W^T W x / sqrt d_k, u = Sigma_X c (Table 3; neurons are the
     rows of the table's W, i.e. the columns of our W (D, d_k), M = W^T W there):
     A = (x u^T + u x^T) / (2 sqrt d_k), rank 2. `x` (m, D), `X` (m, D, N), `c` (D,)."""
@@ -420,7 +452,11 @@ def tied_query_key(x, X, c, y=None, *, d_k: int) -> LowRankData:
     return LowRankData(U, s, _labels(y, x.shape[0]))
 
 
-def bilinear_sequence(xs, xt, y=None) -> FeedForwardData:
+def bilinear_sequence(
+    xs: Float[ArrayLike, "m n"],
+    xt: Float[ArrayLike, "m q"],
+    y: Float[ArrayLike, " m"] | None = None,
+) -> FeedForwardData:
     """Bilinear sequence regression x_s^T U V^T x_t: A = 1/2 [[0, x_s x_t^T], [x_t x_s^T, 0]] on
     w_i = [u_i; v_i] (Table 3). `xs` (m, n), `xt` (m, q)."""
     xs = as_array(xs, "xs", ndim=2)
@@ -430,7 +466,11 @@ def bilinear_sequence(xs, xt, y=None) -> FeedForwardData:
     return _ff(_labels(y, xs.shape[0]), xs[:, :, None], xt[:, :, None])
 
 
-def linear_ssl(x, chi, y=None) -> LowRankData:
+def linear_ssl(
+    x: Float[ArrayLike, "m p"],
+    chi: Float[ArrayLike, "m p"],
+    y: Float[ArrayLike, " m"] | None = None,
+) -> LowRankData:
     """Linear SSL |W Delta|^2 with Delta = x - chi (neurons are the rows of the table's W, the
     columns of ours): A = Delta Delta^T (Table 3). `x`, `chi` (m, p)."""
     x = as_array(x, "x", ndim=2)

@@ -11,12 +11,16 @@ data operations, not O(m).
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+if TYPE_CHECKING:
+    from ..data._model import NQFModel
 
 __all__ = ["batch_indices", "batch_weights", "check_batch_indices", "restrict"]
 
@@ -39,7 +43,7 @@ def _check_count(x, name: str) -> int:
     return int(x)
 
 
-def batch_indices(key, m: int, batch_size: int, steps: int) -> Int[Array, "steps b"]:
+def batch_indices(key: PRNGKeyArray | int, m: int, batch_size: int, steps: int) -> Int[Array, "steps b"]:
     """Draw `steps` minibatches of `batch_size` distinct training inputs out of `m`.
 
     Each row is the first `batch_size` entries of an independent uniformly random permutation
@@ -72,7 +76,7 @@ def _draw(key, m: int, batch_size: int, steps: int):
     return jnp.argsort(u, axis=1)[:, :batch_size].astype(jnp.int32)
 
 
-def check_batch_indices(idx, m: int, steps: int) -> Int[Array, "steps b"]:
+def check_batch_indices(idx: Int[Array, "steps b"] | Int[np.ndarray, "steps b"], m: int, steps: int) -> Int[Array, "steps b"]:
     """Validate a batch schedule: integer array of shape (steps, b), 1 <= b <= m, entries in
     [0, m). Repeated entries within a row are allowed (they count twice in the weights).
 
@@ -112,7 +116,7 @@ def batch_weights(idx: Int[Array, " b"], m: int) -> Float[Array, " m"]:
     return jnp.zeros(m).at[idx].add(1.0 / idx.shape[0])
 
 
-def restrict(model, idx: Int[Array, " b"]):
+def restrict(model: NQFModel, idx: Int[Array, " b"]) -> NQFModel | None:
     """The model on the b training inputs `idx` only (rows gathered, repeats kept), or None for
     a data representation this function does not know (callers then weight all m samples).
 

@@ -22,13 +22,14 @@ Time is gradient-flow time: t = eta * (number of GD steps). Four exact forms:
 
 from __future__ import annotations
 
+from typing import Any
+
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._core._checks import is_traced
-
 from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData
 
@@ -38,38 +39,38 @@ __all__ = ["FORMS", "RHS", "rhs_M", "rhs_factor", "rhs_glv", "rhs_glv_reduced", 
 FORMS = ("M", "factor", "glv", "M-mu")
 
 
-def rhs_M(t, M, args):
+def rhs_M(t: Float[ArrayLike, ""], M: Float[Array, "p p"], args: tuple[Any, ...]) -> Float[Array, "p p"]:
     data, gamma, _ = args
     H_M = data.apply(4.0 / data.m * data.residual(M), M) + gamma * M
     return -(H_M + H_M.T)
 
 
-def rhs_factor(t, F, args):
+def rhs_factor(t: Float[ArrayLike, ""], F: Float[Array, "p r"], args: tuple[Any, ...]) -> Float[Array, "p r"]:
     data, gamma, _ = args
     delta = data.traces_factor(F) - data.y
     return -(data.apply(4.0 / data.m * delta, F) + gamma * F)
 
 
-def glv_z(u, mask):
+def glv_z(u: Float[Array, "*batch p"], mask: Bool[Array, " p"]) -> Float[Array, "*batch p"]:
     """z = exp(u) on live modes, 0 on masked (z(0) = 0) modes."""
     return jnp.where(mask, jnp.exp(jnp.where(mask, u, 0.0)), 0.0)
 
 
-def rhs_glv(t, u, args):
+def rhs_glv(t: Float[ArrayLike, ""], u: Float[Array, " p"], args: tuple[Any, ...]) -> Float[Array, " p"]:
     data, gamma, mask = args
     delta = data.outputs_z(glv_z(u, mask)) - data.y
     du = -(8.0 / data.m) * data.pullback(delta) - 2.0 * gamma
     return jnp.where(mask, du, 0.0)
 
 
-def reduced_log_z(t, G, args):
+def reduced_log_z(t: Float[ArrayLike, ""], G: Float[Array, " m"], args: tuple[Any, ...]) -> Float[Array, " p"]:
     """log z of the reduced GLV form: u(t) = u0 + D_mask (Lambda^T G - 2 gamma (t - t0)), shape
     (p,) (0 on masked modes)."""
     data, gamma, mask, u0, t0 = args
     return jnp.where(mask, u0 + data.pullback(G) - 2.0 * gamma * (t - t0), 0.0)
 
 
-def rhs_glv_reduced(t, G, args):
+def rhs_glv_reduced(t: Float[ArrayLike, ""], G: Float[Array, " m"], args: tuple[Any, ...]) -> Float[Array, " m"]:
     """The GLV flow (Eq. E13) of commuting data with m < p in m coordinates. Its velocity
     u' = -(8/m) D_mask Lambda^T Delta - 2 gamma lies in the range of D_mask Lambda^T (plus a
     constant), so u(t) = u0 + D_mask (Lambda^T G(t) - 2 gamma t) exactly, with
@@ -80,7 +81,7 @@ def rhs_glv_reduced(t, G, args):
     return -(8.0 / data.m) * (data.outputs_z(z) - data.y)
 
 
-def jac_glv_reduced(t, G, args):
+def jac_glv_reduced(t: Float[ArrayLike, ""], G: Float[Array, " m"], args: tuple[Any, ...]) -> Float[Array, "m m"]:
     """Jacobian of `rhs_glv_reduced`: -(8/m) Lambda diag(z) Lambda^T (D_mask z = z), shape
     (m, m), one (m, p) x (p, m) product."""
     data = args[0]
@@ -177,7 +178,9 @@ def factor_linear_term(model, *, max_rank: int = FACTOR_MAX_RANK):
     return FactoredG(base, jnp.asarray(U), jnp.asarray(V))
 
 
-def rhs_M_mu(t, state, args):
+def rhs_M_mu(
+    t: Float[ArrayLike, ""], state: tuple[Float[Array, "p p"], Float[Array, " p"]], args: tuple[Any, ...]
+) -> tuple[Float[Array, "p p"], Float[Array, " p"]]:
     """Eq. E10 with weight decay: state = (M (p, p), mu (p,)), args = (model or data, gamma, d).
 
     The first slot is an `NQFModel`, its `FactoredG` form, or a bare data set (the model with

@@ -14,6 +14,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Float, Int
 
 from .._core._checks import as_weights, check_positive
 from ..data._operators import AbstractData
@@ -48,7 +49,8 @@ def _check_count(x, name: str) -> int:
     return int(x)
 
 
-def gradient_descent(data: AbstractData, W0, *, lr, steps: int, save_every: int = 1):
+def gradient_descent(data: AbstractData, W0: Float[ArrayLike, "p d"], *, lr: float, steps: int, save_every: int = 1
+                     ) -> tuple[Int[np.ndarray, " n"], Float[np.ndarray, "n p d"]]:
     """Full-batch gradient descent W <- W - lr * grad L(W) on the NQF MSE loss.
 
     L(W) = (1/m) sum_mu (Tr[W W^T A_mu] - y_mu)^2 and grad L = H W with

@@ -13,6 +13,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float
 
 from .._core._checks import any_traced
 from .._core._config import require_x64
@@ -98,7 +99,12 @@ def _logistic_terms(a, t):
     return s, e, t * ratio
 
 
-def logistic_z(z0, a, C, t):
+def logistic_z(
+    z0: Float[ArrayLike, "*shape"],
+    a: Float[ArrayLike, "*shape"],
+    C: Float[ArrayLike, "*shape"],
+    t: Float[ArrayLike, "*shape"],
+) -> Float[Array, "*shape"]:
     """z(t) for the logistic mode z' = (a - C z) z, z(0) = z0 >= 0: Theorem 6's
     z(t) = a z0 / (C z0 + (a - C z0) e^{-a t}) (Eq. E16; a = r_k - 2 gamma with weight decay),
     written without overflow or cancellation for every sign of a (traceable; broadcasts):
@@ -110,7 +116,13 @@ def logistic_z(z0, a, C, t):
     return z0 * jnp.where(grows, 1.0, e) / (jnp.where(grows, e, 1.0) + C * z0 * frac)
 
 
-def logistic_log_z(log_z0, z0, a, C, t):
+def logistic_log_z(
+    log_z0: Float[ArrayLike, "*shape"],
+    z0: Float[ArrayLike, "*shape"],
+    a: Float[ArrayLike, "*shape"],
+    C: Float[ArrayLike, "*shape"],
+    t: Float[ArrayLike, "*shape"],
+) -> Float[Array, "*shape"]:
     """log z(t) of `logistic_z` (z0 = exp(log_z0) > 0), in log space so that it stays finite
     and relatively accurate however small z gets."""
     s, e, frac = _logistic_terms(a, t)
@@ -118,7 +130,7 @@ def logistic_log_z(log_z0, z0, a, C, t):
     return log_z0 + jnp.where(grows, 0.0, s) - jnp.log(jnp.where(grows, e, 1.0) + C * z0 * frac)
 
 
-def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
+def glv_equilibrium(data: AbstractCommutingData) -> Float[np.ndarray, " p"]:
     """z* = argmin_{z >= 0} (1/m) |Lambda z - y|^2, the limit z(inf) of the GLV flow (Eq. E13).
 
     With orthogonal features (Theorem 6) this is z*_k = max(r_k / C_kk, 0) in closed form;
@@ -172,7 +184,11 @@ def glv_equilibrium(data: AbstractCommutingData) -> np.ndarray:
     return z
 
 
-def excess_loss(data: AbstractCommutingData, z, z_star=None):
+def excess_loss(
+    data: AbstractCommutingData,
+    z: Float[ArrayLike, "*batch p"],
+    z_star: Float[ArrayLike, " p"] | None = None,
+) -> Float[np.ndarray, "*batch"] | Float[Array, "*batch"]:
     """E(z) = L(z) - L(z*) for mode strengths z of shape (..., p); returns shape (...).
 
     Computed as (1/m) |Lambda (z - z*)|^2 + sum_{k: z*_k = 0} g_k z_k with g = grad L(z*) >= 0

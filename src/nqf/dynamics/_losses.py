@@ -26,7 +26,7 @@ from jaxtyping import Array, Float
 __all__ = ["PerSampleLoss", "mse", "as_loss"]
 
 
-def mse(f, y):
+def mse(f: Float[Array, "*shape"], y: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
     """Squared error (f - y)^2 of one sample (the default loss)."""
     return (f - y) ** 2
 
@@ -53,7 +53,7 @@ class PerSampleLoss(eqx.Module):
         return jax.vmap(jax.grad(self.fn))(f, y)
 
 
-def as_loss(loss) -> PerSampleLoss:
+def as_loss(loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None) -> PerSampleLoss:
     """Resolve `loss` (None or ``"mse"``: squared error; a callable ell(f, y); a `PerSampleLoss`).
 
     **Raises:** `ValueError` for an unknown name; `TypeError` if a callable does not return a

@@ -76,15 +76,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from .._core._checks import as_array, as_weights, check_symmetric, is_traced, shape_str
 from .._core.io import Saveable
 from ..data._model import NQFModel, as_model
+from ..data._operators import AbstractData
 from ._batches import batch_weights, restrict
 from ._losses import PerSampleLoss, as_loss
 from ._train_args import (
@@ -155,7 +159,14 @@ class MapTrajectory(Saveable):
     form: str
 
 
-def gradient_terms(model: NQFModel, w, loss: PerSampleLoss, M, mu, gamma):
+def gradient_terms(
+    model: NQFModel,
+    w: Float[Array, " m"],
+    loss: PerSampleLoss,
+    M: Float[Array, "p p"],
+    mu: Float[Array, " p"],
+    gamma: float | Float[Array, ""],
+) -> tuple[Float[Array, " p"], Float[Array, "p p"]]:
     """(v, H + gamma I) of Eq. E4 for per-sample weights `w` (one per sample of `model`, e.g. a
     minibatch restricted with `nqf.dynamics.restrict`): shapes (p,) and (p, p).
 
@@ -532,21 +543,21 @@ def _initial_order_params(model: NQFModel, M0, mu0, d, W0):
 
 
 def closed_sgd(
-    model,
+    model: NQFModel | AbstractData,
     *,
-    W0=None,
-    M0=None,
-    mu0=None,
-    d=None,
-    lr,
+    W0: Float[ArrayLike, "p d"] | None = None,
+    M0: Float[ArrayLike, "p p"] | None = None,
+    mu0: Float[ArrayLike, " p"] | None = None,
+    d: int | None = None,
+    lr: float | Float[Array, ""],
     steps: int,
-    batch_indices=None,
+    batch_indices: Int[ArrayLike, "steps b"] | None = None,
     batch_size: int | None = None,
-    key=None,
-    weight_decay: float = 0.0,
-    momentum: float = 0.0,
+    key: PRNGKeyArray | int | None = None,
+    weight_decay: float | Float[Array, ""] = 0.0,
+    momentum: float | Float[Array, ""] = 0.0,
     nesterov: bool = False,
-    loss=None,
+    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
     save_every: int = 1,
     form: str = "factor",
 ) -> MapTrajectory:
@@ -653,7 +664,12 @@ def _numeric(traced: bool, lr, d, gamma, beta, M0, mu0, L0):
 
 
 def closed_map(
-    model, *, optimizer: str = "sgd", momentum=None, nesterov: bool = False, **kwargs
+    model: NQFModel | AbstractData,
+    *,
+    optimizer: str = "sgd",
+    momentum: float | Float[Array, ""] | None = None,
+    nesterov: bool = False,
+    **kwargs: Any,
 ) -> MapTrajectory:
     """`closed_sgd` selected by optimizer name, mirroring `nqf.train_w`.
 

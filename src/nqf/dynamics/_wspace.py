@@ -30,24 +30,28 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from .._core._checks import as_weights, check_positive, is_traced
 from .._core.io import Saveable
 from ..data._model import NQFModel, as_model
+from ..data._operators import AbstractData
 from ._batches import restrict
 from ._losses import PerSampleLoss, as_loss
 from ._train_args import (
     any_traced,
     check_count,
-    check_optax_args,
     check_finite,
     check_hyper,
     check_lr,
+    check_optax_args,
     check_unit_interval,
     check_weight_decay,
     guard,
@@ -57,6 +61,9 @@ from ._train_args import (
     resolve_batches,
     save_schedule,
 )
+
+if TYPE_CHECKING:
+    import optax
 
 __all__ = ["WTrajectory", "train_w", "w_objective"]
 
@@ -94,7 +101,13 @@ class WTrajectory(Saveable):
     lr: float
 
 
-def w_objective(model: NQFModel, loss: PerSampleLoss, W, idx=None, gamma=0.0):
+def w_objective(
+    model: NQFModel,
+    loss: PerSampleLoss,
+    W: Float[Array, "p d"],
+    idx: Int[Array, " b"] | None = None,
+    gamma: float | Float[Array, ""] = 0.0,
+) -> Float[Array, ""]:
     """The training objective L(W) of one step, a scalar.
 
     L = mean over the batch `idx` (b,) (all m inputs if None) of ell(f_x(W), y_x), plus
@@ -188,19 +201,19 @@ _run = eqx.filter_jit(_simulate)
 
 
 def train_w(
-    model,
-    W0,
+    model: NQFModel | AbstractData,
+    W0: Float[ArrayLike, "p d"],
     *,
-    lr,
+    lr: float | Float[Array, ""],
     steps: int,
-    optimizer="sgd",
-    momentum=None,
+    optimizer: str | optax.GradientTransformation = "sgd",
+    momentum: float | Float[Array, ""] | None = None,
     nesterov: bool = False,
-    weight_decay: float = 0.0,
-    batch_indices=None,
+    weight_decay: float | Float[Array, ""] = 0.0,
+    batch_indices: Int[ArrayLike, "steps b"] | None = None,
     batch_size: int | None = None,
-    key=None,
-    loss=None,
+    key: PRNGKeyArray | int | None = None,
+    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
     adam_b1: float = ADAM_DEFAULTS["adam_b1"],
     adam_b2: float = ADAM_DEFAULTS["adam_b2"],
     adam_eps: float = ADAM_DEFAULTS["adam_eps"],

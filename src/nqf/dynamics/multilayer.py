@@ -44,6 +44,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from .._core._checks import as_array, check_positive, shape_str
 from ..data._span import DEFAULT_RTOL, Span, _rows_dense, _rows_vectors, helmert_rows, span_from_rows
@@ -101,7 +102,9 @@ class Layer(eqx.Module):
     traces: Callable | None = eqx.field(static=True)
     weighted: Callable | None = eqx.field(static=True)
 
-    def __init__(self, structure, p: int, D: int, a_scale: float = 1.0, *, traces=None, weighted=None):
+    def __init__(self, structure: Callable[[Array], Structure | tuple], p: int, D: int, a_scale: float = 1.0, *,
+                 traces: Callable[[Array, Array], Array] | None = None,
+                 weighted: Callable[[Array, Array], Array] | None = None):
         if not callable(structure):
             raise TypeError(f"`structure` must be a callable h_prev -> Structure; found {type(structure).__name__}.")
         for name, val in (("p", p), ("D", D)):
@@ -116,11 +119,12 @@ class Layer(eqx.Module):
         self.traces = traces
         self.weighted = weighted
 
-    def components(self, h_prev) -> Structure:
+    def components(self, h_prev: Float[Array, " ..."]) -> Structure:
         s = self.structure(h_prev)
         return s if isinstance(s, Structure) else Structure(*s)
 
-    def evaluate(self, h_prev, M, mu):
+    def evaluate(self, h_prev: Float[Array, " ..."], M: Float[Array, "p p"],
+                 mu: Float[Array, " p"]) -> Float[Array, " D"]:
         """h^(l) (D,) for one input from h^(l-1) and the layer's (M, mu)."""
         s = self.components(h_prev)
         if self.traces is not None:
@@ -159,7 +163,8 @@ class DeepNQF(eqx.Module):
     X: jax.Array
     y: jax.Array
 
-    def __init__(self, layers: Sequence[Layer], X, y):
+    def __init__(self, layers: Sequence[Layer], X: Float[ArrayLike, "m ..."],
+                 y: Float[ArrayLike, " m"] | Float[ArrayLike, "m D"]):
         layers = tuple(layers)
         if not layers or not all(isinstance(lay, Layer) for lay in layers):
             raise TypeError("`layers` must be a non-empty sequence of `nqf.multilayer.Layer`.")
@@ -201,7 +206,8 @@ class DeepNQF(eqx.Module):
     def L(self) -> int:
         return len(self.layers)
 
-    def forward(self, Ms, mus, x):
+    def forward(self, Ms: Sequence[Float[Array, "p p"]], mus: Sequence[Float[Array, " p"]],
+                x: Float[Array, " ..."]) -> list[Float[Array, " D"]]:
         """All layer outputs for one input: list of h^(1..L), h^(l) of shape (D_l,)."""
         hs, h = [], x
         for lay, M, mu in zip(self.layers, Ms, mus):
@@ -209,13 +215,15 @@ class DeepNQF(eqx.Module):
             hs.append(h)
         return hs
 
-    def outputs(self, Ms, mus, X=None):
+    def outputs(self, Ms: Sequence[Float[Array, "p p"]], mus: Sequence[Float[Array, " p"]],
+                X: Float[ArrayLike, "n ..."] | None = None) -> Float[Array, "n D"]:
         """Final outputs h^(L) for inputs X (default: the training inputs), shape (n_inputs, D_L)."""
         X = self.X if X is None else X
         return jax.vmap(lambda x: self.forward(Ms, mus, x)[-1])(X)
 
 
-def feedforward_layer(k: int, D: int, *, phi_prime0: float = 1.0, transform=None, C=None) -> Layer:
+def feedforward_layer(k: int, D: int, *, phi_prime0: float = 1.0, transform: Callable[[Array], Array] | None = None,
+                      C: Callable[[Array], Array] | None = None) -> Layer:
     """A multi-output two-layer-MLP module as an NQF layer (Prop. 1, Corollary 1):
     h_j = sum_i o_{ji} phi(u_i^T z), neurons w_i = [u_i (k); o_i (D)], p = k + D, with
     A_j(z) = phi'(0)/2 [[0, z e_j^T], [e_j z^T, 0]] (D, p, p); z = transform(h_prev) (default
@@ -435,8 +443,10 @@ def _trajectory(saved, Ms, mus, outs, losses, W, widths, lrs, what: str, allow_n
                           np.asarray(losses), W, tuple(widths), tuple(lrs))
 
 
-def closed_deep_sgd(deep: DeepNQF, W0, *, lr, steps: int, batch_indices=None, batch_size=None,
-                    key=None, weight_decay=0.0, loss=None, save_every: int = 1,
+def closed_deep_sgd(deep: DeepNQF, W0: Sequence[Float[ArrayLike, "p d"]], *, lr: float, steps: int,
+                    batch_indices: Int[ArrayLike, "steps b"] | None = None, batch_size: int | None = None,
+                    key: PRNGKeyArray | int | None = None, weight_decay: float = 0.0,
+                    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None, save_every: int = 1,
                     form: str = "factor", allow_nonfinite: bool = False) -> DeepTrajectory:
     """Theorem 14: train a deep NQF with (minibatch) SGD on the per-layer order parameters only.
 
@@ -478,8 +488,11 @@ def closed_deep_sgd(deep: DeepNQF, W0, *, lr, steps: int, batch_indices=None, ba
                        allow_nonfinite)
 
 
-def train_deep_w(deep: DeepNQF, W0, *, lr, steps: int, batch_indices=None, batch_size=None,
-                 key=None, weight_decay=0.0, loss=None, save_every: int = 1) -> DeepTrajectory:
+def train_deep_w(deep: DeepNQF, W0: Sequence[Float[ArrayLike, "p d"]], *, lr: float, steps: int,
+                 batch_indices: Int[ArrayLike, "steps b"] | None = None, batch_size: int | None = None,
+                 key: PRNGKeyArray | int | None = None, weight_decay: float = 0.0,
+                 loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
+                 save_every: int = 1) -> DeepTrajectory:
     """Weight-space reference for `closed_deep_sgd`: SGD on the weights W^(l) (p_l, d_l) with
     gradients by `jax.grad` of the loss through M = W W^T, mu = W 1 (Theorem 14's formulas are
     not used). Same arguments as `closed_deep_sgd` (no `form`); cost O(sum_l p_l^2 d_l) more per
@@ -502,7 +515,8 @@ def _deep_outputs(deep, Ms, mus, X):
     return jax.lax.map(lambda a: deep.outputs(a[0], a[1], X), (Ms, mus))
 
 
-def deep_outputs(deep: DeepNQF, traj: DeepTrajectory, X=None) -> np.ndarray:
+def deep_outputs(deep: DeepNQF, traj: DeepTrajectory, X: Float[ArrayLike, "n ..."] | None = None
+                 ) -> Float[np.ndarray, "nt n D"]:
     """h^(L) at every saved step of `traj` on inputs X (default: training inputs), shape
     (n, n_inputs, D_L)."""
     X = deep.X if X is None else as_array(X, "X")
@@ -576,7 +590,8 @@ class DeepCompression:
     spans: list
 
 
-def compress_deep(deep: DeepNQF, W0, *, lr, spans: Sequence[Span]) -> DeepCompression:
+def compress_deep(deep: DeepNQF, W0: Sequence[Float[ArrayLike, "p d"]], *, lr: float,
+                  spans: Sequence[Span]) -> DeepCompression:
     """Theorem 15: compress every layer l to d'_l = k_l + 1 neurons (Theorem 3's construction on
     V^(l) = `spans[l]`, e.g. from `layer_spans` of the original's trajectory).
 

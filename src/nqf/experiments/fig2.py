@@ -119,7 +119,7 @@ INPUT_STD = {"MLP": 1 / np.sqrt(20.0), "CNN": 1 / np.sqrt(20.0), "QK attention":
              "MHA": 1 / np.sqrt(D_ATT)}
 # The sensitivity rows (full run): the literal reading of "Gaussian inputs" (every entry N(0, 1)) and
 # unit-norm QK tokens (the package's rule for every other module, beta = 1).
-STANDARD_STD = {name: 1.0 for name in MODULE_NAMES}
+STANDARD_STD = dict.fromkeys(MODULE_NAMES, 1.0)
 QK_UNIT_STD = {"QK attention": 1 / np.sqrt(D_ATT)}
 # Learning rates at the package's input scales (module and NQF share them): GD, momentum (lr / 10,
 # same effective step), Adam. At other input scales `learning_rate` divides the GD / momentum rates
@@ -291,7 +291,7 @@ def run_module(name: str, n: int, steps: int, save_every: int, *, input_std: flo
 def _claims(results: dict, setups: dict, setting: str, label: str = "") -> list:
     """The tracking (sigma = 0.01) and departure (sigma = 0.2) claims, one per module x optimizer."""
     out = []
-    for key, r in results.items():
+    for r in results.values():
         name, opt, sigma = r["module"], r["optimizer"], r["sigma"]
         common = dict(section=SECTION, setting=setting, revised=True)
         tag = f"fig2 {label}{name} {opt}"

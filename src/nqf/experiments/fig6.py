@@ -150,7 +150,7 @@ def run_model(name: str, eps_values, steps: int, n_probe: int, *, input_std: flo
     curves for the plot)."""
     results, curves = {}, {}
     mod, d, W_t, draw = build(name, input_std)
-    teacher = jax.jit(lambda xs, mod=mod, W=jnp.asarray(W_t): mod.apply(W, xs))
+    teacher = jax.jit(lambda xs, mod=mod, W=jnp.asarray(W_t): mod.apply(W, xs))  # noqa: B008 (binds W_t now)
 
     def sample(k):
         xs = draw(np.random.default_rng([1, k]), BATCH)

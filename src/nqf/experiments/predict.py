@@ -274,7 +274,7 @@ def run_model(name, build, opts, optimizer, x, digits, key_seed: int = 0):
     cmp = compare(pred, run)
     s = cmp.summary()
     row = {"model": name, "optimizer": optimizer, "p": net.p, "d": net.d, "layout": net.layout,
-           "frozen": list(net.frozen), "warnings": warned, "settings": {k: v for k, v in opts.items()},
+           "frozen": list(net.frozen), "warnings": warned, "settings": dict(opts),
            "half_drop_time": s["half_drop_time"], "ignition_times": s["ignition_times"],
            "phase_end": cmp.phase_end, "phase_gap": cmp.phase_gap, "final_loss_nqf": pred.final_loss,
            "final_loss_network": float(run.loss[-1]), "departed": bool(np.isfinite(cmp.departure_time)),

@@ -443,7 +443,7 @@ def _plot(spec, thresholds, flow, ds, d_flow, quick):
     b.legend(fontsize=7)
     # thresholds table-like plot: measured vs predicted n_half
     a = ax[1, 2]
-    for k, gamma in enumerate(CLAIM_GAMMAS):
+    for gamma in CLAIM_GAMMAS:
         for d in ds:
             th = thresholds[f"gamma={gamma:g},d={d}"]
             a.loglog(th["n_half_predicted"], th["n_half_measured"], "o" if gamma == 1.0 else "s",

@@ -33,12 +33,21 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .._core._errors import NQFWarning
 from .._core.io import Saveable
 from ..theory import drop_times, measure_ignition_times
+
+if TYPE_CHECKING:
+    import matplotlib.axes
+    import matplotlib.figure
+
+    from ..dynamics import MapTrajectory, WTrajectory
+    from ._predict import Prediction
+    from ._record import Recording
 
 __all__ = ["Comparison", "compare"]
 
@@ -91,7 +100,7 @@ class Comparison(Saveable):
             "gap_tol": self.gap_tol, "time_rtol": self.time_rtol, "verdicts": dict(self.verdicts),
         }
 
-    def plot(self, *, ax=None):
+    def plot(self, *, ax: matplotlib.axes.Axes | None = None) -> matplotlib.figure.Figure:
         """Predicted vs measured loss (ignition, phase end and departure marked) and eigenvalues of
         M(t); returns a matplotlib Figure (no pyplot state)."""
         from ._plot import plot_prediction
@@ -132,7 +141,8 @@ def _max_rel(a, b) -> float:
     return max((_rel(u, v) for u, v in zip(a, b)), default=float("nan"))
 
 
-def compare(prediction, recording, *, gap_tol: float | None = None, time_rtol: float = 0.05) -> Comparison:
+def compare(prediction: Prediction, recording: Recording | MapTrajectory | WTrajectory, *,
+            gap_tol: float | None = None, time_rtol: float = 0.05) -> Comparison:
     """Compare a `nqf.Prediction` with a measured run (see `nqf.network` for the criteria).
 
     **Arguments:** `prediction` (`nqf.predict`); `recording`: a `nqf.Recording` or any

@@ -34,16 +34,20 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 from .._core._errors import NQFWarning
 from .._core import memory
 from .._core._checks import check_positive
-from .._core.io import Saveable
 from .._core._errors import AssumptionError
+from .._core.io import Saveable
 from ..data import AbstractCommutingData, FeedForwardData, Network, NQFModel, extract
 from ..data._model import as_model
 from ..dynamics import batch_indices as draw_batches
@@ -51,6 +55,13 @@ from ..dynamics import closed_sgd
 from ..solvers import FlowSolution, solve_flow
 from ..theory import asymptote, drop_times, learning_phase_end, measure_ignition_times, plateau_levels
 from ._inputs import as_network, check_data, check_steps
+
+if TYPE_CHECKING:
+    import matplotlib.axes
+    import matplotlib.figure
+    import optax
+
+    from ._record import Recording
 
 __all__ = ["Prediction", "predict", "FrozenParameterWarning", "HorizonWarning"]
 
@@ -134,8 +145,8 @@ class Prediction(Saveable):
     def __getstate__(self):  # the module may hold functions that do not pickle: keep the numbers
         return {**super().__getstate__(), "network": None}
 
-    def record(self, optimizer, *, lr: float | None = None, label: str | None = None, train: str = "neurons",
-               network=None, **kwargs):
+    def record(self, optimizer: optax.GradientTransformation, *, lr: float | None = None, label: str | None = None,
+               train: str = "neurons", network: Network | None = None, **kwargs: Any) -> Recording:
         """Train the module with `optimizer` on this prediction's data, initial weights, horizon and
         batches (`nqf.record`); `lr` is the time unit (default: the prediction's learning rate;
         required for a flow prediction); `network`: the `nqf.Network` (default: the prediction's;
@@ -166,7 +177,7 @@ class Prediction(Saveable):
                              f"this record would take {options['steps']}.")
         return record(network, self.x, self.y, optimizer, lr=lr, **options)
 
-    def plot(self, *, ax=None):
+    def plot(self, *, ax: matplotlib.axes.Axes | None = None) -> matplotlib.figure.Figure:
         """The predicted loss (ignition times marked) and eigenvalues of M(t); returns a matplotlib
         Figure (no pyplot state)."""
         from ._plot import plot_prediction
@@ -174,12 +185,17 @@ class Prediction(Saveable):
         return plot_prediction(self, None, ax=ax)
 
 
-def predict(network, x, y, *, t1: float | None = None, lr: float | None = None, steps: int | None = None,
-            ts=None, save_every: int | None = None, W0=None, init_scale: float | None = None,
-            batch_size: int | None = None, batch_indices=None, key=0, momentum: float = 0.0,
+def predict(network: Network | eqx.Module | Any, x: PyTree[Float[ArrayLike, "m ..."]],
+            y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"], *,
+            t1: float | None = None, lr: float | None = None, steps: int | None = None,
+            ts: Float[np.ndarray, " n"] | Float[Array, " n"] | Sequence[float] | None = None,
+            save_every: int | None = None,
+            W0: Float[ArrayLike, "p d"] | None = None, init_scale: float | None = None,
+            batch_size: int | None = None, batch_indices: Int[ArrayLike, "steps b"] | None = None,
+            key: PRNGKeyArray | int = 0, momentum: float = 0.0,
             weight_decay: float = 0.0, rho: float = 0.5, target: str = "phase_end", phase_tol: float = 0.02,
             gap_tol: float = 0.05, estimate_departure: bool = True,
-            extract_options: dict | None = None) -> Prediction:
+            extract_options: dict[str, Any] | None = None) -> Prediction:
     """Predict the training of `network` on (x, y) from its NQF, before training it.
 
     Two predictions: the **gradient flow** (no `lr`: `nqf.solve_flow` to `t1`), the limit of
@@ -512,7 +528,7 @@ def _remainder(net: Network, model, x, y, t, loss, W_t, gap_tol):
     return ts, gap, np.abs(parts[:, 3]) / L0, depart
 
 
-def _output_span(data: "FeedForwardData"):
+def _output_span(data: FeedForwardData):
     """The span S = span{C_mu} of the feed-forward data (the NQF's outputs are <Z1 Z2^T, C_mu>)
     as ``(Ua, Ub, front)`` when S = span(a) (x) span(b) (orthonormal bases (k, sa), (q, sb);
     MLP, CNN: then the projection is a Sylvester solve), else ``(B, None, front)`` with an

@@ -14,11 +14,13 @@ Time is gradient-flow time t = lr * steps, with `lr` the learning rate that sets
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 from .._core import memory
 from .._core._checks import check_positive
@@ -26,6 +28,9 @@ from .._core.io import Saveable
 from ..data import Network
 from ..dynamics import batch_indices as draw_batches
 from ._inputs import as_network, check_data, check_optimizer, check_steps
+
+if TYPE_CHECKING:
+    import optax
 
 __all__ = ["Recording", "record"]
 
@@ -57,8 +62,11 @@ class Recording(Saveable):
         return np.linalg.eigvalsh(self.M)[:, ::-1]
 
 
-def record(network, x, y, optimizer, *, lr: float, steps: int, save_every: int | None = None,
-           W0=None, batch_size: int | None = None, batch_indices=None, key=0, train: str = "neurons",
+def record(network: Network | eqx.Module | Any, x: PyTree[Float[ArrayLike, "m ..."]],
+           y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"],
+           optimizer: optax.GradientTransformation, *, lr: float, steps: int, save_every: int | None = None,
+           W0: Float[ArrayLike, "p d"] | None = None, batch_size: int | None = None,
+           batch_indices: Int[ArrayLike, "steps b"] | None = None, key: PRNGKeyArray | int = 0, train: str = "neurons",
            label: str | None = None, memory_budget: float | None = None) -> Recording:
     """Train the module with `optimizer` on the MSE loss and record (M, mu, loss) at saved steps.
 

@@ -29,6 +29,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Float
 
 from .._core._checks import any_traced
 from .._core._config import require_x64
@@ -36,7 +37,7 @@ from .._core._errors import AssumptionError
 from .._core.io import Saveable
 from .._core.memory import check as check_memory
 from ..data._model import NQFModel, as_model
-from ..data._operators import AbstractCommutingData, BlockData, DiagonalData, FeedForwardData
+from ..data._operators import AbstractCommutingData, AbstractData, BlockData, DiagonalData, FeedForwardData
 from ..dynamics._glv import glv_equilibrium
 from ..solvers._solve import MaxStepsReached, _initial_state, _initial_state_mu, solve_flow
 
@@ -88,9 +89,12 @@ class Asymptote(Saveable):
     method: str
 
 
-def asymptote(model, *, W0=None, M0=None, z0=None, mu0=None, d: int | None = None, method: str = "auto",
+def asymptote(model: NQFModel | AbstractData, *, W0: Float[ArrayLike, "p d"] | None = None,
+              M0: Float[ArrayLike, "p p"] | None = None, z0: Float[ArrayLike, " p"] | None = None,
+              mu0: Float[ArrayLike, " p"] | None = None, d: int | None = None, method: str = "auto",
               tol: float = 1e-7, curvature_tol: float = 1e-8, init_tol: float = 1e-2, max_segments: int = 40,
-              max_time: float | None = None, max_dense: int = 4096, solve_options: dict | None = None) -> Asymptote:
+              max_time: float | None = None, max_dense: int = 4096,
+              solve_options: dict[str, Any] | None = None) -> Asymptote:
     """The limit t -> inf of the MSE gradient flow (Eq. E8; Eq. E10 for a model with g, B) from
     one initial condition, computed without a horizon.
 

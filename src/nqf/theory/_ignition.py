@@ -22,15 +22,19 @@ Times are gradient-flow times t = eta * (number of GD steps) throughout.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+from jaxtyping import ArrayLike, Bool, Float
 
 from .._core._checks import as_array, check_positive, shape_str
 from .._core._config import require_x64
 from ..data._operators import AbstractCommutingData
 from ..dynamics._flow import _saved_losses
+from ..dynamics._maps import MapTrajectory
+from ..dynamics._wspace import WTrajectory
 from ..solvers._solve import FlowSolution
 from ..solvers._sweep import SweepSolution
 from ._asymptote import Asymptote, check_no_weight_decay, of_flow
@@ -43,7 +47,8 @@ REFINES = ("auto", "brent", "linear", "step")
 MODES = ("all", "growing")
 
 
-def predicted_ignition_times(zeta, C, z0, *, rho: float = 0.5, a: float = 1.0) -> np.ndarray:
+def predicted_ignition_times(zeta: Float[ArrayLike, " p"], C: Float[ArrayLike, " p"], z0: Float[ArrayLike, " p"], *,
+                             rho: float = 0.5, a: float = 1.0) -> Float[np.ndarray, " p"]:
     """t*_k = 1/(a zeta_k) ln( (zeta_k - C_k z_k(0)) rho / (C_k z_k(0) (1 - rho)) ) (Eq. E19).
 
     With z_k(0) = c_k eps this is E19's (1/(a zeta)) ln(1/eps) - (1/(a zeta)) ln(C c /(zeta - C c
@@ -73,8 +78,17 @@ def predicted_ignition_times(zeta, C, z0, *, rho: float = 0.5, a: float = 1.0) -
     return np.where(ignites, np.where(arg > 1.0, t, 0.0), np.inf)
 
 
-def measure_ignition_times(trajectory, *, rho: float = 0.5, target=None, quantity: str = "auto",
-                           refine: str = "auto", xtol: float = 1e-12, z_inf=None, modes="all") -> np.ndarray:
+def measure_ignition_times(
+    trajectory: FlowSolution | SweepSolution | MapTrajectory | WTrajectory | Any,
+    *,
+    rho: float = 0.5,
+    target: Float[ArrayLike, "*batch p"] | Asymptote | str | None = None,
+    quantity: str = "auto",
+    refine: str = "auto",
+    xtol: float = 1e-12,
+    z_inf: Float[ArrayLike, "*batch p"] | None = None,
+    modes: str | Bool[ArrayLike, "*batch p"] = "all",
+) -> Float[np.ndarray, "*batch p"]:
     """Times at which each mode first reaches rho times its final value, measured on a trajectory.
 
     The measured counterpart of Eq. E19 (`predicted_ignition_times`), for flows and discrete
@@ -226,7 +240,7 @@ def _series_of(trajectory, quantity: str, refine: str) -> tuple[list[_Series], b
 def _has_dense(sol: FlowSolution) -> bool:
     """True if `sol` has dense output (`solve_flow(dense=True)`, or the default dense=None)."""
     try:
-        sol.step_times
+        _ = sol.step_times
     except ValueError:  # solved with dense=False
         return False
     return True
@@ -483,7 +497,14 @@ def _final_loss(final, name: str) -> float:
     return float(value)
 
 
-def drop_times(trajectory, loss=None, *, levels, refine: str = "auto", xtol: float = 1e-12) -> np.ndarray:
+def drop_times(
+    trajectory: FlowSolution | MapTrajectory | WTrajectory | Float[ArrayLike, " nt"] | Any,
+    loss: Float[ArrayLike, " nt"] | None = None,
+    *,
+    levels: Float[ArrayLike, " k+1"],
+    refine: str = "auto",
+    xtol: float = 1e-12,
+) -> Float[np.ndarray, " k"]:
     """Times of the plateau-to-plateau drops of a loss curve.
 
     Given plateau levels L_0 > L_1 > ... > L_n (e.g. from a prediction: the loss on each
@@ -525,7 +546,12 @@ def drop_times(trajectory, loss=None, *, levels, refine: str = "auto", xtol: flo
     return _down_crossings(curve, 0.5 * (lv[:-1] + lv[1:]), xtol)
 
 
-def plateau_levels(trajectory, loss=None, ignition_times=None, final=None) -> np.ndarray:
+def plateau_levels(
+    trajectory: FlowSolution | MapTrajectory | WTrajectory | Float[ArrayLike, " nt"] | Any,
+    loss: Float[ArrayLike, " nt"] | None = None,
+    ignition_times: Float[ArrayLike, " k"] | None = None,
+    final: float | Asymptote | None = None,
+) -> Float[np.ndarray, " k+1"]:
     """The plateau levels of a loss curve with known ignition times: the loss before the first
     ignition, on each plateau between consecutive ignitions, and the asymptote.
 
@@ -568,8 +594,15 @@ def plateau_levels(trajectory, loss=None, ignition_times=None, final=None) -> np
     return np.concatenate([[curve.loss[0]], inside, [_final_loss(final, "final")]])
 
 
-def learning_phase_end(trajectory, loss=None, final_loss=None, tol: float = 0.02, *, refine: str = "auto",
-                       xtol: float = 1e-12) -> float:
+def learning_phase_end(
+    trajectory: FlowSolution | MapTrajectory | WTrajectory | Float[ArrayLike, " nt"] | Any,
+    loss: Float[ArrayLike, " nt"] | None = None,
+    final_loss: float | Asymptote | None = None,
+    tol: float = 0.02,
+    *,
+    refine: str = "auto",
+    xtol: float = 1e-12,
+) -> float:
     """The end of the learning phase: the first time t with L(t) - L_inf <= tol (L(t_0) - L_inf).
 
     **Arguments:** `trajectory`, `loss` as in `drop_times`; `final_loss` L_inf (a number, or an

@@ -15,7 +15,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._core._checks import as_array, check_psd, check_symmetric, check_width, is_traced
 from ..data._model import NQFModel
@@ -57,7 +57,8 @@ def _ntk(model1: NQFModel, model2: NQFModel, M, mu, d, chunk: int):
     return d * U1 @ U2.T + cols.T
 
 
-def ntk(model_x, model_xp=None, *, M, mu, d) -> Float[Array, "m1 m2"]:
+def ntk(model_x: NQFModel | AbstractData, model_xp: NQFModel | AbstractData | None = None, *,
+        M: Float[ArrayLike, "p p"], mu: Float[ArrayLike, " p"], d: int) -> Float[Array, "m1 m2"]:
     """The NTK Theta(x, x') of Proposition 8 (THEORY Eq. E25) for all pairs of inputs.
 
         Theta(x, x') = d u(x)^T u(x') + 2 u(x)^T A(x') mu + 2 mu^T A(x) u(x')

@@ -57,18 +57,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from .._core._checks import as_array, check_positive, check_width
 from ..data._model import NQFModel, as_model
 from ..data._operators import AbstractData
 from ..data._span import DEFAULT_RTOL, Span, data_span, helmert_rows, k_V, span_from_rows
 from ..dynamics._batches import batch_weights, restrict
-from ..dynamics._losses import as_loss
+from ..dynamics._losses import PerSampleLoss, as_loss
 from ..dynamics._maps import _initial_order_params, gradient_terms
 from ..dynamics._train_args import check_lr, check_weight_decay
 
@@ -126,9 +129,9 @@ class Compression:
     """
 
     model: NQFModel
-    W0: np.ndarray
-    M0: np.ndarray
-    mu0: np.ndarray
+    W0: Float[np.ndarray, "p d_prime"]
+    M0: Float[np.ndarray, "p p"]
+    mu0: Float[np.ndarray, " p"]
     d: int
     d_prime: int
     lr: float
@@ -137,14 +140,16 @@ class Compression:
     weight_decay_original: float
     kind: str
     span: Span | None
-    eigenvalues: np.ndarray | None
+    eigenvalues: Float[np.ndarray, " p"] | None
     tail: float
 
     @property
     def scale(self) -> float:
         return self.d_prime / self.d
 
-    def lift(self, M, mu):
+    def lift(
+        self, M: Float[ArrayLike, "*batch p p"], mu: Float[ArrayLike, "*batch p"] | None
+    ) -> tuple[Float[np.ndarray, "*batch p p"], Float[np.ndarray, "*batch p"] | None]:
         return self.scale * np.asarray(M), None if mu is None else np.asarray(mu)
 
 
@@ -175,9 +180,11 @@ def _check_d_prime(d_prime, lo: int, hi: int | None, what: str) -> int:
     return d_prime
 
 
-def theorem3(model, *, lr, W0=None, M0=None, mu0=None, d=None, d_prime=None,
-             weight_decay: float = 0.0, rtol: float = DEFAULT_RTOL, span: Span | None = None
-             ) -> Compression:
+def theorem3(model: NQFModel | AbstractData, *, lr: float,
+             W0: Float[ArrayLike, "p d"] | None = None, M0: Float[ArrayLike, "p p"] | None = None,
+             mu0: Float[ArrayLike, " p"] | None = None, d: int | None = None,
+             d_prime: int | None = None, weight_decay: float = 0.0, rtol: float = DEFAULT_RTOL,
+             span: Span | None = None) -> Compression:
     """Theorem 3: the exact width-(k_V + 1) NQF of a width-d NQF (module docstring).
 
     **Arguments:**
@@ -225,7 +232,9 @@ def theorem3(model, *, lr, W0=None, M0=None, mu0=None, d=None, d_prime=None,
     )
 
 
-def corollary3(model, *, lr, d_prime, W0=None, M0=None, mu0=None, d=None,
+def corollary3(model: NQFModel | AbstractData, *, lr: float, d_prime: int,
+               W0: Float[ArrayLike, "p d"] | None = None, M0: Float[ArrayLike, "p p"] | None = None,
+               mu0: Float[ArrayLike, " p"] | None = None, d: int | None = None,
                weight_decay: float = 0.0) -> Compression:
     """Corollary 3: compression to any width 1 <= d' <= p by keeping the top d' - 1 eigenpairs of
     C = (d/d') (M(0) - mu(0) mu(0)^T / d) (module docstring; error bound `corollary3_bound`).
@@ -259,7 +268,8 @@ def corollary3(model, *, lr, d_prime, W0=None, M0=None, mu0=None, d=None,
     )
 
 
-def compress(model, *, lr, d_prime=None, rtol: float = DEFAULT_RTOL, **init) -> Compression:
+def compress(model: NQFModel | AbstractData, *, lr: float, d_prime: int | None = None, rtol: float = DEFAULT_RTOL,
+             **init: Any) -> Compression:
     """Theorem 3 if `d_prime` is None or >= k_V + 1, else Corollary 3 (`theorem3`,
     `corollary3`; `init`: W0, or M0, mu0, d; weight_decay)."""
     span = data_span(model, rtol=rtol)
@@ -271,7 +281,8 @@ def compress(model, *, lr, d_prime=None, rtol: float = DEFAULT_RTOL, **init) -> 
 # --------------------------------------------------------------------------------------------
 # error, Lipschitz constant, bound (Eq. E24)
 # --------------------------------------------------------------------------------------------
-def compression_error(M, mu, M_c, mu_c, scale: float) -> np.ndarray:
+def compression_error(M: Float[ArrayLike, "n p p"], mu: Float[ArrayLike, "n p"] | None, M_c: Float[ArrayLike, "n p p"],
+                      mu_c: Float[ArrayLike, "n p"] | None, scale: float) -> Float[np.ndarray, " n"]:
     """e_t = |scale * M~_t - M_t|_F + |mu~_t - mu_t|_2 for stacks M, M_c (n, p, p), mu, mu_c
     (n, p) (mu terms dropped if either is None); shape (n,). scale = d'/d (Corollary 3)."""
     M, M_c = np.asarray(M), np.asarray(M_c)
@@ -406,8 +417,12 @@ DENSE_JACOBIAN_MAX = 400
 """`lipschitz_along(method="auto")` uses dense Jacobians while p (p + 1) / 2 + p <= this."""
 
 
-def lipschitz_along(model, *, lr, d, M, mu, M_c, mu_c, batch_indices=None, loss=None,
-                    weight_decay: float = 0.0, method: str = "auto", n_iter: int = 50):
+def lipschitz_along(model: NQFModel | AbstractData, *, lr: float, d: int, M: Float[ArrayLike, "n p p"],
+                    mu: Float[ArrayLike, "n p"] | None, M_c: Float[ArrayLike, "n p p"],
+                    mu_c: Float[ArrayLike, "n p"] | None, batch_indices: Int[ArrayLike, "n-1 b"] | None = None,
+                    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
+                    weight_decay: float = 0.0,
+                    method: str = "auto", n_iter: int = 50) -> dict[str, Any]:
     """Local Lipschitz estimates of the SGD update along two trajectories (E24's L).
 
     G_B(M, mu) = (Phi_B(M, mu) - (M, mu)) / eta, Phi_B the exact step E5-E6 of the width-d model
@@ -532,8 +547,8 @@ class Corollary3Bound:
                 "final": float(r[-1])}
 
 
-def corollary3_bound(measured, L_steps, *, tail: float, lr: float, map_L_steps=None
-                     ) -> Corollary3Bound:
+def corollary3_bound(measured: Float[ArrayLike, " n"], L_steps: Float[ArrayLike, " n-1"], *, tail: float, lr: float,
+                     map_L_steps: Float[ArrayLike, " n-1"] | None = None) -> Corollary3Bound:
     """Evaluate E24 for a measured error trajectory e_0..e_{n-1} (one entry per SGD step) and
     per-step Lipschitz estimates L_0..L_{n-2} (`lipschitz_along`): bound_t = tail exp(lr L t)
     with L = max L_k (overflow gives inf); sharpened_t = e_0 prod_{k<t} (1 + lr L_k); with
@@ -572,9 +587,13 @@ def corollary3_bound(measured, L_steps, *, tail: float, lr: float, map_L_steps=N
                            float(tail), float(e[0]), float(lr))
 
 
-def compression_report(model, *, lr, steps: int, W0=None, M0=None, mu0=None, d=None,
-                       d_prime=None, batch_size=None, key=None, batch_indices=None, loss=None,
-                       rtol: float = DEFAULT_RTOL) -> dict:
+def compression_report(model: NQFModel | AbstractData, *, lr: float, steps: int,
+                       W0: Float[ArrayLike, "p d"] | None = None, M0: Float[ArrayLike, "p p"] | None = None,
+                       mu0: Float[ArrayLike, " p"] | None = None, d: int | None = None,
+                       d_prime: int | None = None, batch_size: int | None = None,
+                       key: PRNGKeyArray | int | None = None, batch_indices: Int[ArrayLike, "steps b"] | None = None,
+                       loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
+                       rtol: float = DEFAULT_RTOL) -> dict[str, Any]:
     """k_V, d' and the measured error / E24 bound of compressing a given model (library call
     behind ``nqf compress``).
 
@@ -598,9 +617,9 @@ def compression_report(model, *, lr, steps: int, W0=None, M0=None, mu0=None, d=N
     if batch_indices is None and batch_size is not None:
         batch_indices = draw(0 if key is None else key, model.m, batch_size, steps)
         key = None
-    init = dict(W0=W0) if W0 is not None else dict(M0=M0, mu0=mu0, d=d)
+    init: dict[str, Any] = dict(W0=W0) if W0 is not None else dict(M0=M0, mu0=mu0, d=d)
     comp = compress(model, lr=lr, d_prime=d_prime, rtol=rtol, **init)
-    kw = dict(steps=steps, batch_indices=batch_indices, loss=loss)
+    kw: dict[str, Any] = dict(steps=steps, batch_indices=batch_indices, loss=loss)
     orig = closed_sgd(model, lr=lr, **({"W0": W0} if W0 is not None else init), **kw)
     small = closed_sgd(comp.model, lr=comp.lr, W0=comp.W0, **kw)
     Mc, muc = comp.lift(small.M, small.mu)

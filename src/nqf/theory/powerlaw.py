@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from jaxtyping import ArrayLike, Float
 
 from .._core._checks import as_array
 
@@ -66,7 +67,7 @@ def featurewise_exponent(a1: float, a2: float) -> float:
     return (a1 - 1.0) / a2
 
 
-def finite_eps_exponent(a1: float, a2: float, log_ratio) -> np.ndarray:
+def finite_eps_exponent(a1: float, a2: float, log_ratio: Float[ArrayLike, "*shape"]) -> Float[np.ndarray, "*shape"]:
     """Eq. E22: the local decay exponent at finite eps,
 
         k_eff = (a1 - 1) / (a2 - (a1 - a2) / log_ratio),   log_ratio = ln(zeta_k / (C_k eps)),
@@ -98,7 +99,8 @@ def samplewise_exponent(g1: float, g2: float) -> float:
     return (2.0 * g1 - 1.0) / g2
 
 
-def featurewise_limit(tau, zeta, V, *, a: float = 1.0) -> np.ndarray:
+def featurewise_limit(tau: Float[ArrayLike, " n"], zeta: Float[ArrayLike, " p"], V: Float[ArrayLike, " p"], *,
+                      a: float = 1.0) -> Float[np.ndarray, " n"]:
     """The eps -> 0 limit of the excess loss in the proof of Theorem 9:
     E(tau) = sum_k V_k I(tau < 1/(a zeta_k)) at rescaled time tau = t / ln(1/eps)
     (a = 1 for Theorem 6, 2 for Theorem 7; modes with zeta_k <= 0 never ignite).
@@ -121,7 +123,8 @@ def _tail_sums(tau, tau_star, w) -> np.ndarray:
     return suffix[np.searchsorted(ts, tau, side="right")]
 
 
-def window_average(tstar, values, t_min: float, t_max: float, n: int = 200) -> float:
+def window_average(tstar: Float[ArrayLike, " p"], values: Float[ArrayLike, " p"], t_min: float, t_max: float,
+                   n: int = 200) -> float:
     """Average of a per-mode quantity over a fit window, weighted like the fitter (log-uniform t).
 
     At `n` log-spaced times t in [t_min, t_max], the mode igniting at t is found by interpolating
@@ -142,7 +145,7 @@ def window_average(tstar, values, t_min: float, t_max: float, n: int = 200) -> f
     return float(np.mean(np.interp(kt, lk, values)))
 
 
-def ignition_window(tstar, a1: float, *, k_lo: int = 2, cutoff_fraction: float = 0.05,
+def ignition_window(tstar: Float[ArrayLike, " p"], a1: float, *, k_lo: int = 2, cutoff_fraction: float = 0.05,
                     t_end: float | None = None) -> dict:
     """The fit window of a feature-wise (or sample-wise) power law: [t*_{k_lo}, t*_{k_hi}].
 
@@ -176,7 +179,7 @@ def ignition_window(tstar, a1: float, *, k_lo: int = 2, cutoff_fraction: float =
     }
 
 
-def first_drop_time(t, L, fraction: float = 0.5) -> float:
+def first_drop_time(t: Float[ArrayLike, " n"], L: Float[ArrayLike, " n"], fraction: float = 0.5) -> float:
     """The first time at which L(t) <= fraction * L(t[0]) (the first ignition of a curve without
     a theory), by linear interpolation; `nan` if it never drops that far."""
     t = np.asarray(t, float)
@@ -222,7 +225,7 @@ class PowerLawFit:
     log_t: np.ndarray = dataclasses.field(repr=False)
     residuals: np.ndarray = dataclasses.field(repr=False)
 
-    def predict(self, t) -> np.ndarray:
+    def predict(self, t: Float[ArrayLike, "*shape"]) -> Float[np.ndarray, "*shape"]:
         """The fitted line exp(log_prefactor) t^-exponent at times `t`."""
         return np.exp(self.log_prefactor - self.exponent * np.log(np.asarray(t, float)))
 
@@ -236,7 +239,8 @@ class PowerLawFit:
         return d
 
 
-def fit_power_law(t, L, t_min: float, t_max: float, *, n_grid: int = 200, min_decades: float = 1.0,
+def fit_power_law(t: Float[ArrayLike, " n"], L: Float[ArrayLike, " n"], t_min: float, t_max: float, *,
+                  n_grid: int = 200, min_decades: float = 1.0,
                   max_rms: float = 0.25, max_drift: float = 0.3, min_exponent: float = 0.05) -> PowerLawFit:
     """Fit L ~ t^-gamma on [t_min, t_max] and decide whether the curve is a power law there.
 

@@ -58,12 +58,18 @@ product), never by a full eigendecomposition of Y.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float
 
 from .._core._checks import as_array, check_positive, check_symmetric, is_traced, shape_str
 from ..data._operators import AbstractData
+
+if TYPE_CHECKING:
+    import scipy.sparse.linalg
 
 __all__ = [
     "linearized",
@@ -104,7 +110,8 @@ def _initial(data: AbstractData, M0, W0):
     return 0.5 * (M0 + M0.T)
 
 
-def linearized(data: AbstractData, t, *, M0=None, W0=None):
+def linearized(data: AbstractData, t: Float[ArrayLike, "*times"], *, M0: Float[ArrayLike, "p p"] | None = None,
+               W0: Float[ArrayLike, "p d"] | None = None) -> Float[Array, "*times p p"]:
     """The early-time (linearized) flow M(t) = e^{tY} M0 e^{tY}, the exact solution of
     M' = Y M + M Y, the linear part of the MSE flow M' = Y M + M Y - K(M) M - M K(M)
     (THEORY Eq. E9; Y = (4/m) sum_mu y_mu A_mu, `data.Y()`).
@@ -145,7 +152,8 @@ def linearized(data: AbstractData, t, *, M0=None, W0=None):
     return out
 
 
-def linearized_horizon(data: AbstractData, *, M0=None, W0=None, delta: float = 0.1):
+def linearized_horizon(data: AbstractData, *, M0: Float[ArrayLike, "p p"] | None = None,
+                       W0: Float[ArrayLike, "p d"] | None = None, delta: float = 0.1) -> float | Float[Array, ""]:
     """Validity horizon t_h of `linearized`: the time at which the neglected term K(M) reaches
     a fraction `delta` of the top growth rate g_1 = lambda_max(Y) along the fastest mode,
 
@@ -194,7 +202,7 @@ def _s2(lam, sigma) -> float:
     return float(2.0 * np.sum(lam**2) + sigma**2)
 
 
-def bbp_thresholds(lam, d: int, *, sigma: float = 0.0) -> np.ndarray:
+def bbp_thresholds(lam: Float[ArrayLike, " K"], d: int, *, sigma: float = 0.0) -> np.ndarray:
     """BBP sample-size thresholds n_i of the spiked He2 model (module docstring): the i-th top
     eigenvector of Y = (4/n) sum_mu y_mu (x_mu x_mu^T - I) starts to align with a_i at
 
@@ -215,7 +223,7 @@ def bbp_thresholds(lam, d: int, *, sigma: float = 0.0) -> np.ndarray:
     return d * _s2(lam, sigma) / (4.0 * lam**2)
 
 
-def spike_variance_ratio(lam, *, sigma: float = 0.0) -> np.ndarray:
+def spike_variance_ratio(lam: Float[ArrayLike, " K"], *, sigma: float = 0.0) -> np.ndarray:
     """rho_i = E[y^2 <a_i, x>^2] / E[y^2] = 1 + 8 lambda_i^2 / s^2 (module docstring): the
     variance of the noise of Y in a_i's own row relative to the bulk's, for the spiked He2 model.
 
@@ -227,7 +235,8 @@ def spike_variance_ratio(lam, *, sigma: float = 0.0) -> np.ndarray:
     return 1.0 + 8.0 * lam**2 / _s2(lam, sigma)
 
 
-def bbp_overlap(n, lam, d: int, *, sigma: float = 0.0, gaussian_row: bool = False) -> np.ndarray:
+def bbp_overlap(n: Float[ArrayLike, "*n"], lam: Float[ArrayLike, " K"], d: int, *,
+                sigma: float = 0.0, gaussian_row: bool = False) -> np.ndarray:
     """Predicted squared overlap cos^2 theta_i = (v_i^T a_i)^2 of the i-th top eigenvector of Y
     with a_i (module docstring): max(0, 1 - rho_i n_i / n), rho_i = `spike_variance_ratio`, to
     leading order in n_i / n; with ``gaussian_row=True`` the GOE (spiked Wigner) formula
@@ -247,13 +256,13 @@ def bbp_overlap(n, lam, d: int, *, sigma: float = 0.0, gaussian_row: bool = Fals
     return np.clip(1.0 - rho * ni / n[..., None], 0.0, None)
 
 
-def half_overlap_sizes(lam, d: int, *, sigma: float = 0.0) -> np.ndarray:
+def half_overlap_sizes(lam: Float[ArrayLike, " K"], d: int, *, sigma: float = 0.0) -> np.ndarray:
     """n_half,i = 2 rho_i n_i: the sample size at which the predicted cos^2 theta_i
     (`bbp_overlap`) reaches 1/2, shape (K,)."""
     return 2.0 * spike_variance_ratio(lam, sigma=sigma) * bbp_thresholds(lam, d, sigma=sigma)
 
 
-def bulk_edge(n, d: int, *, lam, sigma: float = 0.0) -> np.ndarray:
+def bulk_edge(n: Float[ArrayLike, "*n"], d: int, *, lam: Float[ArrayLike, " K"], sigma: float = 0.0) -> np.ndarray:
     """Predicted upper edge of the noise bulk of Y's spectrum, 8 s sqrt(d / n)
     (Y / 4 - 2 M* is a semicircle of radius 2 s sqrt(d / n); module docstring).
 
@@ -313,7 +322,9 @@ def Y_operator(data: AbstractData):
                           dtype=np.float64)
 
 
-def top_eigenpairs(Y, k: int, *, tol: float = 1e-10, seed: int = 0):
+def top_eigenpairs(Y: Float[ArrayLike, "p p"] | AbstractData | scipy.sparse.linalg.LinearOperator, k: int, *,
+                   tol: float = 1e-10, seed: int = 0
+                   ) -> tuple[Float[np.ndarray, " k"], Float[np.ndarray, "p k"]]:
     """The k algebraically largest eigenpairs of the symmetric Y by Lanczos (ARPACK,
     `scipy.sparse.linalg.eigsh(which="LA")`), never a full eigendecomposition.
 

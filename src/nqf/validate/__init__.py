@@ -57,7 +57,7 @@ from ._common import (
     relative_error,
     validate,
 )
-from . import _flow, _theorem2, _samplewise, _compress  # noqa: E402,F401  (register, in this order)
+from . import _flow, _theorem2, _samplewise, _compress  # register, in this order
 from ._compress import check_corollary3, check_theorem3, check_theorem14, check_theorem15
 from ._flow import (
     DICTIONARY_BOUND,
