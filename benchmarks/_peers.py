@@ -125,22 +125,39 @@ class Fig3:
         def hand_glv(Lam, y, P, W0, ts, rtol):
             u0 = jnp.log(jnp.sum((P.T @ W0) ** 2, axis=1))
             return diffrax.diffeqsolve(
-                diffrax.ODETerm(rhs_glv), diffrax.Tsit5(), ts[0], ts[-1], None, u0, args=(Lam, y),
-                saveat=diffrax.SaveAt(ts=ts), stepsize_controller=diffrax.PIDController(rtol=rtol, atol=rtol),
-                max_steps=100_000).ys
+                diffrax.ODETerm(rhs_glv),
+                diffrax.Tsit5(),
+                ts[0],
+                ts[-1],
+                None,
+                u0,
+                args=(Lam, y),
+                saveat=diffrax.SaveAt(ts=ts),
+                stepsize_controller=diffrax.PIDController(rtol=rtol, atol=rtol),
+                max_steps=100_000,
+            ).ys
 
         @jax.jit
         def hand_M(A, y, W0, ts, rtol):
             M0 = W0 @ W0.T
             return diffrax.diffeqsolve(
-                diffrax.ODETerm(rhs_M), diffrax.Tsit5(), ts[0], ts[-1], None, M0, args=(A, y),
+                diffrax.ODETerm(rhs_M),
+                diffrax.Tsit5(),
+                ts[0],
+                ts[-1],
+                None,
+                M0,
+                args=(A, y),
                 saveat=diffrax.SaveAt(ts=ts),
                 stepsize_controller=diffrax.PIDController(rtol=rtol, atol=rtol * jnp.max(jnp.abs(M0))),
-                max_steps=100_000).ys
+                max_steps=100_000,
+            ).ys
 
         Lj, yj, Pj, Aj = (jnp.asarray(v) for v in (self.Lam, self.y, self.P, self.A))
         self._hand_glv = lambda r: np.exp(np.asarray(hand_glv(Lj, yj, Pj, self.W0, self.ts, r)))
-        self._hand_M = lambda r: np.einsum("ik,nij,jk->nk", self.P, np.asarray(hand_M(Aj, yj, self.W0, self.ts, r)), self.P)
+        self._hand_M = lambda r: np.einsum(
+            "ik,nij,jk->nk", self.P, np.asarray(hand_M(Aj, yj, self.W0, self.ts, r)), self.P
+        )
 
     def error(self, z):
         return np.abs(z / self.z_ref - 1.0).max()
@@ -154,8 +171,15 @@ class Fig3:
         c = 8.0 / self.m
 
         def scipy_glv(r):
-            s = solve_ivp(lambda t, u: -c * ((self.Lam @ np.exp(u) - self.y) @ self.Lam), (0.0, self.T1), u0,
-                          method="DOP853", t_eval=self.ts, rtol=r, atol=r)
+            s = solve_ivp(
+                lambda t, u: -c * ((self.Lam @ np.exp(u) - self.y) @ self.Lam),
+                (0.0, self.T1),
+                u0,
+                method="DOP853",
+                t_eval=self.ts,
+                rtol=r,
+                atol=r,
+            )
             return np.exp(s.y.T)
 
         return {
@@ -193,8 +217,15 @@ class MLP:
         self.W0 = np.sqrt(self.EPS) * G / np.sqrt(self.p)
         self.ts = np.linspace(0.0, self.T1, 41)
         self.atol_scale = np.abs(self.W0).max()
-        ref = solve_ivp(self.np_rhs, (0.0, self.T1), self.W0.ravel(), method="DOP853", t_eval=self.ts,
-                        rtol=1e-13, atol=1e-13 * self.atol_scale)
+        ref = solve_ivp(
+            self.np_rhs,
+            (0.0, self.T1),
+            self.W0.ravel(),
+            method="DOP853",
+            t_eval=self.ts,
+            rtol=1e-13,
+            atol=1e-13 * self.atol_scale,
+        )
         W = ref.y.T.reshape(-1, self.p, self.WIDTH)
         self.M_ref = np.einsum("nir,njr->nij", W, W)
 
@@ -207,10 +238,17 @@ class MLP:
         @jax.jit
         def hand(X, y, W0, ts, rtol):
             return diffrax.diffeqsolve(
-                diffrax.ODETerm(rhs), diffrax.Tsit5(), ts[0], ts[-1], None, W0, args=(X, y),
+                diffrax.ODETerm(rhs),
+                diffrax.Tsit5(),
+                ts[0],
+                ts[-1],
+                None,
+                W0,
+                args=(X, y),
                 saveat=diffrax.SaveAt(ts=ts),
                 stepsize_controller=diffrax.PIDController(rtol=rtol, atol=rtol * jnp.max(jnp.abs(W0))),
-                max_steps=100_000).ys
+                max_steps=100_000,
+            ).ys
 
         Xj, yj = jnp.asarray(self.X), jnp.asarray(self.y)
         self._hand = lambda r: np.asarray(hand(Xj, yj, self.W0, self.ts, r))
@@ -232,9 +270,17 @@ class MLP:
 
         def scipy(method):
             def run(r):
-                s = solve_ivp(self.np_rhs, (0.0, self.T1), self.W0.ravel(), method=method, t_eval=self.ts,
-                              rtol=r, atol=r * self.atol_scale)
+                s = solve_ivp(
+                    self.np_rhs,
+                    (0.0, self.T1),
+                    self.W0.ravel(),
+                    method=method,
+                    t_eval=self.ts,
+                    rtol=r,
+                    atol=r * self.atol_scale,
+                )
                 return s.y.T.reshape(-1, self.p, self.WIDTH)
+
             return run
 
         return {
@@ -260,8 +306,9 @@ class MLP:
             return -(HM + HM.T).ravel()
 
         t0 = time.perf_counter()
-        s = solve_ivp(rhs, (0.0, self.T1), M0.ravel(), method="RK45", t_eval=self.ts, rtol=rtol,
-                      atol=rtol * np.abs(M0).max())
+        s = solve_ivp(
+            rhs, (0.0, self.T1), M0.ravel(), method="RK45", t_eval=self.ts, rtol=rtol, atol=rtol * np.abs(M0).max()
+        )
         wall = time.perf_counter() - t0
         M = s.y.T.reshape(-1, p, p)
         err = (np.abs(M - self.M_ref).max(axis=(1, 2)) / np.abs(self.M_ref).max(axis=(1, 2))).max()
@@ -327,13 +374,22 @@ class Powerlaw:
 
         def lsoda(r):
             jac = lambda t, u: (-c * lam**2 * np.exp(u))[None, :]  # noqa: E731  (banded: 1 x p)
-            s = solve_ivp(rhs, (0.0, self.T1), u0, method="LSODA", t_eval=self.ts, rtol=r, atol=r,
-                          jac=jac, lband=0, uband=0)
+            s = solve_ivp(
+                rhs, (0.0, self.T1), u0, method="LSODA", t_eval=self.ts, rtol=r, atol=r, jac=jac, lband=0, uband=0
+            )
             return self._E(s.y.T)
 
         def bdf(r):
-            s = solve_ivp(rhs, (0.0, self.T1), u0, method="BDF", t_eval=self.ts, rtol=r, atol=r,
-                          jac=lambda t, u: diags(-c * lam**2 * np.exp(u)))
+            s = solve_ivp(
+                rhs,
+                (0.0, self.T1),
+                u0,
+                method="BDF",
+                t_eval=self.ts,
+                rtol=r,
+                atol=r,
+                jac=lambda t, u: diags(-c * lam**2 * np.exp(u)),
+            )
             return self._E(s.y.T)
 
         def cvode(r):
@@ -348,14 +404,24 @@ class Powerlaw:
 
             # scikit-sundae's "band" solver takes a dense (p, p) template; "sparse" (SuperLU_MT)
             # with a diagonal pattern is its O(p) way to the diagonal Jacobian
-            s = CVODE(f, method="BDF", rtol=r, atol=r, linsolver="sparse", sparsity=identity(self.p, format="csc"),
-                      jacfn=jacfn, max_num_steps=10**6).solve(self.ts, u0)
+            s = CVODE(
+                f,
+                method="BDF",
+                rtol=r,
+                atol=r,
+                linsolver="sparse",
+                sparsity=identity(self.p, format="csc"),
+                jacfn=jacfn,
+                max_num_steps=10**6,
+            ).solve(self.ts, u0)
             return self._E(s.y)
 
         out = {
-            "nqf stiff (Rodas5P)": lambda r: nqf.solve_flow(self.data, z0=self.z0, t1=self.T1, ts=self.ts,
-                                                             stiff=True, rtol=r, save="loss",
-                                                             max_steps=10**6).excess_loss,
+            "nqf stiff (Rodas5P)": lambda r: (
+                nqf.solve_flow(
+                    self.data, z0=self.z0, t1=self.T1, ts=self.ts, stiff=True, rtol=r, save="loss", max_steps=10**6
+                ).excess_loss
+            ),
             "scipy LSODA banded": lsoda,
             "scipy BDF sparse": bdf,
         }
@@ -367,8 +433,9 @@ class Powerlaw:
         import nqf
 
         return {
-            "nqf exact": lambda: nqf.solve_flow(self.data, z0=self.z0, t1=self.T1, ts=self.ts, method="exact",
-                                                save="loss").excess_loss,
+            "nqf exact": lambda: (
+                nqf.solve_flow(self.data, z0=self.z0, t1=self.T1, ts=self.ts, method="exact", save="loss").excess_loss
+            ),
             "numpy closed form": self.closed_form,
         }
 
@@ -417,8 +484,16 @@ class Coupled:
         def jtimes(t, u, fu, v, Jv):
             Jv[:] = -c * (Lam.T @ (Lam @ (state["z"] * v)))
 
-        s = CVODE(f, method="BDF", rtol=r, atol=r, linsolver="gmres", krylov_dim=20,
-                  jactimes=CVODEJacTimes(setup, jtimes), max_num_steps=10**6).solve(self.ts, np.log(self.z0))
+        s = CVODE(
+            f,
+            method="BDF",
+            rtol=r,
+            atol=r,
+            linsolver="gmres",
+            krylov_dim=20,
+            jactimes=CVODEJacTimes(setup, jtimes),
+            max_num_steps=10**6,
+        ).solve(self.ts, np.log(self.z0))
         return self.excess(s.y)
 
     def error(self, E):
@@ -428,8 +503,11 @@ class Coupled:
         import nqf
 
         def run(**kw):
-            return lambda r: nqf.solve_flow(self.data, z0=self.z0, t1=self.T1, ts=self.ts, rtol=r, save="loss",
-                                            max_steps=10**6, **kw).excess_loss
+            return lambda r: (
+                nqf.solve_flow(
+                    self.data, z0=self.z0, t1=self.T1, ts=self.ts, rtol=r, save="loss", max_steps=10**6, **kw
+                ).excess_loss
+            )
 
         return {
             "nqf lsoda (reduced)": run(solver="lsoda"),

@@ -141,8 +141,7 @@ class Fig3:
             y0 = np.log(self.z0)
             atol = FIG3_RTOL  # nqf's atol for the log-space state
             rhs = self.rhs_glv
-        sol = solve_ivp(rhs, (0.0, FIG3_T1), y0, method=method, t_eval=FIG3_TS,
-                        rtol=FIG3_RTOL, atol=atol)
+        sol = solve_ivp(rhs, (0.0, FIG3_T1), y0, method=method, t_eval=FIG3_TS, rtol=FIG3_RTOL, atol=atol)
         if sol.status != 0:
             raise RuntimeError(f"solve_ivp({variant}) failed: {sol.message}")
         return sol
@@ -202,8 +201,9 @@ class Powerlaw:
         from scipy.integrate import solve_ivp
 
         kw = {"jac": self.jac} if method in ("LSODA", "BDF", "Radau") else {}
-        sol = solve_ivp(self.rhs, (0.0, t1), np.log(self.z0), method=method, t_eval=self.ts(t1),
-                        rtol=PL_RTOL, atol=PL_RTOL, **kw)
+        sol = solve_ivp(
+            self.rhs, (0.0, t1), np.log(self.z0), method=method, t_eval=self.ts(t1), rtol=PL_RTOL, atol=PL_RTOL, **kw
+        )
         if sol.status != 0:
             raise RuntimeError(f"solve_ivp({method}) failed: {sol.message}")
         return sol

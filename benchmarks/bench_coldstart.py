@@ -46,8 +46,11 @@ def _env(**extra):
 def first_call(mode: str, cache_dir: str) -> list:
     """[seconds from ``import nqf`` to the first fig3 ``solve_flow`` result, seconds of the call
     alone (nqf's modules already imported)], in a fresh process."""
-    env = {"cold": _env(NQF_COMPILATION_CACHE="0"), "default": _env(XDG_CACHE_HOME=cache_dir),
-           "explicit": _env(NQF_COMPILATION_CACHE=cache_dir)}[mode]
+    env = {
+        "cold": _env(NQF_COMPILATION_CACHE="0"),
+        "default": _env(XDG_CACHE_HOME=cache_dir),
+        "explicit": _env(NQF_COMPILATION_CACHE=cache_dir),
+    }[mode]
     out = subprocess.run([sys.executable, "-c", FIRST_CALL], env=env, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])
@@ -123,7 +126,9 @@ if __name__ == "__main__":
     }
     for name, argv in rows.items():
         ts = [_wall(argv) for _ in range(n)]
-        print(f"{name:28s} median {statistics.median(ts):.3f} s  (min {min(ts):.3f}, {n} processes, wall incl. startup)")
+        print(
+            f"{name:28s} median {statistics.median(ts):.3f} s  (min {min(ts):.3f}, {n} processes, wall incl. startup)"
+        )
     res = {"cold": [first_call("cold", "") for _ in range(max(2, n // 2))]}
     for mode in ("default", "explicit"):
         with tempfile.TemporaryDirectory() as d:
@@ -131,5 +136,7 @@ if __name__ == "__main__":
             res[mode] = [first_call(mode, d) for _ in range(max(2, n // 2))]
     for mode, ts in res.items():
         call, total = [t[1] for t in ts], [t[0] for t in ts]
-        print(f"first fig3 solve_flow, cache {mode:9s}: call {statistics.median(call):.3f} s (min {min(call):.3f}); "
-              f"import nqf + call {statistics.median(total):.3f} s")
+        print(
+            f"first fig3 solve_flow, cache {mode:9s}: call {statistics.median(call):.3f} s (min {min(call):.3f}); "
+            f"import nqf + call {statistics.median(total):.3f} s"
+        )

@@ -67,6 +67,7 @@ def problem(case: str):
 
     images = _digits()
     if case == "cnn":
+
         class DigitsCNN(eqx.Module):
             conv: eqx.nn.Conv2d
             readout: eqx.nn.Linear
@@ -80,10 +81,12 @@ def problem(case: str):
                 h = jnp.sum(jnp.tanh(self.conv(x)), axis=(1, 2))  # global sum pool, (32,)
                 return self.readout(h)[0]
 
-        f, p = nqf.data.module_fn(DigitsCNN(jax.random.PRNGKey(0)),
-                                  [(lambda c: c.conv.weight, 0), (lambda c: c.readout.weight, 1)])
+        f, p = nqf.data.module_fn(
+            DigitsCNN(jax.random.PRNGKey(0)), [(lambda c: c.conv.weight, 0), (lambda c: c.readout.weight, 1)]
+        )
         return f, images[:, None, :, :], {"p": p, "groups": (25, 1)}
     if case == "mlp":
+
         def f(W, x):
             return W[64] @ jnp.tanh(W[:64].T @ x)
 
@@ -134,16 +137,27 @@ def child(case: str, structure: str) -> dict:
     second = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     data = rep.data if isinstance(rep, nqf.NQFModel) else rep
-    return {"case": case, "structure": structure, "returned": type(data).__name__, "split": report.split,
-            "chunk": report.chunk_size, "first_s": first, "second_s": second, "rss_base_mb": base,
-            "peak_mb": peak, "growth_mb": peak - base}
+    return {
+        "case": case,
+        "structure": structure,
+        "returned": type(data).__name__,
+        "split": report.split,
+        "chunk": report.chunk_size,
+        "first_s": first,
+        "second_s": second,
+        "rss_base_mb": base,
+        "peak_mb": peak,
+        "growth_mb": peak - base,
+    }
 
 
 def measure(case: str, structure: str) -> dict:
     """`child` in a fresh Python process (so the peak RSS is this extraction's alone)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    code = (f"import sys, json; sys.path.insert(0, {here!r}); import bench_extract as b; "
-            f"print(json.dumps(b.child({case!r}, {structure!r})))")
+    code = (
+        f"import sys, json; sys.path.insert(0, {here!r}); import bench_extract as b; "
+        f"print(json.dumps(b.child({case!r}, {structure!r})))"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
     if res.returncode != 0:
         raise RuntimeError(res.stderr[-3000:])
@@ -180,5 +194,8 @@ if __name__ == "__main__":
     for c in CASES:
         for s in STRUCTURES:
             r = measure(c, s)
-            print(f"| {c} | {s} | {r['returned']} | {r['split']} | {r['chunk']} | {r['first_s']:.2f} s | "
-                  f"{r['second_s']:.2f} s | {r['peak_mb']:.0f} MB | +{r['growth_mb']:.0f} MB |", flush=True)
+            print(
+                f"| {c} | {s} | {r['returned']} | {r['split']} | {r['chunk']} | {r['first_s']:.2f} s | "
+                f"{r['second_s']:.2f} s | {r['peak_mb']:.0f} MB | +{r['growth_mb']:.0f} MB |",
+                flush=True,
+            )

@@ -122,8 +122,10 @@ class _Fig3Timings:
             fns[v] = lambda v=v: prob.scipy(v)
         t, out = best_times(fns, 7)
         for form in FIG3_FORMS:
-            _log(f"fig3 nqf {form}: {t[form] * 1e3:.2f} ms (dense=False {t[form, False] * 1e3:.2f} "
-                 f"ms), stats {out[form].stats}")
+            _log(
+                f"fig3 nqf {form}: {t[form] * 1e3:.2f} ms (dense=False {t[form, False] * 1e3:.2f} "
+                f"ms), stats {out[form].stats}"
+            )
         for v in FIG3_SCIPY:
             _log(f"fig3 scipy {v}: {t[v] * 1e3:.2f} ms, nfev {out[v].nfev}")
         M_sp = {v: prob.scipy_M(v, out[v]) for v in FIG3_SCIPY}
@@ -231,8 +233,10 @@ class PowerlawCompare:
             for method in PL_SCIPY:
                 t_sp[t1, method] = t[method]
                 diff[t1, method] = rel_diff_z(np.exp(out[method].y.T), out["nqf"].z)
-                _log(f"powerlaw t1={t1:g} scipy {method}: {t[method]:.2f} s, nfev "
-                     f"{out[method].nfev}, njev {out[method].njev}, rel diff {diff[t1, method]:.3g}")
+                _log(
+                    f"powerlaw t1={t1:g} scipy {method}: {t[method]:.2f} s, nfev "
+                    f"{out[method].nfev}, njev {out[method].njev}, rel diff {diff[t1, method]:.3g}"
+                )
         return {"t_nqf": t_nqf, "t_scipy": t_sp, "diff": diff}
 
     setup_cache.timeout = 7200

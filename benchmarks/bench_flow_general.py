@@ -89,8 +89,15 @@ class Problem:
         self.ts = np.linspace(0.0, T1, N_TS)
 
         t0 = time.perf_counter()
-        ref = solve_ivp(self.np_rhs, (0.0, T1), self.W0.ravel(), method="DOP853", t_eval=self.ts,
-                        rtol=1e-12, atol=1e-12 * np.abs(self.W0).max())
+        ref = solve_ivp(
+            self.np_rhs,
+            (0.0, T1),
+            self.W0.ravel(),
+            method="DOP853",
+            t_eval=self.ts,
+            rtol=1e-12,
+            atol=1e-12 * np.abs(self.W0).max(),
+        )
         assert ref.success, ref.message
         self.ref_seconds = time.perf_counter() - t0
         W = ref.y.T.reshape(-1, self.p, D)
@@ -109,10 +116,17 @@ class Problem:
         @jax.jit
         def hand(Xj, yj, W0, ts, rtol):
             sol = diffrax.diffeqsolve(
-                diffrax.ODETerm(rhs), diffrax.Tsit5(), ts[0], ts[-1], None, W0, args=(Xj, yj),
+                diffrax.ODETerm(rhs),
+                diffrax.Tsit5(),
+                ts[0],
+                ts[-1],
+                None,
+                W0,
+                args=(Xj, yj),
                 saveat=diffrax.SaveAt(ts=ts),
                 stepsize_controller=diffrax.PIDController(rtol=rtol, atol=rtol * jnp.max(jnp.abs(W0))),
-                max_steps=100_000)
+                max_steps=100_000,
+            )
             return sol.ys, sol.stats["num_steps"]
 
         Xj, yj = jnp.asarray(X), jnp.asarray(y)
@@ -141,6 +155,7 @@ class Problem:
             sol = nqf.solve_flow(model, W0=self.W0, t1=T1, ts=self.ts, rtol=r, dense=False, **kw)
             run.steps = sol.stats["num_steps"]
             return sol.M, sol.mu
+
         return run
 
     def _peer(self):
@@ -149,6 +164,7 @@ class Problem:
             Ws = np.asarray(Ws)
             run.steps = int(steps)
             return np.einsum("nid,njd->nij", Ws, Ws), Ws.sum(axis=2)
+
         return run
 
     def contenders(self):
@@ -160,8 +176,11 @@ class Problem:
                 dense = nqf.NQFModel(nqf.DenseData(np.asarray(self.model.data.dense()), self.y), g=self.model.g)
                 out["nqf M-mu, DenseData (issue's case)"] = self._nqf(dense)
             return out
-        return {"nqf factor (default)": self._nqf(self.model), "nqf M": self._nqf(self.model, form="M"),
-                "diffrax W-flow (hand)": self._peer()}
+        return {
+            "nqf factor (default)": self._nqf(self.model),
+            "nqf M": self._nqf(self.model, form="M"),
+            "diffrax W-flow (hand)": self._peer(),
+        }
 
 
 def measure(problem: Problem, repeat: int = REPEAT) -> dict:
@@ -172,7 +191,7 @@ def measure(problem: Problem, repeat: int = REPEAT) -> dict:
         rtol, err = calibrate(run, problem.error, TARGET)
         out[name] = {"rtol": rtol, "error": err, "seconds": None, "steps": None}
         if rtol is not None:
-            fns[name] = (lambda run=run, rtol=rtol: run(rtol))
+            fns[name] = lambda run=run, rtol=rtol: run(rtol)
             fns[name]()
             out[name]["steps"] = int(run.steps)
     best, _ = interleaved_best(fns, repeat)
@@ -241,5 +260,7 @@ if __name__ == "__main__":
         res[kind] = measure(prob)
         _table(f"{kind} MLP NQF on digits, d = {D}, t1 = {T1:g} (target {TARGET:g})", res[kind])
     s = res["sigmoid"]["nqf M-mu"]["seconds"]
-    print("\nsigmoid M-mu / tanh: " + ", ".join(
-        f"{k} {_ratio(s, v['seconds']):.2f}" for k, v in res["tanh"].items() if k.startswith("nqf")))
+    print(
+        "\nsigmoid M-mu / tanh: "
+        + ", ".join(f"{k} {_ratio(s, v['seconds']):.2f}" for k, v in res["tanh"].items() if k.startswith("nqf"))
+    )

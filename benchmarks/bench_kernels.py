@@ -92,8 +92,9 @@ class Case:
     def numba(self):
         # check=False: no finiteness scan of the (fixed) data per call, as in a solver loop;
         # the state v is still checked (for free, inside pass 1)
-        return kernels.glv_rhs(self.L, self.v, y=self.y, weight_decay=GAMMA, log=self.log,
-                               out=self.out, backend="numba", check=False)
+        return kernels.glv_rhs(
+            self.L, self.v, y=self.y, weight_decay=GAMMA, log=self.log, out=self.out, backend="numba", check=False
+        )
 
     def numpy(self):
         L, y, v = self.L, self.y, self.v
@@ -143,8 +144,7 @@ def measure_rhs(case: str, repeat: int = REPEAT) -> dict:
     ref = c.numpy()
     got = c.numba().copy()
     err = float(np.abs(got - ref).max() / np.abs(ref).max())
-    t = best_times({"numba": c.numba, "numpy": c.numpy, "numpy_inplace": c.numpy_inplace,
-                    "copy": c.copy}, repeat)
+    t = best_times({"numba": c.numba, "numpy": c.numpy, "numpy_inplace": c.numpy_inplace, "copy": c.copy}, repeat)
     return {
         **{f"time_{k}": v for k, v in t.items()},
         "speedup_numpy": t["numpy"] / t["numba"],
@@ -173,9 +173,17 @@ class GDCase:
         self.run("jax")
 
     def run(self, backend):
-        return kernels.glv_gd(self.L, self.z0, y=self.y, lr=self.lr, steps=self.steps,
-                              weight_decay=GAMMA, save_every=self.steps, backend=backend,
-                              check=False).z[-1]
+        return kernels.glv_gd(
+            self.L,
+            self.z0,
+            y=self.y,
+            lr=self.lr,
+            steps=self.steps,
+            weight_decay=GAMMA,
+            save_every=self.steps,
+            backend=backend,
+            check=False,
+        ).z[-1]
 
     def numpy(self):
         L, y, z, lr = self.L, self.y, self.z0, self.lr
@@ -192,11 +200,13 @@ def measure_gd(case: str, repeat: int = 3) -> dict:
     c = GDCase(case)
     ref = c.numpy()
     err = float(np.abs(c.run("numba") - ref).max() / np.abs(ref).max())
-    t = best_times({"numba": lambda: c.run("numba"), "jax": lambda: c.run("jax"),
-                    "numpy": c.numpy}, repeat)
-    return {**{f"time_{k}": v for k, v in t.items()},
-            "speedup_numpy": t["numpy"] / t["numba"], "speedup_jax": t["jax"] / t["numba"],
-            "rel_diff": err}
+    t = best_times({"numba": lambda: c.run("numba"), "jax": lambda: c.run("jax"), "numpy": c.numpy}, repeat)
+    return {
+        **{f"time_{k}": v for k, v in t.items()},
+        "speedup_numpy": t["numpy"] / t["numba"],
+        "speedup_jax": t["jax"] / t["numba"],
+        "rel_diff": err,
+    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -335,5 +345,4 @@ if __name__ == "__main__":
     cases = sys.argv[1:] or CASES + GD_CASES
     for case in cases:
         r = measure_gd(case) if case in GD_CASES else measure_rhs(case)
-        print(case, {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in r.items()},
-              flush=True)
+        print(case, {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in r.items()}, flush=True)

@@ -123,11 +123,9 @@ class _LrSweep:
         k, m, self.steps = SWEEP_SIZES[p]
         rng = np.random.default_rng(0)
         x = rng.standard_normal((m, k)) / np.sqrt(k)
-        self.data = nqf.feedforward_data(np.tanh(x @ rng.standard_normal(k)), a=x[:, :, None],
-                                         b=np.ones((m, 1, 1)))
+        self.data = nqf.feedforward_data(np.tanh(x @ rng.standard_normal(k)), a=x[:, :, None], b=np.ones((m, 1, 1)))
         self.W0 = 0.01 * rng.standard_normal((p, SWEEP_D)) / np.sqrt(SWEEP_D)
-        self.kw = dict(steps=self.steps, batch_indices=nqf.batch_indices(1, m, SWEEP_BATCH, self.steps),
-                       save_every=10)
+        self.kw = dict(steps=self.steps, batch_indices=nqf.batch_indices(1, m, SWEEP_BATCH, self.steps), save_every=10)
 
     def single(self, lr):
         return nqf.closed_sgd(self.data, W0=self.W0, lr=lr, **self.kw)
@@ -164,9 +162,12 @@ class LrSweepCompare:
             t, res = best_times({"sweep": prob.sweep, "singles": prob.singles}, 5)
             sw, singles = res["sweep"], res["singles"]
             diff = max(float(np.abs(sw.M[i] - s.M).max() / np.abs(s.M).max()) for i, s in enumerate(singles))
-            print(f"lr sweep p={p}: sweep {t['sweep'] * 1e3:.1f} ms, 64 singles "
-                  f"{t['singles'] * 1e3:.1f} ms, ratio {t['singles'] / t['sweep']:.2f}, max rel diff "
-                  f"{diff:.2g}", file=sys.stderr)
+            print(
+                f"lr sweep p={p}: sweep {t['sweep'] * 1e3:.1f} ms, 64 singles "
+                f"{t['singles'] * 1e3:.1f} ms, ratio {t['singles'] / t['sweep']:.2f}, max rel diff "
+                f"{diff:.2g}",
+                file=sys.stderr,
+            )
             if not diff <= 1e-12:  # the members are single calls' answers to rounding
                 raise AssertionError(f"sweep members and single calls disagree at p={p}: {diff:.3g}")
             out[p] = {"t": t, "diff": diff}

@@ -36,7 +36,7 @@ def measure(problem, repeat: int, exact: dict | None = None) -> dict:
         rtol, err = calibrate(run, problem.error, problem.target)
         out[name] = {"rtol": rtol, "error": err, "seconds": None}
         if rtol is not None:
-            fns[name] = (lambda run=run, rtol=rtol: run(rtol))
+            fns[name] = lambda run=run, rtol=rtol: run(rtol)
             fns[name]()  # compiled / warmed at this tolerance
     for name, fn in (exact or {}).items():
         out[name] = {"rtol": None, "error": float(problem.error(fn())), "seconds": None}
@@ -98,7 +98,10 @@ class PowerlawPeers:
     SUNDIALS CVODE (diagonal Jacobian, sparse solve) and the plain numpy closed form."""
 
     timeout = 7200
-    params = [POWERLAW_P, ["scipy LSODA banded", "scipy BDF sparse", "CVODE BDF (diagonal Jacobian)", "numpy closed form"]]
+    params = [
+        POWERLAW_P,
+        ["scipy LSODA banded", "scipy BDF sparse", "CVODE BDF (diagonal Jacobian)", "numpy closed form"],
+    ]
     param_names = ["p", "peer"]
 
     def setup_cache(self):
@@ -177,9 +180,16 @@ class SGDPeers:
 def _table(title, res):
     print(f"\n## {title}\n\n| contender | rtol | error | time |\n|---|---|---|---|")
     for name, r in res.items():
-        rt = "closed form" if r["rtol"] is None and r["seconds"] is not None else (
-            f"{r['rtol']:.2g}" if r["rtol"] is not None else "target not met")
-        t = "-" if r["seconds"] is None else (f"{r['seconds'] * 1e3:.3g} ms" if r["seconds"] < 1 else f"{r['seconds']:.3g} s")
+        rt = (
+            "closed form"
+            if r["rtol"] is None and r["seconds"] is not None
+            else (f"{r['rtol']:.2g}" if r["rtol"] is not None else "target not met")
+        )
+        t = (
+            "-"
+            if r["seconds"] is None
+            else (f"{r['seconds'] * 1e3:.3g} ms" if r["seconds"] < 1 else f"{r['seconds']:.3g} s")
+        )
         print(f"| {name} | {rt} | {r['error']:.2g} | {t} |")
 
 
@@ -201,10 +211,14 @@ if __name__ == "__main__":
         for p in COUPLED_P:
             _table(f"coupled p = {p:g}, m = 100 (target 1e-5)", measure(Coupled(p), 3 if p <= 10**4 else 1))
     if "sgd" in which:
-        print("\n## closed SGD map vs W-space (200 steps)\n\n| d | closed | W-space | ratio | rel diff |\n|---|---|---|---|---|")
+        print(
+            "\n## closed SGD map vs W-space (200 steps)\n\n| d | closed | W-space | ratio | rel diff |\n|---|---|---|---|---|"
+        )
         for d in SGD_D:
             prob = SGD(d)
             best, res = interleaved_best({"closed": prob.closed, "wspace": prob.wspace}, 7)
             diff = np.abs(res["closed"] - res["wspace"]).max() / np.abs(res["wspace"]).max()
-            print(f"| {d:g} | {best['closed'] * 1e3:.3g} ms | {best['wspace'] * 1e3:.3g} ms | "
-                  f"{best['wspace'] / best['closed']:.3g} | {diff:.2g} |")
+            print(
+                f"| {d:g} | {best['closed'] * 1e3:.3g} ms | {best['wspace'] * 1e3:.3g} ms | "
+                f"{best['wspace'] / best['closed']:.3g} | {diff:.2g} |"
+            )

@@ -50,8 +50,9 @@ def _problem():
 
     images, digits = load_digits(return_X_y=True)
     x, y = images / 16.0, (digits - 4.5) / 4.5
-    mlp = eqx.nn.MLP(64, 1, 256, depth=1, activation=jnp.tanh, use_bias=False, use_final_bias=False,
-                     key=jax.random.key(0))
+    mlp = eqx.nn.MLP(
+        64, 1, 256, depth=1, activation=jnp.tanh, use_bias=False, use_final_bias=False, key=jax.random.key(0)
+    )
     return nqf.Network(mlp), x, y
 
 
@@ -90,11 +91,11 @@ def _contenders(net, x, y):
     return {
         "predict": lambda: nqf.predict(net, x, y, lr=LR, steps=STEPS, init_scale=SCALE, target="phase_end"),
         "predict_flow": lambda: nqf.predict(net, x, y, t1=LR * STEPS, init_scale=SCALE, target="phase_end"),
-        "predict_no_departure": lambda: nqf.predict(net, x, y, lr=LR, steps=STEPS, init_scale=SCALE,
-                                                    target="phase_end", estimate_departure=False),
+        "predict_no_departure": lambda: nqf.predict(
+            net, x, y, lr=LR, steps=STEPS, init_scale=SCALE, target="phase_end", estimate_departure=False
+        ),
         "user_sgd": lambda: _user_sgd(net, x, y),
-        "record": lambda: nqf.record(net, x, y, optax.sgd(LR), lr=LR, steps=STEPS, save_every=SAVE,
-                                     W0=SCALE * net.W),
+        "record": lambda: nqf.record(net, x, y, optax.sgd(LR), lr=LR, steps=STEPS, save_every=SAVE, W0=SCALE * net.W),
     }
 
 

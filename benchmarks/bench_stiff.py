@@ -48,8 +48,9 @@ def _powerlaw_solve(p, t1=T1, solver="kvaerno5", n=100):
 
     data, z0 = _powerlaw(p)
     ts = np.concatenate([[0.0], np.geomspace(1.0, t1, n)])
-    return nqf.solve_flow(data, z0=z0, t1=t1, ts=ts, rtol=RTOL, solver=solver, dense=False,
-                          save="loss", max_steps=1_000_000)
+    return nqf.solve_flow(
+        data, z0=z0, t1=t1, ts=ts, rtol=RTOL, solver=solver, dense=False, save="loss", max_steps=1_000_000
+    )
 
 
 class PowerlawMillion:
@@ -127,8 +128,17 @@ class GeneralGLV:
         self.solve(1.0)  # compile
 
     def solve(self, t1=T1):
-        return self.nqf.solve_flow(self.data, z0=self.z0, t1=t1, ts=self.ts * (t1 / T1), rtol=RTOL,
-                                   stiff=True, dense=False, save="loss", max_steps=100_000)
+        return self.nqf.solve_flow(
+            self.data,
+            z0=self.z0,
+            t1=t1,
+            ts=self.ts * (t1 / T1),
+            rtol=RTOL,
+            stiff=True,
+            dense=False,
+            save="loss",
+            max_steps=100_000,
+        )
 
     def time_solve(self):
         self.solve()
@@ -175,8 +185,17 @@ class SamplewiseBlock:
         self.solve(1.0)  # compile
 
     def solve(self, t1=T1):
-        return self.nqf.solve_flow(self.data, z0=self.z0, t1=t1, ts=self.ts * (t1 / T1), rtol=RTOL,
-                                   stiff=True, dense=False, save="loss", max_steps=100_000)
+        return self.nqf.solve_flow(
+            self.data,
+            z0=self.z0,
+            t1=t1,
+            ts=self.ts * (t1 / T1),
+            rtol=RTOL,
+            stiff=True,
+            dense=False,
+            save="loss",
+            max_steps=100_000,
+        )
 
     def time_solve(self, m):
         self.solve()

@@ -51,8 +51,9 @@ class _Fig3Sweep:
     def sweep(self, devices=None, mode="auto"):
         import nqf
 
-        return nqf.solve_sweep(self.data, eps=SWEEP_EPS, t1=FIG3_T1, ts=FIG3_TS, rtol=FIG3_RTOL,
-                               devices=devices, mode=mode)
+        return nqf.solve_sweep(
+            self.data, eps=SWEEP_EPS, t1=FIG3_T1, ts=FIG3_TS, rtol=FIG3_RTOL, devices=devices, mode=mode
+        )
 
 
 class SweepFig3:
@@ -109,21 +110,28 @@ class SweepCompare:
         prob.sweep(mode="joint")
         prob.sweep(mode="vmap")
         prob.single(SWEEP_EPS[0])
-        t, out = best_times({"joint": lambda: prob.sweep(mode="joint"),
-                             "vmap": lambda: prob.sweep(mode="vmap"), "singles": prob.singles}, 7)
+        t, out = best_times(
+            {
+                "joint": lambda: prob.sweep(mode="joint"),
+                "vmap": lambda: prob.sweep(mode="vmap"),
+                "singles": prob.singles,
+            },
+            7,
+        )
         singles = out["singles"]
         diff = {}
         for mode in ("joint", "vmap"):
             sw = out[mode]
             diff[mode] = max(rel_diff_M(sw.M[i], s.M) for i, s in enumerate(singles))
             steps = np.asarray(sw.stats["num_steps"])
-            _log(f"sweep 64 x fig3 ({mode}): {t[mode] * 1e3:.1f} ms; 64 singles {t['singles'] * 1e3:.1f} ms; "
-                 f"ratio {t['singles'] / t[mode]:.2f}; steps {steps.min()}-{steps.max()}; "
-                 f"max rel diff {diff[mode]:.3g}")
+            _log(
+                f"sweep 64 x fig3 ({mode}): {t[mode] * 1e3:.1f} ms; 64 singles {t['singles'] * 1e3:.1f} ms; "
+                f"ratio {t['singles'] / t[mode]:.2f}; steps {steps.min()}-{steps.max()}; "
+                f"max rel diff {diff[mode]:.3g}"
+            )
         env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
         env.update(XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
-        res = subprocess.run([sys.executable, "-c", SHARD_SCRIPT], env=env, capture_output=True,
-                             text=True, timeout=600)
+        res = subprocess.run([sys.executable, "-c", SHARD_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
         if res.returncode != 0:
             raise RuntimeError(res.stderr[-3000:])
         shard = json.loads(res.stdout.strip().splitlines()[-1])
@@ -213,8 +221,9 @@ FIRST_CALL_SCRIPT = textwrap.dedent(
 def _first_calls(entries, env_extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("NQF_COMPILATION_CACHE", "EQX_ON_ERROR")}
     env.update(env_extra)
-    res = subprocess.run([sys.executable, "-c", FIRST_CALL_SCRIPT, *entries], env=env,
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-c", FIRST_CALL_SCRIPT, *entries], env=env, capture_output=True, text=True, timeout=600
+    )
     if res.returncode != 0:
         raise RuntimeError(res.stderr[-3000:])
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -296,8 +305,15 @@ class MLP:
     def scipy(self):
         from scipy.integrate import solve_ivp
 
-        sol = solve_ivp(self.rhs, (0.0, MLP_T1), self.M0.ravel(), method="RK45", t_eval=MLP_TS,
-                        rtol=MLP_RTOL, atol=MLP_RTOL * np.abs(self.M0).max())
+        sol = solve_ivp(
+            self.rhs,
+            (0.0, MLP_T1),
+            self.M0.ravel(),
+            method="RK45",
+            t_eval=MLP_TS,
+            rtol=MLP_RTOL,
+            atol=MLP_RTOL * np.abs(self.M0).max(),
+        )
         if sol.status != 0:
             raise RuntimeError(f"solve_ivp failed: {sol.message}")
         return sol
@@ -332,9 +348,11 @@ class MLPCompare:
         t_sp = time.perf_counter() - t0
         Ms = sp.y.T.reshape(-1, prob.p, prob.p)
         diff = rel_diff_M(sol.M, Ms)
-        _log(f"MLP nqf {sol.form}: {t_nqf:.3f} s, stats {sol.stats}; scipy RK45 dense M: {t_sp:.1f} s, "
-             f"nfev {sp.nfev}; ratio {t_sp / t_nqf:.1f}; rel diff {diff:.3g}; "
-             f"loss {sol.loss[0]:.4g} -> {sol.loss[-1]:.4g}")
+        _log(
+            f"MLP nqf {sol.form}: {t_nqf:.3f} s, stats {sol.stats}; scipy RK45 dense M: {t_sp:.1f} s, "
+            f"nfev {sp.nfev}; ratio {t_sp / t_nqf:.1f}; rel diff {diff:.3g}; "
+            f"loss {sol.loss[0]:.4g} -> {sol.loss[-1]:.4g}"
+        )
         return {"t_nqf": t_nqf, "t_scipy": t_sp, "diff": diff}
 
     setup_cache.timeout = 1800

@@ -4,6 +4,7 @@ Run: python benchmarks/code_shape.py [--limit-lines 120 --limit-params 12]
 Prints the distribution, the public parameter counts of solve_flow / solve_sweep, the lines of
 solvers/_solve.py and solvers/_sweep.py, and every function over the limits.
 """
+
 import argparse
 import ast
 import pathlib

@@ -91,25 +91,51 @@ def main(argv=None) -> int:
 
     mlp = nqf.datasets.mlp_data(2000, 128, seed=0)
     Wm = np.sqrt(1e-4) * np.random.default_rng(1).standard_normal((mlp.p, 4)) / np.sqrt(mlp.p)
-    record("mlp factor form", lambda: nqf.solve_flow(mlp, W0=Wm, t1=5.0, ts=np.linspace(0, 5, 41), rtol=1e-7),
-           5, steps)
+    record("mlp factor form", lambda: nqf.solve_flow(mlp, W0=Wm, t1=5.0, ts=np.linspace(0, 5, 41), rtol=1e-7), 5, steps)
 
     ts = np.concatenate([[0.0], np.geomspace(1.0, 1e5, 100)])
-    for p in ((10**4, 10**5) if args.quick else (10**6, 10**7)):
+    for p in (10**4, 10**5) if args.quick else (10**6, 10**7):
         data = nqf.datasets.powerlaw_data(p)
         z0 = 1e-6 * np.arange(1, p + 1.0) ** -1.2
-        ex = record(f"powerlaw p={p:.0e} exact", lambda: nqf.solve_flow(data, z0=z0, t1=1e5, ts=ts, method="exact",  # noqa: B023 (run now)
-                                                                        save="loss"), 2)
-        st = record(f"powerlaw p={p:.0e} stiff", lambda: nqf.solve_flow(data, z0=z0, t1=1e5, ts=ts, stiff=True,  # noqa: B023 (run now)
-                                                                        rtol=1e-7, save="loss", max_steps=10**6),
-                    1, steps)
+        ex = record(
+            f"powerlaw p={p:.0e} exact",
+            lambda data=data, z0=z0: nqf.solve_flow(
+                data,
+                z0=z0,
+                t1=1e5,
+                ts=ts,
+                method="exact",
+                save="loss",
+            ),
+            2,
+        )
+        st = record(
+            f"powerlaw p={p:.0e} stiff",
+            lambda data=data, z0=z0: nqf.solve_flow(
+                data,
+                z0=z0,
+                t1=1e5,
+                ts=ts,
+                stiff=True,
+                rtol=1e-7,
+                save="loss",
+                max_steps=10**6,
+            ),
+            1,
+            steps,
+        )
         keep = ex.excess_loss >= 1e-10 * ex.excess_loss[0]
         P[f"powerlaw p={p:.0e} stiff"]["rel_err_vs_exact"] = float(
-            np.abs(st.excess_loss[keep] / ex.excess_loss[keep] - 1).max())
+            np.abs(st.excess_loss[keep] / ex.excess_loss[keep] - 1).max()
+        )
 
     eps = np.logspace(-12, -2, 64)
-    record("fig3 sweep 64", lambda: nqf.solve_sweep(fig3, eps=eps, t1=250.0, rtol=1e-10), 3,
-           lambda s: {"num_steps": int(np.max(s.stats["num_steps"])), "mode": s.mode})
+    record(
+        "fig3 sweep 64",
+        lambda: nqf.solve_sweep(fig3, eps=eps, t1=250.0, rtol=1e-10),
+        3,
+        lambda s: {"num_steps": int(np.max(s.stats["num_steps"])), "mode": s.mode},
+    )
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((600, 64)) / 8.0

@@ -66,17 +66,27 @@ def cases():
     m, p, r = (20, 40, 4) if small else (100, 200, 4)
     A = rng.standard_normal((m, p, p)) / p
     data = nqf.DenseData(0.5 * (A + np.swapaxes(A, 1, 2)), rng.standard_normal(m))
-    out.append(dict(name=f"DenseData, factor form (m={m}, p={p}, r={r})",
-                    run=lambda d=data, p=p, r=r: (flow.rhs_factor, 0.01 * rng.standard_normal((p, r)), (d, 0.0, None)),
-                    flops=4 * m * p * p * r, bytes=8 * (m * p * p + m + 2 * p * r)))
+    out.append(
+        dict(
+            name=f"DenseData, factor form (m={m}, p={p}, r={r})",
+            run=lambda d=data, p=p, r=r: (flow.rhs_factor, 0.01 * rng.standard_normal((p, r)), (d, 0.0, None)),
+            flops=4 * m * p * p * r,
+            bytes=8 * (m * p * p + m + 2 * p * r),
+        )
+    )
 
     # feed-forward (MLP) factor form: X (m, k), W (k + 1, r)
     m, k, r = (200, 32, 4) if small else (2000, 128, 4)
     ff = nqf.datasets.mlp_data(m, k)
     p = ff.p
-    out.append(dict(name=f"FeedForwardData (MLP), factor form (m={m}, p={p}, r={r})",
-                    run=lambda d=ff, p=p, r=r: (flow.rhs_factor, 0.01 * rng.standard_normal((p, r)), (d, 0.0, None)),
-                    flops=2 * 2 * m * k * r + 2 * 2 * k * r, bytes=8 * (m * k + m + 2 * p * r)))
+    out.append(
+        dict(
+            name=f"FeedForwardData (MLP), factor form (m={m}, p={p}, r={r})",
+            run=lambda d=ff, p=p, r=r: (flow.rhs_factor, 0.01 * rng.standard_normal((p, r)), (d, 0.0, None)),
+            flops=2 * 2 * m * k * r + 2 * 2 * k * r,
+            bytes=8 * (m * k + m + 2 * p * r),
+        )
+    )
 
     # the same data in the generic low-rank layout, what FeedForwardData replaced:
     # A = 1/2 [[0, x], [x^T, 0]] = 1/4 (u u^T - v v^T), u = [x; 1], v = [x; -1]: U (m, p, 2)
@@ -84,30 +94,50 @@ def cases():
     ones = np.ones((m, 1))
     U = np.stack([np.hstack([X, ones]), np.hstack([X, -ones])], axis=2)
     lr = nqf.LowRankData(U, np.tile([0.25, -0.25], (m, 1)), np.asarray(ff.y))
-    out.append(dict(name="LowRankData (the same MLP data, U (m, p, 2)), factor form",
-                    run=lambda d=lr, p=p, r=r: (flow.rhs_factor, 0.01 * rng.standard_normal((p, r)), (d, 0.0, None)),
-                    flops=2 * 2 * m * p * 2 * r, bytes=8 * (m * p * 2 + 2 * m + m + 2 * p * r)))
+    out.append(
+        dict(
+            name="LowRankData (the same MLP data, U (m, p, 2)), factor form",
+            run=lambda d=lr, p=p, r=r: (flow.rhs_factor, 0.01 * rng.standard_normal((p, r)), (d, 0.0, None)),
+            flops=2 * 2 * m * p * 2 * r,
+            bytes=8 * (m * p * 2 + 2 * m + m + 2 * p * r),
+        )
+    )
 
     # commuting data, GLV form: Lambda (m, p)
     m, p = (20, 10**4) if small else (100, 10**5)
     Lam = rng.standard_normal((m, p)) * np.arange(1, p + 1.0) ** -0.5
     cd = nqf.CommutingData(Lam, Lam @ (1.0 / np.arange(1, p + 1.0)))
-    out.append(dict(name=f"CommutingData, GLV form (m={m}, p={p})",
-                    run=lambda d=cd, p=p: (flow.rhs_glv, np.full(p, np.log(1e-6)), (d, 0.0, jnp.ones(p, bool))),
-                    flops=4 * m * p, bytes=8 * (m * p + m + 2 * p)))
+    out.append(
+        dict(
+            name=f"CommutingData, GLV form (m={m}, p={p})",
+            run=lambda d=cd, p=p: (flow.rhs_glv, np.full(p, np.log(1e-6)), (d, 0.0, jnp.ones(p, bool))),
+            flops=4 * m * p,
+            bytes=8 * (m * p + m + 2 * p),
+        )
+    )
 
     # commuting data, reduced GLV form (m coordinates)
     u0 = jnp.full(p, np.log(1e-6))
-    out.append(dict(name=f"CommutingData, reduced GLV form (m={m}, p={p})",
-                    run=lambda d=cd, p=p, m=m: (flow.rhs_glv_reduced, np.zeros(m), (d, 0.0, jnp.ones(p, bool), u0, 0.0)),
-                    flops=4 * m * p, bytes=8 * (m * p + 2 * m + p)))
+    out.append(
+        dict(
+            name=f"CommutingData, reduced GLV form (m={m}, p={p})",
+            run=lambda d=cd, p=p, m=m: (flow.rhs_glv_reduced, np.zeros(m), (d, 0.0, jnp.ones(p, bool), u0, 0.0)),
+            flops=4 * m * p,
+            bytes=8 * (m * p + 2 * m + p),
+        )
+    )
 
     # diagonal data, GLV form
     p = 10**5 if small else 10**6
     dd = nqf.datasets.powerlaw_data(p)
-    out.append(dict(name=f"DiagonalData, GLV form (p={p})",
-                    run=lambda d=dd, p=p: (flow.rhs_glv, np.full(p, np.log(1e-6)), (d, 0.0, jnp.ones(p, bool))),
-                    flops=4 * p, bytes=8 * 4 * p))
+    out.append(
+        dict(
+            name=f"DiagonalData, GLV form (p={p})",
+            run=lambda d=dd, p=p: (flow.rhs_glv, np.full(p, np.log(1e-6)), (d, 0.0, jnp.ones(p, bool))),
+            flops=4 * p,
+            bytes=8 * 4 * p,
+        )
+    )
     return out
 
 
@@ -117,15 +147,25 @@ def main():
     for case in cases():
         rhs, state, args = case["run"]()
         t = jax_rhs(rhs, state, args, 5 if QUICK else 30)
-        rows.append(dict(name=case["name"], seconds=t, flops=case["flops"], min_bytes=case["bytes"],
-                         gflops=case["flops"] / t / 1e9, gbytes_s=case["bytes"] / t / 1e9,
-                         copy_fraction=case["bytes"] / t / bw))
+        rows.append(
+            dict(
+                name=case["name"],
+                seconds=t,
+                flops=case["flops"],
+                min_bytes=case["bytes"],
+                gflops=case["flops"] / t / 1e9,
+                gbytes_s=case["bytes"] / t / 1e9,
+                copy_fraction=case["bytes"] / t / bw,
+            )
+        )
     print(f"numpy copy bandwidth: {bw / 1e9:.1f} GB/s (read + write)\n")
     print("| right-hand side | time | flops | minimum bytes | GFlop/s | GB/s | of copy bandwidth |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['name']} | {r['seconds'] * 1e6:.0f} us | {r['flops']:.3g} | {r['min_bytes'] / 1e6:.3g} MB "
-              f"| {r['gflops']:.2f} | {r['gbytes_s']:.2f} | {100 * r['copy_fraction']:.0f} % |")
+        print(
+            f"| {r['name']} | {r['seconds'] * 1e6:.0f} us | {r['flops']:.3g} | {r['min_bytes'] / 1e6:.3g} MB "
+            f"| {r['gflops']:.2f} | {r['gbytes_s']:.2f} | {100 * r['copy_fraction']:.0f} % |"
+        )
     with open("rhs_profile.json", "w") as f:
         json.dump({"copy_bandwidth_bytes_per_s": bw, "rows": rows, "backend": jax.default_backend()}, f, indent=1)
 

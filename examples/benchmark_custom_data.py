@@ -58,8 +58,7 @@ def rhs(t, x):
 
 
 def scipy_solve():
-    return scipy.integrate.solve_ivp(rhs, (0.0, t1), M0.ravel(), method="DOP853", t_eval=ts,
-                                     rtol=rtol, atol=rtol * eps)
+    return scipy.integrate.solve_ivp(rhs, (0.0, t1), M0.ravel(), method="DOP853", t_eval=ts, rtol=rtol, atol=rtol * eps)
 
 
 t_scipy, res = best_of(scipy_solve)
@@ -68,8 +67,10 @@ diff = np.max(np.abs(M_nqf - M_scipy)) / np.max(np.abs(M_scipy))
 
 print(f"data: m = {m}, p = {p}, rank-one A_mu; eps = {eps:g}, t1 = {t1:g}, rtol = {rtol:g}")
 print(f"loss {float(sol.loss[0]):.3e} -> {float(sol.loss[-1]):.3e}")
-print(f"nqf   solve_flow: first call {t_first:.2f} s (compile + solve), then {1e3 * t_nqf:.1f} ms "
-      f"({sol.stats['num_steps']} steps)")
+print(
+    f"nqf   solve_flow: first call {t_first:.2f} s (compile + solve), then {1e3 * t_nqf:.1f} ms "
+    f"({sol.stats['num_steps']} steps)"
+)
 print(f"scipy solve_ivp (DOP853): {1e3 * t_scipy:.1f} ms ({res.nfev} right-hand sides)")
 print(f"speedup scipy / nqf: {t_scipy / t_nqf:.1f}x; max rel difference of M: {diff:.1e}")
 assert diff < 1e-5

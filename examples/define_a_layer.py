@@ -50,6 +50,7 @@ for scale in (1e-1, 1e-2):
 sol = nqf.solve_flow(data, W0=1e-3 * rng.standard_normal((p, 50)), t1=200.0)
 print(f"closed flow: loss {sol.loss[0]:.3f} -> {sol.loss[-1]:.3f} (t = eta * steps = 200)")
 
+
 # 5. A layer that breaks an assumption of Theorem 1 is refused or flagged:
 #    a bias inside the nonlinearity gives a linear term g(x) (ZGZ fails, Theorem 12) ...
 def biased_layer(W, x):
@@ -60,8 +61,7 @@ def biased_layer(W, x):
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     model = nqf.extract(biased_layer, x, p, y=y)
-print(f"bias: {type(model).__name__} with g of shape {model.g.shape}; warned: "
-      f"{[w.category.__name__ for w in caught]}")
+print(f"bias: {type(model).__name__} with g of shape {model.g.shape}; warned: {[w.category.__name__ for w in caught]}")
 
 #    ... and a ReLU is not C^3 at W = 0, so it has no quadratic normal form.
 try:

@@ -36,22 +36,30 @@ for eps in eps_values:
     ln = np.log(1 / eps)
     # dense=True with a small max_steps: the dense interpolant that measure_ignition_times needs
     # is built during the solve (the default re-solves lazily on first use).
-    sol = nqf.solve_flow(data, W0=np.sqrt(eps) * np.eye(5), t1=tau[-1] * ln, ts=tau * ln,
-                         dense=True, max_steps=2048)
+    sol = nqf.solve_flow(data, W0=np.sqrt(eps) * np.eye(5), t1=tau[-1] * ln, ts=tau * ln, dense=True, max_steps=2048)
     tau_half = nqf.measure_ignition_times(sol) / ln  # where z_k = z_k(inf) / 2
     slope = np.max(np.diff(sol.z[:, 0] / sol.z_inf[0]) / np.diff(tau))  # steepest rise of mode 1
     slopes.append(slope)
-    print(f"eps = {eps:.0e}: tau*_k = {np.round(tau_half, 2)}; mode 1 max slope in tau {slope:.2f} "
-          f"(predicted r_1 ln(1/eps) / 4 = {r[0] * ln / 4:.2f})")
+    print(
+        f"eps = {eps:.0e}: tau*_k = {np.round(tau_half, 2)}; mode 1 max slope in tau {slope:.2f} "
+        f"(predicted r_1 ln(1/eps) / 4 = {r[0] * ln / 4:.2f})"
+    )
     ax.plot(tau, sol.loss, label=f"eps = {eps:.0e}")
 
 # eps -> 0: mode k jumps from 0 to z_k(inf) at tau = 1/r_k (a staircase).
 z_inf = nqf.glv_equilibrium(data)
-stairs = np.array([np.mean((np.asarray(data.outputs_z(np.where(tk >= 1 / r, z_inf, 0.0))) - data.y) ** 2)
-                   for tk in tau])
+stairs = np.array(
+    [np.mean((np.asarray(data.outputs_z(np.where(tk >= 1 / r, z_inf, 0.0))) - data.y) ** 2) for tk in tau]
+)
 ax.plot(tau, stairs, "k--", lw=1, label="eps -> 0 (steps at 1/r_k)")
-ax.set(xlabel="tau = t / ln(1/eps)", ylabel="loss", yscale="log", title="plateaus sharpen as eps -> 0",
-       xlim=(0, 20), ylim=(1e-5, 2 * stairs[0]))
+ax.set(
+    xlabel="tau = t / ln(1/eps)",
+    ylabel="loss",
+    yscale="log",
+    title="plateaus sharpen as eps -> 0",
+    xlim=(0, 20),
+    ylim=(1e-5, 2 * stairs[0]),
+)
 ax.legend(fontsize=8)
 fig.tight_layout()
 fig.savefig(out / "eps_sweep.png", dpi=120)

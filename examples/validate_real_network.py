@@ -54,6 +54,7 @@ z_exact, z_flow = np.asarray(exact.z), np.asarray(sol.z)  # z_k = M_kk (the data
 flow_err = nqf.validate.relative_error(z_flow, z_exact)
 print(f"flow vs Theorem 6: max relative error of z over t in [0, {t1:g}] = {flow_err:.1e}")
 
+
 # 3. The real network, full-batch gradient descent on the MSE loss, t = lr * steps.
 def loss(W):
     f = jax.vmap(network, in_axes=(None, 0))(W, jnp.asarray(x))
@@ -81,8 +82,10 @@ net_t = np.array([t_net[np.argmax(z_net[:, k] >= 0.5 * z_net[-1, k])] for k in r
 print("ignition times t*_k  E19:    ", np.round(pred, 2))
 print("                     flow:   ", np.round(flow_t, 2))
 print("                     network:", np.round(net_t, 2))
-print(f"network vs Theorem 6: max |z_net - z| / z(inf) = {net_err:.1e}; "
-      f"ignition times within {np.max(np.abs(net_t / pred - 1)):.1%}")
+print(
+    f"network vs Theorem 6: max |z_net - z| / z(inf) = {net_err:.1e}; "
+    f"ignition times within {np.max(np.abs(net_t / pred - 1)):.1%}"
+)
 assert flow_err < 1e-8
 assert net_err < 0.05 and np.allclose(net_t, pred, rtol=0.02)
 
@@ -91,8 +94,11 @@ for k in range(p):
     (line,) = ax.plot(ts, z_exact[:, k] / z_exact[-1, k], lw=2, alpha=0.5, label=f"Theorem 6, k = {k + 1}")
     ax.plot(ts, z_flow[:, k] / z_exact[-1, k], "--", color="k", lw=0.8)
     ax.plot(t_net[::2000], z_net[::2000, k] / z_exact[-1, k], "o", mfc="none", color=line.get_color())
-ax.set(xlabel="t = lr * steps", ylabel="z_k / z_k(inf)",
-       title="oracle (thick), flow (dashed), tanh network by GD (circles)")
+ax.set(
+    xlabel="t = lr * steps",
+    ylabel="z_k / z_k(inf)",
+    title="oracle (thick), flow (dashed), tanh network by GD (circles)",
+)
 ax.legend(fontsize=7)
 fig.tight_layout()
 fig.savefig(out / "validate_real_network.png", dpi=120)

@@ -27,8 +27,14 @@ def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     elapsed = time.perf_counter() - t0
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
     assert elapsed < 120, f"the docs build took {elapsed:.0f} s"
@@ -90,9 +96,19 @@ def _anchors(name: str) -> set[str]:
 
 def test_docs_build_strict(site):
     assert (site / "index.html").exists()
-    for page in ("getting-started", "theory", "numerics", "guides/simulate-a-layer",
-                 "guides/validate-a-theorem", "guides/map-sweeps", "guides/benchmarks", "guides/examples",
-                 "reference", "reference/solvers", "reference/solvers/stiff"):
+    for page in (
+        "getting-started",
+        "theory",
+        "numerics",
+        "guides/simulate-a-layer",
+        "guides/validate-a-theorem",
+        "guides/map-sweeps",
+        "guides/benchmarks",
+        "guides/examples",
+        "reference",
+        "reference/solvers",
+        "reference/solvers/stiff",
+    ):
         assert (site / page / "index.html").exists(), page
 
 
@@ -137,10 +153,19 @@ def _python_blocks(path: pathlib.Path) -> str:
     return "\n".join(b for b in blocks if "--8<--" not in b)  # snippets are examples/, run elsewhere
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md", "docs/guides/predict-your-network.md",
-                                  "docs/guides/simulate-a-layer.md",
-                                  "docs/guides/validate-a-theorem.md", "docs/guides/map-sweeps.md",
-                                  "docs/guides/jax.md", "docs/guides/two-power-laws.md"])
+@pytest.mark.parametrize(
+    "page",
+    [
+        "README.md",
+        "docs/getting-started.md",
+        "docs/guides/predict-your-network.md",
+        "docs/guides/simulate-a-layer.md",
+        "docs/guides/validate-a-theorem.md",
+        "docs/guides/map-sweeps.md",
+        "docs/guides/jax.md",
+        "docs/guides/two-power-laws.md",
+    ],
+)
 def test_page_code_runs(page, tmp_path):
     """The Python blocks of a page, in order, in one fresh process (as a reader would paste them)."""
     code = _python_blocks(ROOT / page)
@@ -149,10 +174,17 @@ def test_page_code_runs(page, tmp_path):
     if env.get("PYTHONPATH"):  # the subprocesses run in tmp_path: keep relative entries (PYTHONPATH=src) valid
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
     if "nqf-out/fig3.json" in code:  # the page's previous step: `nqf reproduce fig3` (quick here)
-        proc = subprocess.run([sys.executable, "-m", "nqf", "reproduce", "fig3", "--quick", "--out", "nqf-out"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "nqf", "reproduce", "fig3", "--quick", "--out", "nqf-out"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, f"{page}:\n{proc.stdout}\n{proc.stderr}"
     assert proc.stdout.strip()

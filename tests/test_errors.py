@@ -13,22 +13,68 @@ Y2 = np.array([1.0, 2.0])
     "make, exc, match",
     [
         (lambda: nqf.DenseData(np.ones((3, 3)), Y2), ValueError, r"`A` must be a 3-d array.*found shape \(3, 3\)"),
-        (lambda: nqf.DenseData(np.ones((2, 3, 4)), Y2), ValueError, r"`A` must have shape \(m, p, p\); found \(2, 3, 4\)"),
+        (
+            lambda: nqf.DenseData(np.ones((2, 3, 4)), Y2),
+            ValueError,
+            r"`A` must have shape \(m, p, p\); found \(2, 3, 4\)",
+        ),
         (lambda: nqf.DenseData(np.triu(np.ones((2, 3, 3))), Y2), ValueError, r"`A` must be symmetric.*index"),
-        (lambda: nqf.DenseData(np.where(GOOD_A == 2.0, np.nan, GOOD_A), Y2), ValueError, r"`A` must be finite; found 1 non-finite"),
-        (lambda: nqf.DenseData(GOOD_A, [1.0, 2.0, 3.0]), ValueError, r"`y` must hold one label per data matrix: expected shape \(2,\); found \(3,\)"),
+        (
+            lambda: nqf.DenseData(np.where(GOOD_A == 2.0, np.nan, GOOD_A), Y2),
+            ValueError,
+            r"`A` must be finite; found 1 non-finite",
+        ),
+        (
+            lambda: nqf.DenseData(GOOD_A, [1.0, 2.0, 3.0]),
+            ValueError,
+            r"`y` must hold one label per data matrix: expected shape \(2,\); found \(3,\)",
+        ),
         (lambda: nqf.DenseData(GOOD_A, [1.0, np.inf]), ValueError, r"`y` must be finite"),
-        (lambda: nqf.DenseData(np.zeros((0, 3, 3)), np.zeros(0)), ValueError, r"at least one data matrix \(m >= 1\); found m = 0"),
+        (
+            lambda: nqf.DenseData(np.zeros((0, 3, 3)), np.zeros(0)),
+            ValueError,
+            r"at least one data matrix \(m >= 1\); found m = 0",
+        ),
         (lambda: nqf.DenseData(GOOD_A.astype(complex), Y2), TypeError, r"`A` must be real"),
         (lambda: nqf.DenseData([["a"]], Y2), TypeError, r"`A` must be a numeric array"),
-        (lambda: nqf.CommutingData(np.ones((2, 3)), Y2, P=np.ones((3, 3))), ValueError, r"`P` must be orthogonal.*found max"),
-        (lambda: nqf.CommutingData(np.ones((2, 3)), Y2, P=np.eye(4)), ValueError, r"`P` must have shape \(3, 3\); found \(4, 4\)"),
-        (lambda: nqf.CommutingData.from_dense(np.stack([np.eye(2), np.array([[0, 1.0], [1, 0]]), np.diag([1.0, -1])]), [1, 2, 3]), ValueError, r"do not commute \(Assumption 1 fails\)"),
-        (lambda: nqf.LowRankData(np.ones((2, 3, 2)), np.ones((2, 3)), Y2), ValueError, r"`s` must have shape \(2, 2\); found \(2, 3\)"),
-        (lambda: nqf.feedforward_data(Y2, a=np.ones((2, 3, 1)), b=np.ones((2, 1, 2))), ValueError, r"must agree in m and r"),
+        (
+            lambda: nqf.CommutingData(np.ones((2, 3)), Y2, P=np.ones((3, 3))),
+            ValueError,
+            r"`P` must be orthogonal.*found max",
+        ),
+        (
+            lambda: nqf.CommutingData(np.ones((2, 3)), Y2, P=np.eye(4)),
+            ValueError,
+            r"`P` must have shape \(3, 3\); found \(4, 4\)",
+        ),
+        (
+            lambda: nqf.CommutingData.from_dense(
+                np.stack([np.eye(2), np.array([[0, 1.0], [1, 0]]), np.diag([1.0, -1])]), [1, 2, 3]
+            ),
+            ValueError,
+            r"do not commute \(Assumption 1 fails\)",
+        ),
+        (
+            lambda: nqf.LowRankData(np.ones((2, 3, 2)), np.ones((2, 3)), Y2),
+            ValueError,
+            r"`s` must have shape \(2, 2\); found \(2, 3\)",
+        ),
+        (
+            lambda: nqf.feedforward_data(Y2, a=np.ones((2, 3, 1)), b=np.ones((2, 1, 2))),
+            ValueError,
+            r"must agree in m and r",
+        ),
         (lambda: nqf.feedforward_data(Y2), ValueError, r"Give either `C`"),
-        (lambda: nqf.predicted_ignition_times(1.0, 1.0, 1e-3, rho=1.5), ValueError, r"`rho` must lie in \(0, 1\); found 1.5"),
-        (lambda: nqf.predicted_ignition_times(1.0, -1.0, 1e-3), ValueError, r"`C` \(self-competition\) must be >= 0; found minimum -1"),
+        (
+            lambda: nqf.predicted_ignition_times(1.0, 1.0, 1e-3, rho=1.5),
+            ValueError,
+            r"`rho` must lie in \(0, 1\); found 1.5",
+        ),
+        (
+            lambda: nqf.predicted_ignition_times(1.0, -1.0, 1e-3),
+            ValueError,
+            r"`C` \(self-competition\) must be >= 0; found minimum -1",
+        ),
         (lambda: nqf.datasets.orthogonal_features_data([1.0, 2.0], m=1), ValueError, r"m >= p"),
     ],
 )
@@ -46,7 +92,11 @@ def data():
     "kwargs, exc, match",
     [
         (dict(M0=np.eye(4), t1=1.0), ValueError, r"`M0` must have shape \(3, 3\) to match the data; found \(4, 4\)"),
-        (dict(M0=np.diag([1.0, -1.0, 1.0]), t1=1.0), ValueError, r"`M0` must be positive semi-definite.*smallest eigenvalue -1"),
+        (
+            dict(M0=np.diag([1.0, -1.0, 1.0]), t1=1.0),
+            ValueError,
+            r"`M0` must be positive semi-definite.*smallest eigenvalue -1",
+        ),
         (dict(M0=np.triu(np.ones((3, 3))), t1=1.0), ValueError, r"`M0` must be symmetric"),
         (dict(M0=np.full((3, 3), np.nan), t1=1.0), ValueError, r"`M0` must be finite"),
         (dict(W0=np.ones((2, 5)), t1=1.0), ValueError, r"`W0` must have shape \(3, d\).*found \(2, 5\)"),
@@ -58,8 +108,16 @@ def data():
         (dict(M0=np.eye(3), t1=1.0, weight_decay=np.nan), ValueError, r"`weight_decay` must be finite"),
         (dict(M0=np.eye(3), t1=-1.0), ValueError, r"`t1` must be greater than `t0`"),
         (dict(M0=np.eye(3), t1=np.inf), ValueError, r"`t1` must be finite"),
-        (dict(M0=np.eye(3), t1=1.0, ts=[0.0, 2.0]), ValueError, r"`ts` must lie inside \[t0, t1\] = \[0.0, 1.0\]; found range \[0.0, 2.0\]"),
-        (dict(M0=np.eye(3), t1=1.0, ts=[0.5, 0.1]), ValueError, r"`ts` must be non-decreasing; found ts\[0\] = 0.5 > ts\[1\] = 0.1"),
+        (
+            dict(M0=np.eye(3), t1=1.0, ts=[0.0, 2.0]),
+            ValueError,
+            r"`ts` must lie inside \[t0, t1\] = \[0.0, 1.0\]; found range \[0.0, 2.0\]",
+        ),
+        (
+            dict(M0=np.eye(3), t1=1.0, ts=[0.5, 0.1]),
+            ValueError,
+            r"`ts` must be non-decreasing; found ts\[0\] = 0.5 > ts\[1\] = 0.1",
+        ),
         (dict(M0=np.eye(3), t1=1.0, form="glv"), ValueError, r"`form='glv'` needs commuting data"),
         (dict(M0=np.eye(3), t1=1.0, form="Z"), ValueError, r"`form` must be one of"),
         (dict(M0=np.eye(3), t1=1.0, solver="euler9"), ValueError, r"`solver` must be a diffrax solver or one of"),
@@ -78,7 +136,9 @@ def test_bad_data_argument():
 
 def test_max_steps_reached_says_what_to_change():
     data = nqf.datasets.fig3_data()
-    with pytest.raises(nqf.MaxStepsReached, match=r"max_steps=5 steps before reaching t1=250.*Increase `max_steps`.*stiff=True"):
+    with pytest.raises(
+        nqf.MaxStepsReached, match=r"max_steps=5 steps before reaching t1=250.*Increase `max_steps`.*stiff=True"
+    ):
         nqf.solve_flow(data, M0=1e-5 * np.eye(5), t1=250.0, max_steps=5)
 
 
@@ -123,9 +183,14 @@ def test_max_steps_reached_carries_the_partial_solution():
     assert np.all(np.isfinite(e.solution.loss)) and e.solution.z.shape == (e.solution.ts.size, 300)
 
 
-@pytest.mark.parametrize("kw, msg", [(dict(dt0=-1.0), "`dt0` must be finite and > 0"),
-                                     (dict(rtol=2.0), "`rtol` must be < 1"),
-                                     (dict(pcoeff=-0.1), "`pcoeff` .* must be finite and >= 0")])
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        (dict(dt0=-1.0), "`dt0` must be finite and > 0"),
+        (dict(rtol=2.0), "`rtol` must be < 1"),
+        (dict(pcoeff=-0.1), "`pcoeff` .* must be finite and >= 0"),
+    ],
+)
 def test_solver_settings_are_checked(kw, msg):
     with pytest.raises(ValueError, match=msg):
         nqf.solve_flow(nqf.datasets.fig3_data(), W0=np.eye(5) * 1e-3, t1=1.0, **kw)

@@ -17,8 +17,14 @@ TIMEOUT_S = 240  # each example takes well under a minute on an idle 2-core CPU;
 
 def test_examples_exist():
     names = {p.name for p in EXAMPLES}
-    assert {"quickstart.py", "define_a_layer.py", "ignition_times.py", "eps_sweep.py",
-            "compress_wide_model.py", "benchmark_custom_data.py"} <= names
+    assert {
+        "quickstart.py",
+        "define_a_layer.py",
+        "ignition_times.py",
+        "eps_sweep.py",
+        "compress_wide_model.py",
+        "benchmark_custom_data.py",
+    } <= names
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -26,8 +32,9 @@ def test_example_runs(path, tmp_path):
     out, cwd = tmp_path / "figures", tmp_path / "cwd"
     cwd.mkdir()
     env = dict(os.environ, NQF_EXAMPLES_OUT=str(out), MPLBACKEND="Agg")
-    proc = subprocess.run([sys.executable, str(path)], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
+    proc = subprocess.run(
+        [sys.executable, str(path)], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
     assert proc.returncode == 0, f"{path.name} failed:\n{proc.stdout}\n{proc.stderr}"
     assert proc.stdout.strip()
     assert not any(cwd.iterdir()), f"{path.name} wrote into the working directory"

@@ -66,16 +66,29 @@ GRAPH = _import_graph()
 
 
 def test_every_module_sits_in_a_layer():
-    assert set(GRAPH) >= {"nqf", "nqf.cli", "nqf._core", "nqf.data", "nqf.dynamics", "nqf.solvers",
-                          "nqf.theory", "nqf.network", "nqf.validate", "nqf.experiments"}
+    assert set(GRAPH) >= {
+        "nqf",
+        "nqf.cli",
+        "nqf._core",
+        "nqf.data",
+        "nqf.dynamics",
+        "nqf.solvers",
+        "nqf.theory",
+        "nqf.network",
+        "nqf.validate",
+        "nqf.experiments",
+    }
     for module in GRAPH:  # raises ValueError for a module outside the layers
         _layer(module)
 
 
 def test_no_import_from_a_lower_layer_to_a_higher_one():
-    upward = [f"{m} ({LAYERS[_layer(m)]}) imports {t} ({LAYERS[_layer(t)]})"
-              for m, targets in GRAPH.items() for t in targets
-              if _layer(t) > _layer(m) and not (m == "nqf" or t == "nqf" and m.startswith("nqf.cli"))]
+    upward = [
+        f"{m} ({LAYERS[_layer(m)]}) imports {t} ({LAYERS[_layer(t)]})"
+        for m, targets in GRAPH.items()
+        for t in targets
+        if _layer(t) > _layer(m) and not (m == "nqf" or t == "nqf" and m.startswith("nqf.cli"))
+    ]
     # the package __init__ of a layer's parent is not an import of that layer: `nqf` (the public
     # surface) imports every layer, and only the CLI (above it) imports `nqf`
     assert not upward, "\n".join(upward)
@@ -89,7 +102,7 @@ def test_import_graph_has_no_cycle():
         stack.append(m)
         for t in sorted(GRAPH[m]):  # a module importing its own package closes a cycle too
             if state.get(t) == 1:
-                cycles.append(stack[stack.index(t):] + [t])
+                cycles.append(stack[stack.index(t) :] + [t])
             elif t not in state:
                 visit(t)
         stack.pop()

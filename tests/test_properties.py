@@ -11,8 +11,12 @@ from hypothesis import strategies as st
 import nqf
 
 P, M_SAMPLES, D = 3, 4, 2
-SETTINGS = settings(max_examples=5, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=5,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 floats = st.floats(-1.0, 1.0, allow_nan=False, allow_infinity=False)
 
 
@@ -31,8 +35,9 @@ def _data(X, y):
 @given(X=_arrays((M_SAMPLES, P)), y=_arrays((M_SAMPLES,)), W0=_arrays((P, D)))
 def test_flow_keeps_M_symmetric_psd_and_loss_non_increasing(X, y, W0):
     data = _data(X, y)
-    sol = nqf.solve_flow(data, W0=0.5 * W0 + 0.05 * np.eye(P, D), t1=5.0, ts=np.linspace(0, 5, 6),
-                         rtol=1e-10, atol=1e-12)
+    sol = nqf.solve_flow(
+        data, W0=0.5 * W0 + 0.05 * np.eye(P, D), t1=5.0, ts=np.linspace(0, 5, 6), rtol=1e-10, atol=1e-12
+    )
     M = np.asarray(sol.M)
     np.testing.assert_allclose(M, np.swapaxes(M, 1, 2), atol=1e-12)
     scale = max(1.0, float(np.abs(M).max()))
@@ -42,8 +47,13 @@ def test_flow_keeps_M_symmetric_psd_and_loss_non_increasing(X, y, W0):
 
 
 @SETTINGS
-@given(X=_arrays((M_SAMPLES, P)), y=_arrays((M_SAMPLES,)), W0=_arrays((P, D)),
-       lr=st.floats(1e-3, 5e-2), momentum=st.sampled_from([0.0, 0.5]))
+@given(
+    X=_arrays((M_SAMPLES, P)),
+    y=_arrays((M_SAMPLES,)),
+    W0=_arrays((P, D)),
+    lr=st.floats(1e-3, 5e-2),
+    momentum=st.sampled_from([0.0, 0.5]),
+)
 def test_closed_map_equals_weight_space(X, y, W0, lr, momentum):
     data = _data(X, y)
     W0 = 0.5 * W0 + 0.05 * np.eye(P, D)

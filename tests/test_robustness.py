@@ -18,55 +18,114 @@ _NO_COLUMNS = r"`W0` must have at least one column \(width d >= 1 neurons\); fou
     "call, exc, match",
     [
         # ntk: an M no weights realise (closed_sgd refuses the same input)
-        (lambda: nqf.ntk(FIG3, M=np.diag([-8.0, 1, 1, 1, 1]), mu=np.zeros(5), d=3), ValueError,
-         r"`M` must be positive semi-definite.*smallest eigenvalue -8"),
-        (lambda: nqf.ntk(FIG3, M=np.eye(5), mu=np.zeros(5), d=2), ValueError,
-         r"\(`M`, `mu`\) cannot come from d=2 neurons: M - mu mu\^T / d must have rank <= 1"),
-        (lambda: nqf.ntk(FIG3, M=np.eye(5), mu=np.full(5, 3.0), d=6), ValueError,
-         r"`M` is not realizable: M - mu mu\^T / d must be positive semi-definite"),
+        (
+            lambda: nqf.ntk(FIG3, M=np.diag([-8.0, 1, 1, 1, 1]), mu=np.zeros(5), d=3),
+            ValueError,
+            r"`M` must be positive semi-definite.*smallest eigenvalue -8",
+        ),
+        (
+            lambda: nqf.ntk(FIG3, M=np.eye(5), mu=np.zeros(5), d=2),
+            ValueError,
+            r"\(`M`, `mu`\) cannot come from d=2 neurons: M - mu mu\^T / d must have rank <= 1",
+        ),
+        (
+            lambda: nqf.ntk(FIG3, M=np.eye(5), mu=np.full(5, 3.0), d=6),
+            ValueError,
+            r"`M` is not realizable: M - mu mu\^T / d must be positive semi-definite",
+        ),
         # commuting-data functions on dense data
-        (lambda: nqf.glv_equilibrium(nqf.DenseData(np.asarray(FIG3.dense()), FIG3.y)), TypeError,
-         r"`glv_equilibrium` needs commuting data.*found DenseData"),
-        (lambda: nqf.excess_loss(nqf.DenseData(np.asarray(FIG3.dense()), FIG3.y), np.ones(5)), TypeError,
-         r"`excess_loss` needs commuting data.*found DenseData"),
-        (lambda: nqf.dynamics._glv.orthogonal_features_residual(nqf.DenseData(np.asarray(FIG3.dense()), FIG3.y)),
-         TypeError, r"`orthogonal_features_residual` needs commuting data"),
+        (
+            lambda: nqf.glv_equilibrium(nqf.DenseData(np.asarray(FIG3.dense()), FIG3.y)),
+            TypeError,
+            r"`glv_equilibrium` needs commuting data.*found DenseData",
+        ),
+        (
+            lambda: nqf.excess_loss(nqf.DenseData(np.asarray(FIG3.dense()), FIG3.y), np.ones(5)),
+            TypeError,
+            r"`excess_loss` needs commuting data.*found DenseData",
+        ),
+        (
+            lambda: nqf.dynamics._glv.orthogonal_features_residual(nqf.DenseData(np.asarray(FIG3.dense()), FIG3.y)),
+            TypeError,
+            r"`orthogonal_features_residual` needs commuting data",
+        ),
         # width d = 0
-        (lambda: nqf.closed_sgd(FIG3, lr=0.01, steps=3, W0=np.zeros((5, 0))), ValueError,
-         r"`W0` must have at least one column \(width d >= 1 neurons\); found shape \(5, 0\)"),
-        (lambda: nqf.theorem3(FIG3, lr=0.1, W0=np.zeros((5, 0))), ValueError,
-         r"`W0` must have at least one column.*found shape \(5, 0\)"),
+        (
+            lambda: nqf.closed_sgd(FIG3, lr=0.01, steps=3, W0=np.zeros((5, 0))),
+            ValueError,
+            r"`W0` must have at least one column \(width d >= 1 neurons\); found shape \(5, 0\)",
+        ),
+        (
+            lambda: nqf.theorem3(FIG3, lr=0.1, W0=np.zeros((5, 0))),
+            ValueError,
+            r"`W0` must have at least one column.*found shape \(5, 0\)",
+        ),
         # Nesterov without momentum
-        (lambda: nqf.closed_sgd(FIG3, lr=0.01, steps=3, W0=np.eye(5), nesterov=True), ValueError,
-         r"`nesterov=True` needs a momentum beta in \(0, 1\); found momentum = 0"),
-        (lambda: nqf.closed_map(FIG3, lr=0.01, steps=3, W0=np.eye(5), optimizer="nesterov", momentum=0.0),
-         ValueError, r"`nesterov=True` needs a momentum.*found momentum = 0"),
-        (lambda: nqf.closed_sgd(FIG3, lr=0.01, steps=3, W0=np.eye(5), nesterov=1), TypeError,
-         r"`nesterov` must be True or False; found 1"),
+        (
+            lambda: nqf.closed_sgd(FIG3, lr=0.01, steps=3, W0=np.eye(5), nesterov=True),
+            ValueError,
+            r"`nesterov=True` needs a momentum beta in \(0, 1\); found momentum = 0",
+        ),
+        (
+            lambda: nqf.closed_map(FIG3, lr=0.01, steps=3, W0=np.eye(5), optimizer="nesterov", momentum=0.0),
+            ValueError,
+            r"`nesterov=True` needs a momentum.*found momentum = 0",
+        ),
+        (
+            lambda: nqf.closed_sgd(FIG3, lr=0.01, steps=3, W0=np.eye(5), nesterov=1),
+            TypeError,
+            r"`nesterov` must be True or False; found 1",
+        ),
         # corollary3_bound
-        (lambda: nqf.compress.corollary3_bound(np.ones(3), np.ones(2), tail=-1.0, lr=0.1), ValueError,
-         r"`tail` must be finite and >= 0; found -1"),
-        (lambda: nqf.compress.corollary3_bound(np.ones(3), np.ones(2), tail=1.0, lr=0.0), ValueError,
-         r"`lr` must be finite and > 0; found 0"),
-        (lambda: nqf.compress.corollary3_bound(-np.ones(3), np.ones(2), tail=1.0, lr=0.1), ValueError,
-         r"`measured` must be a non-empty 1-d array of errors >= 0.*minimum -1"),
-        (lambda: nqf.compress.corollary3_bound(np.ones(3), -np.ones(2), tail=1.0, lr=0.1), ValueError,
-         r"`L_steps` must be Lipschitz estimates >= 0; found minimum -1"),
-        (lambda: nqf.compress.corollary3_bound(np.ones(3), np.ones(2), tail=1.0, lr=0.1, map_L_steps=np.ones(5)),
-         ValueError, r"`map_L_steps` must have shape \(2,\).*found shape \(5,\)"),
+        (
+            lambda: nqf.compress.corollary3_bound(np.ones(3), np.ones(2), tail=-1.0, lr=0.1),
+            ValueError,
+            r"`tail` must be finite and >= 0; found -1",
+        ),
+        (
+            lambda: nqf.compress.corollary3_bound(np.ones(3), np.ones(2), tail=1.0, lr=0.0),
+            ValueError,
+            r"`lr` must be finite and > 0; found 0",
+        ),
+        (
+            lambda: nqf.compress.corollary3_bound(-np.ones(3), np.ones(2), tail=1.0, lr=0.1),
+            ValueError,
+            r"`measured` must be a non-empty 1-d array of errors >= 0.*minimum -1",
+        ),
+        (
+            lambda: nqf.compress.corollary3_bound(np.ones(3), -np.ones(2), tail=1.0, lr=0.1),
+            ValueError,
+            r"`L_steps` must be Lipschitz estimates >= 0; found minimum -1",
+        ),
+        (
+            lambda: nqf.compress.corollary3_bound(np.ones(3), np.ones(2), tail=1.0, lr=0.1, map_L_steps=np.ones(5)),
+            ValueError,
+            r"`map_L_steps` must have shape \(2,\).*found shape \(5,\)",
+        ),
         # staircase_limit
-        (lambda: nqf.samplewise.staircase_limit([-1.0, 2.0], [1.0], [1.0]), ValueError,
-         r"`tau` must be rescaled times t / ln\(1/eps\) >= 0; found minimum -1"),
+        (
+            lambda: nqf.samplewise.staircase_limit([-1.0, 2.0], [1.0], [1.0]),
+            ValueError,
+            r"`tau` must be rescaled times t / ln\(1/eps\) >= 0; found minimum -1",
+        ),
         # BlockData
-        (lambda: nqf.BlockData(np.ones((2, 0)), [1.0, 2.0]), ValueError,
-         r"`blocks` must have at least one mode per sample \(K >= 1\); found shape \(2, 0\)"),
+        (
+            lambda: nqf.BlockData(np.ones((2, 0)), [1.0, 2.0]),
+            ValueError,
+            r"`blocks` must have at least one mode per sample \(K >= 1\); found shape \(2, 0\)",
+        ),
         (lambda: nqf.BlockData(np.ones(4), [1.0, 2.0]), ValueError, r"`blocks` must be a 2-d array"),
-        (lambda: nqf.BlockData(np.ones((2, 2)), [1.0, 2.0, 3.0]), ValueError,
-         r"`y` must hold one label per data matrix: expected shape \(2,\); found \(3,\)"),
-        (lambda: nqf.BlockData(np.ones((2, 2)), [1.0, 2.0], P=np.ones((4, 4))), ValueError,
-         r"`P` must be orthogonal"),
-        (lambda: nqf.BlockData(np.ones((2, 2)), [1.0, 2.0], P=np.eye(3)), ValueError,
-         r"`P` must have shape \(4, 4\); found \(3, 3\)"),
+        (
+            lambda: nqf.BlockData(np.ones((2, 2)), [1.0, 2.0, 3.0]),
+            ValueError,
+            r"`y` must hold one label per data matrix: expected shape \(2,\); found \(3,\)",
+        ),
+        (lambda: nqf.BlockData(np.ones((2, 2)), [1.0, 2.0], P=np.ones((4, 4))), ValueError, r"`P` must be orthogonal"),
+        (
+            lambda: nqf.BlockData(np.ones((2, 2)), [1.0, 2.0], P=np.eye(3)),
+            ValueError,
+            r"`P` must have shape \(4, 4\); found \(3, 3\)",
+        ),
         (lambda: nqf.BlockData([[1.0, np.nan]], [1.0]), ValueError, r"`blocks` must be finite"),
         # width d = 0 everywhere a W0 is taken
         (lambda: nqf.solve_flow(FIG3, W0=np.zeros((5, 0)), t1=1.0), ValueError, _NO_COLUMNS),
@@ -74,51 +133,103 @@ _NO_COLUMNS = r"`W0` must have at least one column \(width d >= 1 neurons\); fou
         (lambda: nqf.train_w(FIG3, np.zeros((5, 0)), lr=0.1, steps=3), ValueError, _NO_COLUMNS),
         (lambda: nqf.dynamics._gd.gradient_descent(FIG3, np.zeros((5, 0)), lr=0.1, steps=3), ValueError, _NO_COLUMNS),
         (lambda: nqf.theorem6(FIG3, [0.0, 1.0], W0=np.zeros((5, 0))), ValueError, _NO_COLUMNS),
-        (lambda: nqf.theorem5(nqf.BlockData(np.ones((2, 2)), [1.0, 1.0]), [1.0], W0=np.zeros((4, 0))),
-         ValueError, _NO_COLUMNS),
-        (lambda: nqf.solve_sweep(FIG3, W0=np.zeros((2, 5, 0)), t1=1.0), ValueError,
-         r"`W0` members must have shape \(5, d\) with d >= 1.*found \(5, 0\)"),
+        (
+            lambda: nqf.theorem5(nqf.BlockData(np.ones((2, 2)), [1.0, 1.0]), [1.0], W0=np.zeros((4, 0))),
+            ValueError,
+            _NO_COLUMNS,
+        ),
+        (
+            lambda: nqf.solve_sweep(FIG3, W0=np.zeros((2, 5, 0)), t1=1.0),
+            ValueError,
+            r"`W0` members must have shape \(5, d\) with d >= 1.*found \(5, 0\)",
+        ),
         (lambda: nqf.closed_sgd_sweep(FIG3, lr=[0.1, 0.2], steps=3, W0=np.zeros((5, 0))), ValueError, _NO_COLUMNS),
-        (lambda: nqf.solve_flow(FIG3, W0=np.zeros((4, 2)), t1=1.0), ValueError,
-         r"`W0` must have shape \(5, d\) \(one column per neuron\) to match the data; found \(4, 2\)"),
+        (
+            lambda: nqf.solve_flow(FIG3, W0=np.zeros((4, 2)), t1=1.0),
+            ValueError,
+            r"`W0` must have shape \(5, d\) \(one column per neuron\) to match the data; found \(4, 2\)",
+        ),
         # p = 0 (no features) in every data class
-        (lambda: nqf.DenseData(np.zeros((2, 0, 0)), [1.0, 2.0]), ValueError,
-         r"at least one feature \(p >= 1\); found p = 0 from `A` of shape \(2, 0, 0\)"),
-        (lambda: nqf.CommutingData(np.zeros((2, 0)), [1.0, 2.0]), ValueError,
-         r"at least one feature \(p >= 1\); found p = 0 from `Lambda` of shape \(2, 0\)"),
-        (lambda: nqf.LowRankData(np.zeros((2, 0, 1)), np.zeros((2, 1)), [1.0, 2.0]), ValueError,
-         r"at least one feature \(p >= 1\); found p = 0 from `U` of shape \(2, 0, 1\)"),
-        (lambda: nqf.FeedForwardData(np.zeros((1, 0, 1)), np.ones((1, 2, 1)), [1.0]), ValueError,
-         r"need k >= 1 and q >= 1.*found a \(1, 0, 1\)"),
+        (
+            lambda: nqf.DenseData(np.zeros((2, 0, 0)), [1.0, 2.0]),
+            ValueError,
+            r"at least one feature \(p >= 1\); found p = 0 from `A` of shape \(2, 0, 0\)",
+        ),
+        (
+            lambda: nqf.CommutingData(np.zeros((2, 0)), [1.0, 2.0]),
+            ValueError,
+            r"at least one feature \(p >= 1\); found p = 0 from `Lambda` of shape \(2, 0\)",
+        ),
+        (
+            lambda: nqf.LowRankData(np.zeros((2, 0, 1)), np.zeros((2, 1)), [1.0, 2.0]),
+            ValueError,
+            r"at least one feature \(p >= 1\); found p = 0 from `U` of shape \(2, 0, 1\)",
+        ),
+        (
+            lambda: nqf.FeedForwardData(np.zeros((1, 0, 1)), np.ones((1, 2, 1)), [1.0]),
+            ValueError,
+            r"need k >= 1 and q >= 1.*found a \(1, 0, 1\)",
+        ),
         # a file as the compilation cache directory
-        (lambda: nqf.enable_compilation_cache(__file__), ValueError,
-         r"`path` .* cannot be used as the compilation cache directory \(FileExistsError"),
+        (
+            lambda: nqf.enable_compilation_cache(__file__),
+            ValueError,
+            r"`path` .* cannot be used as the compilation cache directory \(FileExistsError",
+        ),
         # an oracle's tolerance: NaN would let every violated assumption pass
-        (lambda: nqf.theorem6(FIG3, [0.0, 1.0], M0=1e-3 * np.eye(5), tol=float("nan")), ValueError,
-         r"`tol` must be finite and >= 0; found nan"),
-        (lambda: nqf.theorem7(FIG3, [0.0, 1.0], M0=1e-3 * np.eye(5), tol=-1.0), ValueError,
-         r"`tol` must be finite and >= 0; found -1.0"),
-        (lambda: nqf.samplewise_rates(nqf.DiagonalData(np.ones(3), np.ones(3)), tol=-1e-3), ValueError,
-         r"`tol` must be finite and >= 0; found -0.001"),
-        (lambda: nqf.theorem4(FIG3, [0.0, 1.0], M0=1e-3 * np.eye(5), tol=float("inf")), ValueError,
-         r"`tol` must be finite and >= 0; found inf"),
+        (
+            lambda: nqf.theorem6(FIG3, [0.0, 1.0], M0=1e-3 * np.eye(5), tol=float("nan")),
+            ValueError,
+            r"`tol` must be finite and >= 0; found nan",
+        ),
+        (
+            lambda: nqf.theorem7(FIG3, [0.0, 1.0], M0=1e-3 * np.eye(5), tol=-1.0),
+            ValueError,
+            r"`tol` must be finite and >= 0; found -1.0",
+        ),
+        (
+            lambda: nqf.samplewise_rates(nqf.DiagonalData(np.ones(3), np.ones(3)), tol=-1e-3),
+            ValueError,
+            r"`tol` must be finite and >= 0; found -0.001",
+        ),
+        (
+            lambda: nqf.theorem4(FIG3, [0.0, 1.0], M0=1e-3 * np.eye(5), tol=float("inf")),
+            ValueError,
+            r"`tol` must be finite and >= 0; found inf",
+        ),
         # a data set scaled by a non-finite or non-scalar c (the error named `A` before)
         (lambda: FIG3.scaled(float("nan")), ValueError, r"`c` must be a finite real scalar; found nan"),
-        (lambda: nqf.DenseData(np.ones((2, 3, 3)), [1.0, 2.0]).scaled(np.ones(2)), ValueError,
-         r"`c` must be a finite real scalar; found array"),
+        (
+            lambda: nqf.DenseData(np.ones((2, 3, 3)), [1.0, 2.0]).scaled(np.ones(2)),
+            ValueError,
+            r"`c` must be a finite real scalar; found array",
+        ),
         # Lanczos on a non-symmetric Y (eigsh would read one triangle)
-        (lambda: nqf.spectral.top_eigenpairs(np.triu(np.ones((5, 5))), 2), ValueError,
-         r"`Y` must be symmetric \(A = A\^T\); found \|A - A\^T\| = 1 at index \(0, 1\)"),
+        (
+            lambda: nqf.spectral.top_eigenpairs(np.triu(np.ones((5, 5))), 2),
+            ValueError,
+            r"`Y` must be symmetric \(A = A\^T\); found \|A - A\^T\| = 1 at index \(0, 1\)",
+        ),
         # a derivative mode for a host solver (silently ignored before)
-        (lambda: nqf.solve_flow(nqf.datasets.powerlaw_data(8), M0=1e-4 * np.eye(8), t1=1.0, solver="lsoda",
-                                adjoint="reverse"), ValueError,
-         r"`adjoint` sets how derivatives flow through a diffrax solve; solver='lsoda' runs on the host"),
+        (
+            lambda: nqf.solve_flow(
+                nqf.datasets.powerlaw_data(8), M0=1e-4 * np.eye(8), t1=1.0, solver="lsoda", adjoint="reverse"
+            ),
+            ValueError,
+            r"`adjoint` sets how derivatives flow through a diffrax solve; solver='lsoda' runs on the host",
+        ),
         # a data-set generator inside jit (host numpy construction)
-        (lambda: jax.jit(nqf.datasets.fig3_data)(5), TypeError,
-         r"nqf.datasets.fig3_data builds its data set on the host with numpy and cannot run inside jax.jit"),
+        (
+            lambda: jax.jit(nqf.datasets.fig3_data)(5),
+            TypeError,
+            r"nqf.datasets.fig3_data builds its data set on the host with numpy and cannot run inside jax.jit",
+        ),
         # extract with a p that the function cannot take
-        (lambda: nqf.extract(lambda W, x: (W.T @ x) @ (W.T @ x), np.ones((4, 3)), 5), ValueError,
-         r"`f\(W, x\)` fails for W of shape \(p, d\) = \(5, 2\) on the inputs `x`: is `p` the number"),
+        (
+            lambda: nqf.extract(lambda W, x: (W.T @ x) @ (W.T @ x), np.ones((4, 3)), 5),
+            ValueError,
+            r"`f\(W, x\)` fails for W of shape \(p, d\) = \(5, 2\) on the inputs `x`: is `p` the number",
+        ),
     ],
 )
 def test_bad_input_is_named(call, exc, match):
@@ -143,7 +254,7 @@ def _block_pair(seed=0, m=3, K=2, basis=False):
     b = nqf.BlockData(blocks, y, P)
     Lam = np.zeros((m, m * K))
     for mu in range(m):
-        Lam[mu, mu * K:(mu + 1) * K] = blocks[mu]
+        Lam[mu, mu * K : (mu + 1) * K] = blocks[mu]
     return b, nqf.CommutingData(Lam, y, P), rng
 
 
@@ -288,7 +399,9 @@ def test_block_data_equilibrium_is_blockwise():
     """glv_equilibrium(BlockData) in O(m K) against scipy NNLS on the CommutingData form: same
     fitted outputs and the same excess loss (also with labels that cannot be fitted)."""
     b, c, rng = _block_pair(seed=4, m=5, K=3)
-    b = nqf.BlockData(np.asarray(b.blocks) * np.array([1, 1, -1, 1, 1.0])[:, None], np.array([1.0, -0.5, 0.7, 0.0, 1.2]))
+    b = nqf.BlockData(
+        np.asarray(b.blocks) * np.array([1, 1, -1, 1, 1.0])[:, None], np.array([1.0, -0.5, 0.7, 0.0, 1.2])
+    )
     c = b.as_commuting()
     zb, zc = nqf.glv_equilibrium(b), nqf.glv_equilibrium(c)
     assert np.all(zb >= 0)

@@ -94,11 +94,15 @@ def _reproduce_description() -> str:
 
 def _add_progress_options(parser) -> None:
     grp = parser.add_mutually_exclusive_group()
-    grp.add_argument("--progress", dest="progress", action="store_true", default=None,
-                     help="print a progress line to stderr (default: only if stderr is a terminal; "
-                          "env NQF_PROGRESS=0/1 sets the default)")
-    grp.add_argument("--no-progress", dest="progress", action="store_false",
-                     help="no progress line")
+    grp.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_true",
+        default=None,
+        help="print a progress line to stderr (default: only if stderr is a terminal; "
+        "env NQF_PROGRESS=0/1 sets the default)",
+    )
+    grp.add_argument("--no-progress", dest="progress", action="store_false", help="no progress line")
 
 
 _PROGRESS_OFF = ("0", "false", "no", "off")
@@ -187,23 +191,27 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``nqf`` (subcommands ``list``, ``reproduce``, ``validate``,
     ``compress``, ``info``)."""
     parser = _Parser(
-        prog="nqf", description=_DESCRIPTION,
+        prog="nqf",
+        description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=("Run 'nqf COMMAND --help' for the options of a command. Start with\n"
-                "'nqf reproduce fig3' (a figure and its checks, ~10-20 s) and 'nqf validate'\n"
-                "(every theorem check, ~1-2 min). Documentation: 'mkdocs serve' in the repository."),
+        epilog=(
+            "Run 'nqf COMMAND --help' for the options of a command. Start with\n"
+            "'nqf reproduce fig3' (a figure and its checks, ~10-20 s) and 'nqf validate'\n"
+            "(every theorem check, ~1-2 min). Documentation: 'mkdocs serve' in the repository."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
     lst = sub.add_parser(
-        "list", help="list the reproducible figures",
-        description="List the figures that 'nqf reproduce NAME' can reproduce, with a one-line "
-                    "description of each.",
+        "list",
+        help="list the reproducible figures",
+        description="List the figures that 'nqf reproduce NAME' can reproduce, with a one-line description of each.",
     )
 
     rep = sub.add_parser(
-        "reproduce", help="reproduce a paper figure (PNG + JSON with checks)",
+        "reproduce",
+        help="reproduce a paper figure (PNG + JSON with checks)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=_REPRODUCE_HEAD,
         epilog="Example: nqf reproduce fig3 --out nqf-out   (writes nqf-out/fig3.png, nqf-out/fig3.json)",
@@ -212,17 +220,23 @@ def build_parser() -> argparse.ArgumentParser:
     lst.set_defaults(handler=_cmd_list, subparser=lst)
     rep.set_defaults(handler=_cmd_reproduce, subparser=rep)
     rep.add_argument("name", metavar="NAME", help="figure to reproduce (see 'nqf list')")
-    rep.add_argument("--out", metavar="DIR", default="nqf-out",
-                     help="output directory, created if missing (default: ./nqf-out)")
-    rep.add_argument("--quick", action="store_true",
-                     help="reduced work (coarser grids, smaller problems); every check still runs")
-    rep.add_argument("--strict-claims", action="store_true",
-                     help="exit status 1 also when a paper claim is 'not reproduced' (default: "
-                          "claims are reported, only the checks set the exit status)")
+    rep.add_argument(
+        "--out", metavar="DIR", default="nqf-out", help="output directory, created if missing (default: ./nqf-out)"
+    )
+    rep.add_argument(
+        "--quick", action="store_true", help="reduced work (coarser grids, smaller problems); every check still runs"
+    )
+    rep.add_argument(
+        "--strict-claims",
+        action="store_true",
+        help="exit status 1 also when a paper claim is 'not reproduced' (default: "
+        "claims are reported, only the checks set the exit status)",
+    )
     _add_progress_options(rep)
 
     val = sub.add_parser(
-        "validate", help="check the flow solver against the exact solutions",
+        "validate",
+        help="check the flow solver against the exact solutions",
         description=(
             "Run every theorem check of the package: the flow on data satisfying Theorems 6, 7, "
             "16 and Proposition 7 at each initial scale eps against the exact solutions (max "
@@ -239,13 +253,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     val.set_defaults(handler=_cmd_validate, subparser=val)
     val.add_argument("--json", metavar="FILE", help='also write {"checks": [...]} to FILE')
-    val.add_argument("--eps", metavar="EPS", type=float, nargs="+", default=None,
-                     help="initial scales to test (default: 1e-3 1e-6 1e-12)")
+    val.add_argument(
+        "--eps",
+        metavar="EPS",
+        type=float,
+        nargs="+",
+        default=None,
+        help="initial scales to test (default: 1e-3 1e-6 1e-12)",
+    )
     _add_progress_options(val)
     _add_compress_parser(sub)
 
     inf = sub.add_parser(
-        "info", help="versions, JAX backend and devices, float64, compilation cache",
+        "info",
+        help="versions, JAX backend and devices, float64, compilation cache",
         description=(
             "Print what nqf runs on: the versions of nqf, Python and its numerical dependencies "
             "(numpy, scipy, jax, jaxlib, diffrax, equinox, numba, matplotlib), the JAX backend "
@@ -272,8 +293,9 @@ def _fmt_value(v) -> str:
 
 def format_checks(checks) -> str:
     """A plain-text table of check records (name, value, bound, passed)."""
-    rows = [(c["name"], _fmt_value(c["value"]), _fmt_value(c["bound"]), "PASS" if c["passed"] else "FAIL")
-            for c in checks]
+    rows = [
+        (c["name"], _fmt_value(c["value"]), _fmt_value(c["bound"]), "PASS" if c["passed"] else "FAIL") for c in checks
+    ]
     head = ("check", "value", "bound", "result")
     widths = [max(len(head[i]), *(len(r[i]) for r in rows)) if rows else len(head[i]) for i in range(4)]
     line = lambda r: "  ".join(  # noqa: E731
@@ -289,8 +311,9 @@ def format_checks(checks) -> str:
 def _flat(v) -> str:
     """A claim value as text: a number, 'key value, ...' for a dict (nested in brackets), a list."""
     if isinstance(v, dict):
-        return ", ".join(f"{k} {_flat(x) if not isinstance(x, (dict, list)) else '[' + _flat(x) + ']'}"
-                         for k, x in v.items())
+        return ", ".join(
+            f"{k} {_flat(x) if not isinstance(x, (dict, list)) else '[' + _flat(x) + ']'}" for k, x in v.items()
+        )
     if isinstance(v, (list, tuple)):
         return ", ".join(_flat(x) for x in v)
     return v if isinstance(v, str) else _fmt_value(v)
@@ -305,15 +328,16 @@ def _short(v, width: int = 48) -> str:
 def format_claims(claims, title: str = "claim") -> str:
     """A plain-text table of claim records (name, value, criterion, verdict, setting) and a count
     of the verdicts."""
-    rows = [(c["name"], _short(c["value"]), _short(c["criterion"], 40), c["verdict"],
-             c["setting"]) for c in claims]
+    rows = [(c["name"], _short(c["value"]), _short(c["criterion"], 40), c["verdict"], c["setting"]) for c in claims]
     head = (title, "value", "criterion", "verdict", "setting")
     widths = [max(len(head[i]), *(len(r[i]) for r in rows)) if rows else len(head[i]) for i in range(5)]
     line = lambda r: "  ".join(r[i].ljust(widths[i]) for i in range(5)).rstrip()  # noqa: E731
     out = [line(head), line(tuple("-" * w for w in widths))]
     out += [line(r) for r in rows]
-    counts = {v: sum(c["verdict"] == v for c in claims)
-              for v in ("reproduced", "not reproduced", "not expected at this setting")}
+    counts = {
+        v: sum(c["verdict"] == v for c in claims)
+        for v in ("reproduced", "not reproduced", "not expected at this setting")
+    }
     out.append(f"{len(claims)} claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
     return "\n".join(out)
 
@@ -368,8 +392,7 @@ def _cmd_list(args, parser) -> int:
 def _cmd_reproduce(args, parser) -> int:
     experiments, _ = _experiments()
     if args.name not in experiments:
-        parser.error(f"unknown figure {args.name!r}; valid names: {', '.join(experiments)} "
-                     "(see 'nqf list').")
+        parser.error(f"unknown figure {args.name!r}; valid names: {', '.join(experiments)} (see 'nqf list').")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out: {args.out!r} exists and is not a directory.")
     try:
@@ -481,7 +504,8 @@ _COMPRESS_DATASETS = ("mlp", "phase-retrieval", "matrix-completion")
 def _add_compress_parser(sub) -> None:
     """The ``nqf compress`` subcommand (Theorem 3 / Corollary 3, `nqf.compress.compression_report`)."""
     cmp = sub.add_parser(
-        "compress", help="k_V, the compressed width d' and the Corollary 3 bound for a model",
+        "compress",
+        help="k_V, the compressed width d' and the Corollary 3 bound for a model",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Compress a width-d NQF (Theorem 3: d' = k_V + 1, exact; Corollary 3: smaller d',\n"
@@ -497,14 +521,18 @@ def _add_compress_parser(sub) -> None:
     cmp.set_defaults(handler=_cmd_compress, subparser=cmp)
     cmp.add_argument("data", metavar="DATA", help=f"one of {', '.join(_COMPRESS_DATASETS)} or a .npz path")
     cmp.add_argument("--d", type=int, default=500, help="original width when W0 is not given (default 500)")
-    cmp.add_argument("--d-prime", type=int, default=None,
-                     help="compressed width (default k_V + 1; below that: Corollary 3)")
+    cmp.add_argument(
+        "--d-prime", type=int, default=None, help="compressed width (default k_V + 1; below that: Corollary 3)"
+    )
     cmp.add_argument("--lr", type=float, default=0.02, help="learning rate of the original (default 0.02)")
     cmp.add_argument("--steps", type=int, default=1000, help="SGD steps (default 1000)")
-    cmp.add_argument("--batch-size", type=int, default=None,
-                     help="minibatch size (default min(32, m); 0: full batch)")
-    cmp.add_argument("--init-scale", type=float, default=0.3,
-                     help="W0 = scale * N(0, 1) / sqrt(d) when W0 is not given (default 0.3)")
+    cmp.add_argument("--batch-size", type=int, default=None, help="minibatch size (default min(32, m); 0: full batch)")
+    cmp.add_argument(
+        "--init-scale",
+        type=float,
+        default=0.3,
+        help="W0 = scale * N(0, 1) / sqrt(d) when W0 is not given (default 0.3)",
+    )
     cmp.add_argument("--seed", type=int, default=0, help="seed of W0 and the minibatches (default 0)")
     cmp.add_argument("--rtol", type=float, default=None, help="rank tolerance of k_V (default 1e-10)")
     cmp.add_argument("--json", metavar="FILE", help="also write the report to FILE")
@@ -533,16 +561,23 @@ def _load_compress_model(name: str):
     except Exception as err:  # zipfile.BadZipFile, EOFError, pickled objects, truncated members
         raise ValueError(f"{name}: not a readable .npz archive ({type(err).__name__}: {err}).") from None
     if not z:
-        raise ValueError(f"{name}: the archive holds no arrays; expected 'y' (m,) and one data "
-                         "representation ('A', or 'U' and 's', or 'a' and 'b', or 'Lambda').")
+        raise ValueError(
+            f"{name}: the archive holds no arrays; expected 'y' (m,) and one data "
+            "representation ('A', or 'U' and 's', or 'a' and 'b', or 'Lambda')."
+        )
     if "y" not in z:
         raise ValueError(f"{name}: missing array 'y' (labels, shape (m,)); found {sorted(z)}.")
-    kinds = [k for k, keys in (("A", ("A",)), ("U/s", ("U", "s")), ("a/b", ("a", "b")),
-                               ("Lambda", ("Lambda",))) if any(key in z for key in keys)]
+    kinds = [
+        k
+        for k, keys in (("A", ("A",)), ("U/s", ("U", "s")), ("a/b", ("a", "b")), ("Lambda", ("Lambda",)))
+        if any(key in z for key in keys)
+    ]
     if len(kinds) > 1:
-        raise ValueError(f"{name}: holds several data representations ({', '.join(kinds)}); keep exactly "
-                         "one ('A', or 'U' and 's', or 'a' and 'b', or 'Lambda'): nqf will not guess which "
-                         "one is meant.")
+        raise ValueError(
+            f"{name}: holds several data representations ({', '.join(kinds)}); keep exactly "
+            "one ('A', or 'U' and 's', or 'a' and 'b', or 'Lambda'): nqf will not guess which "
+            "one is meant."
+        )
     if "A" in z:
         data = DenseData(z["A"], z["y"])
     elif "U" in z and "s" in z:
@@ -566,8 +601,10 @@ def _cmd_compress(args, parser) -> int:
     if args.d < 1:
         parser.error(f"--d: the width must be an integer >= 1; found {args.d}.")
     if not (np.isfinite(args.init_scale) and args.init_scale > 0):
-        parser.error(f"--init-scale: must be finite and > 0 (W0 = scale * N(0, 1) / sqrt(d); 0 starts at "
-                     f"the saddle W = 0, where nothing trains); found {args.init_scale}.")
+        parser.error(
+            f"--init-scale: must be finite and > 0 (W0 = scale * N(0, 1) / sqrt(d); 0 starts at "
+            f"the saddle W = 0, where nothing trains); found {args.init_scale}."
+        )
     if args.batch_size is not None and args.batch_size < 0:
         parser.error(f"--batch-size: must be >= 1, or 0 for full batch; found {args.batch_size}.")
     try:
@@ -577,25 +614,37 @@ def _cmd_compress(args, parser) -> int:
             W0 = args.init_scale * rng.standard_normal((model.p, args.d)) / np.sqrt(args.d)
         batch = min(32, model.m) if args.batch_size is None else args.batch_size
         batch = None if batch == 0 else batch
-        rep = compression_report(model, lr=args.lr, steps=args.steps, W0=W0, d_prime=args.d_prime,
-                                 batch_size=batch, key=args.seed if batch else None,
-                                 rtol=DEFAULT_RTOL if args.rtol is None else args.rtol)
+        rep = compression_report(
+            model,
+            lr=args.lr,
+            steps=args.steps,
+            W0=W0,
+            d_prime=args.d_prime,
+            batch_size=batch,
+            key=args.seed if batch else None,
+            rtol=DEFAULT_RTOL if args.rtol is None else args.rtol,
+        )
     except (ValueError, TypeError, OSError) as err:
         parser.error(str(err))
     except FloatingPointError as err:
         parser.error(f"--lr {args.lr:g}: training diverged ({err}); use a smaller --lr.")
-    print(f"p = {model.p}, m = {model.m}: k_V = {rep['k_V']} (singular-value gap {rep['span_gap']:.3g}), "
-          f"d = {rep['d']} -> d' = {rep['d_prime']} ({rep['kind']}), lr {rep['lr']:g} -> {rep['lr_compressed']:g}")
-    print(f"{rep['steps']} SGD steps: max rel output error {rep['max_output_rel_error']:.3g}, "
-          f"max order-parameter error {rep['error']:.3g}")
+    print(
+        f"p = {model.p}, m = {model.m}: k_V = {rep['k_V']} (singular-value gap {rep['span_gap']:.3g}), "
+        f"d = {rep['d']} -> d' = {rep['d_prime']} ({rep['kind']}), lr {rep['lr']:g} -> {rep['lr_compressed']:g}"
+    )
+    print(
+        f"{rep['steps']} SGD steps: max rel output error {rep['max_output_rel_error']:.3g}, "
+        f"max order-parameter error {rep['error']:.3g}"
+    )
     if rep["kind"] == "corollary3":
         t = rep["tightness"]
-        print(f"E24: tail {rep['tail']:.3g}, L {rep['L']:.3g}, bound at the end {rep['bound_final']:.3g}; "
-              f"holds at every step: {rep['holds']}; bound/measured min {t['min']:.3g}, "
-              f"median {t['median']:.3g}, final {t['final']:.3g}")
+        print(
+            f"E24: tail {rep['tail']:.3g}, L {rep['L']:.3g}, bound at the end {rep['bound_final']:.3g}; "
+            f"holds at every step: {rep['holds']}; bound/measured min {t['min']:.3g}, "
+            f"median {t['median']:.3g}, final {t['final']:.3g}"
+        )
         s = rep["tightness_sharpened"]
-        print(f"sharpened e0 prod(1 + lr L_k): holds {rep['holds_sharpened']}, bound/measured "
-              f"final {s['final']:.3g}")
+        print(f"sharpened e0 prod(1 + lr L_k): holds {rep['holds_sharpened']}, bound/measured final {s['final']:.3g}")
     if args.json:
         import json
 
@@ -647,8 +696,11 @@ def info() -> dict:
         out["jax_error"] = f"{type(err).__name__}: {err}"
         cache_dir = None
     env = os.environ.get("NQF_COMPILATION_CACHE")
-    out["compilation_cache"] = {"NQF_COMPILATION_CACHE": env, "jax_compilation_cache_dir": cache_dir,
-                                "enabled": bool(cache_dir)}
+    out["compilation_cache"] = {
+        "NQF_COMPILATION_CACHE": env,
+        "jax_compilation_cache_dir": cache_dir,
+        "enabled": bool(cache_dir),
+    }
     try:
         out["progress_default"] = progress_enabled()
     except ValueError as err:  # a bad NQF_PROGRESS: report it, do not crash
@@ -676,16 +728,22 @@ def _cmd_info(args, parser) -> int:
         where = cc["jax_compilation_cache_dir"]
         print(f"persistent compilation cache: {where}" + (f" (NQF_COMPILATION_CACHE={env})" if env else ""))
     elif env:
-        print(f"persistent compilation cache: off: NQF_COMPILATION_CACHE={env} is set, but the "
-              "directory could not be used (see the warning), or the value means off")
+        print(
+            f"persistent compilation cache: off: NQF_COMPILATION_CACHE={env} is set, but the "
+            "directory could not be used (see the warning), or the value means off"
+        )
     else:
-        print("persistent compilation cache: off (the default directory "
-              "~/.cache/nqf/jax could not be used; NQF_COMPILATION_CACHE=DIR names another)")
+        print(
+            "persistent compilation cache: off (the default directory "
+            "~/.cache/nqf/jax could not be used; NQF_COMPILATION_CACHE=DIR names another)"
+        )
     if rep["progress_default"] is None:
         print(f"progress lines: {rep['progress_error']}")
     else:
-        print(f"progress lines: {'on' if rep['progress_default'] else 'off'} by default here "
-              "(NQF_PROGRESS=0/1, --progress/--no-progress)")
+        print(
+            f"progress lines: {'on' if rep['progress_default'] else 'off'} by default here "
+            "(NQF_PROGRESS=0/1, --progress/--no-progress)"
+        )
     return 0
 
 

@@ -61,8 +61,12 @@ def test_no_command_and_help(capsys):
 
 def _fake_experiment(passed):
     def run(out_dir, quick=False):
-        return {"checks": [{"name": "fake check", "value": 1.0, "bound": 0.5 if not passed else 2.0,
-                            "passed": passed}], "png": "x.png", "json": "x.json"}
+        return {
+            "checks": [{"name": "fake check", "value": 1.0, "bound": 0.5 if not passed else 2.0, "passed": passed}],
+            "png": "x.png",
+            "json": "x.json",
+        }
+
     return run
 
 
@@ -79,25 +83,46 @@ def _fake_claims_experiment(verdicts, check_passed=True):
     from nqf.experiments._common import claim
 
     def run(out_dir, quick=False):
-        claims = [claim(f"fake claim {i}", "the paper says so", "Sec. 0", metric="m", value=float(i),
-                        criterion="<= 1", holds=v != "not reproduced", expected=v != "not expected at this setting",
-                        setting="paper", why="w") for i, v in enumerate(verdicts)]
-        return {"checks": [{"name": "fake check", "value": 0.0, "bound": 1.0 if check_passed else -1.0,
-                            "passed": check_passed}],
-                "claims": claims, "sensitivity": {"skipped": True, "reason": "quick mode", "rows": []},
-                "png": "x.png", "json": "x.json"}
+        claims = [
+            claim(
+                f"fake claim {i}",
+                "the paper says so",
+                "Sec. 0",
+                metric="m",
+                value=float(i),
+                criterion="<= 1",
+                holds=v != "not reproduced",
+                expected=v != "not expected at this setting",
+                setting="paper",
+                why="w",
+            )
+            for i, v in enumerate(verdicts)
+        ]
+        return {
+            "checks": [
+                {"name": "fake check", "value": 0.0, "bound": 1.0 if check_passed else -1.0, "passed": check_passed}
+            ],
+            "claims": claims,
+            "sensitivity": {"skipped": True, "reason": "quick mode", "rows": []},
+            "png": "x.png",
+            "json": "x.json",
+        }
+
     return run
 
 
-@pytest.mark.parametrize("verdicts, check_passed, strict, code", [
-    (["reproduced", "reproduced"], True, False, 0),
-    (["reproduced", "reproduced"], True, True, 0),
-    (["reproduced", "not reproduced"], True, False, 0),
-    (["reproduced", "not reproduced"], True, True, 1),
-    (["not expected at this setting"], True, True, 0),
-    (["reproduced"], False, False, 1),
-    (["reproduced"], False, True, 1),
-])
+@pytest.mark.parametrize(
+    "verdicts, check_passed, strict, code",
+    [
+        (["reproduced", "reproduced"], True, False, 0),
+        (["reproduced", "reproduced"], True, True, 0),
+        (["reproduced", "not reproduced"], True, False, 0),
+        (["reproduced", "not reproduced"], True, True, 1),
+        (["not expected at this setting"], True, True, 0),
+        (["reproduced"], False, False, 1),
+        (["reproduced"], False, True, 1),
+    ],
+)
 def test_reproduce_strict_claims_exit_code(monkeypatch, capsys, tmp_path, verdicts, check_passed, strict, code):
     """Only the checks set the exit status; --strict-claims also fails on a claim that is "not
     reproduced" (never on "not expected at this setting"). The claims table follows the checks."""
@@ -199,9 +224,22 @@ def test_info(capsys, monkeypatch):
     monkeypatch.delenv("NQF_COMPILATION_CACHE", raising=False)
     assert main(["info"]) == 0
     out = capsys.readouterr().out
-    for word in ("nqf " + nqf.__version__, "python", "numpy", "scipy", "jax", "jaxlib", "diffrax",
-                 "equinox", "numba", "JAX backend", "devices", "float64", "enabled",
-                 "compilation cache"):
+    for word in (
+        "nqf " + nqf.__version__,
+        "python",
+        "numpy",
+        "scipy",
+        "jax",
+        "jaxlib",
+        "diffrax",
+        "equinox",
+        "numba",
+        "JAX backend",
+        "devices",
+        "float64",
+        "enabled",
+        "compilation cache",
+    ):
         assert word in out, word
     assert main(["info", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
@@ -221,11 +259,18 @@ class _Stream(io.StringIO):
         return self._tty
 
 
-@pytest.mark.parametrize("flag, env, tty, expected", [
-    (None, None, True, True), (None, None, False, False),
-    (None, "0", True, False), (None, "1", False, True), (None, "off", True, False),
-    (False, "1", True, False), (True, "0", False, True),
-])
+@pytest.mark.parametrize(
+    "flag, env, tty, expected",
+    [
+        (None, None, True, True),
+        (None, None, False, False),
+        (None, "0", True, False),
+        (None, "1", False, True),
+        (None, "off", True, False),
+        (False, "1", True, False),
+        (True, "0", False, True),
+    ],
+)
 def test_progress_enabled(monkeypatch, flag, env, tty, expected):
     if env is None:
         monkeypatch.delenv("NQF_PROGRESS", raising=False)
@@ -241,13 +286,21 @@ def _staged_experiment(seen):
             progress("stage one")
             progress("stage two", {"x": 1})
         return _fake_experiment(True)(out_dir, quick)
+
     return run
 
 
-@pytest.mark.parametrize("argv, env, on", [
-    (["--progress"], None, True), (["--no-progress"], None, False), ([], None, False),
-    ([], "1", True), ([], "0", False), (["--progress"], "0", True),
-])
+@pytest.mark.parametrize(
+    "argv, env, on",
+    [
+        (["--progress"], None, True),
+        (["--no-progress"], None, False),
+        ([], None, False),
+        ([], "1", True),
+        ([], "0", False),
+        (["--progress"], "0", True),
+    ],
+)
 def test_reproduce_progress_on_off(monkeypatch, capsys, tmp_path, argv, env, on):
     if env is None:
         monkeypatch.delenv("NQF_PROGRESS", raising=False)

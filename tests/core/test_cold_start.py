@@ -18,14 +18,21 @@ HEAVY = ("jax", "diffrax", "equinox", "numba", "scipy.optimize", "scipy.integrat
 def _run(code: str, tmp_path, **env_extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("NQF_COMPILATION_CACHE", "JAX_ENABLE_X64", "EQX_ON_ERROR")}
     env.update({"XDG_CACHE_HOME": str(tmp_path / "xdg"), **env_extra})
-    out = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", textwrap.dedent(code)], env=env,
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-W", "error::UserWarning", "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_import_nqf_and_the_cli_help_and_list_import_no_jax(tmp_path):
-    res = _run(f"""
+    res = _run(
+        f"""
         import contextlib, io, json, sys
         import nqf
         after_import = [m for m in {HEAVY!r} if m in sys.modules]
@@ -36,13 +43,16 @@ def test_import_nqf_and_the_cli_help_and_list_import_no_jax(tmp_path):
         listed = out.getvalue()
         print(json.dumps({{"after_import": after_import, "after_cli": [m for m in {HEAVY!r} if m in sys.modules],
                           "experiments": sorted(m for m in sys.modules if m.startswith("nqf.experiments."))}}))
-        """, tmp_path)
+        """,
+        tmp_path,
+    )
     assert res == {"after_import": [], "after_cli": [], "experiments": []}
 
 
 def test_names_load_on_first_use_and_float64_holds_in_either_import_order(tmp_path):
     for first, second in (("nqf", "jax"), ("jax", "nqf")):
-        res = _run(f"""
+        res = _run(
+            f"""
             import json, sys
             import {first}
             import {second}
@@ -54,13 +64,16 @@ def test_names_load_on_first_use_and_float64_holds_in_either_import_order(tmp_pa
                                                            "nqf.validate", "nqf.experiments", "numba",
                                                            "scipy.optimize", "matplotlib") if m in sys.modules),
                                "module": flow.__module__}}))
-            """, tmp_path)
+            """,
+            tmp_path,
+        )
         assert res["x64"] == "float64" and res["flag"], (first, second)
         assert res["loaded"] == ["nqf.solvers"] and res["module"].startswith("nqf.solvers"), res
 
 
 def test_old_flat_paths_alias_the_same_module_and_keep_ntk_extract_functions(tmp_path):
-    res = _run("""
+    res = _run(
+        """
         import json, sys, types
         import nqf
         import nqf.ntk, nqf.extract, nqf.maps
@@ -70,9 +83,17 @@ def test_old_flat_paths_alias_the_same_module_and_keep_ntk_extract_functions(tmp
                           "same": nqf.maps is sys.modules["nqf.dynamics._maps"],
                           "spec": nqf.maps.__spec__.name, "theorem6": theorem6 is nqf.theorem6,
                           "dir": set(nqf.__all__) <= set(dir(nqf))}))
-        """, tmp_path)
-    assert res == {"ntk": True, "extract": True, "same": True, "spec": "nqf.dynamics._maps", "theorem6": True,
-                   "dir": True}
+        """,
+        tmp_path,
+    )
+    assert res == {
+        "ntk": True,
+        "extract": True,
+        "same": True,
+        "spec": "nqf.dynamics._maps",
+        "theorem6": True,
+        "dir": True,
+    }
 
 
 CACHE = """

@@ -9,8 +9,7 @@ import pytest
 
 import nqf
 
-DATA = nqf.DenseData(np.arange(8.0).reshape(2, 2, 2) + np.swapaxes(np.arange(8.0).reshape(2, 2, 2), 1, 2),
-                     [1.0, 2.0])
+DATA = nqf.DenseData(np.arange(8.0).reshape(2, 2, 2) + np.swapaxes(np.arange(8.0).reshape(2, 2, 2), 1, 2), [1.0, 2.0])
 
 
 def test_a_user_class_with_an_nqf_name_does_not_take_over(tmp_path):

@@ -102,8 +102,9 @@ def test_data_is_float64(rng):
 
 
 @pytest.mark.parametrize("small_C", [True, False])
-@pytest.mark.parametrize("m, k, q, r, front, back, n", [(7, 4, 3, 2, 0, 0, 3), (5, 6, 1, 1, 2, 1, 4),
-                                                        (9, 3, 5, 2, 1, 0, 40)])
+@pytest.mark.parametrize(
+    "m, k, q, r, front, back, n", [(7, 4, 3, 2, 0, 0, 3), (5, 6, 1, 1, 2, 1, 4), (9, 3, 5, 2, 1, 0, 40)]
+)
 def test_feedforward_data_against_dense(rng, monkeypatch, small_C, m, k, q, r, front, back, n):
     """`FeedForwardData` (factors a, b; both contraction orders) against A_mu built entry by entry
     as 1/2 [[0, a b^T], [b a^T, 0]] with zero rows front and back (THEORY Eq. E3)."""
@@ -114,8 +115,8 @@ def test_feedforward_data_against_dense(rng, monkeypatch, small_C, m, k, q, r, f
     C = np.einsum("mkr,mqr->mkq", a, b)
     A = np.zeros((m, p, p))
     i, j = front, front + k
-    A[:, i:j, j:j + q] = C / 2
-    A[:, j:j + q, i:j] = np.swapaxes(C, 1, 2) / 2
+    A[:, i:j, j : j + q] = C / 2
+    A[:, j : j + q, i:j] = np.swapaxes(C, 1, 2) / 2
     F = rng.standard_normal((p, n))
     c = rng.standard_normal(m)
     tol = 1e-13 * np.abs(A).max() * np.abs(F).max() ** 2 * m

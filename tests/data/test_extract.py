@@ -145,8 +145,9 @@ def test_round_off_f0_keeps_the_return_type(xs):
     np.testing.assert_allclose(np.asarray(model.f0), 1e-3)
 
 
-@pytest.mark.parametrize("f", [lambda W, x: 1.5 + 0.0 * jnp.sum(W), lambda W, x: jnp.sum(x[:, None] * W**3)],
-                         ids=["constant", "cubic"])
+@pytest.mark.parametrize(
+    "f", [lambda W, x: 1.5 + 0.0 * jnp.sum(W), lambda W, x: jnp.sum(x[:, None] * W**3)], ids=["constant", "cubic"]
+)
 def test_vanishing_quadratic_part_warns(xs, f):
     from nqf.data._extract import DegenerateWarning
 
@@ -156,7 +157,9 @@ def test_vanishing_quadratic_part_warns(xs, f):
 
 
 def test_no_inputs(xs):
-    with pytest.raises(ValueError, match=r"`x` must hold at least one input \(a leading batch axis m >= 1\); found m = 0"):
+    with pytest.raises(
+        ValueError, match=r"`x` must hold at least one input \(a leading batch axis m >= 1\); found m = 0"
+    ):
         extract(_tanh2, xs[:0], N_IN)
 
 
@@ -167,8 +170,9 @@ def test_equinox_mlp_adapter_matches_structure(xs):
 
     from nqf.data._extract import module_fn
 
-    mlp = eqx.nn.MLP(N_IN, "scalar", 7, 1, activation=jax.nn.tanh, use_bias=False, use_final_bias=False,
-                     key=jax.random.PRNGKey(0))
+    mlp = eqx.nn.MLP(
+        N_IN, "scalar", 7, 1, activation=jax.nn.tanh, use_bias=False, use_final_bias=False, key=jax.random.PRNGKey(0)
+    )
     f, p = module_fn(mlp, [(lambda m: m.layers[0].weight, 0), (lambda m: m.layers[1].weight, 1)])
     assert p == N_IN + 1
     W = np.random.default_rng(0).standard_normal((p, 3))

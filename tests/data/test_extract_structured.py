@@ -161,8 +161,9 @@ def test_quadratic_network_is_dense_or_refused(xs):
     assert isinstance(data, nqf.DenseData) and report.structure == "dense" and report.split is None
     assert "diagonal block (row 0, row 0)" in report.structure_note
     _close(_A(data), np.einsum("mi,mj->mij", xs, xs))
-    with pytest.raises(ExtractionError,
-                       match=r"structure='feedforward'.*diagonal block \(row 0, row 0\) of A_H is nonzero"):
+    with pytest.raises(
+        ExtractionError, match=r"structure='feedforward'.*diagonal block \(row 0, row 0\) of A_H is nonzero"
+    ):
         extract(f, xs, N, structure="feedforward")
 
 
@@ -209,7 +210,7 @@ def test_row_coupled_only_later_is_kept_in_the_block(rng):
     but the columns H[:, v] on every input keep it in z1: split (0, 5, 1, 0), equal to jax.hessian."""
 
     def f(W, x):
-        q, U, v = W[0], W[1:N + 1], W[N + 1]
+        q, U, v = W[0], W[1 : N + 1], W[N + 1]
         return v @ jnp.tanh(U.T @ x[:N]) + _late(x) * (v @ q)
 
     xs = np.concatenate([rng.standard_normal((11, N)), (np.arange(11) >= 8)[:, None]], axis=1)
@@ -257,9 +258,11 @@ def test_dense_request_over_the_memory_budget(xs):
     """A dense result is estimated before allocation: 5 arrays of m k p^2 float64 (A_H, B, their
     JAX copies, one symmetry-check transient); the message names the size and the ways out."""
     mod = MLP(N, 1)
-    with pytest.raises(MemoryBudgetError,
-                       match=r"dense structure matrices A and B \(m k, p, p\) = \(5, 5, 5\).*would allocate about 5 kB"
-                       r".*NQF_MEMORY_BUDGET.*Ways out: structure='auto'.*subset of the inputs") as err:
+    with pytest.raises(
+        MemoryBudgetError,
+        match=r"dense structure matrices A and B \(m k, p, p\) = \(5, 5, 5\).*would allocate about 5 kB"
+        r".*NQF_MEMORY_BUDGET.*Ways out: structure='auto'.*subset of the inputs",
+    ) as err:
         extract(mod, xs, mod.p, structure="dense", memory_budget=1000)
     assert err.value.nbytes == 5 * 8 * 5 * 1 * 5 * 5 and err.value.budget == 1000
 
@@ -288,14 +291,15 @@ def test_p_and_groups_from_the_adapter_and_argument_errors(xs):
     _close(np.asarray(data.dense()), 2.0 * np.asarray(S.mlp(xs).dense()))  # phi'(0) = 2
     with pytest.raises(ExtractionError, match=r"diagonal block \('u' \(rows 0:4\), 'u' \(rows 0:4\)\)"):
         extract(_EqxAdapter(jnp.asarray(2.0), True), xs, structure="feedforward")
-    with pytest.raises(ValueError,
-                       match=r"`p` \(parameters per neuron, the rows of W\) is required: `f` has no attribute `p`"):
+    with pytest.raises(
+        ValueError, match=r"`p` \(parameters per neuron, the rows of W\) is required: `f` has no attribute `p`"
+    ):
         extract(lambda W, x: jnp.sum(W), xs)
-    with pytest.raises(ValueError,
-                       match=r"`groups` must be positive integers .* summing to p = 5; found \(3, 1\) \(sum 4\)"):
+    with pytest.raises(
+        ValueError, match=r"`groups` must be positive integers .* summing to p = 5; found \(3, 1\) \(sum 4\)"
+    ):
         extract(mod, xs, groups=(3, 1))
-    with pytest.raises(ValueError,
-                       match=r"`f.groups` must be positive integers .* summing to p = 5; found \(5, 0\)"):
+    with pytest.raises(ValueError, match=r"`f.groups` must be positive integers .* summing to p = 5; found \(5, 0\)"):
         extract(_Adapter(mod, (5, 0), ("u", "v")), xs)
     with pytest.raises(ValueError, match=r"`f.group_names` must be 2 strings"):
         extract(_Adapter(mod, (N, 1), ("u",)), xs)
@@ -318,7 +322,7 @@ def test_row_layouts_front_back_and_the_smaller_side_first(xs, layout, split):
         pos += N if name == "u" else 1
 
     def f(W, x):
-        U, v = W[offs["u"]:offs["u"] + N], W[offs["v"]]
+        U, v = W[offs["u"] : offs["u"] + N], W[offs["v"]]
         return v @ jnp.tanh(U.T @ x)
 
     _, report = _structured_equals_dense(f, xs, pos)

@@ -69,9 +69,11 @@ def test_eqx_attention_packed_heads_against_a_two_head_module():
     np.testing.assert_allclose(net(net.W, Xs), att(Xs), rtol=1e-14)
     # two heads: an independently built 2-head module holding heads 0 and 1
     small = eqx.nn.MultiheadAttention(2, 8, qk_size=mha.qk_size, vo_size=mha.vo_size, key=KEY)
-    small = eqx.tree_at(lambda a: (a.query_proj.weight, a.key_proj.weight, a.value_proj.weight, a.output_proj.weight),
-                        small, (mha.query_proj.weight[:4], mha.key_proj.weight[:4], mha.value_proj.weight[:4],
-                                mha.output_proj.weight[:, :4]))
+    small = eqx.tree_at(
+        lambda a: (a.query_proj.weight, a.key_proj.weight, a.value_proj.weight, a.output_proj.weight),
+        small,
+        (mha.query_proj.weight[:4], mha.key_proj.weight[:4], mha.value_proj.weight[:4], mha.output_proj.weight[:, :4]),
+    )
     np.testing.assert_allclose(net(net.W[:, :2], Xs), Attention(small)(Xs), rtol=1e-13)
     assert net.with_W(net.W[:, :2]).mha.num_heads == 2
 
@@ -102,8 +104,9 @@ def test_flax_nnx_mlp_cast_once_and_layout():
     assert [w.category for w in caught] == [PrecisionWarning]
     assert net.W.dtype == np.float64 and (net.p, net.d) == (4 + 1 + 2, 3)
     assert net.group_names == ("l1.kernel", "l1.bias", "l2.kernel")
-    k1, b1, k2 = (np.asarray(a, dtype=float) for a in (module.l1.kernel[...], module.l1.bias[...],
-                                                        module.l2.kernel[...]))
+    k1, b1, k2 = (
+        np.asarray(a, dtype=float) for a in (module.l1.kernel[...], module.l1.bias[...], module.l2.kernel[...])
+    )
     np.testing.assert_array_equal(net.W, np.vstack([k1, b1[None], k2.T]))
     for x in X:
         want = k2.T @ np.tanh(k1.T @ x + b1)
@@ -128,7 +131,9 @@ def test_errors_name_what_was_wrong():
         Network(mlp, neurons={"layers.2.weight": 0})
     with pytest.raises(NeuronError, match="axis of layers\\[0\\].weight"):
         Network(mlp, neurons={"layers.0.weight": 2})
-    with pytest.raises(NeuronError, match="disagree on the number of neurons.*layers\\[0\\].weight: 3, layers\\[1\\].weight: 1"):
+    with pytest.raises(
+        NeuronError, match="disagree on the number of neurons.*layers\\[0\\].weight: 3, layers\\[1\\].weight: 1"
+    ):
         Network(mlp, neurons={"layers.0.weight": 0, "layers.1.weight": 0})
     with pytest.raises(NeuronError, match="does not divide"):
         Network(mlp, neurons={"layers.0.weight": 0}, width=2)

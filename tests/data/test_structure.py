@@ -63,12 +63,12 @@ def test_cnn_patch_sum_fig2_shape(rng):
     xs = rng.standard_normal((M, 5, 7))
     s = S.cnn_patch_sum(xs, (4, 5))
     # 2 x 3 patches of 4 x 5 (stride 1, no padding): independent sum by explicit loops
-    ref = sum(xs[:, i:i + 4, j:j + 5].reshape(M, -1) for i in range(2) for j in range(3))
+    ref = sum(xs[:, i : i + 4, j : j + 5].reshape(M, -1) for i in range(2) for j in range(3))
     np.testing.assert_allclose(s, ref, atol=1e-14)
     # stride 2 with padding 1 on 4 x 4: padded 6 x 6, patches 2 x 2 at offsets 0, 2, 4
     x4 = rng.standard_normal((1, 4, 4))
     xp = np.pad(x4, ((0, 0), (1, 1), (1, 1)))
-    ref = sum(xp[:, i:i + 2, j:j + 2].reshape(1, -1) for i in (0, 2, 4) for j in (0, 2, 4))
+    ref = sum(xp[:, i : i + 2, j : j + 2].reshape(1, -1) for i in (0, 2, 4) for j in (0, 2, 4))
     np.testing.assert_allclose(S.cnn_patch_sum(x4, (2, 2), stride=2, padding=1), ref, atol=1e-14)
 
 
@@ -95,14 +95,14 @@ def test_mha_blocks(rng):
     nqk = 2 * 2 * 3
     for B in (A, _dense(auto)):  # closed form and autodiff: Q, K rows/columns exactly zero
         assert np.all(B[:, :nqk, :] == 0.0) and np.all(B[:, :, :nqk] == 0.0)
-    assert np.all(_dense(auto)[:, nqk:nqk + 6, nqk:nqk + 6] == 0.0)  # (W^V, W^V) block
-    assert np.abs(A[:, nqk:nqk + 6, nqk:nqk + 6]).max() < 1e-16  # low-rank form: rounding only
+    assert np.all(_dense(auto)[:, nqk : nqk + 6, nqk : nqk + 6] == 0.0)  # (W^V, W^V) block
+    assert np.abs(A[:, nqk : nqk + 6, nqk : nqk + 6]).max() < 1e-16  # low-rank form: rounding only
     # (W^V, v) block for output o: 1/2 (x_avg e_o^T) kron I_dv
     xbar = X.mean(axis=2)
     for mu in range(M):
         for o in range(2):
             ref = 0.5 * np.kron(np.outer(xbar[mu], np.eye(2)[o]), np.eye(2))
-            np.testing.assert_allclose(A[mu * 2 + o, nqk:nqk + 6, nqk + 6:], ref, atol=1e-15)
+            np.testing.assert_allclose(A[mu * 2 + o, nqk : nqk + 6, nqk + 6 :], ref, atol=1e-15)
 
 
 def test_moe(rng):
@@ -213,10 +213,13 @@ def test_modules_nqf_feedforward_form(rng):
     """nqf_apply (a^T E(W) b + f0) equals f0 + Tr[W W^T A_o(x)] of the closed-form data."""
     xq, X = _attn_inputs(rng)
     c = jnp.asarray(rng.standard_normal((3, 2)))
-    cases = [(MLP(5, 3), rng.standard_normal((M, 5))),
-             (CNN((2, 5, 6), (3, 2), n_out=2, stride=2, padding=1), rng.standard_normal((M, 2, 5, 6))),
-             (QKAttention(3, 2, c), (xq, X)), (QKAttention(3, 2, c, heads=True), (xq, X)),
-             (MHA(3, 2, 2, n_out=2), (xq, X))]
+    cases = [
+        (MLP(5, 3), rng.standard_normal((M, 5))),
+        (CNN((2, 5, 6), (3, 2), n_out=2, stride=2, padding=1), rng.standard_normal((M, 2, 5, 6))),
+        (QKAttention(3, 2, c), (xq, X)),
+        (QKAttention(3, 2, c, heads=True), (xq, X)),
+        (MHA(3, 2, 2, n_out=2), (xq, X)),
+    ]
     for mod, xs in cases:
         W = jnp.asarray(rng.standard_normal((mod.p, 4)))
         ref = np.asarray(mod.structure(xs).traces_factor(W)) + np.asarray(mod.f0(xs, 4))

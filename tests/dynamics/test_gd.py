@@ -39,8 +39,7 @@ def _datasets(rng):
     A = rng.standard_normal((m, p, p))
     A = A + np.swapaxes(A, 1, 2)
     dense = nqf.DenseData(A, rng.standard_normal(m))
-    comm = orthogonal_features_data([1.0, 0.5, -0.3, 0.2], [1.0, 2.0, 0.5, 1.5], m=6, seed=3,
-                                    rotate_basis=True)
+    comm = orthogonal_features_data([1.0, 0.5, -0.3, 0.2], [1.0, 2.0, 0.5, 1.5], m=6, seed=3, rotate_basis=True)
     U = rng.standard_normal((m, p, 2))
     low = nqf.LowRankData(U, rng.standard_normal((m, 2)), rng.standard_normal(m))
     return {"dense": dense, "commuting": comm, "lowrank": low}, p, d

@@ -102,8 +102,7 @@ def test_momentum(d, nesterov, seed, lr, beta, gamma):
     """Corollary 2. Heavy ball full batch; Nesterov with minibatches."""
     model, W0 = problem(seed, d)
     batches = dict(batch_size=BATCH, key=seed) if nesterov else {}
-    closed, ref = both(model, W0, lr=lr * (1 - beta), momentum=beta, nesterov=nesterov,
-                       weight_decay=gamma, **batches)
+    closed, ref = both(model, W0, lr=lr * (1 - beta), momentum=beta, nesterov=nesterov, weight_decay=gamma, **batches)
     assert_agree(closed, ref)
 
 
@@ -112,8 +111,7 @@ def test_momentum(d, nesterov, seed, lr, beta, gamma):
 @given(seed=seeds, lr=lrs, gamma=decays)
 def test_user_loss(d, seed, lr, gamma):
     model, W0 = problem(seed, d)
-    assert_agree(*both(model, W0, lr=lr, weight_decay=gamma, loss=pseudo_huber,
-                       batch_size=BATCH, key=seed))
+    assert_agree(*both(model, W0, lr=lr, weight_decay=gamma, loss=pseudo_huber, batch_size=BATCH, key=seed))
 
 
 @pytest.mark.parametrize("momentum", [False, True], ids=["sgd", "momentum"])
@@ -125,8 +123,9 @@ def test_literal_E6_E7_form(d, momentum, seed, lr, beta, gamma):
     C = M - mu mu^T / d has full rank and iterating E6 on M is as stable as W-space."""
     model, W0 = problem(seed, d)
     beta = beta if momentum else 0.0
-    closed, ref = both(model, W0, lr=lr * (1 - beta), momentum=beta, weight_decay=gamma,
-                       batch_size=BATCH, key=seed, form="M")
+    closed, ref = both(
+        model, W0, lr=lr * (1 - beta), momentum=beta, weight_decay=gamma, batch_size=BATCH, key=seed, form="M"
+    )
     assert_agree(closed, ref)
     if momentum:  # E7 reconstructs the weights: W_t = P_t W_0 + Q_t 1^T
         W = np.einsum("nij,jd->nid", closed.P, W0) + closed.Q[:, :, None]
@@ -173,8 +172,7 @@ def _structured(kind, rng):
         return _OtherData(0.5 * (A + A.transpose(0, 2, 1)) / np.sqrt(P), rng.standard_normal(M_SAMPLES))
     if kind == "lowrank":  # a two-layer MLP's NQF (Eq. E3): k = 4 inputs, q = 1 output, p = 5
         x = rng.standard_normal((M_SAMPLES, P - 1))
-        return nqf.feedforward_data(rng.standard_normal(M_SAMPLES), a=x[:, :, None],
-                                    b=np.ones((M_SAMPLES, 1, 1)))
+        return nqf.feedforward_data(rng.standard_normal(M_SAMPLES), a=x[:, :, None], b=np.ones((M_SAMPLES, 1, 1)))
     Q = np.linalg.qr(rng.standard_normal((P, P)))[0]
     return nqf.CommutingData(rng.standard_normal((M_SAMPLES, P)), rng.standard_normal(M_SAMPLES), Q)
 
@@ -189,8 +187,9 @@ def test_structured_data(kind):
     B = rng.standard_normal((M_SAMPLES, P, P)) / (7 * P)
     B = 0.5 * (B + B.transpose(0, 2, 1))
     W0 = 0.3 * rng.standard_normal((P, 7)) / np.sqrt(7)
-    closed = nqf.closed_sgd(nqf.NQFModel(data, g=g, B=B), W0=W0, lr=0.01, steps=STEPS,
-                            momentum=0.5, batch_size=BATCH, key=4)
+    closed = nqf.closed_sgd(
+        nqf.NQFModel(data, g=g, B=B), W0=W0, lr=0.01, steps=STEPS, momentum=0.5, batch_size=BATCH, key=4
+    )
     dense_data = nqf.DenseData(np.asarray(data.dense()), np.asarray(data.y))
     dense = nqf.NQFModel(data if kind == "other" else dense_data, g=g, B=B)
     ref = nqf.train_w(dense, W0, lr=0.01, steps=STEPS, momentum=0.5, batch_size=BATCH, key=4)
@@ -245,8 +244,16 @@ def test_no_recompilation_for_new_values():
     before = maps.TRACE_COUNT[0]
     for seed, d in [(9, 1), (10, 1000), (11, 3)]:
         model, W0 = problem(seed, d)
-        nqf.closed_sgd(model, W0=W0, lr=0.01 + seed * 1e-3, steps=50, momentum=0.1 * (seed - 8),
-                       weight_decay=0.01 * seed, batch_size=BATCH, key=seed)
+        nqf.closed_sgd(
+            model,
+            W0=W0,
+            lr=0.01 + seed * 1e-3,
+            steps=50,
+            momentum=0.1 * (seed - 8),
+            weight_decay=0.01 * seed,
+            batch_size=BATCH,
+            key=seed,
+        )
     assert maps.TRACE_COUNT[0] == before
 
 
@@ -261,7 +268,7 @@ def _flow_rhs(model_np, d):
     m, p = A.shape[0], A.shape[1]
 
     def rhs(t, z):
-        M, mu = z[: p * p].reshape(p, p), z[p * p:]
+        M, mu = z[: p * p].reshape(p, p), z[p * p :]
         f = np.einsum("mij,ij->m", A, M) + g @ mu + np.einsum("i,mij,j->m", mu, B, mu) + f0
         lp = 2.0 / m * (f - y)
         v = lp @ g + 2.0 * np.einsum("m,mij,j->i", lp, B, mu)
@@ -281,8 +288,7 @@ def test_learning_rate_limit_is_first_order(mean_field):
     g, B, f0 = zeros if not mean_field else (np.asarray(model.g), np.asarray(model.B), np.asarray(model.f0))
     model_np = (np.asarray(model.data.A), np.asarray(model.y), g, B, f0)
     z0 = np.concatenate([(W0 @ W0.T).ravel(), W0.sum(1)])
-    sol = scipy.integrate.solve_ivp(_flow_rhs(model_np, d), (0, t1), z0, method="DOP853",
-                                    rtol=1e-12, atol=1e-14)
+    sol = scipy.integrate.solve_ivp(_flow_rhs(model_np, d), (0, t1), z0, method="DOP853", rtol=1e-12, atol=1e-14)
     M_flow = sol.y[: p * p, -1].reshape(p, p)
     etas = np.array([0.04, 0.02, 0.01, 0.005])
     errs = []
@@ -317,8 +323,18 @@ def test_adam_matches_numpy():
         m1 = b1 * m1 + (1 - b1) * grad
         m2 = b2 * m2 + (1 - b2) * grad**2
         W = W - lr * (m1 / (1 - b1**k)) / (np.sqrt(m2 / (1 - b2**k)) + eps)
-    traj = nqf.train_w(model, W0, lr=lr, steps=50, optimizer="adam", adam_b1=b1, adam_b2=b2,
-                       adam_eps=eps, weight_decay=gamma, save_every=50)
+    traj = nqf.train_w(
+        model,
+        W0,
+        lr=lr,
+        steps=50,
+        optimizer="adam",
+        adam_b1=b1,
+        adam_b2=b2,
+        adam_eps=eps,
+        weight_decay=gamma,
+        save_every=50,
+    )
     assert rel(traj.W[-1], W) <= 1e-12
 
 
@@ -362,12 +378,32 @@ BAD = [
     (_train(W0=np.ones((6, 3))), ValueError, r"`W0` must have shape \(5, d\).*found \(6, 3\)"),
     (_closed(W0=np.full((5, 7), np.nan)), ValueError, r"`W0` must be finite"),
     (_closed(d=8), ValueError, r"`d` = 8 is inconsistent with `W0` of shape \(5, 7\)"),
-    (_closed(W0=None, M0=np.eye(5), mu0=np.zeros(5), d=1.5), ValueError, r"`d` \(the number of neurons\) must be an integer >= 1; found 1.5"),
-    (_closed(W0=None, M0=np.eye(5), mu0=np.zeros(5), d=0), ValueError, r"`d` \(the number of neurons\) must be an integer >= 1; found 0"),
+    (
+        _closed(W0=None, M0=np.eye(5), mu0=np.zeros(5), d=1.5),
+        ValueError,
+        r"`d` \(the number of neurons\) must be an integer >= 1; found 1.5",
+    ),
+    (
+        _closed(W0=None, M0=np.eye(5), mu0=np.zeros(5), d=0),
+        ValueError,
+        r"`d` \(the number of neurons\) must be an integer >= 1; found 0",
+    ),
     (_closed(W0=None, M0=np.eye(5), mu0=np.zeros(5), d=3), ValueError, r"cannot come from d=3 neurons.*rank <= 2"),
-    (_closed(W0=None, M0=np.eye(5), mu0=np.full(5, 3.0), d=7), ValueError, r"`M0` is not realizable: M0 - mu0 mu0\^T / d must be positive semi-definite"),
-    (_closed(W0=None, M0=np.eye(4), mu0=np.zeros(5), d=7), ValueError, r"`M0` must have shape \(5, 5\) to match the data; found \(4, 4\)"),
-    (_closed(W0=None, M0=np.eye(5), mu0=np.zeros(4), d=7), ValueError, r"`mu0` must have shape \(5,\) to match the data; found \(4,\)"),
+    (
+        _closed(W0=None, M0=np.eye(5), mu0=np.full(5, 3.0), d=7),
+        ValueError,
+        r"`M0` is not realizable: M0 - mu0 mu0\^T / d must be positive semi-definite",
+    ),
+    (
+        _closed(W0=None, M0=np.eye(4), mu0=np.zeros(5), d=7),
+        ValueError,
+        r"`M0` must have shape \(5, 5\) to match the data; found \(4, 4\)",
+    ),
+    (
+        _closed(W0=None, M0=np.eye(5), mu0=np.zeros(4), d=7),
+        ValueError,
+        r"`mu0` must have shape \(5,\) to match the data; found \(4,\)",
+    ),
     (_closed(W0=None, M0=np.eye(5)), ValueError, r"has g or B.*give `mu0` \(p,\) and the width `d`"),
     (_closed(W0=None), ValueError, r"Give the initial condition"),
     (_closed(M0=np.eye(5)), ValueError, r"Give either `W0` or \(`M0`, `mu0`, `d`\)"),
@@ -381,26 +417,54 @@ BAD = [
     (_train(weight_decay=float("inf")), ValueError, r"`weight_decay` must be finite and >= 0"),
     (_closed(batch_size=9), ValueError, r"`batch_size` must be an integer in \[1, m=8\].*found 9"),
     (_train(batch_size=0), ValueError, r"`batch_size` must be an integer in \[1, m=8\].*found 0"),
-    (_closed(batch_indices=np.zeros((9, 3), int)), ValueError, r"`batch_indices` must have shape \(steps=10, batch_size\).*found \(9, 3\)"),
+    (
+        _closed(batch_indices=np.zeros((9, 3), int)),
+        ValueError,
+        r"`batch_indices` must have shape \(steps=10, batch_size\).*found \(9, 3\)",
+    ),
     (_train(batch_indices=np.full((10, 3), 8)), ValueError, r"`batch_indices` entries must lie in \[0, m=8\); found 8"),
     (_closed(batch_indices=np.zeros((10, 9), int)), ValueError, r"rows must hold between 1 and m=8 indices"),
-    (_closed(batch_indices=np.zeros((10, 3))), ValueError, r"`batch_indices` must be an integer array; found dtype float64"),
-    (_closed(batch_indices=np.zeros((10, 3), int), batch_size=3), ValueError, r"Give either `batch_indices` or \(`batch_size`, `key`\)"),
+    (
+        _closed(batch_indices=np.zeros((10, 3))),
+        ValueError,
+        r"`batch_indices` must be an integer array; found dtype float64",
+    ),
+    (
+        _closed(batch_indices=np.zeros((10, 3), int), batch_size=3),
+        ValueError,
+        r"Give either `batch_indices` or \(`batch_size`, `key`\)",
+    ),
     (_closed(key=3), ValueError, r"`key` draws minibatches and needs `batch_size`"),
     (_closed(steps=0), ValueError, r"`steps` must be an integer >= 1; found 0"),
     (_train(steps=2.5), ValueError, r"`steps` must be an integer >= 1; found 2.5"),
     (_closed(save_every=0), ValueError, r"`save_every` must be an integer >= 1"),
-    (_train(optimizer="rmsprop"), ValueError, r"`optimizer` must be one of \('sgd', 'momentum', 'nesterov', 'adam'\); found 'rmsprop'"),
-    (lambda m, W: nqf.closed_map(m, W0=W, lr=0.1, steps=5, optimizer="lbfgs"), ValueError, r"`optimizer` must be one of"),
+    (
+        _train(optimizer="rmsprop"),
+        ValueError,
+        r"`optimizer` must be one of \('sgd', 'momentum', 'nesterov', 'adam'\); found 'rmsprop'",
+    ),
+    (
+        lambda m, W: nqf.closed_map(m, W0=W, lr=0.1, steps=5, optimizer="lbfgs"),
+        ValueError,
+        r"`optimizer` must be one of",
+    ),
     (_train(optimizer="adam", momentum=0.9), ValueError, r"do not apply to optimizer='adam'"),
     (_train(optimizer="adam", adam_b2=1.0), ValueError, r"`adam_b1` and `adam_b2` must lie in \[0, 1\)"),
     (_closed(form="P"), ValueError, r"`form` must be one of \('factor', 'M'\); found 'P'"),
     (_closed(loss="huber"), ValueError, r"`loss` must be 'mse' or a callable"),
     (_closed(loss=lambda f, y: jnp.stack([f, y])), TypeError, r"`loss` must return a real scalar"),
-    (lambda m, W: nqf.closed_sgd(np.eye(3), W0=W, lr=0.1, steps=5), TypeError, r"`model` must be an `nqf.NQFModel` or an nqf data set; found ndarray"),
+    (
+        lambda m, W: nqf.closed_sgd(np.eye(3), W0=W, lr=0.1, steps=5),
+        TypeError,
+        r"`model` must be an `nqf.NQFModel` or an nqf data set; found ndarray",
+    ),
     (lambda m, W: nqf.batch_indices(0, 8, 9, 5), ValueError, r"`batch_size` must be an integer in \[1, m=8\]"),
     (lambda m, W: nqf.NQFModel(m.data, g=np.ones((8, 4))), ValueError, r"`g` must have shape \(8, 5\); found \(8, 4\)"),
-    (lambda m, W: nqf.NQFModel(m.data, B=np.ones((8, 5, 4))), ValueError, r"`B` must have shape \(8, 5, 5\); found \(8, 5, 4\)"),
+    (
+        lambda m, W: nqf.NQFModel(m.data, B=np.ones((8, 5, 4))),
+        ValueError,
+        r"`B` must have shape \(8, 5, 5\); found \(8, 5, 4\)",
+    ),
 ]
 
 

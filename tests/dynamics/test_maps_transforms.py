@@ -109,14 +109,23 @@ def test_vmap_closed_sgd_over_a_parameter_batch():
     seeds = np.array([3, 4, 5])
 
     def run(lr, beta, gamma, W, seed):
-        return nqf.closed_sgd(MODEL, W0=W, lr=lr, momentum=beta, weight_decay=gamma, key=seed,
-                              batch_size=2, steps=STEPS)
+        return nqf.closed_sgd(
+            MODEL, W0=W, lr=lr, momentum=beta, weight_decay=gamma, key=seed, batch_size=2, steps=STEPS
+        )
 
     out = jax.vmap(run)(lrs, betas, gammas, W0s, seeds)
     assert out.M.shape == (3, STEPS + 1, P, P) and out.lr.shape == (3,)
     for i in range(3):
-        ref = nqf.closed_sgd(MODEL, W0=W0s[i], lr=lrs[i], momentum=betas[i], weight_decay=gammas[i],
-                             key=int(seeds[i]), batch_size=2, steps=STEPS)
+        ref = nqf.closed_sgd(
+            MODEL,
+            W0=W0s[i],
+            lr=lrs[i],
+            momentum=betas[i],
+            weight_decay=gammas[i],
+            key=int(seeds[i]),
+            batch_size=2,
+            steps=STEPS,
+        )
         assert_same(jax.tree.map(lambda x, i=i: x[i], out), ref)
 
 
@@ -142,6 +151,7 @@ def test_vmap_closed_sgd_over_order_parameters_and_labels():
 def test_grad_closed_sgd_against_finite_differences():
     """d loss(T) / d (lr, W0, y) by reverse mode, against central differences of plain calls
     (along random directions for W0 and y)."""
+
     def loss_T(lr, W, y):
         return nqf.closed_sgd(model_of(y), W0=W, lr=lr, **KW).loss[-1]
 
@@ -234,8 +244,7 @@ def test_train_w_under_jit_vmap_and_grad():
     lrs, betas = np.array([0.02, 0.04]), np.array([0.1, 0.7])
 
     def single(lr, beta):
-        return nqf.train_w(MODEL, W0, lr=lr, momentum=beta, optimizer="momentum", steps=STEPS,
-                           batch_size=2, key=7)
+        return nqf.train_w(MODEL, W0, lr=lr, momentum=beta, optimizer="momentum", steps=STEPS, batch_size=2, key=7)
 
     f = jax.jit(jax.vmap(jax.value_and_grad(lambda lr, b: single(lr, b).loss[-1], argnums=(0, 1))))
     values, grads = f(lrs, betas)

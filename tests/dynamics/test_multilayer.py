@@ -39,15 +39,15 @@ B2 = jnp.asarray(_sym(_rng.standard_normal((P2, P2))) * 0.02)
 def structure1(x):
     """A, C, g, B all depending (affinely / nonlinearly) on the input x (4,)."""
     xe = jnp.concatenate([x, jnp.ones(1)])
-    return ml.Structure(jnp.einsum("j,kjab->kab", xe, S1), C1 @ x, jnp.einsum("j,kjp->kp", x, G1),
-                        jnp.tanh(x[0]) * B1)
+    return ml.Structure(jnp.einsum("j,kjab->kab", xe, S1), C1 @ x, jnp.einsum("j,kjp->kp", x, G1), jnp.tanh(x[0]) * B1)
 
 
 def structure2(h):
     """Layer 2 components depend nonlinearly on h^(1) (3,)."""
     z = jnp.concatenate([jnp.tanh(h), jnp.ones(1)])
-    return ml.Structure(jnp.einsum("j,jab->ab", z, S2)[None], None, (jnp.tanh(h) @ G2)[None],
-                        (jnp.cos(h[1]) * B2)[None])
+    return ml.Structure(
+        jnp.einsum("j,jab->ab", z, S2)[None], None, (jnp.tanh(h) @ G2)[None], (jnp.cos(h[1]) * B2)[None]
+    )
 
 
 X_IN = _rng.standard_normal((M_IN, K0))
@@ -123,7 +123,7 @@ def test_theorem15_per_layer_compression():
     rng = np.random.default_rng(0)
     m, k0 = 30, 8
     Q = np.linalg.qr(rng.standard_normal((k0, k0)))[0][:, :3]
-    X = rng.standard_normal((m, 3)) @ Q.T               # inputs in a 3-d subspace
+    X = rng.standard_normal((m, 3)) @ Q.T  # inputs in a 3-d subspace
     y = np.tanh(X @ rng.standard_normal(k0) / 3)
     lay1 = ml.feedforward_layer(k0, D1)
     lay2 = ml.feedforward_layer(D1, 1, transform=jnp.tanh)
@@ -142,8 +142,10 @@ def test_theorem15_per_layer_compression():
     # the hidden layer h^(1) on every training input at every saved step, too
     h_ref = ml._inputs_at(deep, [jnp.asarray(M) for M in ref.M], [jnp.asarray(u) for u in ref.mu])[0]
     h_small = ml._inputs_at(comp.deep, [jnp.asarray(M) for M in small.M], [jnp.asarray(u) for u in small.mu])[0]
-    print(f"\nTheorem 15: widths {d} -> {comp.widths_compressed}: output rel err {err:.2e}, "
-          f"hidden {rel(h_small, h_ref):.2e}")
+    print(
+        f"\nTheorem 15: widths {d} -> {comp.widths_compressed}: output rel err {err:.2e}, "
+        f"hidden {rel(h_small, h_ref):.2e}"
+    )
     assert err <= 1e-10 and rel(h_small, h_ref) <= 1e-10
     assert ref.loss[-1] < 0.05 * ref.loss[0]
 
@@ -163,8 +165,9 @@ def test_fig8_nqf_matches_original_at_tiny_init(arch):
         P0 = [jnp.asarray(np.sqrt(var) * rng.standard_normal(s)) for s in shapes]
         f = np.asarray(jax.jit(fig8.FORWARD[arch])(P0, jnp.asarray(Xtr)))
         deep, W0, _ = fig8.nqf_models(arch, P0, Xtr, ytr, Xte)["nqf2"]
-        g = np.asarray(_outputs(deep, [jnp.asarray(W @ W.T) for W in W0],
-                                [jnp.asarray(W.sum(axis=1)) for W in W0]))[:, 0]
+        g = np.asarray(_outputs(deep, [jnp.asarray(W @ W.T) for W in W0], [jnp.asarray(W.sum(axis=1)) for W in W0]))[
+            :, 0
+        ]
         errs.append(rel(g, f))
     assert errs[0] < 1e-2 and 50 < errs[0] / errs[1] < 200, errs
 
@@ -188,8 +191,7 @@ def test_fig8_one_step_shares_lr_and_loss(arch):
         deep, W0, _ = fig8.nqf_models(arch, P0, Xtr, ytr, Xte)["nqf2"]
         W1 = fig8.nqf_models(arch, P1, Xtr, ytr, Xte)["nqf2"][1]
         traj = ml.closed_deep_sgd(deep, W0, lr=lr, steps=1, form="M")
-        errs.append(max(rel(traj.M[l][1] - traj.M[l][0], W1[l] @ W1[l].T - W0[l] @ W0[l].T)
-                        for l in range(2)))
+        errs.append(max(rel(traj.M[l][1] - traj.M[l][0], W1[l] @ W1[l].T - W0[l] @ W0[l].T) for l in range(2)))
     assert errs[0] < 1e-2 and 30 < errs[0] / errs[1] < 300, errs
 
 
@@ -223,24 +225,48 @@ def test_fig8_quick(tmp_path_factory):
 @pytest.mark.parametrize(
     "make, exc, match",
     [
-        (lambda: ml.DeepNQF([ml.Layer(structure1, P1, D1)], X_IN, np.zeros((M_IN, 2))), ValueError,
-         r"`y` must have shape \(24,\) or \(24, 3\).*found \(24, 2\)"),
-        (lambda: ml.DeepNQF([ml.Layer(structure1, P1 + 1, D1)], X_IN, np.zeros((M_IN, 3))), ValueError,
-         r"layer 1: structure component `A` must have shape \(3, 6, 6\); found \(3, 5, 5\)"),
-        (lambda: ml.DeepNQF([ml.Layer(structure1, P1, D1), ml.Layer(structure2, P2, 2)], X_IN, np.zeros((M_IN, 2))),
-         ValueError, r"layer 2: structure component `A` must have shape \(2, 4, 4\)"),
+        (
+            lambda: ml.DeepNQF([ml.Layer(structure1, P1, D1)], X_IN, np.zeros((M_IN, 2))),
+            ValueError,
+            r"`y` must have shape \(24,\) or \(24, 3\).*found \(24, 2\)",
+        ),
+        (
+            lambda: ml.DeepNQF([ml.Layer(structure1, P1 + 1, D1)], X_IN, np.zeros((M_IN, 3))),
+            ValueError,
+            r"layer 1: structure component `A` must have shape \(3, 6, 6\); found \(3, 5, 5\)",
+        ),
+        (
+            lambda: ml.DeepNQF([ml.Layer(structure1, P1, D1), ml.Layer(structure2, P2, 2)], X_IN, np.zeros((M_IN, 2))),
+            ValueError,
+            r"layer 2: structure component `A` must have shape \(2, 4, 4\)",
+        ),
         (lambda: ml.Layer(structure1, 0, D1), ValueError, r"`p` must be an integer >= 1; found 0"),
         (lambda: ml.Layer(structure1, P1, D1, traces=lambda h, M: h), ValueError, r"Give both `traces` and `weighted`"),
-        (lambda: ml.closed_deep_sgd(DEEP, [np.ones((P1, 3))], lr=0.1, steps=2), ValueError,
-         r"`W0` must be a list of 2 arrays"),
-        (lambda: ml.closed_deep_sgd(DEEP, [np.ones((P1 + 1, 3)), np.ones((P2, 2))], lr=0.1, steps=2),
-         ValueError, r"`W0\[0\]` must have shape \(5, d\).*found \(6, 3\)"),
-        (lambda: ml.closed_deep_sgd(DEEP, init((3, 2)), lr=(0.1, 0.1, 0.1), steps=2), ValueError,
-         r"`lr` must be a scalar or one value per layer \(2\); found 3"),
-        (lambda: ml.closed_deep_sgd(DEEP, init((3, 2)), lr=0.1, steps=2, form="W"), ValueError,
-         r"`form` must be 'factor' or 'M'; found 'W'"),
-        (lambda: ml.train_deep_w(DEEP, init((3, 2)), lr=-0.1, steps=2), ValueError,
-         r"`lr` must be finite and > 0; found -0.1"),
+        (
+            lambda: ml.closed_deep_sgd(DEEP, [np.ones((P1, 3))], lr=0.1, steps=2),
+            ValueError,
+            r"`W0` must be a list of 2 arrays",
+        ),
+        (
+            lambda: ml.closed_deep_sgd(DEEP, [np.ones((P1 + 1, 3)), np.ones((P2, 2))], lr=0.1, steps=2),
+            ValueError,
+            r"`W0\[0\]` must have shape \(5, d\).*found \(6, 3\)",
+        ),
+        (
+            lambda: ml.closed_deep_sgd(DEEP, init((3, 2)), lr=(0.1, 0.1, 0.1), steps=2),
+            ValueError,
+            r"`lr` must be a scalar or one value per layer \(2\); found 3",
+        ),
+        (
+            lambda: ml.closed_deep_sgd(DEEP, init((3, 2)), lr=0.1, steps=2, form="W"),
+            ValueError,
+            r"`form` must be 'factor' or 'M'; found 'W'",
+        ),
+        (
+            lambda: ml.train_deep_w(DEEP, init((3, 2)), lr=-0.1, steps=2),
+            ValueError,
+            r"`lr` must be finite and > 0; found -0.1",
+        ),
     ],
 )
 def test_bad_input(make, exc, match):

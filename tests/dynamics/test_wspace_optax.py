@@ -88,8 +88,15 @@ def test_adamw_decoupled_decay_matches_numpy():
         m1 = b1 * m1 + (1 - b1) * grad
         m2 = b2 * m2 + (1 - b2) * grad**2
         W = W - lr * ((m1 / (1 - b1**k)) / (np.sqrt(m2 / (1 - b2**k)) + eps) + wd * W)
-    out = nqf.train_w(model, W0, lr=lr, steps=steps, weight_decay=gamma, save_every=steps,
-                      optimizer=optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=wd))
+    out = nqf.train_w(
+        model,
+        W0,
+        lr=lr,
+        steps=steps,
+        weight_decay=gamma,
+        save_every=steps,
+        optimizer=optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=wd),
+    )
     assert rel(out.W[-1], W) <= 1e-12
 
 
@@ -107,8 +114,14 @@ def test_chain_clip_matches_numpy():
         clipped += norm > c
         W = W - lr * grad * min(1.0, c / norm)
     assert clipped > 0  # the clip is active on some steps
-    out = nqf.train_w(model, W0, lr=lr, steps=steps, save_every=steps,
-                      optimizer=optax.chain(optax.clip_by_global_norm(c), optax.sgd(lr)))
+    out = nqf.train_w(
+        model,
+        W0,
+        lr=lr,
+        steps=steps,
+        save_every=steps,
+        optimizer=optax.chain(optax.clip_by_global_norm(c), optax.sgd(lr)),
+    )
     assert rel(out.W[-1], W) <= 1e-12
 
 
@@ -160,8 +173,11 @@ Fake = namedtuple("Fake", ["init", "update"])
     ids=["int", "duck-typed", "factory"],
 )
 def test_not_an_optimizer_is_a_type_error(optimizer, found):
-    with pytest.raises(TypeError, match=r"`optimizer` must be one of \('sgd', 'momentum', 'nesterov', "
-                       r"'adam'\) or an optax.GradientTransformation \(e.g. optax.adam\(1e-3\)\); " + found):
+    with pytest.raises(
+        TypeError,
+        match=r"`optimizer` must be one of \('sgd', 'momentum', 'nesterov', "
+        r"'adam'\) or an optax.GradientTransformation \(e.g. optax.adam\(1e-3\)\); " + found,
+    ):
         nqf.train_w(MODEL, W0, lr=LR, steps=3, optimizer=optimizer)
 
 

@@ -33,8 +33,9 @@ def test_fig3_quick(tmp_path_factory):
     assert res["max_rel_error_vs_oracle"] <= 1e-8
     assert res["eps_1e-12"]["max_rel_error_vs_oracle"] <= 1e-8
     assert res["eps_1e-12"]["t1"] == 600.0
-    np.testing.assert_allclose(res["eps_1e-12"]["ignition_times"]["measured"],
-                               res["eps_1e-12"]["ignition_times"]["predicted"], rtol=1e-3)
+    np.testing.assert_allclose(
+        res["eps_1e-12"]["ignition_times"]["measured"], res["eps_1e-12"]["ignition_times"]["predicted"], rtol=1e-3
+    )
     # GD at lr = 0.01 is a first-order discretization of the flow: ~2% off, not 1e-8.
     assert 1e-4 < res["gd_vs_flow_max_rel_deviation"] < 0.05
     assert res["settings"]["n_times"] >= 1000
@@ -66,10 +67,12 @@ def test_finite_eps_slope_formula():
     np.testing.assert_allclose(uniform, fig3_powerlaw.slope_E22_as_written(zeta, C, eps, a1, a2), rtol=1e-14)
     matched = fig3_powerlaw.slope_eps(k, zeta, C, k ** -(a1 - a2), eps, a1, a2, b=a1 - a2)
     np.testing.assert_allclose(matched, -(a1 - 1) / a2, rtol=1e-14)
+
     # Independent check: d ln t*/d ln k by finite differences of E19's leading form.
     def log_tstar(kk, b):
         z, c = kk**-a2, kk ** (a1 - 2 * a2) / 8.0
         return np.log(np.log(z / (c * kk**-b * eps)) / z)
+
     h = 1e-5
     for b in (0.0, 0.5, 1.2):
         dlt = (log_tstar(k * np.exp(h), b) - log_tstar(k * np.exp(-h), b)) / (2 * h)
@@ -155,8 +158,9 @@ def test_sample_scaling_quick(tmp_path_factory):
         d = sp["d"]
         lam = ss.sp_lam(sp)
         th = res["thresholds"][key]
-        np.testing.assert_allclose(th["n_half_predicted"], spectral.half_overlap_sizes(lam, d, sigma=ss.SIGMA)[:6],
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            th["n_half_predicted"], spectral.half_overlap_sizes(lam, d, sigma=ss.SIGMA)[:6], rtol=1e-12
+        )
         meas = [ss.crossing(sp["n"], np.asarray(sp["cos2"])[:, i]) for i in range(6)]
         np.testing.assert_allclose([np.nan if m is None else m for m in th["n_half_measured"]], meas, rtol=1e-12)
         np.testing.assert_allclose(sp["R_pred"], ss.predicted_error(np.asarray(sp["n"]), lam, d), rtol=1e-12)

@@ -36,8 +36,9 @@ def test_pair_nqf_trajectory_invariant_under_input_scale(opt, rng):
     W0 = 0.1 * rng.standard_normal((mod.p, 3))
     lr0, b = (0.05 if opt != "adam" else 0.01), 3.0
     r1 = train_pair(mod, xs, y, W0, optimizer=opt, lr=lr0, steps=20, save_every=10)
-    r2 = train_pair(mod, b * xs, b * y, W0, optimizer=opt, lr=lr0 / (b**2 if opt != "adam" else 1.0),
-                    steps=20, save_every=10)
+    r2 = train_pair(
+        mod, b * xs, b * y, W0, optimizer=opt, lr=lr0 / (b**2 if opt != "adam" else 1.0), steps=20, save_every=10
+    )
     tol = 1e-9 if opt != "adam" else 1e-5  # Adam: invariant up to its eps = 1e-8 against |grad|
     np.testing.assert_allclose(r2["F_nqf"], b * r1["F_nqf"], atol=tol * np.abs(b * r1["F_nqf"]).max())
     np.testing.assert_allclose(r2["E_nqf"], r1["E_nqf"], atol=tol * np.abs(r1["E_nqf"]).max())

@@ -110,14 +110,23 @@ def test_fig5_nqf_regime_rule():
     for theta in fig5.THETAS:
         u = fig5.tanh_argument_at_fixed_point(theta, fig5.TARGET_SCALE)
         assert u.max() == pytest.approx(0.5) and np.argmax(u) == 0
-        np.testing.assert_allclose(fig5.tanh_argument_at_fixed_point(theta, 1.0)[:3],
-                                   4.0 * np.arange(1, 4.0) ** (-(theta + fig5.BETA) / 2), rtol=1e-12)
+        np.testing.assert_allclose(
+            fig5.tanh_argument_at_fixed_point(theta, 1.0)[:3],
+            4.0 * np.arange(1, 4.0) ** (-(theta + fig5.BETA) / 2),
+            rtol=1e-12,
+        )
     theta = 1.0
     _, psi, y = fig5.grid_and_target()
     s = jnp.asarray(np.arange(1, fig5.P + 1.0) ** -theta)
     a0, W0 = fig5.initial_params(2, fig5.P, 1)
-    _, (a, W) = fig5.train(fig5.fourier_nqf, (a0, W0), (s, jnp.asarray(psi)), jnp.asarray(fig5.TARGET_SCALE * y),
-                           jnp.asarray(fig5.LR_RUN), 600)
+    _, (a, W) = fig5.train(
+        fig5.fourier_nqf,
+        (a0, W0),
+        (s, jnp.asarray(psi)),
+        jnp.asarray(fig5.TARGET_SCALE * y),
+        jnp.asarray(fig5.LR_RUN),
+        600,
+    )
     assert np.sqrt(2.0) * abs(float(a[0, 0])) == pytest.approx(0.5, rel=0.01)
     # the NQF's symmetry (y, w, eps, lr) -> (delta y, sqrt(delta) w, sqrt(delta) eps, lr / delta):
     # a run at eps = sqrt(delta) EPS is an exact image of the paper's unit-target run at EPS
@@ -152,7 +161,8 @@ def test_fig5_models_match_package_nqf():
     steps = 200
     a0, W0 = (jnp.asarray(v[None] * 1e-2) for v in (a, W))
     L, _ = fig5.train(fig5.fourier_nqf, (a0, W0), (s, jnp.asarray(psi)), jnp.asarray(y), jnp.asarray(fig5.LR), steps)
-    saved, Ws = gradient_descent(data, np.asarray(jnp.concatenate([a0[0], W0[0]]))[:, None],
-                                     lr=fig5.LR * fig5.KAPPA, steps=steps - 1)
+    saved, Ws = gradient_descent(
+        data, np.asarray(jnp.concatenate([a0[0], W0[0]]))[:, None], lr=fig5.LR * fig5.KAPPA, steps=steps - 1
+    )
     L_pkg = fig5.KAPPA * np.asarray(jax.vmap(data.loss)(jnp.einsum("nir,njr->nij", Ws, Ws)))
     np.testing.assert_allclose(np.asarray(L)[0], L_pkg, rtol=1e-10)

@@ -40,8 +40,11 @@ def test_the_prediction_is_the_closed_map_of_the_mlp_nqf(pred):
     """The extracted NQF is Proposition 1's (nqf.structure.mlp), and the predicted curve is
     Theorem 2's map, equal to weight-space SGD on that NQF."""
     closed = nqf.structure.mlp(X, Y)
-    np.testing.assert_allclose(np.asarray(nqf.as_dense(pred.model)) if hasattr(nqf, "as_dense") else
-                               np.asarray(pred.model.dense()), np.asarray(closed.dense()), atol=1e-13)
+    np.testing.assert_allclose(
+        np.asarray(nqf.as_dense(pred.model)) if hasattr(nqf, "as_dense") else np.asarray(pred.model.dense()),
+        np.asarray(closed.dense()),
+        atol=1e-13,
+    )
     ws = nqf.train_w(closed, pred.W0, lr=LR, steps=STEPS, save_every=STEPS // 100)
     idx = np.searchsorted(pred.trajectory.steps, ws.steps)
     np.testing.assert_allclose(pred.loss[idx], ws.loss, rtol=1e-10)
@@ -106,8 +109,16 @@ def test_departure_of_a_module_with_a_cubic_term():
         def __call__(self, x):
             return self.mlp(x)
 
-    mlp = eqx.nn.MLP(N_IN, 1, WIDTH, depth=1, activation=lambda z: jnp.tanh(z) + 10.0 * z ** 2,
-                     use_bias=False, use_final_bias=False, key=KEY)
+    mlp = eqx.nn.MLP(
+        N_IN,
+        1,
+        WIDTH,
+        depth=1,
+        activation=lambda z: jnp.tanh(z) + 10.0 * z**2,
+        use_bias=False,
+        use_final_bias=False,
+        key=KEY,
+    )
     net = nqf.Network(Cubic(mlp), neurons={"mlp.layers[0].weight": 0, "mlp.layers[1].weight": 1})
     p = nqf.predict(net, X, Y, lr=LR, steps=STEPS, init_scale=0.2)
     cmp = nqf.compare(p, p.record(optax.sgd(LR)))
@@ -124,8 +135,12 @@ def test_flow_prediction_and_plots_leave_pyplot_alone(pred, run):
     # factor flow from W0 itself
     direct = nqf.solve_flow(flow.model, W0=flow.W0, t1=LR * STEPS, ts=flow.t)
     assert flow.trajectory.ys.shape[-1] == NET.p
-    np.testing.assert_allclose(_predict._weights_along(flow.trajectory, flow.W0)(len(flow.t) - 1), direct.W[-1],
-                               rtol=0, atol=1e-10 * np.abs(direct.W[-1]).max())
+    np.testing.assert_allclose(
+        _predict._weights_along(flow.trajectory, flow.W0)(len(flow.t) - 1),
+        direct.W[-1],
+        rtol=0,
+        atol=1e-10 * np.abs(direct.W[-1]).max(),
+    )
     np.testing.assert_allclose(flow.loss, direct.loss, rtol=1e-8)
     np.testing.assert_allclose(flow.half_drop_time, pred.half_drop_time, rtol=0.02)  # O(lr) apart
     before = plt.get_fignums()
@@ -140,9 +155,18 @@ def test_horizon_warnings_and_untested_verdicts(pred, run):
     assert np.all(np.isnan(short.ignition_times))
     cmp = nqf.compare(short, short.record(optax.sgd(LR)))
     assert cmp.verdicts["ignition_times"] is None  # nothing to test: no mode ignites in the prediction
-    part = nqf.Recording(**{**{f: getattr(run, f) for f in ("steps", "t", "M", "mu", "loss")}, "W_final": run.W_final,
-                            "lr": run.lr, "optimizer": "optax", "trained": "neurons"})
-    cut = dataclasses.replace(part, steps=run.steps[:20], t=run.t[:20], M=run.M[:20], mu=run.mu[:20], loss=run.loss[:20])
+    part = nqf.Recording(
+        **{
+            **{f: getattr(run, f) for f in ("steps", "t", "M", "mu", "loss")},
+            "W_final": run.W_final,
+            "lr": run.lr,
+            "optimizer": "optax",
+            "trained": "neurons",
+        }
+    )
+    cut = dataclasses.replace(
+        part, steps=run.steps[:20], t=run.t[:20], M=run.M[:20], mu=run.mu[:20], loss=run.loss[:20]
+    )
     assert nqf.compare(pred, cut).verdicts["phase_gap"] is None  # the run stops before the phase ends
     with pytest.warns(UserWarning, match="does not start at the prediction's M0"):
         nqf.compare(pred, dataclasses.replace(part, M=2 * run.M))
@@ -161,8 +185,17 @@ def test_a_mean_over_units_is_scaled_back():
             return self.mlp(x) / self.mlp.layers[0].weight.shape[0]  # a mean over the units
 
     net = nqf.Network(Mean(MLP), neurons={"mlp.layers[0].weight": 0, "mlp.layers[1].weight": 1})
-    p = nqf.predict(net, X, Y, lr=LR * WIDTH, steps=200, init_scale=0.2, extract_options={"normalization": "mean"},
-                    estimate_departure=False, target="horizon")
+    p = nqf.predict(
+        net,
+        X,
+        Y,
+        lr=LR * WIDTH,
+        steps=200,
+        init_scale=0.2,
+        extract_options={"normalization": "mean"},
+        estimate_departure=False,
+        target="horizon",
+    )
     closed = nqf.structure.mlp(X, Y).scaled(1.0 / WIDTH)
     ws = nqf.train_w(closed, p.W0, lr=LR * WIDTH, steps=200, save_every=200)
     np.testing.assert_allclose(p.loss[-1], ws.loss[-1], rtol=1e-10)

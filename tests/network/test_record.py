@@ -23,8 +23,7 @@ def _by_hand(optimizer, steps, batches=None, train_bias=False):
     """optax on the equinox module itself: the user's own loop."""
     mlp = NET.with_W(W0)
     mask = jax.tree_util.tree_map(lambda _: False, mlp)
-    mask = eqx.tree_at(lambda m: (m.layers[0].weight, m.layers[0].bias, m.layers[1].weight), mask,
-                       (True, True, True))
+    mask = eqx.tree_at(lambda m: (m.layers[0].weight, m.layers[0].bias, m.layers[1].weight), mask, (True, True, True))
     if train_bias:
         mask = eqx.tree_at(lambda m: m.layers[1].bias, mask, True)
     params, static = eqx.partition(mlp, mask)
@@ -35,6 +34,7 @@ def _by_hand(optimizer, steps, batches=None, train_bias=False):
         def loss(params):
             m = eqx.combine(params, static)
             return jnp.mean((jax.vmap(m)(jnp.asarray(X)[idx])[:, 0] - jnp.asarray(Y)[idx]) ** 2)
+
         g = jax.grad(loss)(params)
         u, state = optimizer.update(g, state, params)
         return optax.apply_updates(params, u), state

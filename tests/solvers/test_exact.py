@@ -96,8 +96,9 @@ def test_exact_loss_path_matches_stiff_flow():
 def test_exact_refuses_what_it_cannot_solve(fig3, rng):
     data, W0, ts = fig3
     with pytest.raises(nqf.AssumptionError, match="orthogonal features"):
-        nqf.solve_flow(nqf.CommutingData(rng.standard_normal((3, 4)), np.ones(3)), z0=np.ones(4),
-                       t1=1.0, method="exact")
+        nqf.solve_flow(
+            nqf.CommutingData(rng.standard_normal((3, 4)), np.ones(3)), z0=np.ones(4), t1=1.0, method="exact"
+        )
     with pytest.raises(ValueError, match="needs commuting data"):
         nqf.solve_flow(nqf.DenseData(np.asarray(data.dense()), data.y), W0=W0, t1=1.0, method="exact")
     with pytest.raises(ValueError, match="choose an ODE solver"):

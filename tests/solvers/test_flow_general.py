@@ -56,8 +56,9 @@ def scipy_E10(dense, M0, mu0, d, ts, gamma=0.0):
         return np.concatenate([dM.ravel(), -(d * v + H @ mu)])
 
     s0 = np.concatenate([M0.ravel(), mu0])
-    sol = scipy.integrate.solve_ivp(rhs, (0, ts[-1]), s0, "DOP853", t_eval=ts, rtol=1e-12,
-                                    atol=1e-14 * np.abs(s0).max())
+    sol = scipy.integrate.solve_ivp(
+        rhs, (0, ts[-1]), s0, "DOP853", t_eval=ts, rtol=1e-12, atol=1e-14 * np.abs(s0).max()
+    )
     assert sol.success
     return sol.y.T[:, : p * p].reshape(-1, p, p), sol.y.T[:, p * p :]
 
@@ -74,8 +75,15 @@ def scipy_wspace(dense, W0, ts, gamma=0.0):
         return jnp.mean((f - y) ** 2) + gamma / 2 * jnp.sum(w**2)
 
     grad = jax.jit(jax.grad(loss))
-    sol = scipy.integrate.solve_ivp(lambda t, w: -np.asarray(grad(w)), (0, ts[-1]), W0.ravel(), "DOP853",
-                                    t_eval=ts, rtol=1e-13, atol=1e-15 * np.abs(W0).max())
+    sol = scipy.integrate.solve_ivp(
+        lambda t, w: -np.asarray(grad(w)),
+        (0, ts[-1]),
+        W0.ravel(),
+        "DOP853",
+        t_eval=ts,
+        rtol=1e-13,
+        atol=1e-15 * np.abs(W0).max(),
+    )
     assert sol.success
     return sol.y.T.reshape(-1, p, d)
 

@@ -66,8 +66,7 @@ def test_rhs_numba_matches_jax(layout, masked, gamma, log, dense, diag):
     if masked:
         assert (a[~mask] == 0).all()
     # independent formula in numpy
-    zz = np.where(mask, np.exp(np.where(mask, v, 0)) if log else v, 0) if masked else (
-        np.exp(v) if log else v)
+    zz = np.where(mask, np.exp(np.where(mask, v, 0)) if log else v, 0) if masked else (np.exp(v) if log else v)
     if layout == "dense":
         r = -(8 / L.shape[0]) * ((L @ zz - y) @ L) - 2 * gamma
     else:
@@ -81,8 +80,7 @@ def test_rhs_numba_matches_jax(layout, masked, gamma, log, dense, diag):
 def test_rhs_log_form_matches_flow_rhs_glv(rng):
     """Same convention as the GLV vector field that nqf.solve_flow integrates (Eq. E13)."""
     m, p = 3, 40
-    data = CommutingData(rng.standard_normal((m, p)), rng.standard_normal(m),
-                         random_orthogonal(p, rng))
+    data = CommutingData(rng.standard_normal((m, p)), rng.standard_normal(m), random_orthogonal(p, rng))
     u = np.log(rng.random(p))
     mask = rng.random(p) > 0.3
     ref = np.asarray(rhs_glv(0.0, u, (data, 0.2, mask)))
@@ -189,8 +187,7 @@ def test_gd_numba_matches_jax_large(layout, batch, gamma, dense, diag):
     kw = dict(y=y, lr=0.3, steps=steps, weight_decay=gamma, save_every=5)
     if batch:
         rng = np.random.default_rng(0)
-        kw["batch_indices"] = rng.integers(0, y.shape[0], size=(steps, 2 if layout == "dense"
-                                                                    else 500))
+        kw["batch_indices"] = rng.integers(0, y.shape[0], size=(steps, 2 if layout == "dense" else 500))
     a = kernels.glv_gd(L, z, backend="numba", **kw)
     b = kernels.glv_gd(L, z, backend="jax", **kw)
     np.testing.assert_array_equal(a.steps, [0, 5, 10, 12])
@@ -229,8 +226,7 @@ def test_gd_flow_limit(rng):
 
 def test_gd_diverges_raises():
     with pytest.raises(FloatingPointError, match="Reduce `lr`"):
-        kernels.glv_gd(np.ones((1, 3)), np.ones(3), y=np.ones(1), lr=1e3, steps=40,
-                       backend="numba")
+        kernels.glv_gd(np.ones((1, 3)), np.ones(3), y=np.ones(1), lr=1e3, steps=40, backend="numba")
 
 
 # ------------------------------------------------------------------------------------------

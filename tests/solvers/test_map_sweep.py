@@ -22,15 +22,15 @@ TOL = 1e-12
 
 _rng = np.random.default_rng(11)
 _A = _rng.standard_normal((MS, P, P))
-MODEL = nqf.NQFModel(nqf.DenseData(0.5 * (_A + _A.transpose(0, 2, 1)), _rng.standard_normal(MS)),
-                     g=0.3 * _rng.standard_normal((MS, P)))
+MODEL = nqf.NQFModel(
+    nqf.DenseData(0.5 * (_A + _A.transpose(0, 2, 1)), _rng.standard_normal(MS)), g=0.3 * _rng.standard_normal((MS, P))
+)
 W0S = 0.4 * _rng.standard_normal((B, P, D))
 LRS = np.array([0.02, 0.04, 0.06, 0.08])
 BETAS = np.array([0.0, 0.3, 0.5, 0.7])
 GAMMAS = np.array([0.0, 0.05, 0.0, 0.1])
 SEEDS = np.array([5, 6, 7, 8])
-SWEEP_KW = dict(W0=W0S, lr=LRS, momentum=BETAS, weight_decay=GAMMAS, key=SEEDS, batch_size=2,
-                steps=STEPS)
+SWEEP_KW = dict(W0=W0S, lr=LRS, momentum=BETAS, weight_decay=GAMMAS, key=SEEDS, batch_size=2, steps=STEPS)
 
 
 def rel(a, b):
@@ -46,8 +46,7 @@ def test_members_equal_their_own_calls_and_weight_space(sweep):
     assert len(sweep) == B and sweep.M.shape == (B, STEPS + 1, P, P) and sweep.successful.all()
     np.testing.assert_array_equal(sweep.seed, SEEDS)
     for i in range(B):
-        kw = dict(lr=LRS[i], momentum=BETAS[i], weight_decay=GAMMAS[i], key=int(SEEDS[i]),
-                  batch_size=2, steps=STEPS)
+        kw = dict(lr=LRS[i], momentum=BETAS[i], weight_decay=GAMMAS[i], key=int(SEEDS[i]), batch_size=2, steps=STEPS)
         single = nqf.closed_sgd(MODEL, W0=W0S[i], **kw)
         member = sweep[i]
         assert isinstance(member, nqf.MapTrajectory) and member.lr == LRS[i] and member.d == D
@@ -68,12 +67,14 @@ def test_order_parameter_batch_shared_schedule_form_M():
     M0s = np.einsum("bid,bjd->bij", W0S, W0S)
     mu0s = W0S.sum(axis=2)
     idx = nqf.batch_indices(3, MS, 2, STEPS)
-    sw = nqf.closed_sgd_sweep(MODEL, M0=M0s, mu0=mu0s, d=D, lr=0.05, momentum=0.4,
-                              batch_indices=idx, steps=STEPS, form="M")
+    sw = nqf.closed_sgd_sweep(
+        MODEL, M0=M0s, mu0=mu0s, d=D, lr=0.05, momentum=0.4, batch_indices=idx, steps=STEPS, form="M"
+    )
     assert sw.seed is None and sw.P.shape == (B, STEPS + 1, P, P)
     for i in range(B):
-        single = nqf.closed_sgd(MODEL, M0=M0s[i], mu0=mu0s[i], d=D, lr=0.05, momentum=0.4,
-                                batch_indices=idx, steps=STEPS, form="M")
+        single = nqf.closed_sgd(
+            MODEL, M0=M0s[i], mu0=mu0s[i], d=D, lr=0.05, momentum=0.4, batch_indices=idx, steps=STEPS, form="M"
+        )
         for f in ("M", "mu", "loss", "P", "Q"):
             assert rel(getattr(sw[i], f), getattr(single, f)) <= TOL, (i, f)
 
@@ -126,11 +127,22 @@ M0_BAD = np.eye(P)
         (dict(key=[1, 2], batch_size=2), ValueError, r"`W0` 4, `key` 2"),
         (dict(key=[1, 2, 3, 4]), ValueError, r"`key` draws minibatches and needs `batch_size`"),
         (dict(batch_indices=np.zeros((4, STEPS, 2), int), key=1), ValueError, r"Give either `batch_indices`"),
-        (dict(batch_indices=np.full((4, STEPS, 2), MS)), ValueError, r"Member 0: `batch_indices` entries must lie in \[0, m=4\)"),
+        (
+            dict(batch_indices=np.full((4, STEPS, 2), MS)),
+            ValueError,
+            r"Member 0: `batch_indices` entries must lie in \[0, m=4\)",
+        ),
         (dict(W0=np.ones((4, P + 1, D))), ValueError, r"Member 0: `W0` must have shape \(3, d\)"),
-        (dict(W0=np.ones((2, 4, P, D))), ValueError, r"`W0` must be one initial condition \(2-d\) or a batch of them \(3-d\)"),
-        (dict(W0=None, M0=np.stack([np.eye(P), np.diag([1.0, -1.0, 1.0])]), mu0=np.zeros(P), d=D),
-         ValueError, r"Member 1: `M0` is not realizable"),
+        (
+            dict(W0=np.ones((2, 4, P, D))),
+            ValueError,
+            r"`W0` must be one initial condition \(2-d\) or a batch of them \(3-d\)",
+        ),
+        (
+            dict(W0=None, M0=np.stack([np.eye(P), np.diag([1.0, -1.0, 1.0])]), mu0=np.zeros(P), d=D),
+            ValueError,
+            r"Member 1: `M0` is not realizable",
+        ),
         (dict(form="P"), ValueError, r"`form` must be one of"),
         (dict(steps=0), ValueError, r"`steps` must be an integer >= 1"),
         (dict(devices=3), ValueError, r"`devices=3` asks for more devices"),
@@ -167,8 +179,14 @@ def test_sharded_over_two_cpu_devices_equals_unsharded(tmp_path, sweep):
     if env.get("PYTHONPATH"):  # the subprocess runs in tmp_path: keep relative entries valid
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
     out = tmp_path / "sharded.npz"
-    proc = subprocess.run([sys.executable, "-c", SHARD_SCRIPT, str(out), os.path.dirname(__file__)],
-                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", SHARD_SCRIPT, str(out), os.path.dirname(__file__)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(info["devices"]) == 2 and info["nqf"] == nqf.__file__

@@ -125,7 +125,10 @@ def test_ignition_times_fig3():
     meas = nqf.measure_ignition_times(sol)
     assert np.abs(meas / pred - 1).max() < 1e-3
     # rho = 0.9: later, still exact
-    assert np.abs(nqf.measure_ignition_times(sol, rho=0.9) / nqf.predicted_ignition_times(r, 1.0, eps, rho=0.9) - 1).max() < 1e-6
+    assert (
+        np.abs(nqf.measure_ignition_times(sol, rho=0.9) / nqf.predicted_ignition_times(r, 1.0, eps, rho=0.9) - 1).max()
+        < 1e-6
+    )
 
 
 def test_predicted_ignition_edge_cases():
@@ -180,7 +183,9 @@ def test_solution_stats_and_dense_output():
 def test_factor_form_stays_psd(rng):
     A = rng.standard_normal((5, 4, 4))
     A = A + np.swapaxes(A, 1, 2)
-    sol = nqf.solve_flow(nqf.DenseData(A, rng.standard_normal(5)), W0=0.1 * rng.standard_normal((4, 2)), t1=2.0, form="factor")
+    sol = nqf.solve_flow(
+        nqf.DenseData(A, rng.standard_normal(5)), W0=0.1 * rng.standard_normal((4, 2)), t1=2.0, form="factor"
+    )
     assert np.linalg.eigvalsh(sol.M).min() > -1e-14
 
 

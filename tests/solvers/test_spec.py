@@ -39,24 +39,38 @@ def test_public_signatures_have_at_most_14_parameters():
 
 def test_objects_and_their_aliases_agree_bit_for_bit(commuting):
     z0 = np.full(10, 1e-3)
-    old = nqf.solve_flow(commuting, z0=z0, t1=10.0, ts=TS, form="glv", rtol=1e-8, pcoeff=0.1, icoeff=0.9,
-                         save="loss", adjoint="forward")
-    new = nqf.solve_flow(commuting, z0=z0, t1=10.0, form=nqf.GLVForm(),
-                         stepsize_controller=nqf.PID(rtol=1e-8, pcoeff=0.1, icoeff=0.9),
-                         saveat=nqf.Save(TS, what="loss"), adjoint=diffrax.ForwardMode())
+    old = nqf.solve_flow(
+        commuting, z0=z0, t1=10.0, ts=TS, form="glv", rtol=1e-8, pcoeff=0.1, icoeff=0.9, save="loss", adjoint="forward"
+    )
+    new = nqf.solve_flow(
+        commuting,
+        z0=z0,
+        t1=10.0,
+        form=nqf.GLVForm(),
+        stepsize_controller=nqf.PID(rtol=1e-8, pcoeff=0.1, icoeff=0.9),
+        saveat=nqf.Save(TS, what="loss"),
+        adjoint=diffrax.ForwardMode(),
+    )
     assert same(old.loss, new.loss) and same(old.excess_loss, new.excess_loss)
     assert old.settings == new.settings
     assert isinstance(new.form_object, nqf.GLVForm)
-    dfx = nqf.solve_flow(commuting, z0=z0, t1=10.0, ts=TS,
-                         stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8, pcoeff=0.1, icoeff=0.9))
+    dfx = nqf.solve_flow(
+        commuting,
+        z0=z0,
+        t1=10.0,
+        ts=TS,
+        stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8, pcoeff=0.1, icoeff=0.9),
+    )
     ref = nqf.solve_flow(commuting, z0=z0, t1=10.0, ts=TS, rtol=1e-8, atol=1e-8, pcoeff=0.1, icoeff=0.9)
     assert same(dfx.z, ref.z)
 
 
 def test_backend_objects_are_the_method_and_solver_aliases(commuting):
     dg = nqf.DiagonalData(np.linspace(0.2, 2.0, 6), np.linspace(1.0, -0.5, 6))
-    assert same(nqf.solve_flow(dg, z0=np.full(6, 1e-3), t1=5.0, ts=TS / 2, solver=nqf.Exact()).z,
-                nqf.solve_flow(dg, z0=np.full(6, 1e-3), t1=5.0, ts=TS / 2, method="exact").z)
+    assert same(
+        nqf.solve_flow(dg, z0=np.full(6, 1e-3), t1=5.0, ts=TS / 2, solver=nqf.Exact()).z,
+        nqf.solve_flow(dg, z0=np.full(6, 1e-3), t1=5.0, ts=TS / 2, method="exact").z,
+    )
     a = nqf.solve_flow(commuting, z0=np.full(10, 1e-3), t1=10.0, ts=TS, solver=nqf.LSODA())
     b = nqf.solve_flow(commuting, z0=np.full(10, 1e-3), t1=10.0, ts=TS, solver="lsoda")
     assert same(a.z, b.z) and a.settings == b.settings
@@ -74,8 +88,14 @@ def test_mmu_form_object_carries_the_width(dense):
 
 def test_constant_step_size_and_diffrax_saveat(dense):
     M0 = 1e-2 * np.eye(3)
-    sol = nqf.solve_flow(dense, M0=M0, t1=1.0, stepsize_controller=diffrax.ConstantStepSize(), dt0=0.01,
-                         saveat=diffrax.SaveAt(ts=TS / 10, dense=True))
+    sol = nqf.solve_flow(
+        dense,
+        M0=M0,
+        t1=1.0,
+        stepsize_controller=diffrax.ConstantStepSize(),
+        dt0=0.01,
+        saveat=diffrax.SaveAt(ts=TS / 10, dense=True),
+    )
     ref = nqf.solve_flow(dense, M0=M0, t1=1.0, ts=TS / 10, rtol=1e-12)
     assert sol.stats["num_steps"] == 100
     np.testing.assert_allclose(sol.M, ref.M, rtol=1e-6, atol=1e-9)
@@ -103,6 +123,13 @@ def test_an_alias_with_its_object_or_an_unknown_keyword_is_refused(dense):
 def test_sweep_takes_the_objects(commuting):
     eps = np.array([1e-4, 1e-3])
     old = nqf.solve_sweep(commuting, eps=eps, t1=10.0, ts=TS, rtol=1e-8, mode="vmap")
-    new = nqf.solve_sweep(commuting, eps=eps, t1=10.0, form=nqf.GLVForm(), stepsize_controller=nqf.PID(rtol=1e-8),
-                          saveat=nqf.Save(TS), mode="vmap")
+    new = nqf.solve_sweep(
+        commuting,
+        eps=eps,
+        t1=10.0,
+        form=nqf.GLVForm(),
+        stepsize_controller=nqf.PID(rtol=1e-8),
+        saveat=nqf.Save(TS),
+        mode="vmap",
+    )
     assert same(old.ys, new.ys) and old.settings == new.settings

@@ -55,7 +55,9 @@ def test_glv_linear_solver_choice():
     assert isinstance(glv_linear_solver(nqf.datasets.fig3_data()), lx.AutoLinearSolver)  # m = p
 
 
-@pytest.mark.parametrize("name, dense_solver", [("rodas5p", nqf.rosenbrock.Rodas5P()), ("kvaerno5", diffrax.Kvaerno5())])
+@pytest.mark.parametrize(
+    "name, dense_solver", [("rodas5p", nqf.rosenbrock.Rodas5P()), ("kvaerno5", diffrax.Kvaerno5())]
+)
 def test_structured_stiff_glv_equals_dense_newton_and_explicit(name, dense_solver):
     data = _commuting()
     z0 = np.full(data.p, 1e-4)
@@ -190,8 +192,9 @@ def test_woodbury_and_diagonal_on_stacked_block_diagonal_operator():
         np.testing.assert_allclose(x[i], np.linalg.solve(blocks[i], b[i]), rtol=1e-11, atol=1e-11)
     d = 1.0 + RNG.random((B, p))
     dop = lx.FunctionLinearOperator(lambda X: jnp.asarray(d) * X, jax.ShapeDtypeStruct((B, p), jnp.float64))
-    np.testing.assert_allclose(np.asarray(lx.linear_solve(dop, jnp.asarray(b), DiagonalSolver()).value),
-                               b / d, rtol=1e-15)
+    np.testing.assert_allclose(
+        np.asarray(lx.linear_solve(dop, jnp.asarray(b), DiagonalSolver()).value), b / d, rtol=1e-15
+    )
     with pytest.raises(ValueError, match=r"stacked states \(B, 7\)"):
         lx.linear_solve(op, jnp.asarray(b), WoodburySolver(np.ones((7, 1))))
 
@@ -204,13 +207,19 @@ def test_stiff_sweep_uses_structured_solve_and_matches_solve_flow(mode, kind):
     else:
         data = _commuting()
     eps = np.array([1e-6, 1e-4, 1e-2])
-    sw = nqf.solve_sweep(data, eps=eps, t1=200.0, ts=np.linspace(0.0, 200.0, 9), stiff=True,
-                         rtol=1e-9, mode=mode)
+    sw = nqf.solve_sweep(data, eps=eps, t1=200.0, ts=np.linspace(0.0, 200.0, 9), stiff=True, rtol=1e-9, mode=mode)
     assert is_structured(sw._problem[1])
     for i, e in enumerate(eps):
         # the sweep's own solver: stiff=True alone would take the reduced form for this data
-        one = nqf.solve_flow(data, M0=e * np.eye(data.p), t1=200.0, ts=np.linspace(0.0, 200.0, 9),
-                             solver=sw._problem[1], rtol=1e-9, form="glv")
+        one = nqf.solve_flow(
+            data,
+            M0=e * np.eye(data.p),
+            t1=200.0,
+            ts=np.linspace(0.0, 200.0, 9),
+            solver=sw._problem[1],
+            rtol=1e-9,
+            form="glv",
+        )
         np.testing.assert_allclose(sw.z[i], one.z, rtol=2e-7)
         if mode == "vmap":  # its own steps, up to rounding: the batched Woodbury solve rounds
             # differently and can flip one accept/reject decision (226 vs 227 steps seen)
@@ -295,8 +304,10 @@ def test_block_solver_solves_block_diagonal_systems():
     x = lx.linear_solve(lx.MatrixLinearOperator(jnp.asarray(O)), jnp.asarray(b), BlockSolver(K)).value
     np.testing.assert_allclose(x, np.linalg.solve(O, b), rtol=1e-12)
     O2 = block_diag(*(np.eye(K) + 0.3 * rng.standard_normal((K, K)) for _ in range(m)))
-    stacked = lx.FunctionLinearOperator(lambda v: jnp.stack([jnp.asarray(O) @ v[0], jnp.asarray(O2) @ v[1]]),
-                                        jax.ShapeDtypeStruct((2, m * K), jnp.float64))
+    stacked = lx.FunctionLinearOperator(
+        lambda v: jnp.stack([jnp.asarray(O) @ v[0], jnp.asarray(O2) @ v[1]]),
+        jax.ShapeDtypeStruct((2, m * K), jnp.float64),
+    )
     B = rng.standard_normal((2, m * K))
     xs = lx.linear_solve(stacked, jnp.asarray(B), BlockSolver(K)).value
     np.testing.assert_allclose(xs, np.stack([np.linalg.solve(O, B[0]), np.linalg.solve(O2, B[1])]), rtol=1e-12)

@@ -184,8 +184,9 @@ SHARD_SCRIPT = textwrap.dedent(
 def _run(script, env_extra, tmp_path, *args):
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "NQF_COMPILATION_CACHE")}
     env.update(env_extra)
-    out = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -232,8 +233,7 @@ CACHE_SCRIPT = textwrap.dedent(
 
 def test_compilation_cache_env_and_function(tmp_path):
     cache = tmp_path / "jaxcache"
-    res = _run(CACHE_SCRIPT, {"NQF_COMPILATION_CACHE": str(cache), "XDG_CACHE_HOME": str(tmp_path / "xdg")},
-               tmp_path)
+    res = _run(CACHE_SCRIPT, {"NQF_COMPILATION_CACHE": str(cache), "XDG_CACHE_HOME": str(tmp_path / "xdg")}, tmp_path)
     assert res["env_dir"] == str(cache.resolve())
     assert res["files"], "no cache entry written"
     assert res["min_time"] == 0.0 and res["eqx"] == "nan"
@@ -272,12 +272,14 @@ def test_enable_compilation_cache_bad_input():
         (dict(eps=[1e-3], ts=[0.0, 300.0]), ValueError, r"`ts` must lie inside"),
         (dict(eps=[1e-3], mode="shared"), ValueError, r"`mode` must be 'auto', 'joint' or 'vmap'; found 'shared'"),
         (dict(z0=np.ones(4)), ValueError, r"`z0` must have shape \(5,\) or a batch \(B, 5\); found \(4,\)"),
-        (dict(z0=np.array([[1.0, 1, 1, 1, 1], [1, 1, -2, 1, 1]])), ValueError,
-         r"`z0` must be >= 0.*z0\[1, 2\] = -2"),
+        (dict(z0=np.array([[1.0, 1, 1, 1, 1], [1, 1, -2, 1, 1]])), ValueError, r"`z0` must be >= 0.*z0\[1, 2\] = -2"),
         (dict(z0=np.ones(5), M0=np.eye(5)), ValueError, r"exactly one initial condition"),
         (dict(z0=np.ones(5), form="M"), ValueError, r"initial state of the GLV form; found form='M'"),
-        (dict(z0=np.ones((2, 5)), eps=[1e-3, 1e-2]), ValueError,
-         r"one base `z0` \(5,\).*found `eps` \(2,\) and `z0` \(2, 5\)"),
+        (
+            dict(z0=np.ones((2, 5)), eps=[1e-3, 1e-2]),
+            ValueError,
+            r"one base `z0` \(5,\).*found `eps` \(2,\) and `z0` \(2, 5\)",
+        ),
         (dict(z0=np.zeros((0, 5))), ValueError, r"`z0` is an empty batch; give shape \(5,\) or \(B, 5\)"),
         (dict(z0=[[1e-3] * 5, [1e-3] * 4]), ValueError, r"`z0` must be a rectangular numeric array"),
         (dict(z0=np.ones(5), form="bogus"), ValueError, r"`form` must be one of"),

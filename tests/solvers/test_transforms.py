@@ -53,8 +53,9 @@ def test_grad_matches_finite_differences_and_theorem6(fig3):
     def z_exact(e, t):  # Theorem 6 with z_k(0) = eps (W0 = sqrt(eps) I, P = I for fig3)
         return r * e / (C * e + (r - C * e) * jnp.exp(-r * t))
 
-    dz = jax.jacfwd(lambda e: nqf.solve_flow(fig3, W0=jnp.sqrt(e) * jnp.eye(5), t1=T1, ts=TS, rtol=1e-11,
-                                             adjoint="forward").z[3])(eps)
+    dz = jax.jacfwd(
+        lambda e: nqf.solve_flow(fig3, W0=jnp.sqrt(e) * jnp.eye(5), t1=T1, ts=TS, rtol=1e-11, adjoint="forward").z[3]
+    )(eps)
     np.testing.assert_allclose(dz, jax.jacfwd(z_exact)(eps, TS[3]), rtol=1e-6)
 
 
@@ -69,7 +70,7 @@ def test_grad_through_labels_and_data(fig3):
     Lam, y = np.asarray(fig3.Lambda), np.asarray(fig3.y)
     gL, gy = jax.grad(loss, argnums=(0, 1))(Lam, y)
     h = 1e-6
-    for (i, j) in [(0, 0), (2, 3)]:
+    for i, j in [(0, 0), (2, 3)]:
         E = np.zeros_like(Lam)
         E[i, j] = h
         fd = (loss(Lam + E, y) - loss(Lam - E, y)) / (2 * h)
@@ -85,8 +86,9 @@ def test_exact_path_and_excess_loss_under_transforms():
     ts = np.geomspace(1.0, 1e3, 6)
 
     def excess(y):
-        return nqf.solve_flow(nqf.DiagonalData(data.lam, y), z0=z0, t1=1e3, ts=ts, method="exact",
-                              save="loss").excess_loss[2]
+        return nqf.solve_flow(
+            nqf.DiagonalData(data.lam, y), z0=z0, t1=1e3, ts=ts, method="exact", save="loss"
+        ).excess_loss[2]
 
     y = np.asarray(data.y)
     assert abs(jax.jit(excess)(y) / excess(y) - 1) < 1e-12
@@ -96,8 +98,9 @@ def test_exact_path_and_excess_loss_under_transforms():
     fd = (excess(y + e) - excess(y - e)) / 2e-7
     assert abs(g[4] / fd - 1) < 1e-6
     z = jnp.asarray(np.abs(np.random.default_rng(0).standard_normal((3, 300))))
-    np.testing.assert_allclose(jax.jit(lambda z: nqf.excess_loss(data, z))(z), nqf.excess_loss(data, np.asarray(z)),
-                               rtol=1e-13)
+    np.testing.assert_allclose(
+        jax.jit(lambda z: nqf.excess_loss(data, z))(z), nqf.excess_loss(data, np.asarray(z)), rtol=1e-13
+    )
 
 
 def test_events_against_closed_forms(fig3):
@@ -118,8 +121,11 @@ def test_events_against_closed_forms(fig3):
     assert abs(user.stop_time / pred[0] - 1) < 1e-9
     never = nqf.solve_flow(fig3, W0=W0, t1=20.0, stop=nqf.Stop.loss_below(1e-9))
     assert never.stop_time == np.inf and never.stop_reason is None and never.ts.size == 201
-    g = jax.grad(lambda e: nqf.solve_flow(fig3, W0=jnp.sqrt(e) * jnp.eye(5), t1=40.0, rtol=1e-11,
-                                          stop=nqf.Stop.ignition(1)).stop_time)(eps)
+    g = jax.grad(
+        lambda e: (
+            nqf.solve_flow(fig3, W0=jnp.sqrt(e) * jnp.eye(5), t1=40.0, rtol=1e-11, stop=nqf.Stop.ignition(1)).stop_time
+        )
+    )(eps)
     closed = (1 / r[1]) * (-C[1] / (r[1] - C[1] * eps) - 1 / eps)  # d/deps of E19 (rho = 1/2)
     assert abs(g / closed - 1) < 1e-6
     with pytest.raises(ValueError, match="Stop.ignition needs commuting data"):
@@ -140,8 +146,11 @@ def test_results_pickle_and_round_trip(fig3, tmp_path):
     sweep = nqf.solve_sweep(fig3, eps=[1e-6, 1e-4], t1=T1)
     oracle = nqf.theorem6(fig3, TS, W0=W0)
     Wm = 0.1 * np.random.default_rng(0).standard_normal((5, 6))
-    maps = [nqf.closed_sgd(mlp, W0=Wm, lr=0.05, steps=10), nqf.train_w(mlp, Wm, lr=0.05, steps=10),
-            nqf.closed_sgd_sweep(mlp, W0=Wm, lr=[0.02, 0.05], steps=10)]
+    maps = [
+        nqf.closed_sgd(mlp, W0=Wm, lr=0.05, steps=10),
+        nqf.train_w(mlp, Wm, lr=0.05, steps=10),
+        nqf.closed_sgd_sweep(mlp, W0=Wm, lr=[0.02, 0.05], steps=10),
+    ]
     glv = nqf.glv_gd(fig3, np.full(5, 1e-3), lr=0.05, steps=10)
     for i, res in enumerate([sol, exact, ff, sweep, oracle, *maps, glv]):
         for back in (pickle.loads(pickle.dumps(res)), nqf.load(res.save(tmp_path / f"r{i}"))):
@@ -177,7 +186,11 @@ def test_theorem6_and_ntk_under_transforms(fig3):
     np.testing.assert_allclose(out.M, ref.M, rtol=1e-13, atol=1e-18)
     z = lambda e: nqf.theorem6(fig3, TS, W0=jnp.sqrt(e) * jnp.eye(5)).z[3, 2]  # noqa: E731
     assert abs(jax.grad(z)(1e-5) / ((z(1e-5 + 1e-10) - z(1e-5 - 1e-10)) / 2e-10) - 1) < 1e-6
-    assert jax.vmap(lambda e: nqf.theorem6(fig3, TS, W0=jnp.sqrt(e) * jnp.eye(5)).z)(jnp.array([1e-5, 1e-4])).shape == (2, 7, 5)
+    assert jax.vmap(lambda e: nqf.theorem6(fig3, TS, W0=jnp.sqrt(e) * jnp.eye(5)).z)(jnp.array([1e-5, 1e-4])).shape == (
+        2,
+        7,
+        5,
+    )
     model = nqf.NQFModel(nqf.datasets.mlp_data(6, 3), g=0.1 * np.ones((6, 4)))
     M, mu = 0.05 * np.eye(4), 0.1 * np.ones(4)
     theta = nqf.ntk(model, M=M, mu=mu, d=5)

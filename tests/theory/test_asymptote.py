@@ -124,8 +124,9 @@ def test_width_limits_the_rank_reduced_rank_regression():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((30, 4))
     Y = X @ rng.standard_normal((4, 3)) + 0.3 * rng.standard_normal((30, 3))
-    data = nqf.feedforward_data(Y.reshape(-1), a=np.repeat(X, 3, axis=0)[:, :, None],
-                                b=np.tile(np.eye(3), (30, 1))[:, :, None])
+    data = nqf.feedforward_data(
+        Y.reshape(-1), a=np.repeat(X, 3, axis=0)[:, :, None], b=np.tile(np.eye(3), (30, 1))[:, :, None]
+    )
     W0 = 1e-4 * rng.standard_normal((7, 1))
     asy = nqf.asymptote(data, W0=W0)
     w, V = np.linalg.eigh(X.T @ X)
@@ -176,8 +177,11 @@ def test_dense_flow_does_not_stop_on_a_plateau(slow_second_mode):
     assert asy.method == "flow" and asy.t > 216
     np.testing.assert_allclose(asy.eigenvalues, exact.eigenvalues, atol=1e-8)  # measured 1.0e-10
     np.testing.assert_allclose(asy.loss, exact.loss, rtol=1e-8)
-    with pytest.raises(RuntimeError, match=r"budget .* ran out at t = 128.*unstable direction: lambda_min\(H on "
-                                           r"the live directions\) / kappa = -0.02.*plateau") as err:
+    with pytest.raises(
+        RuntimeError,
+        match=r"budget .* ran out at t = 128.*unstable direction: lambda_min\(H on "
+        r"the live directions\) / kappa = -0.02.*plateau",
+    ) as err:
         nqf.asymptote(dense, M0=M0, max_segments=6)
     assert err.value.last["t"] == pytest.approx(128.0)
 

@@ -132,14 +132,16 @@ def test_theorem3_width_500_vs_compressed_1000_sgd_steps(name, rng):
     kw = dict(steps=STEPS, batch_size=BATCH, key=7)
     ref = nqf.train_w(data, W0, lr=lr, **kw)
     small_w = nqf.train_w(comp.model, comp.W0, lr=comp.lr, **kw)
-    assert ref.loss[-1] < 0.5 * ref.loss[0]   # it learns
+    assert ref.loss[-1] < 0.5 * ref.loss[0]  # it learns
     err_w = rel_outputs(small_w.outputs, ref.outputs)
     err_c = 0.0
     if name != "phase_retrieval":  # the closed map of the compressed model (one shared compile)
         small_c = nqf.closed_sgd(comp.model, W0=comp.W0, lr=comp.lr, **kw)
         err_c = rel_outputs(small_c.outputs, ref.outputs)
-    print(f"\n{name}: p={data.p} k_V={comp.span.k} d'={comp.d_prime}: output rel err W-space "
-          f"{err_w:.2e}, closed map {err_c:.2e}")
+    print(
+        f"\n{name}: p={data.p} k_V={comp.span.k} d'={comp.d_prime}: output rel err W-space "
+        f"{err_w:.2e}, closed map {err_c:.2e}"
+    )
     assert err_w <= TOL and err_c <= TOL
     # order parameters: (d'/d) M~ = V V^T M V V^T, mu~ = V V^T mu
     P = comp.span.V @ comp.span.V.T
@@ -181,8 +183,11 @@ def test_theorem3_from_order_parameters_and_construction(rng):
     np.testing.assert_allclose(Z @ Z.T, np.eye(4), atol=1e-15)
     np.testing.assert_allclose(Z.sum(axis=1), 0.0, atol=1e-15)
     # the rescaled representations keep their type
-    for dd in (data, nqf.DenseData(data.dense(), data.y),
-               nqf.CommutingData(rng.standard_normal((3, 4)), np.ones(3), None)):
+    for dd in (
+        data,
+        nqf.DenseData(data.dense(), data.y),
+        nqf.CommutingData(rng.standard_normal((3, 4)), np.ones(3), None),
+    ):
         sc = C.scale_data(dd, 0.25)
         assert type(sc) is type(dd)
         np.testing.assert_allclose(sc.dense(), 0.25 * np.asarray(dd.dense()), atol=1e-15)
@@ -206,7 +211,7 @@ def test_corollary3_bound_holds_on_sweep(rng):
     for dp in (2, 9):
         r = C.compression_report(data, lr=0.02, steps=200, W0=W0, d_prime=dp, batch_indices=idx)
         assert r["kind"] == "corollary3" and r["d_prime"] == dp
-        assert r["e0"] == pytest.approx(dp / D * r["tail"], rel=1e-9)   # e_0 = (d'/d) tail
+        assert r["e0"] == pytest.approx(dp / D * r["tail"], rel=1e-9)  # e_0 = (d'/d) tail
         assert r["holds"] and r["holds_sharpened"] and r["holds_stepwise"]
         assert r["tightness"]["min"] == pytest.approx(D / dp, rel=1e-6)  # at t = 0
         assert r["L_covers_realized"] == 1.0
@@ -216,7 +221,7 @@ def test_corollary3_bound_holds_on_sweep(rng):
 def test_corollary3_exact_when_nothing_is_dropped(rng):
     data = ds.mlp_data(50, 6)
     d = 40
-    base = rng.standard_normal((data.p, 2)) @ rng.standard_normal((2, d))   # centered rank <= 2
+    base = rng.standard_normal((data.p, 2)) @ rng.standard_normal((2, d))  # centered rank <= 2
     W0 = 0.2 * (base - base.mean(axis=1, keepdims=True)) / np.sqrt(d) + 0.05
     comp = C.corollary3(data, lr=0.05, W0=W0, d_prime=3)
     assert comp.tail <= 1e-12 * comp.eigenvalues[0]
@@ -258,23 +263,39 @@ def test_update_direction_and_jacobian_estimate(rng):
 @pytest.mark.parametrize(
     "call, exc, match",
     [
-        (lambda d: C.theorem3(d, lr=0.1, W0=np.ones((9, 50)), d_prime=3), ValueError,
-         r"`d_prime` must be >= 6 \(Theorem 3 needs d' >= k_V \+ 1 = 6; use `corollary3`"),
-        (lambda d: C.corollary3(d, lr=0.1, W0=np.ones((9, 50)), d_prime=10), ValueError,
-         r"`d_prime` must be in \[1, 9\].*found 10"),
-        (lambda d: C.corollary3(d, lr=0.1, W0=np.ones((9, 50)), d_prime=2.0), ValueError,
-         r"`d_prime` must be an integer; found 2.0"),
+        (
+            lambda d: C.theorem3(d, lr=0.1, W0=np.ones((9, 50)), d_prime=3),
+            ValueError,
+            r"`d_prime` must be >= 6 \(Theorem 3 needs d' >= k_V \+ 1 = 6; use `corollary3`",
+        ),
+        (
+            lambda d: C.corollary3(d, lr=0.1, W0=np.ones((9, 50)), d_prime=10),
+            ValueError,
+            r"`d_prime` must be in \[1, 9\].*found 10",
+        ),
+        (
+            lambda d: C.corollary3(d, lr=0.1, W0=np.ones((9, 50)), d_prime=2.0),
+            ValueError,
+            r"`d_prime` must be an integer; found 2.0",
+        ),
         (lambda d: C.data_span(d, rtol=0.0), ValueError, r"`rtol` must be finite and > 0; found 0.0"),
         (lambda d: C.data_span(d, rtol=2.0), ValueError, r"`rtol` must lie in \(0, 1\); found 2.0"),
         (lambda d: C.theorem3(d, lr=0.1, M0=np.eye(9)), ValueError, r"needs the original width"),
         (lambda d: C.theorem3(d, lr=-1.0, W0=np.ones((9, 5))), ValueError, r"`lr` must be finite and > 0"),
         (lambda d: C.theorem3(d, lr=0.1, W0=np.ones((8, 5))), ValueError, r"`W0` must have shape \(9, d\)"),
         (lambda d: C.data_span("A"), TypeError, r"`model` must be an `nqf.NQFModel` or an nqf data set"),
-        (lambda d: C.lipschitz_along(d, lr=0.1, d=3, M=np.zeros((2, 9, 9)), mu=None,
-                                     M_c=np.zeros((3, 9, 9)), mu_c=None), ValueError,
-         r"`M` and `M_c` must both have shape \(n, 9, 9\); found \(2, 9, 9\) and \(3, 9, 9\)"),
-        (lambda d: C.corollary3_bound(np.ones(4), np.ones(4), tail=1.0, lr=0.1), ValueError,
-         r"`L_steps` must have shape \(3,\)"),
+        (
+            lambda d: C.lipschitz_along(
+                d, lr=0.1, d=3, M=np.zeros((2, 9, 9)), mu=None, M_c=np.zeros((3, 9, 9)), mu_c=None
+            ),
+            ValueError,
+            r"`M` and `M_c` must both have shape \(n, 9, 9\); found \(2, 9, 9\) and \(3, 9, 9\)",
+        ),
+        (
+            lambda d: C.corollary3_bound(np.ones(4), np.ones(4), tail=1.0, lr=0.1),
+            ValueError,
+            r"`L_steps` must have shape \(3,\)",
+        ),
     ],
 )
 def test_bad_input(call, exc, match):
@@ -299,8 +320,9 @@ def test_cli_compress(tmp_path, capsys):
     assert main(["compress", str(tmp_path / "m.npz"), *common, "--json", str(tmp_path / "t3.json")]) == 0
     rep = json.loads((tmp_path / "t3.json").read_text())
     assert rep["k_V"] == 4 and rep["d_prime"] == 5 and rep["max_output_rel_error"] <= TOL
-    assert main(["compress", str(tmp_path / "m.npz"), *common, "--d-prime", "3",
-                 "--json", str(tmp_path / "c3.json")]) == 0
+    assert (
+        main(["compress", str(tmp_path / "m.npz"), *common, "--d-prime", "3", "--json", str(tmp_path / "c3.json")]) == 0
+    )
     rep = json.loads((tmp_path / "c3.json").read_text())
     assert rep["kind"] == "corollary3" and rep["holds"] and rep["d"] == 60
     out = capsys.readouterr().out

@@ -73,12 +73,14 @@ def _trajectory(t, lam):
 # Mode values at 7 saved steps (lr = 0.5), ordered by size at every step (so mode k is the k-th
 # largest eigenvalue throughout): a fast and a slow riser, a decaying mode, a dead mode.
 T = 0.5 * np.arange(7)
-LAM = np.array([
-    [1.0, 1.2, 2.2, 3.0, 3.8, 4.0, 4.0],  # final 4, level 2 between steps 1 and 2: t = 0.5 + 0.5 (0.8/1)
-    [0.1, 0.2, 0.6, 1.4, 1.9, 2.0, 2.0],  # level 1 between steps 2 and 3: t = 1 + 0.5 (0.4/0.8)
-    [0.05, 0.04, 0.03, 0.02, 0.01, 0.01, 0.01],  # level 0.005: already above at t = 0
-    [0.0] * 7,  # final 0: never ignites
-]).T
+LAM = np.array(
+    [
+        [1.0, 1.2, 2.2, 3.0, 3.8, 4.0, 4.0],  # final 4, level 2 between steps 1 and 2: t = 0.5 + 0.5 (0.8/1)
+        [0.1, 0.2, 0.6, 1.4, 1.9, 2.0, 2.0],  # level 1 between steps 2 and 3: t = 1 + 0.5 (0.4/0.8)
+        [0.05, 0.04, 0.03, 0.02, 0.01, 0.01, 0.01],  # level 0.005: already above at t = 0
+        [0.0] * 7,  # final 0: never ignites
+    ]
+).T
 
 
 def test_hand_computed_crossings_on_a_constructed_trajectory():
@@ -96,8 +98,9 @@ def test_hand_computed_crossings_on_a_constructed_trajectory():
     cols = [2, 0, 3, 1]
     z = types.SimpleNamespace(t=T, z=LAM[:, cols])
     np.testing.assert_allclose(nqf.measure_ignition_times(z), linear[cols], equal_nan=True, atol=1e-12)
-    np.testing.assert_allclose(nqf.measure_ignition_times(z, quantity="eigenvalues"), linear,
-                               equal_nan=True, atol=1e-12)
+    np.testing.assert_allclose(
+        nqf.measure_ignition_times(z, quantity="eigenvalues"), linear, equal_nan=True, atol=1e-12
+    )
 
 
 def test_batched_trajectory_gives_one_row_per_member():
@@ -109,8 +112,11 @@ def test_batched_trajectory_gives_one_row_per_member():
     np.testing.assert_allclose(out[:, :3], [[0.9, 1.25, 0.0], [1.8, 2.5, 0.0]], atol=1e-12)
     rows = nqf.measure_ignition_times(_trajectory(t, lam), target=[[4.0, 2.0, 1.0, 1.0], [8.0, 4.0, 2.0, 2.0]])
     np.testing.assert_allclose(rows[:, 0], [0.9, 1.8], atol=1e-12)
-    with pytest.raises(ValueError, match=r"`target` must have shape \(4,\) \(one final value per mode\) "
-                                         r"or \(2, 4\) \(one row per member\); found \(3, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`target` must have shape \(4,\) \(one final value per mode\) "
+        r"or \(2, 4\) \(one row per member\); found \(3, 4\)",
+    ):
         nqf.measure_ignition_times(_trajectory(t, lam), target=np.ones((3, 4)))
 
 
@@ -129,8 +135,7 @@ def test_discrete_maps_against_step_counting(fig3):
     first = [next(n for n in range(steps + 1) if z[n, k] >= RHO * z[-1, k]) for k in range(5)]
     by_hand = lr * np.array(first, float)
     assert len(set(first)) == 5 and min(first) > 0  # distinct, non-trivial crossings
-    lin_hand = [lr * (n - 1 + (RHO * z[-1, k] - z[n - 1, k]) / (z[n, k] - z[n - 1, k]))
-                for k, n in enumerate(first)]
+    lin_hand = [lr * (n - 1 + (RHO * z[-1, k] - z[n - 1, k]) / (z[n, k] - z[n - 1, k])) for k, n in enumerate(first)]
     order = _by_rank(z[-1])
     maps = nqf.closed_sgd(fig3, M0=eps * np.eye(5), lr=lr, steps=steps)
     wspace = nqf.train_w(fig3, np.sqrt(eps) * np.eye(5), lr=lr, steps=steps)
@@ -172,8 +177,16 @@ def test_sweep_gives_one_row_per_member(fig3):
 @pytest.mark.parametrize(
     "kwargs, exc, match",
     [
-        (dict(target=np.ones(3)), ValueError, r"`target` must have shape \(5,\) \(one final value per mode\); found \(3,\)"),
-        (dict(z_inf=np.ones(3)), ValueError, r"`z_inf` must have shape \(5,\) \(one final value per mode\); found \(3,\)"),
+        (
+            dict(target=np.ones(3)),
+            ValueError,
+            r"`target` must have shape \(5,\) \(one final value per mode\); found \(3,\)",
+        ),
+        (
+            dict(z_inf=np.ones(3)),
+            ValueError,
+            r"`z_inf` must have shape \(5,\) \(one final value per mode\); found \(3,\)",
+        ),
         (dict(target=np.ones(5), z_inf=np.ones(5)), ValueError, r"`target` or as `z_inf`.*not both"),
         (dict(target=[1.0, np.nan, 1, 1, 1]), ValueError, r"`target` must be finite"),
         (dict(rho=1.0), ValueError, r"`rho` must lie in \(0, 1\); found 1.0"),
@@ -181,12 +194,20 @@ def test_sweep_gives_one_row_per_member(fig3):
         (dict(refine="cubic"), ValueError, r"`refine` must be one of .*found 'cubic'"),
         (dict(xtol=0.0), ValueError, r"`xtol` must be finite and > 0"),
         (dict(modes="some"), ValueError, r"`modes` must be one of \('all', 'growing'\); found 'some'"),
-        (dict(modes=[0, 2]), ValueError, (r"`modes` must be 'all', 'growing' or a boolean mask of shape \(5,\); "
-                                          r"found an array of dtype int64")),
-        (dict(modes=np.ones(4, bool)), ValueError,
-         r"`modes` \(a boolean mask\) must have shape \(5,\); found \(4,\)"),
-        (dict(target="final"), ValueError,
-         r"`target` must be an array, an nqf.Asymptote or 'asymptote'; found 'final'"),
+        (
+            dict(modes=[0, 2]),
+            ValueError,
+            (
+                r"`modes` must be 'all', 'growing' or a boolean mask of shape \(5,\); "
+                r"found an array of dtype int64"
+            ),
+        ),
+        (dict(modes=np.ones(4, bool)), ValueError, r"`modes` \(a boolean mask\) must have shape \(5,\); found \(4,\)"),
+        (
+            dict(target="final"),
+            ValueError,
+            r"`target` must be an array, an nqf.Asymptote or 'asymptote'; found 'final'",
+        ),
     ],
 )
 def test_bad_arguments(glv, kwargs, exc, match):
@@ -203,8 +224,11 @@ def test_what_a_trajectory_cannot_give(fig3):
     no_dense = nqf.solve_flow(fig3, z0=np.full(5, 1e-3), t1=20.0, dense=False)
     with pytest.raises(ValueError, match=r"refine='brent' needs the dense output.*dense=False"):
         nqf.measure_ignition_times(no_dense, refine="brent")
-    np.testing.assert_allclose(nqf.measure_ignition_times(no_dense)[:1],  # auto: linear on ts
-                               nqf.predicted_ignition_times([1.0], 1.0, 1e-3), rtol=1e-2)
+    np.testing.assert_allclose(
+        nqf.measure_ignition_times(no_dense)[:1],  # auto: linear on ts
+        nqf.predicted_ignition_times([1.0], 1.0, 1e-3),
+        rtol=1e-2,
+    )
     with pytest.raises(TypeError, match=r"`trajectory` must be a FlowSolution.*found ndarray"):
         nqf.measure_ignition_times(np.ones((3, 5)))
     decay = nqf.solve_flow(fig3, z0=np.full(5, 1e-3), t1=20.0, weight_decay=0.01, dense=False)
@@ -270,13 +294,16 @@ def test_asymptote_target_on_a_discrete_trajectory(fig3):
     traj = nqf.closed_sgd(fig3, M0=1e-3 * np.eye(5), lr=0.25, steps=240)
     asy = nqf.asymptote(fig3, M0=1e-3 * np.eye(5))
     z_sorted = np.sort(nqf.glv_equilibrium(fig3))[::-1]
-    np.testing.assert_array_equal(nqf.measure_ignition_times(traj, target=asy),
-                                  nqf.measure_ignition_times(traj, target=z_sorted))
+    np.testing.assert_array_equal(
+        nqf.measure_ignition_times(traj, target=asy), nqf.measure_ignition_times(traj, target=z_sorted)
+    )
     with pytest.raises(ValueError, match=r"target='asymptote' needs a flow .*target=nqf.asymptote\(model"):
         nqf.measure_ignition_times(traj, target="asymptote")
     with pytest.raises(ValueError, match=r"Asymptote without mode strengths z .*quantity='eigenvalues'"):
-        nqf.measure_ignition_times(types.SimpleNamespace(t=traj.t, z=np.ones((traj.t.size, 7))),
-                                   target=nqf.asymptote(nqf.datasets.mlp_data(20, 6), W0=1e-3 * np.ones((7, 1))))
+        nqf.measure_ignition_times(
+            types.SimpleNamespace(t=traj.t, z=np.ones((traj.t.size, 7))),
+            target=nqf.asymptote(nqf.datasets.mlp_data(20, 6), W0=1e-3 * np.ones((7, 1))),
+        )
 
 
 # -- loss curves ------------------------------------------------------------------------------------
@@ -354,12 +381,18 @@ def test_loss_curve_times_by_hand():
 @pytest.mark.parametrize(
     "call, exc, match",
     [
-        (lambda: nqf.drop_times(TC, LC, levels=[4, 4, 1]), ValueError,
-         r"`levels` must be strictly decreasing .*levels\[0\] = 4.0 <= levels\[1\] = 4.0"),
+        (
+            lambda: nqf.drop_times(TC, LC, levels=[4, 4, 1]),
+            ValueError,
+            r"`levels` must be strictly decreasing .*levels\[0\] = 4.0 <= levels\[1\] = 4.0",
+        ),
         (lambda: nqf.drop_times(TC, LC, levels=[4]), ValueError, r"at least 2 plateau levels .*found 1"),
         (lambda: nqf.drop_times(TC, LC, levels=[4, np.nan]), ValueError, r"`levels` must be finite"),
-        (lambda: nqf.drop_times(TC[::-1], LC, levels=[4, 1]), ValueError,
-         r"`t` must be non-decreasing; found t\[0\] = 4.0 > t\[1\] = 3.0"),
+        (
+            lambda: nqf.drop_times(TC[::-1], LC, levels=[4, 1]),
+            ValueError,
+            r"`t` must be non-decreasing; found t\[0\] = 4.0 > t\[1\] = 3.0",
+        ),
         (lambda: nqf.drop_times(TC, LC[:4], levels=[4, 1]), ValueError, r"same length; found shapes \(5,\) and \(4,\)"),
         (lambda: nqf.drop_times(TC, np.where(TC > 2, np.inf, LC), levels=[4, 1]), ValueError, r"`loss` must be finite"),
         (lambda: nqf.drop_times(TC, LC, levels=[4, 1], refine="brent"), ValueError, r"refine='brent' needs a flow"),
@@ -367,10 +400,16 @@ def test_loss_curve_times_by_hand():
         (lambda: nqf.learning_phase_end(TC, LC), ValueError, r"`final_loss` .* is required"),
         (lambda: nqf.learning_phase_end(TC, LC, 5.0), ValueError, r"`final_loss` = 5 lies above the initial loss"),
         (lambda: nqf.learning_phase_end(TC, LC, 1.0, tol=1.0), ValueError, r"`tol` must lie in \(0, 1\)"),
-        (lambda: nqf.plateau_levels(TC, LC, ignition_times=[0.0, 2.0], final=1.0), ValueError,
-         r"`ignition_times` must lie in \(t_0, t_end\] = \(0, 4\] of the curve; found range \[0, 2\]"),
-        (lambda: nqf.plateau_levels(TC, LC, ignition_times=[1.0], final=[1.0, 2.0]), ValueError,
-         r"`final` must be a scalar loss or an nqf.Asymptote"),
+        (
+            lambda: nqf.plateau_levels(TC, LC, ignition_times=[0.0, 2.0], final=1.0),
+            ValueError,
+            r"`ignition_times` must lie in \(t_0, t_end\] = \(0, 4\] of the curve; found range \[0, 2\]",
+        ),
+        (
+            lambda: nqf.plateau_levels(TC, LC, ignition_times=[1.0], final=[1.0, 2.0]),
+            ValueError,
+            r"`final` must be a scalar loss or an nqf.Asymptote",
+        ),
         (lambda: nqf.plateau_levels(TC, LC, ignition_times=[1.0]), ValueError, r"`final` .* are required"),
     ],
 )

@@ -120,7 +120,11 @@ def models():
         (dict(M=np.eye(P), mu=np.ones(P + 1), d=3), ValueError, r"`mu` must have shape \(6,\); found \(7,\)"),
         (dict(M=np.triu(np.ones((P, P))), mu=np.ones(P), d=3), ValueError, r"`M` must be symmetric"),
         (dict(M=np.eye(P), mu=np.full(P, np.nan), d=3), ValueError, r"`mu` must be finite"),
-        (dict(M=np.eye(P), mu=np.ones(P), d=0), ValueError, r"`d` \(the number of neurons\) must be an integer >= 1; found 0"),
+        (
+            dict(M=np.eye(P), mu=np.ones(P), d=0),
+            ValueError,
+            r"`d` \(the number of neurons\) must be an integer >= 1; found 0",
+        ),
         (dict(M=np.eye(P), mu=np.ones(P), d=2.5), ValueError, r"integer >= 1; found 2.5"),
         (dict(M=np.eye(P), mu=np.ones(P), d=True), ValueError, r"integer >= 1; found True"),
     ],

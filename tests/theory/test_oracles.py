@@ -331,8 +331,9 @@ def scipy_M_flow(data, M0, ts):
         HM = H @ M
         return -(HM + HM.T).ravel()
 
-    sol = scipy.integrate.solve_ivp(rhs, (ts[0], ts[-1]), M0.ravel(), method="DOP853", t_eval=ts,
-                                    rtol=1e-12, atol=1e-30 * np.abs(M0).max())
+    sol = scipy.integrate.solve_ivp(
+        rhs, (ts[0], ts[-1]), M0.ravel(), method="DOP853", t_eval=ts, rtol=1e-12, atol=1e-30 * np.abs(M0).max()
+    )
     assert sol.success
     return sol.y.T.reshape(-1, p, p)
 

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 import nqf
-from nqf import datasets
-from nqf import AssumptionError
+from nqf import AssumptionError, datasets
 from nqf.data import CommutingData, DenseData
 from nqf.samplewise import theorem4, theorem5
 from nqf.theory._oracles import proposition7, theorem6, theorem7, theorem16
@@ -45,8 +44,7 @@ def random_psd(p, scale, seed):
 # ------------------------------------------------------------------------------------------
 # Theorems 4 and 5 (xi by diffrax under tracing, scipy DOP853 otherwise)
 # ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("oracle, make", [(theorem4, thm4_data), (theorem5, thm5_data)],
-                         ids=["theorem4", "theorem5"])
+@pytest.mark.parametrize("oracle, make", [(theorem4, thm4_data), (theorem5, thm5_data)], ids=["theorem4", "theorem5"])
 def test_samplewise_oracles_under_transforms(oracle, make):
     """One compiled call: jit(vmap over the scale of M0 (value_and_grad with respect to that scale
     and the labels, the data set built inside)) with traced times. Values (M, z, xi, outputs,

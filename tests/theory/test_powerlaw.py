@@ -56,7 +56,7 @@ def test_featurewise_limit_has_E21_exponent(a1, a2):
     """The eps -> 0 staircase sum_k V_k I(tau < 1/zeta_k) with zeta_k = k^-a2, V_k = k^-a1 and
     p = 10^5 modes decays as tau^-(a1-1)/a2 (E21), independently of any flow."""
     k = np.arange(1, 100_001, dtype=float)
-    tau = np.geomspace(10.0**(2 * a2), 10.0**(3.5 * a2), 400)  # modes ~100..3000 ignite
+    tau = np.geomspace(10.0 ** (2 * a2), 10.0 ** (3.5 * a2), 400)  # modes ~100..3000 ignite
     E = featurewise_limit(tau, k**-a2, k**-a1)
     fit = fit_power_law(tau, E, tau[0], tau[-1])
     assert fit.exponent == pytest.approx(featurewise_exponent(a1, a2), rel=0.01)
@@ -69,7 +69,7 @@ def test_samplewise_staircase_is_featurewise_limit_and_E23():
     m, g1, g2 = 100_000, 1.0, 1.5
     mu = np.arange(1, m + 1, dtype=float)
     zeta, y = mu**-g2, mu**-g1
-    tau = np.geomspace(10.0**(2 * g2), 10.0**(3 * g2), 300)  # samples ~100..1000
+    tau = np.geomspace(10.0 ** (2 * g2), 10.0 ** (3 * g2), 300)  # samples ~100..1000
     S = staircase_limit(tau, zeta, y)
     direct = np.mean(y[None, :] ** 2 * (tau[:, None] < 1 / zeta[None, :]), axis=1)
     np.testing.assert_allclose(S, direct, rtol=1e-10)

@@ -21,7 +21,7 @@ def _orthogonal_lowrank(m=4, r=2, extra=3, seed=0):
     rng = np.random.default_rng(seed)
     p = m * r + extra
     Q = np.linalg.qr(rng.standard_normal((p, p)))[0]
-    U = np.stack([Q[:, mu * r:(mu + 1) * r] @ rng.standard_normal((r, r)) for mu in range(m)])
+    U = np.stack([Q[:, mu * r : (mu + 1) * r] @ rng.standard_normal((r, r)) for mu in range(m)])
     s = rng.uniform(0.5, 2.0, (m, r))
     return nqf.LowRankData(U, s, rng.uniform(0.5, 1.5, m)), p
 
@@ -73,7 +73,9 @@ def test_lowrank_residual_equals_dense():
 
 def test_lowrank_z0_shape_is_named():
     data, _ = _orthogonal_lowrank()
-    with pytest.raises(ValueError, match=r"`z0` must have shape \(8,\) \(one strength per mode of the data\); found \(11,\)"):
+    with pytest.raises(
+        ValueError, match=r"`z0` must have shape \(8,\) \(one strength per mode of the data\); found \(11,\)"
+    ):
         nqf.theorem5(data, TS, z0=np.ones(11), matrices=False)
 
 

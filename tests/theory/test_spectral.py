@@ -41,6 +41,7 @@ def test_linearized_solves_the_linear_flow(rng):
         nqf.linearized(data, 1e6, M0=M0)
     # the matrix exponential, independently (scipy.linalg.expm)
     from scipy.linalg import expm
+
     E = expm(0.37 * Y)
     np.testing.assert_allclose(M[2], E @ M0 @ E, rtol=1e-10)
 
@@ -152,10 +153,18 @@ def test_he2data_matches_dense(rng):
     S = S + S.T
     F = rng.standard_normal((6, 3))
     c = rng.standard_normal(30)
-    for name, args in (("traces", (S,)), ("traces_factor", (F,)), ("apply", (c, F)), ("weighted_sum", (c,)),
-                       ("Y", ()), ("K", (S,)), ("loss", (S @ S,))):
-        np.testing.assert_allclose(getattr(data, name)(*args), getattr(dense, name)(*args), rtol=1e-11, atol=1e-11,
-                                   err_msg=name)
+    for name, args in (
+        ("traces", (S,)),
+        ("traces_factor", (F,)),
+        ("apply", (c, F)),
+        ("weighted_sum", (c,)),
+        ("Y", ()),
+        ("K", (S,)),
+        ("loss", (S @ S,)),
+    ):
+        np.testing.assert_allclose(
+            getattr(data, name)(*args), getattr(dense, name)(*args), rtol=1e-11, atol=1e-11, err_msg=name
+        )
     np.testing.assert_allclose(data.scaled(2.0).dense(), 2 * A, rtol=1e-13)
     np.testing.assert_allclose(data.subset(np.array([3, 3, 0])).dense(), A[[3, 3, 0]], rtol=1e-13)
     with pytest.raises(ValueError, match="`X`"):
@@ -188,9 +197,13 @@ def test_spiked_generator_structure():
     d0, T0 = spiked_he2_data(40, 20, gamma=1.0, K=5, seed=2)
     np.testing.assert_allclose(d0.y, d0.traces(T0.M_star()), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(np.linalg.eigvalsh(T0.EY())[::-1][:5], 8 * T0.lam, rtol=1e-12)
-    for kw, name in ((dict(n=0, d=3, gamma=1.0), "`n`"), (dict(n=5, d=3, gamma=1.0, K=4), "`K`"),
-                     (dict(n=5, d=3, gamma=-1.0), "`gamma`"), (dict(n=5, d=3, gamma=1.0, sigma=-1.0), "`sigma`"),
-                     (dict(n=5, d=3, gamma=1.0, Z=0.0), "`Z`")):
+    for kw, name in (
+        (dict(n=0, d=3, gamma=1.0), "`n`"),
+        (dict(n=5, d=3, gamma=1.0, K=4), "`K`"),
+        (dict(n=5, d=3, gamma=-1.0), "`gamma`"),
+        (dict(n=5, d=3, gamma=1.0, sigma=-1.0), "`sigma`"),
+        (dict(n=5, d=3, gamma=1.0, Z=0.0), "`Z`"),
+    ):
         with pytest.raises(ValueError, match=name):
             spiked_he2_data(**kw)
 
@@ -265,10 +278,14 @@ def test_bbp_formulas():
     np.testing.assert_allclose(ni, 100 * s2 / (4 * lam**2), rtol=1e-14)
     rho = 1 + 8 * lam**2 / s2
     n = np.array([10.0, 1e3, 1e5])
-    np.testing.assert_allclose(spectral.bbp_overlap(n, lam, 100, sigma=0.5),
-                               np.clip(1 - rho * ni / n[:, None], 0, None), rtol=1e-14)
-    np.testing.assert_allclose(spectral.bbp_overlap(n, lam, 100, sigma=0.5, gaussian_row=True),
-                               np.clip(1 - ni / n[:, None], 0, None), rtol=1e-14)
+    np.testing.assert_allclose(
+        spectral.bbp_overlap(n, lam, 100, sigma=0.5), np.clip(1 - rho * ni / n[:, None], 0, None), rtol=1e-14
+    )
+    np.testing.assert_allclose(
+        spectral.bbp_overlap(n, lam, 100, sigma=0.5, gaussian_row=True),
+        np.clip(1 - ni / n[:, None], 0, None),
+        rtol=1e-14,
+    )
     half = spectral.half_overlap_sizes(lam, 100, sigma=0.5)
     np.testing.assert_allclose(spectral.bbp_overlap(half, lam, 100, sigma=0.5).diagonal(), 0.5, rtol=1e-12)
     np.testing.assert_allclose(spectral.bulk_edge(1e4, 100, lam=lam, sigma=0.5), 8 * np.sqrt(s2 * 100 / 1e4))

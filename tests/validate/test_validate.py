@@ -28,13 +28,24 @@ def test_validate_one_eps():
     assert len(ntk) == 1 and ntk[0]["bound"] == 1e-12
     assert sum(r["name"] == "flow E10 vs W-space" for r in results) == 1
     thm2 = [r for r in results if r["name"].startswith("theorem2 closed map vs W-space")]
-    for case in ("full batch, plain model", "full batch, general model (g, B, f0)", "E5-E6 literal",
-                 "minibatches (shared indices", "weight decay", "heavy-ball", "E7 literal", "Nesterov"):
+    for case in (
+        "full batch, plain model",
+        "full batch, general model (g, B, f0)",
+        "E5-E6 literal",
+        "minibatches (shared indices",
+        "weight decay",
+        "heavy-ball",
+        "E7 literal",
+        "Nesterov",
+    ):
         assert any(case in r["name"] for r in thm2), case
     assert len({r["name"] for r in thm2}) == len(thm2) == 8
     assert all(r["bound"] == 1e-10 and r["value"] <= 1e-10 for r in thm2)
-    flow = [r for r in results if r["name"].startswith(("theorem6", "theorem7", "theorem16", "proposition7"))
-            and "refuse" not in r["name"]]
+    flow = [
+        r
+        for r in results
+        if r["name"].startswith(("theorem6", "theorem7", "theorem16", "proposition7")) and "refuse" not in r["name"]
+    ]
     assert flow and all(r["bound"] == 1e-8 and r["value"] <= 1e-8 for r in flow)
     refusals = [r for r in results if "refuse" in r["name"]]
     assert all(r["value"] > r["bound"] for r in refusals)

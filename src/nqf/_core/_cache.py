@@ -84,8 +84,10 @@ def enable_compilation_cache(path=None, *, min_compile_time_secs: float = 0.0) -
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ValueError(f"`path` {str(path)!r} cannot be used as the compilation cache directory "
-                         f"({type(err).__name__}: {err.strerror or err}).") from None
+        raise ValueError(
+            f"`path` {str(path)!r} cannot be used as the compilation cache directory "
+            f"({type(err).__name__}: {err.strerror or err})."
+        ) from None
     previous = jax.config.jax_compilation_cache_dir
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_secs))
@@ -141,5 +143,7 @@ def _enable_from_env() -> Path | None:
             f"directory ({type(err).__name__}: {reason}); continuing without the persistent cache. "
             "Point NQF_COMPILATION_CACHE at a writable directory, set it to 1 for "
             f"{str(default_cache_dir())!r}, or to 0 to turn the cache off.",
-            CacheWarning, stacklevel=2)
+            CacheWarning,
+            stacklevel=2,
+        )
         return None

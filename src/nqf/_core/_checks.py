@@ -49,8 +49,9 @@ def check(x, bad, error: Callable[[], Exception], message: str):
     return x
 
 
-def check_assumption(x, theorem: str, condition: str, residuals, tol, *, where="",
-                     detail: str | Callable[[], str] = ""):
+def check_assumption(
+    x, theorem: str, condition: str, residuals, tol, *, where="", detail: str | Callable[[], str] = ""
+):
     """`x`, refusing with `AssumptionError(theorem, condition, ...)` when the largest of
     `residuals` (relative residuals, any shape; computed under `jax.ensure_compile_time_eval()`)
     exceeds `tol` (NaN residuals pass, as `res > tol` does). Concrete residuals: raised now, with
@@ -63,13 +64,17 @@ def check_assumption(x, theorem: str, condition: str, residuals, tol, *, where="
         if res.size and bool(res.max() > tol):  # NaN residuals pass (as `res > tol` does)
             idx = tuple(int(i) for i in np.unravel_index(np.argmax(res), res.shape))
             w = where(idx) if callable(where) else where.format(*idx)
-            raise AssumptionError(theorem, condition, float(res[idx]), tol, where=w,
-                                  detail=detail() if callable(detail) else detail)
+            raise AssumptionError(
+                theorem, condition, float(res[idx]), tol, where=w, detail=detail() if callable(detail) else detail
+            )
         return x
     t = f" {tol:.3g}" if not is_traced(tol) else ""
-    return check(x, jnp.max(jnp.asarray(res)) > tol, None,
-                 f"{theorem} does not apply to this data: its assumption '{condition}' fails; relative "
-                 f"residual > tol{t}")
+    return check(
+        x,
+        jnp.max(jnp.asarray(res)) > tol,
+        None,
+        f"{theorem} does not apply to this data: its assumption '{condition}' fails; relative residual > tol{t}",
+    )
 
 
 def shape_str(shape) -> str:
@@ -85,19 +90,16 @@ def as_weights(W0, p: int, name: str = "W0", *, host: bool = False, finite: bool
     W0 = as_array(W0, name, ndim=2, host=host, finite=finite)
     if W0.shape[0] != p:
         raise ValueError(
-            f"`{name}` must have shape ({p}, d) (one column per neuron) to match the data; found "
-            f"{shape_str(W0.shape)}."
+            f"`{name}` must have shape ({p}, d) (one column per neuron) to match the data; found {shape_str(W0.shape)}."
         )
     if W0.shape[1] == 0:
         raise ValueError(
-            f"`{name}` must have at least one column (width d >= 1 neurons); found shape "
-            f"{shape_str(W0.shape)}."
+            f"`{name}` must have at least one column (width d >= 1 neurons); found shape {shape_str(W0.shape)}."
         )
     return W0
 
 
-def as_array(x, name: str, *, ndim: int | None = None, shape=None, finite: bool = True,
-             host: bool = False):
+def as_array(x, name: str, *, ndim: int | None = None, shape=None, finite: bool = True, host: bool = False):
     """Convert `x` to a float64 JAX array (a numpy array with `host=True`), checking rank, shape
     and finiteness.
 
@@ -131,8 +133,7 @@ def as_array(x, name: str, *, ndim: int | None = None, shape=None, finite: bool 
         bad = ~np.isfinite(x)
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         raise ValueError(
-            f"`{name}` must be finite; found {int(bad.sum())} non-finite entries "
-            f"(first at index {idx}: {x[idx]})."
+            f"`{name}` must be finite; found {int(bad.sum())} non-finite entries (first at index {idx}: {x[idx]})."
         )
     if host:
         return x if is_traced(x) else np.asarray(x, dtype=np.float64)

@@ -10,7 +10,6 @@ class NQFWarning(UserWarning):
     with ``warnings.filterwarnings("error", category=nqf.NQFWarning)`` (nqf's own test suite does)."""
 
 
-
 class AssumptionError(ValueError):
     """An oracle's assumption does not hold on the given data (or initial condition).
 
@@ -24,8 +23,7 @@ class AssumptionError(ValueError):
     - `where`: where the worst violation sits (e.g. ``"(k, j) = (0, 1)"``), or ``""``.
     """
 
-    def __init__(self, theorem: str, condition: str, residual: float, tol: float,
-                 where: str = "", detail: str = ""):
+    def __init__(self, theorem: str, condition: str, residual: float, tol: float, where: str = "", detail: str = ""):
         self._args = (theorem, condition, residual, tol, where, detail)
         self.theorem = theorem
         self.condition = f"{theorem}: {condition}"

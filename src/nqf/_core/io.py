@@ -52,8 +52,11 @@ def register(*classes):
     **Raises:** `ValueError` if another class of the same name is registered already."""
     for cls in classes:
         known = _CLASSES.get(cls.__name__)
-        if known is not None and known is not cls and \
-                (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):  # not a reload
+        if (
+            known is not None
+            and known is not cls
+            and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__)
+        ):  # not a reload
             raise ValueError(
                 f"nqf.io.register: a class named {cls.__name__!r} is registered already "
                 f"({known.__module__}.{known.__qualname__}); files name classes by name, so give "
@@ -175,6 +178,8 @@ def load(path):
         header = json.loads(str(f["__nqf__"]))
         arrays = {k: f[k] for k in f.files if k != "__nqf__"}
     if header.get("format") != FORMAT or header.get("version", math.inf) > VERSION:
-        raise ValueError(f"{os.fspath(path)!r}: unsupported format {header.get('format')!r} "
-                         f"version {header.get('version')!r} (this nqf reads {FORMAT!r} version {VERSION}).")
+        raise ValueError(
+            f"{os.fspath(path)!r}: unsupported format {header.get('format')!r} "
+            f"version {header.get('version')!r} (this nqf reads {FORMAT!r} version {VERSION})."
+        )
     return _decode(header["root"], arrays)

@@ -23,8 +23,18 @@ import re
 
 __all__ = ["MemoryBudgetError", "budget", "check", "fmt_bytes"]
 
-_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20,
-          "gib": 2**30, "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 class MemoryBudgetError(MemoryError):
@@ -101,5 +111,7 @@ def check(nbytes: float, what: str, ways_out: str, memory_budget=None) -> None:
             f"{what} would allocate about {fmt_bytes(nbytes)}, over the memory budget of "
             f"{fmt_bytes(limit)} (half the available memory by default; set NQF_MEMORY_BUDGET or "
             f"memory_budget= to change it). Ways out: {ways_out}",
-            nbytes, limit, what,
+            nbytes,
+            limit,
+            what,
         )

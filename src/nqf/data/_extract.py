@@ -59,9 +59,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PyTree
 
-from .._core._errors import NQFWarning
 from .._core._checks import as_array
 from .._core._config import require_x64
+from .._core._errors import NQFWarning
 from . import _extract_blocks as _blocks
 from ._model import NQFModel
 from ._operators import AbstractData, DenseData, FeedForwardData
@@ -249,8 +249,9 @@ def _layout(f, p, groups):
     f_p = getattr(f, "p", None)
     if p is None:
         if f_p is None:
-            raise ValueError("`p` (parameters per neuron, the rows of W) is required: `f` has no attribute "
-                             "`p` to take it from.")
+            raise ValueError(
+                "`p` (parameters per neuron, the rows of W) is required: `f` has no attribute `p` to take it from."
+            )
         p, where = f_p, "`f.p`"
     else:
         where = "`p`"
@@ -258,8 +259,10 @@ def _layout(f, p, groups):
         raise ValueError(f"{where} (parameters per neuron) must be an integer >= 1; found {p!r}.")
     p = int(p)
     if f_p is not None and where == "`p`" and _is_count(f_p) and int(f_p) != p:
-        raise ValueError(f"`p` = {p} disagrees with `f.p` = {int(f_p)} (the parameters per neuron of the "
-                         "adapter `f`); pass p=None to use f.p.")
+        raise ValueError(
+            f"`p` = {p} disagrees with `f.p` = {int(f_p)} (the parameters per neuron of the "
+            "adapter `f`); pass p=None to use f.p."
+        )
     names = None
     if groups is None and getattr(f, "groups", None) is not None:
         groups, src = f.groups, "`f.groups`"
@@ -271,18 +274,22 @@ def _layout(f, p, groups):
     try:
         groups = tuple(groups)
     except TypeError:
-        raise ValueError(f"{src} must be a sequence of group sizes (positive integers summing to p = {p}); "
-                         f"found {groups!r}.") from None
+        raise ValueError(
+            f"{src} must be a sequence of group sizes (positive integers summing to p = {p}); found {groups!r}."
+        ) from None
     if not groups or not all(_is_count(g) and g >= 1 for g in groups) or sum(int(g) for g in groups) != p:
-        raise ValueError(f"{src} must be positive integers (the sizes of consecutive row groups of W) "
-                         f"summing to p = {p}; found {groups!r}"
-                         + (f" (sum {sum(groups)})." if all(_is_count(g) for g in groups) else "."))
+        raise ValueError(
+            f"{src} must be positive integers (the sizes of consecutive row groups of W) "
+            f"summing to p = {p}; found {groups!r}"
+            + (f" (sum {sum(groups)})." if all(_is_count(g) for g in groups) else ".")
+        )
     groups = tuple(int(g) for g in groups)
     if names is not None:
         names = tuple(names)
         if len(names) != len(groups) or not all(isinstance(n, str) for n in names):
-            raise ValueError(f"`f.group_names` must be {len(groups)} strings, one per group of `f.groups`; "
-                             f"found {names!r}.")
+            raise ValueError(
+                f"`f.group_names` must be {len(groups)} strings, one per group of `f.groups`; found {names!r}."
+            )
     return p, groups, names
 
 
@@ -298,8 +305,7 @@ def _structure_blocks(chunks, p, groups, names, structure, seed, structure_tol, 
         label = _blocks.GroupNames(groups, names)
         try:
             split = _blocks.choose_split(_blocks.pattern(chunks, p, groups, rng), label, structure_tol)
-            return _blocks.feedforward(chunks, p, groups, label, split, rng, structure_tol, zgz_tol,
-                                       memory_budget)
+            return _blocks.feedforward(chunks, p, groups, label, split, rng, structure_tol, zgz_tol, memory_budget)
         except _blocks.NoStructure as err:
             if structure == "feedforward":
                 raise ExtractionError(
@@ -337,15 +343,28 @@ def _quadratic(model, W):
     return model.outputs_factor(W, jnp.sum(W, axis=1))
 
 
-def extract_report(f: Callable[[Float[Array, "p d"], Any], ArrayLike], x: PyTree[Float[ArrayLike, "m ..."]],
-                   p: int | None = None,
-                   y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None, *, width: int = 2,
-                   scale: float = 0.3, seed: int = 0, sym_tol: float = 1e-9, zgz_tol: float = 1e-12,
-                   order_bound: float = 2.5, ts: Sequence[float] = (2e-2, 1e-2, 5e-3), on_error: str = "raise",
-                   normalization: str | None = None, f0_rtol: float = 1e-10, structure: str = "auto",
-                   groups: Sequence[int] | None = None, chunk_size: int | None = None,
-                   memory_budget: float | None = None, structure_tol: float = 1e-10,
-                   ) -> tuple[AbstractData | NQFModel, ExtractionReport]:
+def extract_report(
+    f: Callable[[Float[Array, "p d"], Any], ArrayLike],
+    x: PyTree[Float[ArrayLike, "m ..."]],
+    p: int | None = None,
+    y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None,
+    *,
+    width: int = 2,
+    scale: float = 0.3,
+    seed: int = 0,
+    sym_tol: float = 1e-9,
+    zgz_tol: float = 1e-12,
+    order_bound: float = 2.5,
+    ts: Sequence[float] = (2e-2, 1e-2, 5e-3),
+    on_error: str = "raise",
+    normalization: str | None = None,
+    f0_rtol: float = 1e-10,
+    structure: str = "auto",
+    groups: Sequence[int] | None = None,
+    chunk_size: int | None = None,
+    memory_budget: float | None = None,
+    structure_tol: float = 1e-10,
+) -> tuple[AbstractData | NQFModel, ExtractionReport]:
     """`extract` plus the `ExtractionReport` of its checks; returns ``(representation, report)``.
 
     **Arguments:**
@@ -418,8 +437,9 @@ def extract_report(f: Callable[[Float[Array, "p d"], Any], ArrayLike], x: PyTree
     if structure not in _STRUCTURES:
         raise ValueError(f"`structure` must be 'auto', 'dense' or 'feedforward'; found {structure!r}.")
     if chunk_size is not None and (not _is_count(chunk_size) or chunk_size < 1):
-        raise ValueError(f"`chunk_size` must be None (automatic) or an integer >= 1 (inputs per chunk); "
-                         f"found {chunk_size!r}.")
+        raise ValueError(
+            f"`chunk_size` must be None (automatic) or an integer >= 1 (inputs per chunk); found {chunk_size!r}."
+        )
     if not (np.isfinite(structure_tol) and 0 <= structure_tol < 1):
         raise ValueError(f"`structure_tol` must be in [0, 1); found {structure_tol!r}.")
     p, groups, names = _layout(f, p, groups)
@@ -458,8 +478,9 @@ def extract_report(f: Callable[[Float[Array, "p d"], Any], ArrayLike], x: PyTree
     D2 = F(V1[:, :2]) - F(np.zeros((p, 2)))
     dnorm = float(np.vdot(D2, D2))
     width_ratio = float(np.vdot(D4, D2)) / dnorm if dnorm > 0 else float("nan")
-    width_defect = float(np.abs(D4 - D2).max()) / max(float(np.abs(D2).max()), float(np.abs(D4).max()),
-                                                     np.finfo(float).tiny)
+    width_defect = float(np.abs(D4 - D2).max()) / max(
+        float(np.abs(D2).max()), float(np.abs(D4).max()), np.finfo(float).tiny
+    )
 
     aref = blocks.a_max
     zref = aref if aref > 0 else 1.0
@@ -488,15 +509,18 @@ def extract_report(f: Callable[[Float[Array, "p d"], Any], ArrayLike], x: PyTree
         if rs[-1] <= noise and rs[-2] <= noise:
             orders.append(float("inf"))
         else:
-            orders.append(min(np.log2(max(rs[i], 1e-300) / max(rs[i + 1], 1e-300)) / np.log2(ts[i] / ts[i + 1])
-                              for i in range(len(ts) - 1)))
+            orders.append(
+                min(
+                    np.log2(max(rs[i], 1e-300) / max(rs[i + 1], 1e-300)) / np.log2(ts[i] / ts[i + 1])
+                    for i in range(len(ts) - 1)
+                )
+            )
         t = ts[-1]
         fp = F(t * V) - f0w
         fm = F(-t * V) - f0w
         lin = 2.0 * t * np.einsum("mkp,p->mk", blocks.g, V.sum(axis=1))
         even = float(np.linalg.norm(fp + fm))
-        parities.append(float(np.linalg.norm(fp - fm - lin)) / max(even, np.finfo(float).tiny)
-                        if even > noise else 0.0)
+        parities.append(float(np.linalg.norm(fp - fm - lin)) / max(even, np.finfo(float).tiny) if even > noise else 0.0)
     order = float(min(orders))
     parity = float(max(parities))
 
@@ -511,11 +535,24 @@ def extract_report(f: Callable[[Float[Array, "p d"], Any], ArrayLike], x: PyTree
         failed.append("smoothness")
     f0 = (f0w if int(width) == 4 else F(np.zeros((p, int(width))))).reshape(-1)
     f0_norm = float(np.abs(f0).max())
-    report = ExtractionReport(symmetry=symmetry, block_symmetry=block_sym, g_norm=g_norm, B_norm=B_norm,
-                              order=order, parity=parity, failed=tuple(failed), width_ratio=width_ratio,
-                              f0_norm=f0_norm, structure=main, split=blocks.split,
-                              structure_residual=blocks.residual, structure_note=blocks.note,
-                              factorization=factorization, chunk_size=chunk_used, workspace_bytes=workspace)
+    report = ExtractionReport(
+        symmetry=symmetry,
+        block_symmetry=block_sym,
+        g_norm=g_norm,
+        B_norm=B_norm,
+        order=order,
+        parity=parity,
+        failed=tuple(failed),
+        width_ratio=width_ratio,
+        f0_norm=f0_norm,
+        structure=main,
+        split=blocks.split,
+        structure_residual=blocks.residual,
+        structure_note=blocks.note,
+        factorization=factorization,
+        chunk_size=chunk_used,
+        workspace_bytes=workspace,
+    )
 
     def fail(cls, msg):
         if on_error == "raise":
@@ -523,52 +560,76 @@ def extract_report(f: Callable[[Float[Array, "p d"], Any], ArrayLike], x: PyTree
         warnings.warn(msg, NQFWarning, stacklevel=3)
 
     if "symmetry" in failed:
-        fail(SymmetryError,
-             "Permutation symmetry fails: the module is not invariant under relabeling its neurons "
-             f"(columns of W): max |f(W Pi) - f(W)| / max|f| = {symmetry:.3g} at a random W, and "
-             f"max |H_12 - H_12^T| / max|H| = {block_sym:.3g} at W = 0 "
-             f"(bound {sym_tol:g}). Theorem 1 does not apply; no NQF is returned.")
+        fail(
+            SymmetryError,
+            "Permutation symmetry fails: the module is not invariant under relabeling its neurons "
+            f"(columns of W): max |f(W Pi) - f(W)| / max|f| = {symmetry:.3g} at a random W, and "
+            f"max |H_12 - H_12^T| / max|H| = {block_sym:.3g} at W = 0 "
+            f"(bound {sym_tol:g}). Theorem 1 does not apply; no NQF is returned.",
+        )
     if "width" in failed:
         if abs(width_ratio - 0.5) < 1e-6:
             cause = "a 1/d factor (a mean over neurons): declare it with normalization='mean'"
         elif abs(width_ratio - 2**-0.5) < 1e-6:
             cause = "a 1/sqrt(d) factor (the NTK parametrisation): declare it with normalization='sqrt'"
         else:
-            cause = ("a dependence on d that is not a declared normalisation (e.g. a softmax or a "
-                     "normalisation layer across neurons): Theorem 1 needs f = sum_i phi(w_i, x)")
-        fail(NormalizationError,
-             "The output depends on the width d: one neuron's contribution f_d(W) - f_d(0) differs "
-             f"between d = 4 and d = 2 (relative difference {width_defect:.3g}, ratio {width_ratio:.4g}"
-             + (f" after dividing by the declared normalisation {normalization!r}" if normalization else "")
-             + f"). This points to {cause}. The width-2 Hessian would not be the module's "
-             "expansion at other widths, so no NQF is returned.")
+            cause = (
+                "a dependence on d that is not a declared normalisation (e.g. a softmax or a "
+                "normalisation layer across neurons): Theorem 1 needs f = sum_i phi(w_i, x)"
+            )
+        fail(
+            NormalizationError,
+            "The output depends on the width d: one neuron's contribution f_d(W) - f_d(0) differs "
+            f"between d = 4 and d = 2 (relative difference {width_defect:.3g}, ratio {width_ratio:.4g}"
+            + (f" after dividing by the declared normalisation {normalization!r}" if normalization else "")
+            + f"). This points to {cause}. The width-2 Hessian would not be the module's "
+            "expansion at other widths, so no NQF is returned.",
+        )
     if "smoothness" in failed:
-        fail(SmoothnessError,
-             "C^3 smoothness at W = 0 fails: the remainder f(tW) - [quadratic model](tW) scales as "
-             f"t^{order:.2f} (expected t^3 or faster; bound t^{order_bound:g}), and its odd part "
-             f"relative to the even part is {parity:.3g} (O(t) for a smooth module). The Hessian at 0 "
-             "is not the expansion of the module -- e.g. a ReLU (not differentiable at 0, "
-             "positively homogeneous). Use a C^3 activation (tanh, GELU, ...).")
+        fail(
+            SmoothnessError,
+            "C^3 smoothness at W = 0 fails: the remainder f(tW) - [quadratic model](tW) scales as "
+            f"t^{order:.2f} (expected t^3 or faster; bound t^{order_bound:g}), and its odd part "
+            f"relative to the even part is {parity:.3g} (O(t) for a smooth module). The Hessian at 0 "
+            "is not the expansion of the module -- e.g. a ReLU (not differentiable at 0, "
+            "positively homogeneous). Use a C^3 activation (tanh, GELU, ...).",
+        )
     if "zgz" in failed:
         warnings.warn(
             "ZGZ fails: "
-            + (f"the gradient of a neuron at W = 0 is nonzero (max |g| = {g_norm:.3g}; e.g. a bias "
-               "inside the nonlinearity or an output offset per neuron)" if g_norm > zgz_tol * zref else "")
+            + (
+                f"the gradient of a neuron at W = 0 is nonzero (max |g| = {g_norm:.3g}; e.g. a bias "
+                "inside the nonlinearity or an output offset per neuron)"
+                if g_norm > zgz_tol * zref
+                else ""
+            )
             + ("; " if g_norm > zgz_tol * zref and B_norm > zgz_tol * zref else "")
-            + (f"neurons couple at second order (max |B| = {B_norm:.3g}, H_12 != 0; e.g. a "
-               "nonlinearity applied after summing the neurons)" if B_norm > zgz_tol * zref else "")
+            + (
+                f"neurons couple at second order (max |B| = {B_norm:.3g}, H_12 != 0; e.g. a "
+                "nonlinearity applied after summing the neurons)"
+                if B_norm > zgz_tol * zref
+                else ""
+            )
             + f" (bound {zgz_tol:g} x max|A_H| = {zgz_tol * zref:.3g}). Returning the general form "
             "E2 (Theorem 12): an NQFModel with g, B; its dynamics close on (M, mu), not M alone.",
-            ZGZWarning, stacklevel=2)
+            ZGZWarning,
+            stacklevel=2,
+        )
 
     dev = float(np.abs(fW - f0w).max())
-    if not {"smoothness", "width"} & set(failed) and aref <= 1e-12 * dev / scale**2 and B_norm <= 1e-12 * dev / scale**2:
+    if (
+        not {"smoothness", "width"} & set(failed)
+        and aref <= 1e-12 * dev / scale**2
+        and B_norm <= 1e-12 * dev / scale**2
+    ):
         warnings.warn(
             f"The quadratic part of f at W = 0 vanishes (max |A_H| = {aref:.3g}, max |B| = {B_norm:.3g}, "
             f"while f varies by {dev:.3g} at weights of scale {scale:g}): f is constant, linear or starts at "
             "cubic order in W, so A = 0 and the NQF is trivial (M does not move under the MSE flow with "
             "g = 0). Check that f is the intended module (e.g. a missing readout or square).",
-            DegenerateWarning, stacklevel=2)
+            DegenerateWarning,
+            stacklevel=2,
+        )
     if 0.0 < f0_norm <= f0_rtol * fscale:
         f0 = np.zeros_like(f0)  # round-off (e.g. a centred softmax head): f(0) = 0
     if not zgz_failed:
@@ -589,10 +650,13 @@ def _flat_labels(y, m, k):
     raise ValueError(f"`y` must have shape ({m},) or ({m}, {k}); found {y.shape}.")
 
 
-def extract(f: Callable[[Float[Array, "p d"], Any], ArrayLike], x: PyTree[Float[ArrayLike, "m ..."]],
-            p: int | None = None,
-            y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None,
-            **kwargs: Any) -> AbstractData | NQFModel:
+def extract(
+    f: Callable[[Float[Array, "p d"], Any], ArrayLike],
+    x: PyTree[Float[ArrayLike, "m ..."]],
+    p: int | None = None,
+    y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None,
+    **kwargs: Any,
+) -> AbstractData | NQFModel:
     """Structure matrices of the module ``f(W, x)`` at W = 0 by autodiff with two neurons
     (Theorems 1, 12), in chunks of inputs.
 
@@ -624,8 +688,10 @@ def extract(f: Callable[[Float[Array, "p d"], Any], ArrayLike], x: PyTree[Float[
     return extract_report(f, x, p, y, **kwargs)[0]
 
 
-def module_fn(module: eqx.Module, neurons: Sequence[tuple[Callable[[Any], Array], int]],
-              ) -> tuple[Callable[[Float[Array, "p d"], Any], Array], int]:
+def module_fn(
+    module: eqx.Module,
+    neurons: Sequence[tuple[Callable[[Any], Array], int]],
+) -> tuple[Callable[[Float[Array, "p d"], Any], Array], int]:
     """``(f, p)`` for `extract` from an equinox module whose neurons are slices of some of its
     parameter arrays: ``nqf.Network(module, neurons=neurons)`` and its `p` (kept for nqf 0.1;
     `nqf.Network` is the full adapter: flax.nnx modules, packed attention heads, ``"auto"``,

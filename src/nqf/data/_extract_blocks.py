@@ -80,8 +80,7 @@ def _hvp12(f, p, xx, V):
 def _group_max(v, groups):
     """max over the rows of each group of the last axis: (..., p) -> (..., n_groups)."""
     ids = np.repeat(np.arange(len(groups)), groups)
-    out = jax.ops.segment_max(jnp.moveaxis(v, -1, 0), ids, num_segments=len(groups),
-                              indices_are_sorted=True)
+    out = jax.ops.segment_max(jnp.moveaxis(v, -1, 0), ids, num_segments=len(groups), indices_are_sorted=True)
     return jnp.moveaxis(out, 0, -1)
 
 
@@ -118,11 +117,11 @@ def _ff_one(f, static, xx, RA, RB):
     p, groups, lo, ks, b0, b1 = static
     z = jnp.zeros(p)
     g = jax.jacrev(_two, argnums=1)(f, z, z, xx)
-    E = jnp.zeros((ks, p)).at[:, lo:lo + ks].set(jnp.eye(ks))
+    E = jnp.zeros((ks, p)).at[:, lo : lo + ks].set(jnp.eye(ks))
     HV = _hvp11(f, p, xx, jnp.concatenate([E, RA]))  # (ks + n_probes, k, p), one linearization
     cols = jnp.moveaxis(HV[:ks], 0, -1)  # (k, p, ks) = H_11[:, z_s]
     colmax = _group_max(jnp.max(jnp.abs(cols), axis=(0, 2)), groups)
-    HA = jnp.max(jnp.abs(HV[ks:]), axis=(0, 1)).at[lo:lo + ks].set(0.0)
+    HA = jnp.max(jnp.abs(HV[ks:]), axis=(0, 1)).at[lo : lo + ks].set(0.0)
     bmax = jnp.max(jnp.abs(_hvp12(f, p, xx, RB)))
     return g, cols[:, b0:b1, :], colmax, _group_max(HA, groups), bmax
 
@@ -257,7 +256,7 @@ class Chunks:
             if bufs is None:
                 bufs = [np.empty((m,) + o.shape[1:], dtype=o.dtype) for o in outs]
             for buf, o in zip(bufs, outs):
-                buf[start:start + n] = np.asarray(o[:n])
+                buf[start : start + n] = np.asarray(o[:n])
         return bufs
 
 
@@ -336,8 +335,14 @@ def dense(chunks: Chunks, p: int, k: int, memory_budget) -> Blocks:
     )
     g, AH, B, asym, hmax = chunks.run("dense", (p,))
     hscale = max(float(hmax.max()), np.finfo(float).tiny)
-    return Blocks(g=g, AH=AH, B=B, a_max=float(np.abs(AH).max()), b_max=float(np.abs(B).max()),
-                  block_sym=float(asym.max()) / hscale)
+    return Blocks(
+        g=g,
+        AH=AH,
+        B=B,
+        a_max=float(np.abs(AH).max()),
+        b_max=float(np.abs(B).max()),
+        block_sym=float(asym.max()) / hscale,
+    )
 
 
 def pattern(chunks: Chunks, p: int, groups, rng) -> np.ndarray:
@@ -345,7 +350,7 @@ def pattern(chunks: Chunks, p: int, groups, rng) -> np.ndarray:
     offs = np.concatenate([[0], np.cumsum(groups)])
     V = np.zeros((len(groups), p))
     for b in range(len(groups)):
-        V[b, offs[b]:offs[b + 1]] = _signed(rng, groups[b])
+        V[b, offs[b] : offs[b + 1]] = _signed(rng, groups[b])
     s = min(chunks.m, SAMPLE)
     (N,) = chunks.run("pattern", (p, tuple(groups)), (jnp.asarray(V),), x=_take(chunks.x, np.arange(s)), m=s)
     return N.max(axis=0)
@@ -364,18 +369,22 @@ def choose_split(N: np.ndarray, names: GroupNames, tol: float):
     diag = np.flatnonzero(np.diag(nz))
     if diag.size:
         a = int(diag[0])
-        raise NoStructure(f"the diagonal block ({names(a)}, {names(a)}) of A_H is nonzero (relative size "
-                          f"{N[a, a] / scale:.3g} on the sample inputs)")
+        raise NoStructure(
+            f"the diagonal block ({names(a)}, {names(a)}) of A_H is nonzero (relative size "
+            f"{N[a, a] / scale:.3g} on the sample inputs)"
+        )
     # a split before group t works iff every nonzero block (i, j), i < j, has i < t <= j
     I, J = np.nonzero(np.triu(nz, 1))
     t_lo, t_hi = int(I.max()) + 1, int(J.min())
     if t_lo > t_hi:
-        (i1, j1), (i2, j2) = sorted({(int(I[np.argmax(I)]), int(J[np.argmax(I)])),
-                                     (int(I[np.argmin(J)]), int(J[np.argmin(J)]))})
+        (i1, j1), (i2, j2) = sorted(
+            {(int(I[np.argmax(I)]), int(J[np.argmax(I)])), (int(I[np.argmin(J)]), int(J[np.argmin(J)]))}
+        )
         raise NoStructure(
             f"the blocks ({names(i1)}, {names(j1)}) and ({names(i2)}, {names(j2)}) of A_H are "
             "nonzero and no contiguous split [front | z1 | z2 | back] of the row groups puts both in "
-            "the z1 x z2 block")
+            "the z1 x z2 block"
+        )
     first, last = int(I.min()), int(J.max())
     offs = names.offsets
     ts = np.arange(t_lo, t_hi + 1)
@@ -384,8 +393,9 @@ def choose_split(N: np.ndarray, names: GroupNames, tol: float):
     return first, int(ts[best]), last
 
 
-def feedforward(chunks: Chunks, p: int, groups, names: GroupNames, split, rng, tol: float,
-                zgz_tol: float, memory_budget) -> Blocks:
+def feedforward(
+    chunks: Chunks, p: int, groups, names: GroupNames, split, rng, tol: float, zgz_tol: float, memory_budget
+) -> Blocks:
     """C = H_{z1 z2} on every input from the columns of the smaller side, verified (module
     docstring, steps 2-3). **Raises:** `NoStructure` naming the block that does not vanish,
     or "B != 0"."""
@@ -403,15 +413,14 @@ def feedforward(chunks: Chunks, p: int, groups, names: GroupNames, split, rng, t
     b0, b1 = int(offs[big[0]]), int(offs[big[-1] + 1])
     probe = np.zeros((N_PROBES, p))
     off_small = np.ones(p, dtype=bool)
-    off_small[lo:lo + ks] = False
+    off_small[lo : lo + ks] = False
     probe[:, off_small] = _signed(rng, N_PROBES * int(off_small.sum())).reshape(N_PROBES, -1)
     RB = _signed(rng, N_PROBES * p).reshape(N_PROBES, p)
     k = chunks.k
     nbytes = 8.0 * m * k * ks * (3 * (b1 - b0) + 2 * ks)
     _check_memory(
         nbytes,
-        f"extract: feed-forward blocks C (m k, {b1 - b0}, {ks}) = ({m * k}, {b1 - b0}, {ks}) and "
-        "their factors",
+        f"extract: feed-forward blocks C (m k, {b1 - b0}, {ks}) = ({m * k}, {b1 - b0}, {ks}) and their factors",
         "extract on a subset of the inputs, or raise the budget (memory_budget= or NQF_MEMORY_BUDGET).",
         memory_budget,
     )
@@ -429,8 +438,11 @@ def feedforward(chunks: Chunks, p: int, groups, names: GroupNames, split, rng, t
     checks = [
         (list(small), colmax, "the diagonal block of the smaller side z_s (columns H[:, z_s])"),
         (list(far) + dropped, colmax, "the coupling of a front/back row to z_s (columns H[:, z_s])"),
-        ([a for a in range(n_g) if a not in small], amax,
-         "the larger side's diagonal block or a front/back row (random probes H r off z_s)"),
+        (
+            [a for a in range(n_g) if a not in small],
+            amax,
+            "the larger side's diagonal block or a front/back row (random probes H r off z_s)",
+        ),
     ]
     residual = 0.0
     for grp, vals, what in checks:
@@ -445,13 +457,15 @@ def feedforward(chunks: Chunks, p: int, groups, names: GroupNames, split, rng, t
                 f"verification failed on input {mu}: {what} is nonzero at {names(grp[j])} "
                 f"(max {worst:.3g}, relative to max |C| = {cscale:.3g}: {worst / cscale:.3g} > "
                 f"structure_tol = {tol:g}); the sample of the first {min(m, SAMPLE)} inputs did not "
-                "show it")
+                "show it"
+            )
     b_probe = 0.5 * float(bmax.max())
     a_max = 0.5 * cscale
     if b_probe > zgz_tol * a_max:
         raise NoStructure(
             f"B = H_12 / 2 != 0 (max |B r| = {b_probe:.3g} for random probes r; neurons couple at "
-            "second order): the mean-field matrices B (m k, p, p) are dense")
+            "second order): the mean-field matrices B (m k, p, p) are dense"
+        )
     r0 = int(offs[keep[0]]) - b0
     r1 = int(offs[keep[-1] + 1]) - b0
     C = C[:, :, r0:r1, :]
@@ -460,8 +474,15 @@ def feedforward(chunks: Chunks, p: int, groups, names: GroupNames, split, rng, t
     k1, k2 = C.shape[2], C.shape[3]
     front = int(offs[keep[0]]) if small_is_z2 else lo
     back = p - front - k1 - k2
-    return Blocks(g=g, C=C.reshape(m * k, k1, k2), split=(front, k1, k2, back), a_max=a_max,
-                  b_max=b_probe, block_sym=2.0 * b_probe / cscale, residual=residual)
+    return Blocks(
+        g=g,
+        C=C.reshape(m * k, k1, k2),
+        split=(front, k1, k2, back),
+        a_max=a_max,
+        b_max=b_probe,
+        block_sym=2.0 * b_probe / cscale,
+        residual=residual,
+    )
 
 
 def factor(C: np.ndarray):

@@ -17,9 +17,14 @@ def _times(ts):
     ts = as_array(ts, "ts", ndim=1, host=True)
     if is_traced(ts):
         ts = jnp.asarray(ts, dtype=jnp.float64)
-    return check(ts, ~(ts >= 0), lambda: ValueError(
-        f"`ts` must be gradient-flow times >= 0 (the oracles start at t = 0); found min {ts.min()}."
-    ), "`ts` must be finite gradient-flow times >= 0 (the oracles start at t = 0)")
+    return check(
+        ts,
+        ~(ts >= 0),
+        lambda: ValueError(
+            f"`ts` must be gradient-flow times >= 0 (the oracles start at t = 0); found min {ts.min()}."
+        ),
+        "`ts` must be finite gradient-flow times >= 0 (the oracles start at t = 0)",
+    )
 
 
 def _initial_M(M0, p: int, name: str = "M0"):
@@ -142,15 +147,17 @@ def _riccati_isotropic(g, c: float, Mb0, ts) -> np.ndarray:
         lt = log8c + logphi[:, :, None, None] + logL[None, :, :, None] + logL[None, :, None, :]
         # log of the diagonal of A: logsumexp over k and the Ninv diagonal
         diag_terms = np.concatenate(
-            [np.broadcast_to(np.log(np.diag(Ninv))[None, None, :], (t.shape[0], 1, r)),
-             np.einsum("nkii->nki", lt)], axis=1)  # (n', p + 1, r)
+            [np.broadcast_to(np.log(np.diag(Ninv))[None, None, :], (t.shape[0], 1, r)), np.einsum("nkii->nki", lt)],
+            axis=1,
+        )  # (n', p + 1, r)
         mx = diag_terms.max(axis=1, keepdims=True)
         logS2 = (mx + np.log(np.exp(diag_terms - mx).sum(axis=1, keepdims=True)))[:, 0, :]  # (n', r)
         half = 0.5 * logS2
         scale = half[:, :, None] + half[:, None, :]  # log(S_i S_j)
         Ahat = Ninv[None] * np.exp(-scale)
-        Ahat = Ahat + np.einsum("nkij->nij", sgnL[None, :, :, None] * sgnL[None, :, None, :]
-                                * np.exp(lt - scale[:, None]))
+        Ahat = Ahat + np.einsum(
+            "nkij->nij", sgnL[None, :, :, None] * sgnL[None, :, None, :] * np.exp(lt - scale[:, None])
+        )
         # G = E L S^{-1}: G_ki = sign(L_ki) exp(g_k t + log|L_ki| - log S_i)
         G = sgnL[None] * np.exp(gs[None, :, None] * t[:, :, None] + logL[None] - half[:, None, :])
     Ahat = 0.5 * (Ahat + np.swapaxes(Ahat, 1, 2))

@@ -111,6 +111,4 @@ def as_model(model: NQFModel | AbstractData) -> NQFModel:
         return model
     if isinstance(model, AbstractData):
         return NQFModel(model)
-    raise TypeError(
-        f"`model` must be an `nqf.NQFModel` or an nqf data set; found {type(model).__name__}."
-    )
+    raise TypeError(f"`model` must be an `nqf.NQFModel` or an nqf data set; found {type(model).__name__}.")

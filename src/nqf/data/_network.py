@@ -56,9 +56,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PyTree
 
-from .._core._errors import NQFWarning
 from .._core._checks import shape_str
 from .._core._config import require_x64
+from .._core._errors import NQFWarning
 
 __all__ = ["Network", "NeuronError", "PrecisionWarning"]
 
@@ -114,6 +114,7 @@ def _path_name(keypath) -> str:
 
 # --- the three kinds of module: each gives (params, apply, rebuild) -----------------------------
 
+
 def _is_nnx(module) -> bool:
     nnx = _nnx()
     return nnx is not None and isinstance(module, nnx.Module)
@@ -121,6 +122,7 @@ def _is_nnx(module) -> bool:
 
 def _nnx():
     import sys
+
     if "flax" not in sys.modules and "flax.nnx" not in sys.modules:
         try:  # only when flax is installed; it is not a dependency of nqf
             import flax.nnx  # noqa: F401
@@ -171,6 +173,7 @@ def _fit_heads(module):
 
 # --- automatic layouts ---------------------------------------------------------------------------
 
+
 def _layers(module):
     """[(path, kind, layer)] of the weight layers inside `module`, in tree order; kind is
     'eqx-linear', 'eqx-conv', 'eqx-mha', 'eqx-mlp', 'nnx-linear', 'nnx-conv'."""
@@ -185,8 +188,12 @@ def _layers(module):
                 if isinstance(node, cls):
                     found.append((".".join(str(p) for p in path), kind, node))
         return found
-    kinds = ((eqx.nn.MLP, "eqx-mlp"), (eqx.nn.MultiheadAttention, "eqx-mha"), (eqx.nn.Linear, "eqx-linear"),
-             (eqx.nn.Conv, "eqx-conv"))
+    kinds = (
+        (eqx.nn.MLP, "eqx-mlp"),
+        (eqx.nn.MultiheadAttention, "eqx-mha"),
+        (eqx.nn.Linear, "eqx-linear"),
+        (eqx.nn.Conv, "eqx-conv"),
+    )
     is_layer = lambda n: isinstance(n, tuple(c for c, _ in kinds))  # noqa: E731
     found = []
     for keypath, node in jax.tree_util.tree_flatten_with_path(module, is_leaf=is_layer)[0]:
@@ -219,9 +226,11 @@ def _feeding_order(a, b):
         return a, b
     if backward:
         return b, a
-    raise NeuronError(f"neurons='auto' found two weight layers of which neither feeds the other ({a[0]}: {ia} -> "
-                      f"{oa}, {b[0]}: {ib} -> {ob}). Name the neuron arrays with `neurons=` (the first layer's "
-                      "output axis, then the second layer's input axis).")
+    raise NeuronError(
+        f"neurons='auto' found two weight layers of which neither feeds the other ({a[0]}: {ia} -> "
+        f"{oa}, {b[0]}: {ib} -> {ob}). Name the neuron arrays with `neurons=` (the first layer's "
+        "output axis, then the second layer's input axis)."
+    )
 
 
 def _join(prefix: str, name: str) -> str:
@@ -238,7 +247,8 @@ def _auto(module) -> tuple[list[tuple[str, int]], int | None, str]:
             raise NeuronError(
                 f"neurons='auto' found an eqx.nn.MLP of depth {mlp.depth} at {path or 'the top'}: the "
                 "NQF of one layer needs one hidden layer (depth=1). Name the neurons of the layer you "
-                "want with `neurons=` (the other layers are then frozen), or see nqf.multilayer.")
+                "want with `neurons=` (the other layers are then frozen), or see nqf.multilayer."
+            )
         first, second = mlp.layers
         spec = [(_join(path, "layers[0].weight"), 0)]
         if first.bias is not None:
@@ -272,10 +282,12 @@ def _auto(module) -> tuple[list[tuple[str, int]], int | None, str]:
         "neurons='auto' recognises an eqx.nn.MLP of depth 1, a module with one "
         "eqx.nn.MultiheadAttention, or exactly two weight layers (Linear/Conv) where the second reads "
         f"the first's units; found {found}. Name the neuron arrays with `neurons=`, e.g. "
-        "neurons={'l1.kernel': 1, 'l2.kernel': 0}.")
+        "neurons={'l1.kernel': 1, 'l2.kernel': 0}."
+    )
 
 
 # --- the Network ---------------------------------------------------------------------------------
+
 
 class Network:
     """A module with its neurons located: module <-> W (p, d) (Theorem 1's neurons as columns).
@@ -307,10 +319,16 @@ class Network:
     float32 after its parameters were cast to float64.
     """
 
-    def __init__(self, module: Any, neurons: str | Mapping[Any, int] | Sequence[tuple[Any, int]] = "auto", *,
-                 width: int | None = None,
-                 apply: Callable | None = None, W0: Float[ArrayLike, "p d"] | None = None,
-                 groups: Sequence[int] | None = None):
+    def __init__(
+        self,
+        module: Any,
+        neurons: str | Mapping[Any, int] | Sequence[tuple[Any, int]] = "auto",
+        *,
+        width: int | None = None,
+        apply: Callable | None = None,
+        W0: Float[ArrayLike, "p d"] | None = None,
+        groups: Sequence[int] | None = None,
+    ):
         require_x64()
         if apply is not None and not callable(apply):
             raise TypeError(f"`apply` must be a callable apply(module, x); found {type(apply).__name__}.")
@@ -321,7 +339,8 @@ class Network:
             if not callable(module):
                 raise TypeError(
                     "`module` must be an equinox Module, a flax.nnx Module, or a function f(W, x); "
-                    f"found {type(module).__name__}.")
+                    f"found {type(module).__name__}."
+                )
             if W0 is None:
                 raise TypeError("A plain function f(W, x) needs the initial weights: pass `W0` (p, d).")
             W0 = np.asarray(W0, dtype=float)
@@ -338,8 +357,9 @@ class Network:
             description = None
             if isinstance(neurons, str):
                 if neurons != "auto":
-                    raise NeuronError(f"`neurons` must be 'auto', a mapping {{path: axis}} or (path, axis) "
-                                      f"pairs; found {neurons!r}.")
+                    raise NeuronError(
+                        f"`neurons` must be 'auto', a mapping {{path: axis}} or (path, axis) pairs; found {neurons!r}."
+                    )
                 neurons, auto_width, description = _auto(module)
                 width = auto_width if width is None else width
             self.module = _float64(module)
@@ -362,7 +382,8 @@ class Network:
                 raise NeuronError(f"`groups` must be positive row counts summing to p = {self.p}; found {groups}.")
             self.groups, self.group_names = groups, tuple(f"rows {i}" for i in range(len(groups)))
         self.layout = description or "neurons: " + ", ".join(
-            f"{s.name} (axis {s.axis}{f', {s.pack} per neuron' if s.pack > 1 else ''})" for s in self._slots)
+            f"{s.name} (axis {s.axis}{f', {s.pack} per neuron' if s.pack > 1 else ''})" for s in self._slots
+        )
 
     # -- the layout ---------------------------------------------------------------------------------
     def to_W(self, params: PyTree[Array] | None = None) -> Float[Array, "p d"]:
@@ -383,7 +404,7 @@ class Network:
         d = W.shape[1]
         start = 0
         for s in self._slots:  # neuron i's slice: rows of W, flattened in C order (block i if packed)
-            block = W[start:start + s.size].T.reshape((d * s.pack,) + s.other)
+            block = W[start : start + s.size].T.reshape((d * s.pack,) + s.other)
             leaves[s.index] = jnp.moveaxis(block, 0, s.axis)
             start += s.size
         return jax.tree_util.tree_unflatten(self._treedef, leaves)
@@ -428,15 +449,19 @@ class Network:
         return jax.tree_util.tree_unflatten(self._treedef, [i in used for i in range(len(self._leaves))])
 
     def __repr__(self) -> str:
-        return (f"Network(p={self.p}, d={self.d}, groups={dict(zip(self.group_names, self.groups))}, "
-                f"frozen={list(self.frozen)})")
+        return (
+            f"Network(p={self.p}, d={self.d}, groups={dict(zip(self.group_names, self.groups))}, "
+            f"frozen={list(self.frozen)})"
+        )
 
     # -- checks -------------------------------------------------------------------------------------
     def _check_W(self, W):
         shape = jnp.shape(W)
         if len(shape) != 2 or shape[0] != self.p or shape[1] < 1:
-            raise ValueError(f"`W` must have shape (p, d') = ({self.p}, d') with d' >= 1 (one column per "
-                             f"neuron); found {shape_str(shape)}.")
+            raise ValueError(
+                f"`W` must have shape (p, d') = ({self.p}, d') with d' >= 1 (one column per "
+                f"neuron); found {shape_str(shape)}."
+            )
         return jnp.asarray(W, dtype=jnp.float64)
 
     def check_inputs(self, x: PyTree[Float[ArrayLike, "m ..."]]) -> PyTree[Float[Array, "m ..."]]:
@@ -447,22 +472,29 @@ class Network:
         inside), or cannot be called on one input of `x`."""
         x, cast = _cast_tree(x)
         if cast:
-            warnings.warn(f"Inputs `x` in {', '.join(sorted(cast))} were cast to float64 (nqf computes in "
-                          "float64).", PrecisionWarning, stacklevel=3)
+            warnings.warn(
+                f"Inputs `x` in {', '.join(sorted(cast))} were cast to float64 (nqf computes in float64).",
+                PrecisionWarning,
+                stacklevel=3,
+            )
         first = jax.tree_util.tree_map(lambda a: a[0], x)
         try:
             out = jax.eval_shape(lambda xx: self._call(self._params, xx), first)
         except Exception as err:  # the user's module: any error, named
-            raise ValueError(f"The module cannot be called on one input of `x` (apply(module, x[0])): "
-                             f"{type(err).__name__}: {err}") from err
+            raise ValueError(
+                f"The module cannot be called on one input of `x` (apply(module, x[0])): {type(err).__name__}: {err}"
+            ) from err
         if not hasattr(out, "dtype") or np.ndim(out) > 1:
-            raise ValueError(f"The module must return a scalar or a vector (k,) for one input; found "
-                             f"{getattr(out, 'shape', type(out).__name__)}.")
+            raise ValueError(
+                f"The module must return a scalar or a vector (k,) for one input; found "
+                f"{getattr(out, 'shape', type(out).__name__)}."
+            )
         if out.dtype != jnp.float64:
             raise ValueError(
                 f"The module returns {out.dtype} although its parameters and inputs are float64 (an explicit "
                 "dtype or cast inside it, e.g. flax's dtype=jnp.float32): nqf compares the NQF with the "
-                "module at relative 1e-8 and needs float64. Build the module with float64 computation.")
+                "module at relative 1e-8 and needs float64. Build the module with float64 computation."
+            )
         self._check_widths(first)
         return x
 
@@ -477,16 +509,28 @@ class Network:
             try:
                 jax.eval_shape(lambda W: self(W, x0), W)
             except Exception as err:  # the user's module at another width: any error, explained
-                suspects = [f"{n} {shape_str(s)}" for n, s in zip(self.frozen, self._frozen_shapes)
-                            if any(L % self.d == 0 and L >= self.d for L in s)]
-                cause = ("frozen arrays with an axis of length d = " + str(self.d) + " (list them in `neurons`, "
-                         "they belong to the neurons): " + ", ".join(suspects)) if suspects else (
-                    "a computation tied to the width (a normalisation across the units such as LayerNorm, a "
-                    "static size; Theorem 1 needs f = sum_i phi(w_i, x)), or neurons='auto' paired the layers the "
-                    "wrong way round (name them with `neurons=`)")
-                raise NeuronError(f"The module cannot run with {width} neurons instead of {self.d}; it must, for its "
-                                  f"NQF to exist at every width. Likely cause: {cause}. ({type(err).__name__}: "
-                                  f"{str(err)[:200]})") from err
+                suspects = [
+                    f"{n} {shape_str(s)}"
+                    for n, s in zip(self.frozen, self._frozen_shapes)
+                    if any(L % self.d == 0 and L >= self.d for L in s)
+                ]
+                cause = (
+                    (
+                        "frozen arrays with an axis of length d = " + str(self.d) + " (list them in `neurons`, "
+                        "they belong to the neurons): " + ", ".join(suspects)
+                    )
+                    if suspects
+                    else (
+                        "a computation tied to the width (a normalisation across the units such as LayerNorm, a "
+                        "static size; Theorem 1 needs f = sum_i phi(w_i, x)), or neurons='auto' paired the layers the "
+                        "wrong way round (name them with `neurons=`)"
+                    )
+                )
+                raise NeuronError(
+                    f"The module cannot run with {width} neurons instead of {self.d}; it must, for its "
+                    f"NQF to exist at every width. Likely cause: {cause}. ({type(err).__name__}: "
+                    f"{str(err)[:200]})"
+                ) from err
 
 
 def _cast_tree(tree):
@@ -512,9 +556,12 @@ def _float64(module):
     else:
         module, cast = _cast_tree(module)
     if cast:
-        warnings.warn(f"The module's parameters in {', '.join(sorted(cast))} were cast to float64 (nqf "
-                      "computes in float64; the module you passed is unchanged).", PrecisionWarning,
-                      stacklevel=4)
+        warnings.warn(
+            f"The module's parameters in {', '.join(sorted(cast))} were cast to float64 (nqf "
+            "computes in float64; the module you passed is unchanged).",
+            PrecisionWarning,
+            stacklevel=4,
+        )
     return module
 
 
@@ -524,11 +571,14 @@ def _slots(params, module, neurons, width, function: bool) -> tuple[list[_Slot],
     leaves = [leaf for _, leaf in paths]
     names = [_path_name(kp) for kp, _ in paths]
     toks = [_tokens(n) for n in names]
-    items = list(neurons.items()) if isinstance(neurons, dict) else list(neurons) if isinstance(neurons, Sequence) \
-        else None
+    items = (
+        list(neurons.items()) if isinstance(neurons, dict) else list(neurons) if isinstance(neurons, Sequence) else None
+    )
     if not items:
-        raise NeuronError(f"`neurons` must be 'auto', a mapping {{path: axis}} or a non-empty sequence of "
-                          f"(path, axis) pairs; found {neurons!r}.")
+        raise NeuronError(
+            f"`neurons` must be 'auto', a mapping {{path: axis}} or a non-empty sequence of "
+            f"(path, axis) pairs; found {neurons!r}."
+        )
     if width is not None and (isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1):
         raise NeuronError(f"`width` must be an integer >= 1 (the number of neurons); found {width!r}.")
     resolved = []
@@ -541,27 +591,35 @@ def _slots(params, module, neurons, width, function: bool) -> tuple[list[_Slot],
         elif callable(where):
             target = where(module)
             target = getattr(target, "value", target)  # a flax.nnx Variable
-            hits = [i for i, leaf in enumerate(leaves) if leaf is target] or \
-                [i for i, leaf in enumerate(leaves) if _same_leaf(leaf, target)]
+            hits = [i for i, leaf in enumerate(leaves) if leaf is target] or [
+                i for i, leaf in enumerate(leaves) if _same_leaf(leaf, target)
+            ]
             if len(hits) != 1:
-                raise NeuronError(f"`neurons[{j}]`: `where(module)` must return one of the module's parameter "
-                                  f"arrays; found {type(target).__name__}"
-                                  f"{' of shape ' + shape_str(target.shape) if hasattr(target, 'shape') else ''}.")
+                raise NeuronError(
+                    f"`neurons[{j}]`: `where(module)` must return one of the module's parameter "
+                    f"arrays; found {type(target).__name__}"
+                    f"{' of shape ' + shape_str(target.shape) if hasattr(target, 'shape') else ''}."
+                )
             index = hits[0]
         elif isinstance(where, str):
             hits = [i for i, t in enumerate(toks) if t == _tokens(where)]
             if not hits:
-                raise NeuronError(f"`neurons`: no parameter array at {where!r}; the module's arrays are: "
-                                  + ", ".join(f"{n} {shape_str(leaf.shape)}" for n, leaf in zip(names, leaves)))
+                raise NeuronError(
+                    f"`neurons`: no parameter array at {where!r}; the module's arrays are: "
+                    + ", ".join(f"{n} {shape_str(leaf.shape)}" for n, leaf in zip(names, leaves))
+                )
             index = hits[0]
         else:
-            raise NeuronError(f"`neurons[{j}]`: the path must be a string or a callable where(module); found "
-                              f"{type(where).__name__}.")
+            raise NeuronError(
+                f"`neurons[{j}]`: the path must be a string or a callable where(module); found {type(where).__name__}."
+            )
         leaf = leaves[index]
         ndim = np.ndim(leaf)
         if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
-            raise NeuronError(f"`neurons`: the axis of {names[index] or 'W'} must be an integer axis of its shape "
-                              f"{shape_str(np.shape(leaf))}; found {axis!r}.")
+            raise NeuronError(
+                f"`neurons`: the axis of {names[index] or 'W'} must be an integer axis of its shape "
+                f"{shape_str(np.shape(leaf))}; found {axis!r}."
+            )
         resolved.append((names[index] or "W", index, int(axis) % ndim, np.shape(leaf)))
     if len({r[1] for r in resolved}) != len(resolved):
         raise NeuronError("`neurons` lists the same array twice.")
@@ -569,13 +627,16 @@ def _slots(params, module, neurons, width, function: bool) -> tuple[list[_Slot],
     d = int(width) if width is not None else lengths[0]
     bad = [(n, L) for (n, _, _, _), L in zip(resolved, lengths) if L % d]
     if width is None and len(set(lengths)) != 1:
-        raise NeuronError("The neuron arrays disagree on the number of neurons along their axes: "
-                          + ", ".join(f"{n}: {L}" for (n, *_), L in zip(resolved, lengths))
-                          + ". Pass `width=` (the number of neurons) when an axis packs several parameters "
-                            "per neuron (e.g. attention heads).")
+        raise NeuronError(
+            "The neuron arrays disagree on the number of neurons along their axes: "
+            + ", ".join(f"{n}: {L}" for (n, *_), L in zip(resolved, lengths))
+            + ". Pass `width=` (the number of neurons) when an axis packs several parameters "
+            "per neuron (e.g. attention heads)."
+        )
     if bad:
-        raise NeuronError(f"`width` = {d} does not divide the neuron axis of " +
-                          ", ".join(f"{n} (length {L})" for n, L in bad) + ".")
+        raise NeuronError(
+            f"`width` = {d} does not divide the neuron axis of " + ", ".join(f"{n} (length {L})" for n, L in bad) + "."
+        )
     slots = []
     for (name, index, axis, shape), L in zip(resolved, lengths):
         other = tuple(s for i, s in enumerate(shape) if i != axis)
@@ -585,5 +646,8 @@ def _slots(params, module, neurons, width, function: bool) -> tuple[list[_Slot],
 
 def _same_leaf(leaf, target) -> bool:
     """`target` is `leaf` up to the float64 cast (a callable `where` evaluated on the user's module)."""
-    return hasattr(target, "shape") and np.shape(target) == np.shape(leaf) and bool(
-        np.array_equal(np.asarray(target, dtype=float), np.asarray(leaf, dtype=float)))
+    return (
+        hasattr(target, "shape")
+        and np.shape(target) == np.shape(leaf)
+        and bool(np.array_equal(np.asarray(target, dtype=float), np.asarray(leaf, dtype=float)))
+    )

@@ -62,9 +62,7 @@ def _check_labels(y, m: int, p: int | None = None, source: str = ""):
     if p is not None and p < 1:
         raise ValueError(f"An NQF data set needs at least one feature (p >= 1); found p = 0 from {source}.")
     if y.shape[0] != m:
-        raise ValueError(
-            f"`y` must hold one label per data matrix: expected shape ({m},); found {y.shape}."
-        )
+        raise ValueError(f"`y` must hold one label per data matrix: expected shape ({m},); found {y.shape}.")
     return y
 
 
@@ -111,9 +109,11 @@ class AbstractData(eqx.Module):
     def _check_dense_memory(self) -> None:
         from .._core.memory import check
 
-        check(8.0 * self.m * self.p**2, f"{type(self).__name__}.dense() (an (m, p, p) = ({self.m}, "
-              f"{self.p}, {self.p}) array)", "keep the structured representation: every flow, map "
-              "and oracle of nqf works on it without dense().")
+        check(
+            8.0 * self.m * self.p**2,
+            f"{type(self).__name__}.dense() (an (m, p, p) = ({self.m}, {self.p}, {self.p}) array)",
+            "keep the structured representation: every flow, map and oracle of nqf works on it without dense().",
+        )
 
     def subset(self, idx: Int[ArrayLike, " b"]) -> AbstractData | None:
         """The data set of the samples `idx` (integer array (b,), repeats kept) in the same
@@ -282,9 +282,7 @@ def _check_basis(P, p: int):
     if not is_traced(P):
         err = float(np.abs(np.asarray(P).T @ np.asarray(P) - np.eye(p)).max())
         if err > 1e-10:
-            raise ValueError(
-                f"`P` must be orthogonal (P^T P = I); found max |P^T P - I| = {err:.3g}."
-            )
+            raise ValueError(f"`P` must be orthogonal (P^T P = I); found max |P^T P - I| = {err:.3g}.")
     return P
 
 
@@ -351,8 +349,7 @@ class CommutingData(_SharedBasisData):
         off = np.abs(Lam_full - np.einsum("mk,kl->mkl", Lam, np.eye(A.shape[1]))).max()
         if off > 1e3 * rtol * scale:
             raise ValueError(
-                f"Joint diagonalization failed: off-diagonal residual {off:.3g} "
-                f"(relative {off / scale:.3g})."
+                f"Joint diagonalization failed: off-diagonal residual {off:.3g} (relative {off / scale:.3g})."
             )
         return cls(Lam, dense.y, P)
 
@@ -510,8 +507,9 @@ class BlockData(_SharedBasisData):
         self.blocks = as_array(blocks, "blocks", ndim=2)
         m, K = self.blocks.shape
         if K < 1:
-            raise ValueError(f"`blocks` must have at least one mode per sample (K >= 1); found shape "
-                             f"{shape_str(self.blocks.shape)}.")
+            raise ValueError(
+                f"`blocks` must have at least one mode per sample (K >= 1); found shape {shape_str(self.blocks.shape)}."
+            )
         self.y = _check_labels(y, m)
         self.P = _check_basis(P, m * K)
 
@@ -726,7 +724,7 @@ class FeedForwardData(AbstractData):
     def _blocks(self, X):
         """Rows of X in the z1 block (k, ...) and the z2 block (q, ...)."""
         i = self.front
-        return X[i:i + self.k], X[i + self.k:i + self.k + self.q]
+        return X[i : i + self.k], X[i + self.k : i + self.k + self.q]
 
     def _pad(self, X1, X2):
         """[0 (front); X1 (k); X2 (q); 0 (back)] along the first axis."""
@@ -751,7 +749,7 @@ class FeedForwardData(AbstractData):
 
     def traces(self, X: Float[Array, "p p"]) -> Float[Array, " m"]:
         i, j = self.front, self.front + self.k
-        S = 0.5 * (X[i:j, j:j + self.q] + X[j:j + self.q, i:j].T)  # the z1-z2 block, symmetrized
+        S = 0.5 * (X[i:j, j : j + self.q] + X[j : j + self.q, i:j].T)  # the z1-z2 block, symmetrized
         return self._contract(S)
 
     def traces_factor(self, F: Float[Array, "p r"]) -> Float[Array, " m"]:
@@ -783,10 +781,13 @@ class FeedForwardData(AbstractData):
         self._check_dense_memory()
         C = 0.5 * jnp.einsum("mrk,mrq->mkq", self.a_rows, self.b_rows)
         m, k, q = C.shape
-        blk = jnp.concatenate([
-            jnp.concatenate([jnp.zeros((m, k, k)), C], axis=2),
-            jnp.concatenate([jnp.swapaxes(C, 1, 2), jnp.zeros((m, q, q))], axis=2),
-        ], axis=1)
+        blk = jnp.concatenate(
+            [
+                jnp.concatenate([jnp.zeros((m, k, k)), C], axis=2),
+                jnp.concatenate([jnp.swapaxes(C, 1, 2), jnp.zeros((m, q, q))], axis=2),
+            ],
+            axis=1,
+        )
         return jnp.pad(blk, ((0, 0), (self.front, self.back), (self.front, self.back)))
 
     def subset(self, idx: Int[ArrayLike, " b"]) -> AbstractData:
@@ -899,4 +900,6 @@ class He2Data(AbstractData):
         return He2Data(self.X, self.y, c * self.c)
 
 
-register(DenseData, CommutingData, DiagonalData, BlockData, LowRankData, FeedForwardData, He2Data)  # nqf.save / nqf.load
+register(
+    DenseData, CommutingData, DiagonalData, BlockData, LowRankData, FeedForwardData, He2Data
+)  # nqf.save / nqf.load

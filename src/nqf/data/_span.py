@@ -66,7 +66,7 @@ def _rows_dense(A: np.ndarray):
     m, p, _ = A.shape
     step = max(1, _CHUNK_ROWS // max(p, 1))
     for i in range(0, m, step):
-        ev, E = np.linalg.eigh(A[i:i + step])
+        ev, E = np.linalg.eigh(A[i : i + step])
         yield _eig_rows(ev, E)
 
 
@@ -76,8 +76,8 @@ def _rows_lowrank(U: np.ndarray, s: np.ndarray):
     m, p, r = U.shape
     step = max(1, _CHUNK_ROWS // max(r, 1))
     for i in range(0, m, step):
-        Q, R = np.linalg.qr(U[i:i + step])                 # (b, p, r'), (b, r', r)
-        core = np.einsum("bij,bj,bkj->bik", R, s[i:i + step], R)
+        Q, R = np.linalg.qr(U[i : i + step])  # (b, p, r'), (b, r', r)
+        core = np.einsum("bij,bj,bkj->bik", R, s[i : i + step], R)
         ev, E = np.linalg.eigh(0.5 * (core + np.swapaxes(core, 1, 2)))
         yield _eig_rows(ev, Q @ E)
 

@@ -29,7 +29,6 @@ def _random_orthogonal(n: int, rng) -> np.ndarray:
     return Q * np.sign(np.diag(R))
 
 
-
 def _on_host(fn):
     """Mark a generator as a host (numpy) construction: inside `jax.jit` / `jax.vmap` / `jax.grad`
     its arguments are tracers, which it refuses with a clear `TypeError` (not a raw
@@ -50,9 +49,15 @@ def _on_host(fn):
 
 
 @_on_host
-def orthogonal_features_data(r: Float[ArrayLike, " p"], C: float | Float[ArrayLike, " p"] = 1.0, *,
-                             m: int | None = None, seed: int = 0,
-                             mix_samples: bool = True, rotate_basis: bool = False) -> CommutingData:
+def orthogonal_features_data(
+    r: Float[ArrayLike, " p"],
+    C: float | Float[ArrayLike, " p"] = 1.0,
+    *,
+    m: int | None = None,
+    seed: int = 0,
+    mix_samples: bool = True,
+    rotate_basis: bool = False,
+) -> CommutingData:
     """Commuting data with orthogonal features (Theorem 6) and prescribed r_k and C_kk.
 
     Lambda = Q diag(sqrt(C m / 8)) with Q (m, p) orthonormal columns (random if `mix_samples`,
@@ -113,9 +118,15 @@ def powerlaw_data(p: int = 1000, *, a1: float = 2.0, a2: float = 0.8) -> Diagona
 
 
 @_on_host
-def isotropic_data(p: int, c: float = 1.0, *, y: Float[ArrayLike, " m"] | None = None,
-                   g: Float[ArrayLike, " p"] | None = None, m: int | None = None,
-                   seed: int = 0) -> DenseData:
+def isotropic_data(
+    p: int,
+    c: float = 1.0,
+    *,
+    y: Float[ArrayLike, " m"] | None = None,
+    g: Float[ArrayLike, " p"] | None = None,
+    m: int | None = None,
+    seed: int = 0,
+) -> DenseData:
     """Exactly isotropic data (Theorem 7): K(X) = 4 c X for every symmetric X.
 
     With B_1..B_n an orthonormal basis of Sym(p) (n = p (p + 1) / 2, `nqf.theory.sym_basis`) and
@@ -171,9 +182,15 @@ def isotropic_data(p: int, c: float = 1.0, *, y: Float[ArrayLike, " m"] | None =
 
 
 @_on_host
-def projector_data(block_sizes: Int[ArrayLike, " nb"], g: Float[ArrayLike, " nb"],
-                   k: float | Float[ArrayLike, " nb"] = 1.0, *, m: int | None = None, seed: int = 0,
-                   rotate_basis: bool = True) -> tuple[CommutingData, np.ndarray]:
+def projector_data(
+    block_sizes: Int[ArrayLike, " nb"],
+    g: Float[ArrayLike, " nb"],
+    k: float | Float[ArrayLike, " nb"] = 1.0,
+    *,
+    m: int | None = None,
+    seed: int = 0,
+    rotate_basis: bool = True,
+) -> tuple[CommutingData, np.ndarray]:
     """Commuting data satisfying Theorem 16 (but not Theorem 6) with projectors Pi_a.
 
     The p = sum(block_sizes) modes are split into consecutive blocks; every mode of block a has the
@@ -258,8 +275,7 @@ def mlp_data(m: int, k: int, *, rank: int | None = None, width: int = 4, seed: i
 
 
 @_on_host
-def phase_retrieval_data(m: int, p: int, *, rank: int | None = None, teacher_rank: int = 1,
-                         seed: int = 0):
+def phase_retrieval_data(m: int, p: int, *, rank: int | None = None, teacher_rank: int = 1, seed: int = 0):
     """Phase retrieval y = a^T M* a with A(a) = a a^T (THEORY sec. 2) as `LowRankData`.
 
     Sensing vectors a ~ N(0, I_p / p) (in a random `rank`-dimensional subspace if given, so
@@ -280,9 +296,16 @@ def phase_retrieval_data(m: int, p: int, *, rank: int | None = None, teacher_ran
 
 
 @_on_host
-def matrix_completion_data(n_rows: int, n_cols: int, n_observed: int, *, rank: int = 1,
-                           active_rows: int | None = None, active_cols: int | None = None,
-                           seed: int = 0):
+def matrix_completion_data(
+    n_rows: int,
+    n_cols: int,
+    n_observed: int,
+    *,
+    rank: int = 1,
+    active_rows: int | None = None,
+    active_cols: int | None = None,
+    seed: int = 0,
+):
     """Matrix completion R_ij = u_i^T v_j (THEORY sec. 2): A = 1/2 [[0, e_i e_j^T],
     [e_j e_i^T, 0]], neurons w = [u (n_rows); v (n_cols)], p = n_rows + n_cols, as
     `FeedForwardData` (rank 2 per sample).
@@ -307,8 +330,7 @@ def matrix_completion_data(n_rows: int, n_cols: int, n_observed: int, *, rank: i
         )
     if n_observed > ar * ac:
         raise ValueError(
-            f"`n_observed` must be <= active_rows * active_cols = {ar * ac} (distinct entries); "
-            f"found {n_observed}."
+            f"`n_observed` must be <= active_rows * active_cols = {ar * ac} (distinct entries); found {n_observed}."
         )
     rng = np.random.default_rng(seed)
     flat = rng.choice(ar * ac, size=int(n_observed), replace=False)
@@ -336,8 +358,14 @@ __all__ += [
 
 
 @_on_host
-def proportional_data(lam: Float[ArrayLike, " p"], c: Float[ArrayLike, " m"], y: Float[ArrayLike, " m"], *,
-                      rotate_basis: bool = True, seed: int = 0) -> CommutingData:
+def proportional_data(
+    lam: Float[ArrayLike, " p"],
+    c: Float[ArrayLike, " m"],
+    y: Float[ArrayLike, " m"],
+    *,
+    rotate_basis: bool = True,
+    seed: int = 0,
+) -> CommutingData:
     """Proportional samples (Theorem 4): A_mu = c_mu A, A = P diag(lam) P^T.
 
     **Arguments:** `lam` (p,) eigenvalues of A; `c` (m,) proportionality constants; `y` (m,)
@@ -352,8 +380,9 @@ def proportional_data(lam: Float[ArrayLike, " p"], c: Float[ArrayLike, " m"], y:
 
 
 @_on_host
-def orthogonal_samples_data(blocks: Float[ArrayLike, "m K"], y: Float[ArrayLike, " m"], *,
-                            rotate_basis: bool = False, seed: int = 0) -> CommutingData:
+def orthogonal_samples_data(
+    blocks: Float[ArrayLike, "m K"], y: Float[ArrayLike, " m"], *, rotate_basis: bool = False, seed: int = 0
+) -> CommutingData:
     """Orthogonal samples (Theorem 5): A_mu A_nu = 0 for mu != nu.
 
     Sample mu owns the modes mu K .. mu K + K - 1 (p = m K): A_mu = P diag(lambda_mu) P^T with
@@ -369,7 +398,7 @@ def orthogonal_samples_data(blocks: Float[ArrayLike, "m K"], y: Float[ArrayLike,
     p = m * K
     Lam = np.zeros((m, p))
     for mu in range(m):
-        Lam[mu, mu * K:(mu + 1) * K] = blocks[mu]
+        Lam[mu, mu * K : (mu + 1) * K] = blocks[mu]
     P = _random_orthogonal(p, np.random.default_rng(seed)) if rotate_basis else None
     return CommutingData(Lam, y, P)
 
@@ -392,8 +421,9 @@ def fig4_data(y: Sequence[float] | Float[ArrayLike, " m"] = FIG4_Y) -> Commuting
 
 
 @_on_host
-def samplewise_powerlaw_data(m: int, g1: float, g2: float, *, ratios: tuple[float, ...] = (0.5, 0.75, 1.0),
-                             c_zeta: float = 1.0) -> CommutingData:
+def samplewise_powerlaw_data(
+    m: int, g1: float, g2: float, *, ratios: tuple[float, ...] = (0.5, 0.75, 1.0), c_zeta: float = 1.0
+) -> CommutingData:
     """Orthogonal samples with power-law growth rates and labels (Theorem 10, Eq. E23).
 
     y_mu = mu^-g1 and zeta_mu = (8/m) lambda*_mu y_mu = c_zeta mu^-g2 (mu = 1..m), so
@@ -408,8 +438,7 @@ def samplewise_powerlaw_data(m: int, g1: float, g2: float, *, ratios: tuple[floa
     m = int(m)
     ratios = np.asarray(as_array(ratios, "ratios", ndim=1))
     if m < 1 or not g1 > 0.5 or not g2 > 0 or not c_zeta > 0:
-        raise ValueError(f"Need m >= 1, g1 > 1/2, g2 > 0, c_zeta > 0; found m={m}, g1={g1}, g2={g2}, "
-                         f"c_zeta={c_zeta}.")
+        raise ValueError(f"Need m >= 1, g1 > 1/2, g2 > 0, c_zeta > 0; found m={m}, g1={g1}, g2={g2}, c_zeta={c_zeta}.")
     if np.any(ratios <= 0) or ratios.max() != 1.0:
         raise ValueError(f"`ratios` must lie in (0, 1] with maximum 1; found {ratios}.")
     mu = np.arange(1, m + 1, dtype=float)
@@ -441,8 +470,8 @@ def fourier_mlp_data(P: int = 64, M: int = 256, *, beta: float = 1.5, theta: flo
     k = np.arange(1, P + 1, dtype=float)
     x = np.arange(M) / M
     psi = np.sqrt(2.0) * np.cos(2.0 * np.pi * np.outer(x, k))  # (M, P)
-    lam = psi * k**-float(theta) / (2.0 * np.sqrt(P))
-    y = psi @ k**-float(beta)
+    lam = psi * k ** -float(theta) / (2.0 * np.sqrt(P))
+    y = psi @ k ** -float(beta)
     Q = np.zeros((2 * P, 2 * P))
     idx = np.arange(P)
     h = np.sqrt(0.5)
@@ -538,8 +567,9 @@ class SpikedTeacher:
 
 
 @_on_host
-def spiked_he2_data(n: int, d: int, *, gamma: float, K: int | None = None, Z: float | None = None,
-                    sigma: float = 0.0, seed: int = 0):
+def spiked_he2_data(
+    n: int, d: int, *, gamma: float, K: int | None = None, Z: float | None = None, sigma: float = 0.0, seed: int = 0
+):
     """Gaussian inputs and a spiked quadratic teacher (arXiv 2605.14567's hierarchical model in
     nqf's form; `nqf.spectral`): x ~ N(0, I_d), y = sum_{i=1..K} lambda_i (<a_i, x>^2 - 1) +
     sigma xi, lambda_i = Z i^-gamma, orthonormal a_i (the first K columns of a random orthogonal

@@ -88,20 +88,21 @@ class MLP(_Module):
         return self.n_in + self.n_out
 
     def __call__(self, W: Float[Array, "p d"], x: PyTree[Float[ArrayLike, " ..."]]) -> Float[Array, " k"]:
-        U, V = W[: self.n_in], W[self.n_in:]
+        U, V = W[: self.n_in], W[self.n_in :]
         return V @ self.phi(U.T @ x)
 
     def phi_prime0(self) -> float:
         with jax.ensure_compile_time_eval():  # a constant even when called under a trace
             return float(jax.grad(self.phi)(0.0))
 
-    def structure(self, xs: PyTree[Float[ArrayLike, "m ..."]],
-                  y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None) -> FeedForwardData:
+    def structure(
+        self, xs: PyTree[Float[ArrayLike, "m ..."]], y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None
+    ) -> FeedForwardData:
         return structure.mlp(xs, y, n_outputs=self.n_out, phi_prime0=self.phi_prime0())
 
     def effective_map(self, W: Float[Array, "p d"]) -> Float[Array, "na nb"]:
         """phi'(0) U V^T (n_in, n_out): the NQF is F(x) = (phi'(0) U V^T)^T x."""
-        return self.phi_prime0() * W[: self.n_in] @ W[self.n_in:].T
+        return self.phi_prime0() * W[: self.n_in] @ W[self.n_in :].T
 
     def nqf_features(self, xs: PyTree[Float[ArrayLike, "m ..."]], d: int = 1) -> _Features:
         return _Features(a=jnp.asarray(xs), b=_eye_b(xs.shape[0], self.n_out), f0=None)
@@ -138,20 +139,28 @@ class CNN(_Module):
         pad = [(self.padding, self.padding)] * 2
         z = jax.lax.conv_general_dilated(x, kern, (self.stride, self.stride), pad)  # (1, d, oh, ow)
         h = jnp.sum(self.phi(z), axis=(0, 2, 3))  # (d,)
-        return W[self.n_kernel:] @ h
+        return W[self.n_kernel :] @ h
 
     def phi_prime0(self) -> float:
         with jax.ensure_compile_time_eval():  # a constant even when called under a trace
             return float(jax.grad(self.phi)(0.0))
 
-    def structure(self, xs: PyTree[Float[ArrayLike, "m ..."]],
-                  y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None) -> FeedForwardData:
-        return structure.cnn(xs, self.kernel_shape, y, stride=self.stride, padding=self.padding,
-                             n_outputs=self.n_out, phi_prime0=self.phi_prime0())
+    def structure(
+        self, xs: PyTree[Float[ArrayLike, "m ..."]], y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None
+    ) -> FeedForwardData:
+        return structure.cnn(
+            xs,
+            self.kernel_shape,
+            y,
+            stride=self.stride,
+            padding=self.padding,
+            n_outputs=self.n_out,
+            phi_prime0=self.phi_prime0(),
+        )
 
     def effective_map(self, W: Float[Array, "p d"]) -> Float[Array, "na nb"]:
         """phi'(0) K V^T (C kh kw, n_out): the NQF is F(X) = (phi'(0) K V^T)^T s(X)."""
-        return self.phi_prime0() * W[: self.n_kernel] @ W[self.n_kernel:].T
+        return self.phi_prime0() * W[: self.n_kernel] @ W[self.n_kernel :].T
 
     def nqf_features(self, xs: PyTree[Float[ArrayLike, "m ..."]], d: int = 1) -> _Features:
         s = structure.cnn_patch_sum(xs, self.kernel_shape, stride=self.stride, padding=self.padding)
@@ -193,7 +202,7 @@ class QKAttention(_Module):
         xq, X = x
         c = self._c().T  # (k, D)
         if not self.heads:
-            Q, K = W[: self.D].T, W[self.D:].T  # (d_k, D)
+            Q, K = W[: self.D].T, W[self.D :].T  # (d_k, D)
             return _softmax_readout(X, X.T @ K.T @ (Q @ xq) / np.sqrt(self.d_k), c)
         n = self.d_k * self.D
 
@@ -203,8 +212,9 @@ class QKAttention(_Module):
 
         return jnp.sum(jax.vmap(head, in_axes=1)(W), axis=0)
 
-    def structure(self, xs: PyTree[Float[ArrayLike, "m ..."]],
-                  y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None) -> FeedForwardData:
+    def structure(
+        self, xs: PyTree[Float[ArrayLike, "m ..."]], y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None
+    ) -> FeedForwardData:
         xq, X = xs
         fn = structure.qk_heads if self.heads else structure.attention_logits
         return fn(xq, X, self._c(), y, d_k=self.d_k)
@@ -216,7 +226,7 @@ class QKAttention(_Module):
         """W^Q^T W^K / sqrt d_k (D, D) (single head; for heads, sum_i of the same): the NQF is
         f_o = f0 + x^T [W^Q^T W^K / sqrt d_k] u_o, u_o = Sigma_X c_o."""
         if not self.heads:
-            return W[: self.D] @ W[self.D:].T / np.sqrt(self.d_k)
+            return W[: self.D] @ W[self.D :].T / np.sqrt(self.d_k)
         n = self.d_k * self.D
         Qs = W[:n].T.reshape(-1, self.D, self.d_k)  # (d, D, d_k) = Q_i^T
         Ks = W[n:].T.reshape(-1, self.D, self.d_k)
@@ -249,23 +259,24 @@ class MHA(_Module):
         n, nv = self.d_k * self.D, self.d_v * self.D
 
         def head(w):
-            Q, K = unvec(w[:n], self.d_k, self.D), unvec(w[n: 2 * n], self.d_k, self.D)
-            WV = unvec(w[2 * n: 2 * n + nv], self.d_v, self.D)
-            v = unvec(w[2 * n + nv:], self.d_v, self.n_out)
+            Q, K = unvec(w[:n], self.d_k, self.D), unvec(w[n : 2 * n], self.d_k, self.D)
+            WV = unvec(w[2 * n : 2 * n + nv], self.d_v, self.D)
+            v = unvec(w[2 * n + nv :], self.d_v, self.n_out)
             att = jax.nn.softmax(X.T @ K.T @ (Q @ xq) / np.sqrt(self.d_k))
             return v.T @ (WV @ (X @ att))
 
         return jnp.sum(jax.vmap(head, in_axes=1)(W), axis=0)
 
-    def structure(self, xs: PyTree[Float[ArrayLike, "m ..."]],
-                  y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None) -> FeedForwardData:
+    def structure(
+        self, xs: PyTree[Float[ArrayLike, "m ..."]], y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None
+    ) -> FeedForwardData:
         return structure.mha(xs[1], y, d_k=self.d_k, d_v=self.d_v, n_outputs=self.n_out)
 
     def effective_map(self, W: Float[Array, "p d"]) -> Float[Array, "na nb"]:
         """sum_i W^V_i^T v_i (D, n_out): the NQF is F(X) = (sum_i W^V_i^T v_i)^T x_avg."""
         n, nv = self.d_k * self.D, self.d_v * self.D
-        WV = W[2 * n: 2 * n + nv].T.reshape(-1, self.D, self.d_v)  # (d, D, d_v) = W^V_i^T
-        v = W[2 * n + nv:].T.reshape(-1, self.n_out, self.d_v)  # (d, n_out, d_v) = v_i^T
+        WV = W[2 * n : 2 * n + nv].T.reshape(-1, self.D, self.d_v)  # (d, D, d_v) = W^V_i^T
+        v = W[2 * n + nv :].T.reshape(-1, self.n_out, self.d_v)  # (d, n_out, d_v) = v_i^T
         return jnp.einsum("icv,iov->co", WV, v)
 
     def nqf_features(self, xs: PyTree[Float[ArrayLike, "m ..."]], d: int = 1) -> _Features:

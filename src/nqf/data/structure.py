@@ -190,8 +190,9 @@ def _as_image_batch(X):
     return X
 
 
-def cnn_patch_sum(X: Float[ArrayLike, "m ..."], kernel_shape: tuple[int, int], *, stride: int = 1,
-                  padding: int = 0) -> Float[np.ndarray, "m q"]:
+def cnn_patch_sum(
+    X: Float[ArrayLike, "m ..."], kernel_shape: tuple[int, int], *, stride: int = 1, padding: int = 0
+) -> Float[np.ndarray, "m q"]:
     """s(X) = sum_P x_P, the sum of all (flattened) patches of a conv layer, shape (m, C kh kw).
 
     `X` (m, H, W) or (m, C, H, W); `kernel_shape` (kh, kw); zero `padding` on each side; patches
@@ -209,16 +210,22 @@ def cnn_patch_sum(X: Float[ArrayLike, "m ..."], kernel_shape: tuple[int, int], *
     rows = []
     for i in range(kh):
         for j in range(kw):
-            sl = Xp[:, :, i: i + stride * (oh - 1) + 1: stride, j: j + stride * (ow - 1) + 1: stride]
+            sl = Xp[:, :, i : i + stride * (oh - 1) + 1 : stride, j : j + stride * (ow - 1) + 1 : stride]
             rows.append(np.sum(sl, axis=(2, 3)))  # (m, C)
     s = np.stack(rows, axis=-1)  # (m, C, kh kw)
     return s.reshape(s.shape[0], -1)
 
 
-def cnn(X: Float[ArrayLike, "m ..."], kernel_shape: tuple[int, int],
-        y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None, *, stride: int = 1, padding: int = 0,
-        n_outputs: int = 1,
-        phi_prime0: float = 1.0) -> FeedForwardData:
+def cnn(
+    X: Float[ArrayLike, "m ..."],
+    kernel_shape: tuple[int, int],
+    y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None,
+    *,
+    stride: int = 1,
+    padding: int = 0,
+    n_outputs: int = 1,
+    phi_prime0: float = 1.0,
+) -> FeedForwardData:
     """One-layer CNN with global sum pooling f_o = sum_i v_io sum_P phi(kern_i^T x_P)
     (Proposition 16 of the paper's appendix / THEORY sec. 2).
 
@@ -262,9 +269,14 @@ def mha(
     return _ff(_labels(y, m, k), a, b, front=2 * d_k * D)
 
 
-def qk_heads(x: Float[ArrayLike, "m D"], X: Float[ArrayLike, "m D N"],
-             c: Float[ArrayLike, " D"] | Float[ArrayLike, "D k"],
-             y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None, *, d_k: int) -> FeedForwardData:
+def qk_heads(
+    x: Float[ArrayLike, "m D"],
+    X: Float[ArrayLike, "m D N"],
+    c: Float[ArrayLike, " D"] | Float[ArrayLike, "D k"],
+    y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None,
+    *,
+    d_k: int,
+) -> FeedForwardData:
     """Query-key-only heads, one neuron per head (Proposition 3, THEORY sec. 2).
 
     f_o = sum_i c_o^T X softmax(X^T W^K_i^T W^Q_i x / sqrt d_k), w_i = [vec W^Q_i; vec W^K_i]:
@@ -284,9 +296,14 @@ def qk_heads(x: Float[ArrayLike, "m D"], X: Float[ArrayLike, "m D N"],
     return _ff(_labels(y, X.shape[0], k), a, b)
 
 
-def attention_logits(x: Float[ArrayLike, "m D"], X: Float[ArrayLike, "m D N"],
-                     c: Float[ArrayLike, " D"] | Float[ArrayLike, "D k"],
-                     y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None, *, d_k: int) -> FeedForwardData:
+def attention_logits(
+    x: Float[ArrayLike, "m D"],
+    X: Float[ArrayLike, "m D N"],
+    c: Float[ArrayLike, " D"] | Float[ArrayLike, "D k"],
+    y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None,
+    *,
+    d_k: int,
+) -> FeedForwardData:
     """Single-head attention logits with the rows of W^Q, W^K as neurons (THEORY sec. 2).
 
     f_o = c_o^T X softmax(X^T W^K^T W^Q x / sqrt d_k), w_i = [q_i (D); k_i (D)] (row i of W^Q and
@@ -313,10 +330,15 @@ def attention_f0(
     return np.einsum("md,dk->mk", np.mean(X, axis=-1), c).reshape(-1)
 
 
-def moe(x: Float[ArrayLike, "m n"], y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None, *,
-        G: Float[ArrayLike, "m P"] | Float[ArrayLike, "m k P"] | None = None, expert: Callable | None = None,
-        theta_dim: int | None = None,
-        psi_prime0: float = 1.0) -> FeedForwardData:
+def moe(
+    x: Float[ArrayLike, "m n"],
+    y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None,
+    *,
+    G: Float[ArrayLike, "m P"] | Float[ArrayLike, "m k P"] | None = None,
+    expert: Callable | None = None,
+    theta_dim: int | None = None,
+    psi_prime0: float = 1.0,
+) -> FeedForwardData:
     """Mixture of experts with independent gating f = sum_i psi(r_i^T x) E(x; Theta_i),
     psi(0) = 0, E(x; 0) = 0 (Proposition 4, THEORY sec. 2).
 
@@ -375,30 +397,46 @@ def rect_sensing(S: Float[ArrayLike, "m k q"], y: Float[ArrayLike, " m"] | None 
 def _index_pairs(i, j, n_i: int, n_j: int, names):
     i = np.asarray(i)
     j = np.asarray(j)
-    if i.ndim != 1 or j.shape != i.shape or not np.issubdtype(i.dtype, np.integer) \
-            or not np.issubdtype(j.dtype, np.integer):
-        raise ValueError(f"`{names[0]}` and `{names[1]}` must be integer arrays of one shape (m,); "
-                         f"found {i.shape} and {j.shape}.")
+    if (
+        i.ndim != 1
+        or j.shape != i.shape
+        or not np.issubdtype(i.dtype, np.integer)
+        or not np.issubdtype(j.dtype, np.integer)
+    ):
+        raise ValueError(
+            f"`{names[0]}` and `{names[1]}` must be integer arrays of one shape (m,); found {i.shape} and {j.shape}."
+        )
     for v, n, nm in ((i, n_i, names[0]), (j, n_j, names[1])):
         if v.size and (v.min() < 0 or v.max() >= n):
             raise ValueError(f"`{nm}` must lie in [0, {n}); found range [{v.min()}, {v.max()}].")
     return np.eye(n_i)[i][:, :, None], np.eye(n_j)[j][:, :, None]
 
 
-def matrix_completion(rows: Int[ArrayLike, " m"], cols: Int[ArrayLike, " m"], n_rows: int, n_cols: int,
-                      y: Float[ArrayLike, " m"] | None = None) -> FeedForwardData:
+def matrix_completion(
+    rows: Int[ArrayLike, " m"],
+    cols: Int[ArrayLike, " m"],
+    n_rows: int,
+    n_cols: int,
+    y: Float[ArrayLike, " m"] | None = None,
+) -> FeedForwardData:
     """Matrix completion R_ij = u_i^T v_j: A_ij = 1/2 [[0, e_i e_j^T], [e_j e_i^T, 0]] (Table 3);
     neuron l is [U[:, l] (n_rows); V[:, l] (n_cols)]. `rows`, `cols` (m,) observed entries."""
     a, b = _index_pairs(rows, cols, _count(n_rows, "n_rows"), _count(n_cols, "n_cols"), ("rows", "cols"))
     return _ff(_labels(y, a.shape[0]), a, b)
 
 
-def word_context(words: Int[ArrayLike, " m"], contexts: Int[ArrayLike, " m"], n_words: int, n_contexts: int,
-                 y: Float[ArrayLike, " m"] | None = None) -> FeedForwardData:
+def word_context(
+    words: Int[ArrayLike, " m"],
+    contexts: Int[ArrayLike, " m"],
+    n_words: int,
+    n_contexts: int,
+    y: Float[ArrayLike, " m"] | None = None,
+) -> FeedForwardData:
     """Word-context embedding score s_wc = u_w^T v_c: A_wc = 1/2 [[0, e_w e_c^T], [e_c e_w^T, 0]]
     (Table 3); the same structure as `matrix_completion`."""
-    a, b = _index_pairs(words, contexts, _count(n_words, "n_words"), _count(n_contexts, "n_contexts"),
-                        ("words", "contexts"))
+    a, b = _index_pairs(
+        words, contexts, _count(n_words, "n_words"), _count(n_contexts, "n_contexts"), ("words", "contexts")
+    )
     return _ff(_labels(y, a.shape[0]), a, b)
 
 
@@ -437,8 +475,14 @@ def diagonal_two_factor(x: Float[ArrayLike, "m n"], y: Float[ArrayLike, " m"] | 
     return CommutingData(np.concatenate([x / 2.0, -x / 2.0], axis=1), _labels(y, x.shape[0]), P)
 
 
-def tied_query_key(x: Float[ArrayLike, "m D"], X: Float[ArrayLike, "m D N"], c: Float[ArrayLike, " D"],
-                   y: Float[ArrayLike, " m"] | None = None, *, d_k: int) -> LowRankData:
+def tied_query_key(
+    x: Float[ArrayLike, "m D"],
+    X: Float[ArrayLike, "m D N"],
+    c: Float[ArrayLike, " D"],
+    y: Float[ArrayLike, " m"] | None = None,
+    *,
+    d_k: int,
+) -> LowRankData:
     """Tied query-key attention u^T W^T W x / sqrt d_k, u = Sigma_X c (Table 3; neurons are the
     rows of the table's W, i.e. the columns of our W (D, d_k), M = W^T W there):
     A = (x u^T + u x^T) / (2 sqrt d_k), rank 2. `x` (m, D), `X` (m, D, N), `c` (D,)."""

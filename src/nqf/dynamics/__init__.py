@@ -13,7 +13,18 @@ May import `nqf._core` and `nqf.data`. Private modules: `_losses`, `_batches`, `
 from .._core._exports import publish as _publish
 from ._losses import PerSampleLoss, as_loss, mse
 from ._batches import batch_indices, batch_weights, check_batch_indices, restrict
-from ._flow import FORMS, RHS, glv_z, jac_glv_reduced, reduced_log_z, rhs_factor, rhs_glv, rhs_glv_reduced, rhs_M, rhs_M_mu
+from ._flow import (
+    FORMS,
+    RHS,
+    glv_z,
+    jac_glv_reduced,
+    reduced_log_z,
+    rhs_factor,
+    rhs_glv,
+    rhs_glv_reduced,
+    rhs_M,
+    rhs_M_mu,
+)
 from ._glv import excess_loss, glv_equilibrium, logistic_log_z, logistic_z, orthogonal_features_residual
 from ._maps import MapTrajectory, closed_map, closed_sgd, gradient_terms
 from ._wspace import WTrajectory, train_w, w_objective

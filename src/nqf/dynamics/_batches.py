@@ -28,11 +28,13 @@ __all__ = ["batch_indices", "batch_weights", "check_batch_indices", "restrict"]
 def _as_key(key):
     if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
         return jax.random.key(int(key))
-    if (isinstance(key, jax.core.Tracer) and key.shape == ()
-            and jnp.issubdtype(key.dtype, jnp.integer)):  # a traced integer seed (e.g. vmapped)
+    if (
+        isinstance(key, jax.core.Tracer) and key.shape == () and jnp.issubdtype(key.dtype, jnp.integer)
+    ):  # a traced integer seed (e.g. vmapped)
         return jax.random.key(key)
-    if isinstance(key, jax.Array) and (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
-                                       or (key.dtype == jnp.uint32 and key.shape == (2,))):
+    if isinstance(key, jax.Array) and (
+        jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) or (key.dtype == jnp.uint32 and key.shape == (2,))
+    ):
         return key
     raise TypeError(f"`key` must be a JAX PRNG key or an integer seed; found {key!r}.")
 
@@ -76,7 +78,9 @@ def _draw(key, m: int, batch_size: int, steps: int):
     return jnp.argsort(u, axis=1)[:, :batch_size].astype(jnp.int32)
 
 
-def check_batch_indices(idx: Int[Array, "steps b"] | Int[np.ndarray, "steps b"], m: int, steps: int) -> Int[Array, "steps b"]:
+def check_batch_indices(
+    idx: Int[Array, "steps b"] | Int[np.ndarray, "steps b"], m: int, steps: int
+) -> Int[Array, "steps b"]:
     """Validate a batch schedule: integer array of shape (steps, b), 1 <= b <= m, entries in
     [0, m). Repeated entries within a row are allowed (they count twice in the weights).
 
@@ -91,23 +95,22 @@ def check_batch_indices(idx: Int[Array, "steps b"] | Int[np.ndarray, "steps b"],
         raise ValueError(f"`batch_indices` must be an integer array; found dtype {arr.dtype}.")
     if arr.ndim != 2 or arr.shape[0] != steps:
         raise ValueError(
-            f"`batch_indices` must have shape (steps={steps}, batch_size) (one row per step); "
-            f"found {arr.shape}."
+            f"`batch_indices` must have shape (steps={steps}, batch_size) (one row per step); found {arr.shape}."
         )
     if not 1 <= arr.shape[1] <= m:
         raise ValueError(
-            f"`batch_indices` rows must hold between 1 and m={m} indices (batch size); found "
-            f"{arr.shape[1]}."
+            f"`batch_indices` rows must hold between 1 and m={m} indices (batch size); found {arr.shape[1]}."
         )
     bad = (arr < 0) | (arr >= m)
     if traced:
-        return eqx.error_if(arr.astype(jnp.int32), jnp.any(bad), f"`batch_indices` entries must lie "
-                            f"in [0, m={m}) (checked at run time: the value was traced)")
+        return eqx.error_if(
+            arr.astype(jnp.int32),
+            jnp.any(bad),
+            f"`batch_indices` entries must lie in [0, m={m}) (checked at run time: the value was traced)",
+        )
     if bad.any():
         pos = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(
-            f"`batch_indices` entries must lie in [0, m={m}); found {int(arr[pos])} at index {pos}."
-        )
+        raise ValueError(f"`batch_indices` entries must lie in [0, m={m}); found {int(arr[pos])} at index {pos}.")
     return jnp.asarray(arr, dtype=jnp.int32)
 
 

@@ -33,8 +33,19 @@ from .._core._checks import is_traced
 from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData
 
-__all__ = ["FORMS", "RHS", "rhs_M", "rhs_factor", "rhs_glv", "rhs_glv_reduced", "jac_glv_reduced", "rhs_M_mu",
-           "reduced_log_z", "glv_z", "check_form"]
+__all__ = [
+    "FORMS",
+    "RHS",
+    "rhs_M",
+    "rhs_factor",
+    "rhs_glv",
+    "rhs_glv_reduced",
+    "jac_glv_reduced",
+    "rhs_M_mu",
+    "reduced_log_z",
+    "glv_z",
+    "check_form",
+]
 
 FORMS = ("M", "factor", "glv", "M-mu")
 

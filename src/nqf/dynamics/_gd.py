@@ -49,8 +49,9 @@ def _check_count(x, name: str) -> int:
     return int(x)
 
 
-def gradient_descent(data: AbstractData, W0: Float[ArrayLike, "p d"], *, lr: float, steps: int, save_every: int = 1
-                     ) -> tuple[Int[np.ndarray, " n"], Float[np.ndarray, "n p d"]]:
+def gradient_descent(
+    data: AbstractData, W0: Float[ArrayLike, "p d"], *, lr: float, steps: int, save_every: int = 1
+) -> tuple[Int[np.ndarray, " n"], Float[np.ndarray, "n p d"]]:
     """Full-batch gradient descent W <- W - lr * grad L(W) on the NQF MSE loss.
 
     L(W) = (1/m) sum_mu (Tr[W W^T A_mu] - y_mu)^2 and grad L = H W with
@@ -75,9 +76,7 @@ def gradient_descent(data: AbstractData, W0: Float[ArrayLike, "p d"], *, lr: flo
     if the iteration diverges (non-finite weights: reduce `lr`).
     """
     if not isinstance(data, AbstractData):
-        raise TypeError(
-            f"`data` must be an nqf data set (e.g. `DenseData`); found {type(data).__name__}."
-        )
+        raise TypeError(f"`data` must be an nqf data set (e.g. `DenseData`); found {type(data).__name__}.")
     lr = check_positive(lr, "lr")
     steps = _check_count(steps, "steps")
     save_every = _check_count(save_every, "save_every")

@@ -19,8 +19,7 @@ from .._core._checks import any_traced
 from .._core._config import require_x64
 from ..data._operators import AbstractCommutingData, BlockData, DiagonalData
 
-__all__ = ["glv_equilibrium", "excess_loss", "orthogonal_features_residual", "logistic_z",
-           "logistic_log_z"]
+__all__ = ["glv_equilibrium", "excess_loss", "orthogonal_features_residual", "logistic_z", "logistic_log_z"]
 
 _TINY = np.finfo(float).tiny
 

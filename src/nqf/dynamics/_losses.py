@@ -66,9 +66,7 @@ def as_loss(loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None) 
     if isinstance(loss, str):
         raise ValueError(f"`loss` must be 'mse' or a callable ell(f, y) -> scalar; found {loss!r}.")
     if not callable(loss):
-        raise TypeError(
-            f"`loss` must be 'mse' or a callable ell(f, y) -> scalar; found {type(loss).__name__}."
-        )
+        raise TypeError(f"`loss` must be 'mse' or a callable ell(f, y) -> scalar; found {type(loss).__name__}.")
     x = jax.ShapeDtypeStruct((), jnp.float64)
     try:
         out = jax.eval_shape(loss, x, x)

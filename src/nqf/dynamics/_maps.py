@@ -190,8 +190,9 @@ def _factor_gradient(model: NQFModel, w, loss: PerSampleLoss, L, mu, d, gamma):
     F = jnp.concatenate([L, mu[:, None] / jnp.sqrt(d)], axis=1)  # M = F F^T
     f = model.outputs_factor(F, mu)
     lp = w * loss.grad(f, model.y)
-    HX = model.data.apply(2.0 * lp, jnp.concatenate([L, mu[:, None]], axis=1)) \
-        + gamma * jnp.concatenate([L, mu[:, None]], axis=1)
+    HX = model.data.apply(2.0 * lp, jnp.concatenate([L, mu[:, None]], axis=1)) + gamma * jnp.concatenate(
+        [L, mu[:, None]], axis=1
+    )
     v = jnp.zeros(model.p)
     if model.g is not None:
         v = v + lp @ model.g
@@ -334,8 +335,7 @@ def _stepper(model: NQFModel, loss: PerSampleLoss, config, params, init):
     return _EMap(**common)
 
 
-def _simulate(model, loss, config, params, init, idx, n_saves: int, save_every, remainder,
-              has_remainder: bool):
+def _simulate(model, loss, config, params, init, idx, n_saves: int, save_every, remainder, has_remainder: bool):
     """The one traceable core of `closed_sgd`, `closed_map` and `closed_sgd_sweep`: a pure
     function of JAX arrays (no host checks, no host values), so it runs under jit, vmap (the
     sweep vmaps it over members) and grad.
@@ -395,8 +395,9 @@ def _check_width(d, name="d") -> int:
     return int(d)
 
 
-def _check_realizable(M0: np.ndarray, mu0: np.ndarray | None, d: int | None, rtol=1e-8, *,
-                      names: tuple[str, str] = ("M0", "mu0")) -> None:
+def _check_realizable(
+    M0: np.ndarray, mu0: np.ndarray | None, d: int | None, rtol=1e-8, *, names: tuple[str, str] = ("M0", "mu0")
+) -> None:
     """Raise unless (M0, mu0) = (W W^T, W 1) for some W of shape (p, d).
 
     That holds iff C = M0 - mu0 mu0^T / d = W (I - 1 1^T / d) W^T is PSD of rank <= d - 1
@@ -508,21 +509,16 @@ def _initial_order_params(model: NQFModel, M0, mu0, d, W0):
         W0 = _traced_finite(as_weights(W0, p, host=True), "W0")
         if d is not None and _check_width(d) != W0.shape[1]:
             raise ValueError(
-                f"`d` = {d} is inconsistent with `W0` of shape {shape_str(W0.shape)} "
-                f"(d = {W0.shape[1]} neurons)."
+                f"`d` = {d} is inconsistent with `W0` of shape {shape_str(W0.shape)} (d = {W0.shape[1]} neurons)."
             )
         mu0 = W0.sum(axis=1)
         L0 = _centered_factor_from_W(W0)
         return L0 @ L0.T + _xp(W0).outer(mu0, mu0) / W0.shape[1], mu0, W0.shape[1], L0
     if M0 is None:
-        raise ValueError(
-            "Give the initial condition: `W0` (p, d), or `M0` (p, p) with `mu0` (p,) and `d`."
-        )
+        raise ValueError("Give the initial condition: `W0` (p, d), or `M0` (p, p) with `mu0` (p,) and `d`.")
     M0 = _traced_finite(as_array(M0, "M0", ndim=2, host=True), "M0")
     if M0.shape != (p, p):
-        raise ValueError(
-            f"`M0` must have shape ({p}, {p}) to match the data; found {shape_str(M0.shape)}."
-        )
+        raise ValueError(f"`M0` must have shape ({p}, {p}) to match the data; found {shape_str(M0.shape)}.")
     check_symmetric(M0, "M0")
     if mu0 is not None:
         mu0 = _traced_finite(as_array(mu0, "mu0", ndim=1, host=True), "mu0")
@@ -532,8 +528,7 @@ def _initial_order_params(model: NQFModel, M0, mu0, d, W0):
         d = _check_width(d)
     if model.has_mean_field and (mu0 is None or d is None):
         raise ValueError(
-            "This model has g or B (mu enters the dynamics): give `mu0` (p,) and the width `d`, "
-            "or `W0` (p, d)."
+            "This model has g or B (mu enters the dynamics): give `mu0` (p,) and the width `d`, or `W0` (p, d)."
         )
     if mu0 is not None and d is None:
         raise ValueError("`mu0` needs the width `d` (mu = W 1 sums d neurons).")
@@ -641,16 +636,23 @@ def closed_sgd(
     traced = any_traced(model, lr, gamma, beta, M0, mu0, L0, idx)
     config = (form, is_traced(beta) or beta > 0.0, bool(nesterov))
     params, init = _numeric(traced, lr, d, gamma, beta, M0, mu0, L0)
-    out = _run(model, loss, config, params, init, idx, n_saves,
-               *loop_counts(save_every, remainder, static=traced))
+    out = _run(model, loss, config, params, init, idx, n_saves, *loop_counts(save_every, remainder, static=traced))
     if not traced:
         out = jax.tree.map(np.asarray, out)
-    Ms, mus, outputs, losses, extras = check_finite(
-        out, out[0], saved, "The closed map diverged: non-finite M", lr)
+    Ms, mus, outputs, losses, extras = check_finite(out, out[0], saved, "The closed map diverged: non-finite M", lr)
     return MapTrajectory(
-        steps=saved, t=lr * saved, M=Ms, mu=None if mu0 is None else mus,
-        outputs=outputs, loss=losses, L=extras.get("L"), P=extras.get("P"), Q=extras.get("Q"),
-        d=d, lr=lr, form=form,
+        steps=saved,
+        t=lr * saved,
+        M=Ms,
+        mu=None if mu0 is None else mus,
+        outputs=outputs,
+        loss=losses,
+        L=extras.get("L"),
+        P=extras.get("P"),
+        Q=extras.get("Q"),
+        d=d,
+        lr=lr,
+        form=form,
     )
 
 

@@ -17,8 +17,13 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._checks import RUN_TIME, check_positive, is_traced, shape_str
-from .._core._checks import any_traced  # noqa: F401 (re-exported for the simulators)
+from .._core._checks import (
+    RUN_TIME,
+    any_traced,  # noqa: F401 (re-exported for the simulators)
+    check_positive,
+    is_traced,
+    shape_str,
+)
 from ._batches import batch_indices as draw_batches
 from ._batches import check_batch_indices
 
@@ -95,8 +100,7 @@ def check_nesterov(nesterov, beta, where: str = "") -> bool:
     return bool(nesterov)
 
 
-def parse_optimizer(optimizer: str, momentum, nesterov: bool, *,
-                    optax_ok: bool = False) -> tuple[str, object, bool]:
+def parse_optimizer(optimizer: str, momentum, nesterov: bool, *, optax_ok: bool = False) -> tuple[str, object, bool]:
     """Resolve (`optimizer`, `momentum`, `nesterov`) to (name, beta, nesterov).
 
     ``"sgd"``: momentum defaults to 0 (any beta in [0, 1) gives heavy-ball momentum, as in
@@ -162,8 +166,7 @@ def optax_transformation(optimizer, *, closed: bool = False):
     expected = OPTIMIZERS if not closed else OPTIMIZERS[:3]
     also = "" if closed else " or an optax.GradientTransformation (e.g. optax.adam(1e-3))"
     raise TypeError(
-        f"`optimizer` must be one of {expected}{also}; found {optimizer!r} of type "
-        f"{type(optimizer).__name__}."
+        f"`optimizer` must be one of {expected}{also}; found {optimizer!r} of type {type(optimizer).__name__}."
     )
 
 

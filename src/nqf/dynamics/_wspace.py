@@ -310,8 +310,18 @@ def train_w(
         kind = "nesterov" if nesterov else "heavy"
     traced = any_traced(model, lr, gamma, beta, b1, b2, eps, W0, idx)
     f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
-    opt = _Optimizer(model=model, loss=loss, lr=f64(lr), gamma=f64(gamma), beta=f64(beta),
-                     b1=f64(b1), b2=f64(b2), eps=f64(eps), kind=kind, transform=transform)
+    opt = _Optimizer(
+        model=model,
+        loss=loss,
+        lr=f64(lr),
+        gamma=f64(gamma),
+        beta=f64(beta),
+        b1=f64(b1),
+        b2=f64(b2),
+        eps=f64(eps),
+        kind=kind,
+        transform=transform,
+    )
     # optax: the transformation may close over tracers nqf cannot see, so fixed-length loops
     # (differentiable), and the result's tracedness decides the conversion to numpy
     static = traced or transform is not None
@@ -319,7 +329,7 @@ def train_w(
     traced = traced or is_traced(out[0])
     if not traced:
         out = jax.tree.map(np.asarray, out)
-    Ws, Ms, mus, outputs, losses = check_finite(
-        out, out[0], saved, "W-space training diverged: non-finite weights", lr)
-    return WTrajectory(steps=saved, t=lr * saved, W=Ws, M=Ms, mu=mus, outputs=outputs, loss=losses,
-                       optimizer=name, lr=lr)
+    Ws, Ms, mus, outputs, losses = check_finite(out, out[0], saved, "W-space training diverged: non-finite weights", lr)
+    return WTrajectory(
+        steps=saved, t=lr * saved, W=Ws, M=Ms, mu=mus, outputs=outputs, loss=losses, optimizer=name, lr=lr
+    )

@@ -102,9 +102,16 @@ class Layer(eqx.Module):
     traces: Callable | None = eqx.field(static=True)
     weighted: Callable | None = eqx.field(static=True)
 
-    def __init__(self, structure: Callable[[Array], Structure | tuple], p: int, D: int, a_scale: float = 1.0, *,
-                 traces: Callable[[Array, Array], Array] | None = None,
-                 weighted: Callable[[Array, Array], Array] | None = None):
+    def __init__(
+        self,
+        structure: Callable[[Array], Structure | tuple],
+        p: int,
+        D: int,
+        a_scale: float = 1.0,
+        *,
+        traces: Callable[[Array, Array], Array] | None = None,
+        weighted: Callable[[Array, Array], Array] | None = None,
+    ):
         if not callable(structure):
             raise TypeError(f"`structure` must be a callable h_prev -> Structure; found {type(structure).__name__}.")
         for name, val in (("p", p), ("D", D)):
@@ -123,8 +130,9 @@ class Layer(eqx.Module):
         s = self.structure(h_prev)
         return s if isinstance(s, Structure) else Structure(*s)
 
-    def evaluate(self, h_prev: Float[Array, " ..."], M: Float[Array, "p p"],
-                 mu: Float[Array, " p"]) -> Float[Array, " D"]:
+    def evaluate(
+        self, h_prev: Float[Array, " ..."], M: Float[Array, "p p"], mu: Float[Array, " p"]
+    ) -> Float[Array, " D"]:
         """h^(l) (D,) for one input from h^(l-1) and the layer's (M, mu)."""
         s = self.components(h_prev)
         if self.traces is not None:
@@ -163,8 +171,9 @@ class DeepNQF(eqx.Module):
     X: jax.Array
     y: jax.Array
 
-    def __init__(self, layers: Sequence[Layer], X: Float[ArrayLike, "m ..."],
-                 y: Float[ArrayLike, " m"] | Float[ArrayLike, "m D"]):
+    def __init__(
+        self, layers: Sequence[Layer], X: Float[ArrayLike, "m ..."], y: Float[ArrayLike, " m"] | Float[ArrayLike, "m D"]
+    ):
         layers = tuple(layers)
         if not layers or not all(isinstance(lay, Layer) for lay in layers):
             raise TypeError("`layers` must be a non-empty sequence of `nqf.multilayer.Layer`.")
@@ -206,8 +215,9 @@ class DeepNQF(eqx.Module):
     def L(self) -> int:
         return len(self.layers)
 
-    def forward(self, Ms: Sequence[Float[Array, "p p"]], mus: Sequence[Float[Array, " p"]],
-                x: Float[Array, " ..."]) -> list[Float[Array, " D"]]:
+    def forward(
+        self, Ms: Sequence[Float[Array, "p p"]], mus: Sequence[Float[Array, " p"]], x: Float[Array, " ..."]
+    ) -> list[Float[Array, " D"]]:
         """All layer outputs for one input: list of h^(1..L), h^(l) of shape (D_l,)."""
         hs, h = [], x
         for lay, M, mu in zip(self.layers, Ms, mus):
@@ -215,15 +225,25 @@ class DeepNQF(eqx.Module):
             hs.append(h)
         return hs
 
-    def outputs(self, Ms: Sequence[Float[Array, "p p"]], mus: Sequence[Float[Array, " p"]],
-                X: Float[ArrayLike, "n ..."] | None = None) -> Float[Array, "n D"]:
+    def outputs(
+        self,
+        Ms: Sequence[Float[Array, "p p"]],
+        mus: Sequence[Float[Array, " p"]],
+        X: Float[ArrayLike, "n ..."] | None = None,
+    ) -> Float[Array, "n D"]:
         """Final outputs h^(L) for inputs X (default: the training inputs), shape (n_inputs, D_L)."""
         X = self.X if X is None else X
         return jax.vmap(lambda x: self.forward(Ms, mus, x)[-1])(X)
 
 
-def feedforward_layer(k: int, D: int, *, phi_prime0: float = 1.0, transform: Callable[[Array], Array] | None = None,
-                      C: Callable[[Array], Array] | None = None) -> Layer:
+def feedforward_layer(
+    k: int,
+    D: int,
+    *,
+    phi_prime0: float = 1.0,
+    transform: Callable[[Array], Array] | None = None,
+    C: Callable[[Array], Array] | None = None,
+) -> Layer:
     """A multi-output two-layer-MLP module as an NQF layer (Prop. 1, Corollary 1):
     h_j = sum_i o_{ji} phi(u_i^T z), neurons w_i = [u_i (k); o_i (D)], p = k + D, with
     A_j(z) = phi'(0)/2 [[0, z e_j^T], [e_j z^T, 0]] (D, p, p); z = transform(h_prev) (default
@@ -236,7 +256,7 @@ def feedforward_layer(k: int, D: int, *, phi_prime0: float = 1.0, transform: Cal
 
     def structure(h):
         z = tf(h)
-        blk = 0.5 * f * jnp.einsum("i,jk->jik", z, jnp.eye(D))    # (D, k, D): z e_j^T
+        blk = 0.5 * f * jnp.einsum("i,jk->jik", z, jnp.eye(D))  # (D, k, D): z e_j^T
         A = jnp.zeros((D, p, p)).at[:, :k, k:].set(blk)
         A = A + jnp.swapaxes(A, 1, 2)
         return Structure(A, None if C is None else C(h))
@@ -245,7 +265,7 @@ def feedforward_layer(k: int, D: int, *, phi_prime0: float = 1.0, transform: Cal
         return f * (tf(h) @ M[:k, k:])
 
     def weighted(hb, c):
-        blk = 0.5 * f * (jax.vmap(tf)(hb).T @ c)                  # (k, D)
+        blk = 0.5 * f * (jax.vmap(tf)(hb).T @ c)  # (k, D)
         return jnp.zeros((p, p)).at[:k, k:].set(blk).at[k:, :k].set(blk.T)
 
     return Layer(structure, p, D, traces=traces, weighted=weighted)
@@ -410,8 +430,7 @@ def _common_args(deep, lr, steps, save_every, weight_decay, batch_indices, batch
         raise TypeError(f"`deep` must be an `nqf.multilayer.DeepNQF`; found {type(deep).__name__}.")
     L = deep.L
     lrs = _per_layer(lr, L, "lr", lambda v: check_positive(v, "lr"))
-    gammas = _per_layer(weight_decay, L, "weight_decay",
-                        lambda v: check_positive(v, "weight_decay", allow_zero=True))
+    gammas = _per_layer(weight_decay, L, "weight_decay", lambda v: check_positive(v, "weight_decay", allow_zero=True))
     steps = check_count(steps, "steps")
     save_every = check_count(save_every, "save_every")
     idx = resolve_batches(batch_indices, batch_size, key, deep.m, steps)
@@ -439,15 +458,33 @@ def _trajectory(saved, Ms, mus, outs, losses, W, widths, lrs, what: str, allow_n
         bad = first_nonfinite_step(saved, M)
         if bad is not None and not allow_nonfinite:
             raise FloatingPointError(f"{what} diverged: non-finite M by step {bad}. Reduce `lr`.")
-    return DeepTrajectory(saved, Ms, tuple(np.asarray(mu) for mu in mus), np.asarray(outs),
-                          np.asarray(losses), W, tuple(widths), tuple(lrs))
+    return DeepTrajectory(
+        saved,
+        Ms,
+        tuple(np.asarray(mu) for mu in mus),
+        np.asarray(outs),
+        np.asarray(losses),
+        W,
+        tuple(widths),
+        tuple(lrs),
+    )
 
 
-def closed_deep_sgd(deep: DeepNQF, W0: Sequence[Float[ArrayLike, "p d"]], *, lr: float, steps: int,
-                    batch_indices: Int[ArrayLike, "steps b"] | None = None, batch_size: int | None = None,
-                    key: PRNGKeyArray | int | None = None, weight_decay: float = 0.0,
-                    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None, save_every: int = 1,
-                    form: str = "factor", allow_nonfinite: bool = False) -> DeepTrajectory:
+def closed_deep_sgd(
+    deep: DeepNQF,
+    W0: Sequence[Float[ArrayLike, "p d"]],
+    *,
+    lr: float,
+    steps: int,
+    batch_indices: Int[ArrayLike, "steps b"] | None = None,
+    batch_size: int | None = None,
+    key: PRNGKeyArray | int | None = None,
+    weight_decay: float = 0.0,
+    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
+    save_every: int = 1,
+    form: str = "factor",
+    allow_nonfinite: bool = False,
+) -> DeepTrajectory:
     """Theorem 14: train a deep NQF with (minibatch) SGD on the per-layer order parameters only.
 
     Each step computes delta^(l) = dL/dh^(l) by backpropagation, v^(l) and H^(l) by weighting the
@@ -469,7 +506,8 @@ def closed_deep_sgd(deep: DeepNQF, W0: Sequence[Float[ArrayLike, "p d"]], *, lr:
     form; `FloatingPointError` on divergence.
     """
     L, lrs, gammas, steps, save_every, idx, loss = _common_args(
-        deep, lr, steps, save_every, weight_decay, batch_indices, batch_size, key, loss)
+        deep, lr, steps, save_every, weight_decay, batch_indices, batch_size, key, loss
+    )
     if form not in ("factor", "M"):
         raise ValueError(f"`form` must be 'factor' or 'M'; found {form!r}.")
     W0 = _check_W0(deep, W0)
@@ -479,35 +517,45 @@ def closed_deep_sgd(deep: DeepNQF, W0: Sequence[Float[ArrayLike, "p d"]], *, lr:
         state0 = [(f64(_centered_factor_from_W(W)), f64(W.sum(axis=1))) for W in W0]
     else:
         state0 = [(f64(W @ W.T), f64(W.sum(axis=1))) for W in W0]
-    stepper = _ClosedDeep(deep, loss, tuple(map(f64, lrs)), tuple(map(f64, widths)),
-                          tuple(map(f64, gammas)), form == "factor")
+    stepper = _ClosedDeep(
+        deep, loss, tuple(map(f64, lrs)), tuple(map(f64, widths)), tuple(map(f64, gammas)), form == "factor"
+    )
     saved, n_saves, remainder = save_schedule(steps, save_every)
-    Ms, mus, _, outs, losses = _run(stepper, state0, idx, n_saves,
-                                    *loop_counts(save_every, remainder), False)
-    return _trajectory(saved, Ms, mus, outs, losses, None, widths, lrs, "The closed deep map",
-                       allow_nonfinite)
+    Ms, mus, _, outs, losses = _run(stepper, state0, idx, n_saves, *loop_counts(save_every, remainder), False)
+    return _trajectory(saved, Ms, mus, outs, losses, None, widths, lrs, "The closed deep map", allow_nonfinite)
 
 
-def train_deep_w(deep: DeepNQF, W0: Sequence[Float[ArrayLike, "p d"]], *, lr: float, steps: int,
-                 batch_indices: Int[ArrayLike, "steps b"] | None = None, batch_size: int | None = None,
-                 key: PRNGKeyArray | int | None = None, weight_decay: float = 0.0,
-                 loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
-                 save_every: int = 1) -> DeepTrajectory:
+def train_deep_w(
+    deep: DeepNQF,
+    W0: Sequence[Float[ArrayLike, "p d"]],
+    *,
+    lr: float,
+    steps: int,
+    batch_indices: Int[ArrayLike, "steps b"] | None = None,
+    batch_size: int | None = None,
+    key: PRNGKeyArray | int | None = None,
+    weight_decay: float = 0.0,
+    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
+    save_every: int = 1,
+) -> DeepTrajectory:
     """Weight-space reference for `closed_deep_sgd`: SGD on the weights W^(l) (p_l, d_l) with
     gradients by `jax.grad` of the loss through M = W W^T, mu = W 1 (Theorem 14's formulas are
     not used). Same arguments as `closed_deep_sgd` (no `form`); cost O(sum_l p_l^2 d_l) more per
     step. Returns a `DeepTrajectory` with `W` filled."""
     L, lrs, gammas, steps, save_every, idx, loss = _common_args(
-        deep, lr, steps, save_every, weight_decay, batch_indices, batch_size, key, loss)
+        deep, lr, steps, save_every, weight_decay, batch_indices, batch_size, key, loss
+    )
     W0 = _check_W0(deep, W0)
     widths = [W.shape[1] for W in W0]
     f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
     stepper = _WDeep(deep, loss, tuple(map(f64, lrs)), tuple(map(f64, gammas)))
     saved, n_saves, remainder = save_schedule(steps, save_every)
-    Ms, mus, Ws, outs, losses = _run(stepper, [f64(W) for W in W0], idx, n_saves,
-                                     *loop_counts(save_every, remainder), True)
-    return _trajectory(saved, Ms, mus, outs, losses, tuple(np.asarray(W) for W in Ws), widths,
-                       lrs, "W-space deep training")
+    Ms, mus, Ws, outs, losses = _run(
+        stepper, [f64(W) for W in W0], idx, n_saves, *loop_counts(save_every, remainder), True
+    )
+    return _trajectory(
+        saved, Ms, mus, outs, losses, tuple(np.asarray(W) for W in Ws), widths, lrs, "W-space deep training"
+    )
 
 
 @eqx.filter_jit
@@ -515,8 +563,9 @@ def _deep_outputs(deep, Ms, mus, X):
     return jax.lax.map(lambda a: deep.outputs(a[0], a[1], X), (Ms, mus))
 
 
-def deep_outputs(deep: DeepNQF, traj: DeepTrajectory, X: Float[ArrayLike, "n ..."] | None = None
-                 ) -> Float[np.ndarray, "nt n D"]:
+def deep_outputs(
+    deep: DeepNQF, traj: DeepTrajectory, X: Float[ArrayLike, "n ..."] | None = None
+) -> Float[np.ndarray, "nt n D"]:
     """h^(L) at every saved step of `traj` on inputs X (default: training inputs), shape
     (n, n_inputs, D_L)."""
     X = deep.X if X is None else as_array(X, "X")
@@ -538,8 +587,7 @@ def _inputs_at(deep: DeepNQF, Ms, mus):
     return jax.lax.map(at, (Ms, mus))
 
 
-def layer_spans(deep: DeepNQF, traj: DeepTrajectory, *, rtol: float = DEFAULT_RTOL,
-                every: int = 1) -> list[Span]:
+def layer_spans(deep: DeepNQF, traj: DeepTrajectory, *, rtol: float = DEFAULT_RTOL, every: int = 1) -> list[Span]:
     """V^(l) of Theorem 15 for every layer: the span of g^(l)_k, Col A^(l)_k, Col B^(l)_k at
     h^(l-1)(x) for every training input x and every `every`-th saved step of `traj` (layer 1:
     at the inputs only). Rank tolerance as `nqf.compress.data_span` (rows normalized per
@@ -590,8 +638,9 @@ class DeepCompression:
     spans: list
 
 
-def compress_deep(deep: DeepNQF, W0: Sequence[Float[ArrayLike, "p d"]], *, lr: float,
-                  spans: Sequence[Span]) -> DeepCompression:
+def compress_deep(
+    deep: DeepNQF, W0: Sequence[Float[ArrayLike, "p d"]], *, lr: float, spans: Sequence[Span]
+) -> DeepCompression:
     """Theorem 15: compress every layer l to d'_l = k_l + 1 neurons (Theorem 3's construction on
     V^(l) = `spans[l]`, e.g. from `layer_spans` of the original's trajectory).
 
@@ -618,9 +667,11 @@ def compress_deep(deep: DeepNQF, W0: Sequence[Float[ArrayLike, "p d"]], *, lr: f
             Lk[:, : r.shape[0]] = math.sqrt(c) * r.T
         mu = V @ (V.T @ W.sum(axis=1))
         Ws.append(mu[:, None] / dp + V @ Lk @ helmert_rows(k, dp))
-        layers.append(Layer(lay.structure, lay.p, lay.D, float(lay.a_scale) / c,
-                            traces=lay.traces, weighted=lay.weighted))
+        layers.append(
+            Layer(lay.structure, lay.p, lay.D, float(lay.a_scale) / c, traces=lay.traces, weighted=lay.weighted)
+        )
         new_lr.append(c * lr_l)
         dps.append(dp)
-    return DeepCompression(DeepNQF(layers, deep.X, deep.y), Ws, tuple(new_lr),
-                           tuple(W.shape[1] for W in W0), tuple(dps), list(spans))
+    return DeepCompression(
+        DeepNQF(layers, deep.X, deep.y), Ws, tuple(new_lr), tuple(W.shape[1] for W in W0), tuple(dps), list(spans)
+    )

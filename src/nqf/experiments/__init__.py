@@ -99,7 +99,7 @@ def _title_of(name: str) -> str:
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "TITLE" for t in node.targets):
             return ast.literal_eval(node.value)
-    return getattr(importlib.import_module(f"{__name__}.{_MODULES[name]}"), "TITLE")
+    return importlib.import_module(f"{__name__}.{_MODULES[name]}").TITLE
 
 
 EXPERIMENTS: MutableMapping[str, Callable[..., dict]] = _Registry(_run_of)
@@ -117,7 +117,5 @@ def run(name: str, out_dir, quick: bool = False) -> dict:
     try:
         fn = EXPERIMENTS[name]
     except KeyError:
-        raise KeyError(
-            f"Unknown experiment {name!r}; valid names: {', '.join(sorted(EXPERIMENTS))}."
-        ) from None
+        raise KeyError(f"Unknown experiment {name!r}; valid names: {', '.join(sorted(EXPERIMENTS))}.") from None
     return fn(out_dir, quick=quick)

@@ -26,8 +26,18 @@ from pathlib import Path
 import numpy as np
 
 # One color per mode, in the order of matplotlib's default cycle (as in the paper's figures).
-COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
-          "tab:pink", "tab:gray", "tab:olive", "tab:cyan")
+COLORS = (
+    "tab:blue",
+    "tab:orange",
+    "tab:green",
+    "tab:red",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:gray",
+    "tab:olive",
+    "tab:cyan",
+)
 
 
 def check(name: str, value, bound) -> dict:
@@ -49,8 +59,20 @@ REVISED = "revised criterion"
 replace an earlier check of the same claim); otherwise ``"stated criterion"``."""
 
 
-def claim(name: str, text: str, section: str, *, metric: str, value, criterion: str, holds: bool,
-          setting: str, why: str, expected: bool = True, revised: bool = False) -> dict:
+def claim(
+    name: str,
+    text: str,
+    section: str,
+    *,
+    metric: str,
+    value,
+    criterion: str,
+    holds: bool,
+    setting: str,
+    why: str,
+    expected: bool = True,
+    revised: bool = False,
+) -> dict:
     """One claim record of a reproduction (module docstring).
 
     **Arguments:**
@@ -77,9 +99,18 @@ def claim(name: str, text: str, section: str, *, metric: str, value, criterion: 
     if setting not in SETTINGS:
         raise ValueError(f"`setting` must be one of {SETTINGS}; found {setting!r}.")
     verdict = VERDICTS[2] if not expected else VERDICTS[0] if bool(holds) else VERDICTS[1]
-    return {"name": name, "claim": text, "section": section, "metric": metric, "value": value,
-            "criterion": criterion, "criterion_kind": REVISED if revised else "stated criterion",
-            "verdict": verdict, "setting": setting, "why": why}
+    return {
+        "name": name,
+        "claim": text,
+        "section": section,
+        "metric": metric,
+        "value": value,
+        "criterion": criterion,
+        "criterion_kind": REVISED if revised else "stated criterion",
+        "verdict": verdict,
+        "setting": setting,
+        "why": why,
+    }
 
 
 def chosen(value, paper: str, why: str) -> dict:
@@ -97,8 +128,11 @@ def sensitivity(rows=None, *, quick: bool, reason: str | None = None) -> dict:
     `reason`. Returns ``{"skipped", "reason", "rows"}``.
     """
     if quick:
-        return {"skipped": True, "rows": [],
-                "reason": "quick mode: the sensitivity rows are measured in the full run only"}
+        return {
+            "skipped": True,
+            "rows": [],
+            "reason": "quick mode: the sensitivity rows are measured in the full run only",
+        }
     return {"skipped": False, "rows": list(rows or []), "reason": reason}
 
 

@@ -54,8 +54,7 @@ def _check_args(optimizer, steps, save_every):
         raise ValueError(f"`steps` ({steps}) must be a multiple of `save_every` ({save_every}).")
 
 
-def train_pair(module, xs, y, W0, *, optimizer: str, lr: float, steps: int, save_every: int,
-               eval_xs=None):
+def train_pair(module, xs, y, W0, *, optimizer: str, lr: float, steps: int, save_every: int, eval_xs=None):
     """Full-batch training of `module` and of its NQF from W0 (p, d) on inputs `xs`, labels
     y (m, k). Returns dict of numpy arrays: ``steps`` (n,), ``F_module``, ``F_nqf`` (n, m, k),
     ``E_module``, ``E_nqf`` (n, ...) effective maps, ``loss_module``, ``loss_nqf`` (n,).
@@ -91,8 +90,7 @@ def train_pair(module, xs, y, W0, *, optimizer: str, lr: float, steps: int, save
         def block(carry, _):
             def body(k, c):
                 s1, s2 = c
-                return (_update(optimizer, s1, g_mod(s1[0]), lr, k),
-                        _update(optimizer, s2, g_nqf(s2[0]), lr, k))
+                return (_update(optimizer, s1, g_mod(s1[0]), lr, k), _update(optimizer, s2, g_nqf(s2[0]), lr, k))
 
             k0, s1, s2 = carry
             s1, s2 = jax.lax.fori_loop(k0, k0 + save_every, body, (s1, s2))
@@ -110,7 +108,10 @@ def train_pair(module, xs, y, W0, *, optimizer: str, lr: float, steps: int, save
     yn = np.asarray(y)
     res = {
         "steps": np.arange(0, steps + 1, save_every),
-        "F_module": Fm, "F_nqf": Fn, "E_module": Em, "E_nqf": En,
+        "F_module": Fm,
+        "F_nqf": Fn,
+        "E_module": Em,
+        "E_nqf": En,
         "loss_module": np.mean((Fm - yn) ** 2, axis=(1, 2)),
         "loss_nqf": np.mean((Fn - yn) ** 2, axis=(1, 2)),
     }
@@ -194,8 +195,9 @@ def _online_chunk_fn(module, optimizer, save_every):
     return run_chunk
 
 
-def train_online(module, sample, W0, *, optimizer: str, lr: float, steps: int, probe,
-                 save_every: int = 1, chunk: int = 250):
+def train_online(
+    module, sample, W0, *, optimizer: str, lr: float, steps: int, probe, save_every: int = 1, chunk: int = 250
+):
     """Online training of `module` and of its NQF from the same W0 (p, d): at step k = 0..steps-1
     both take one optimizer step (`OPTIMIZERS`) on the MSE of the same fresh batch
     ``sample(k) -> (xs, y)`` (numpy inputs of a fixed batch size b, labels y (b, k_out)).
@@ -237,7 +239,11 @@ def train_online(module, sample, W0, *, optimizer: str, lr: float, steps: int, p
     Fm, Fn = np.concatenate(Fm), np.concatenate(Fn)
     lm, ln = np.concatenate(lm), np.concatenate(ln)
     if not all(np.all(np.isfinite(v)) for v in (Fm, Fn, lm, ln)):
-        raise FloatingPointError(f"{type(module).__name__} / {optimizer} (online) diverged at lr = {lr:g}; "
-                                 "reduce lr.")
-    return {"steps": np.arange(0, steps + 1, save_every), "F_module": Fm, "F_nqf": Fn,
-            "batch_loss_module": lm, "batch_loss_nqf": ln}
+        raise FloatingPointError(f"{type(module).__name__} / {optimizer} (online) diverged at lr = {lr:g}; reduce lr.")
+    return {
+        "steps": np.arange(0, steps + 1, save_every),
+        "F_module": Fm,
+        "F_nqf": Fn,
+        "batch_loss_module": lm,
+        "batch_loss_nqf": ln,
+    }

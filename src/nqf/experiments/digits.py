@@ -84,8 +84,10 @@ from ._common import COLORS, check, chosen, claim, phase_end, prepare_out_dir, s
 from ._pair import init_gap_order, least_squares_loss, train_pair
 
 NAME = "digits"
-TITLE = ("Fig. 7 idea on sklearn 8x8 digits (odd vs even): MLP, CNN, attention vs their NQFs, Adam full "
-         "batch from eps = 0.01 / 0.1; train-loss gap and test accuracy")
+TITLE = (
+    "Fig. 7 idea on sklearn 8x8 digits (odd vs even): MLP, CNN, attention vs their NQFs, Adam full "
+    "batch from eps = 0.01 / 0.1; train-loss gap and test accuracy"
+)
 
 EPS = (0.01, 0.1)
 LR = 1e-3
@@ -96,8 +98,10 @@ LS_TOL = 1e-9  # the NQF's loss never goes below its least-squares optimum (rela
 GD_LR, GD_STEPS, GD_STEPS_QUICK = 0.03, 10000, 1000
 GD_REPORT_STEPS = (1000, 2000, 5000, 10000)
 SECTION = "Appendix C (NQF approximation on real data), Fig. 7"
-CLAIM = ("The original models and their corresponding NQFs exhibit indistinguishable trajectories in both "
-         "training loss and test accuracy (Adam lr 1e-3, full batch, eps = 0.01).")
+CLAIM = (
+    "The original models and their corresponding NQFs exhibit indistinguishable trajectories in both "
+    "training loss and test accuracy (Adam lr 1e-3, full batch, eps = 0.01)."
+)
 N_TRAIN = 1200
 SPLIT_SEED = 0
 HEADS = 10
@@ -109,8 +113,10 @@ ROW_RMS = 1.3694
 SETTINGS = {
     "MLP": "64 -> 20 tanh -> 1, no bias",
     "CNN": "8x8 input, 20 kernels 4x4, stride 1, no padding, tanh, global sum pool",
-    "attention": ("QK heads (Proposition 3), 10 heads, tokens = 8 rows (D = 8, N = 8), d_k = 8, "
-                  "query = last row, readout c ~ N(0, I/(10 * 1.3694)^2)"),
+    "attention": (
+        "QK heads (Proposition 3), 10 heads, tokens = 8 rows (D = 8, N = 8), d_k = 8, "
+        "query = last row, readout c ~ N(0, I/(10 * 1.3694)^2)"
+    ),
 }
 
 
@@ -123,8 +129,10 @@ def load_data(n_train: int = N_TRAIN, seed: int = SPLIT_SEED):
     try:
         from sklearn.datasets import load_digits
     except ImportError as err:
-        raise ImportError("The 'digits' experiment needs scikit-learn, which ships the 8x8 digits "
-                          "data set: pip install \"nqf[digits]\" (or pip install scikit-learn).") from err
+        raise ImportError(
+            "The 'digits' experiment needs scikit-learn, which ships the 8x8 digits "
+            'data set: pip install "nqf[digits]" (or pip install scikit-learn).'
+        ) from err
     X, t = load_digits(return_X_y=True)
     y = np.where(t % 2 == 1, 1.0, -1.0)[:, None]
     perm = np.random.default_rng(seed).permutation(len(X))
@@ -177,24 +185,51 @@ def accuracy(F, y) -> np.ndarray:
     return np.mean(np.sign(F) == np.asarray(y)[None], axis=(1, 2))
 
 
-def run_model(name: str, eps: float, xs, y_tr, xs_te, y_te, *, steps: int, save_every: int,
-              optimizer: str = "adam", lr: float = LR, width: int | None = None, L_ls: float | None = None,
-              init_gap: bool = False) -> dict:
+def run_model(
+    name: str,
+    eps: float,
+    xs,
+    y_tr,
+    xs_te,
+    y_te,
+    *,
+    steps: int,
+    save_every: int,
+    optimizer: str = "adam",
+    lr: float = LR,
+    width: int | None = None,
+    L_ls: float | None = None,
+    init_gap: bool = False,
+) -> dict:
     """Train model `name` and its NQF from W0 = eps N(0, 1) (rng 3); the losses, test accuracies,
     the NQF's least-squares floor L_LS (computed unless given) and learning phase, the gaps
     (module docstring) and, with `init_gap`, the order of the module - NQF gap at init."""
     mod, d = build(name, width)
     W0 = eps * np.random.default_rng(3).standard_normal((mod.p, d))
     t0 = time.perf_counter()
-    r = train_pair(mod, xs, y_tr, W0, optimizer=optimizer, lr=lr, steps=steps, save_every=save_every,
-                   eval_xs=None if xs_te is None else xs_te)
+    r = train_pair(
+        mod,
+        xs,
+        y_tr,
+        W0,
+        optimizer=optimizer,
+        lr=lr,
+        steps=steps,
+        save_every=save_every,
+        eval_xs=None if xs_te is None else xs_te,
+    )
     steps_saved, Lm, Ln = r["steps"], r["loss_module"], r["loss_nqf"]
     gap = train_loss_gap(Lm, Ln)
     L_ls = least_squares_loss(mod, d, xs, y_tr) if L_ls is None else L_ls
     end = phase_end(steps_saved, Ln, L_ls, PHASE_FRAC)
     in_phase = steps_saved <= (steps_saved[-1] if end is None else end)
     res = {
-        "model": name, "eps": eps, "width": d, "p": mod.p, "optimizer": optimizer, "lr": lr,
+        "model": name,
+        "eps": eps,
+        "width": d,
+        "p": mod.p,
+        "optimizer": optimizer,
+        "lr": lr,
         "least_squares_loss": L_ls,
         "nqf_phase_end_step": end,
         "max_train_loss_gap_nqf_phase": float(gap[in_phase].max()),
@@ -209,9 +244,14 @@ def run_model(name: str, eps: float, xs, y_tr, xs_te, y_te, *, steps: int, save_
     }
     if xs_te is not None:
         acc_m, acc_n = accuracy(r["F_module_eval"], y_te), accuracy(r["F_nqf_eval"], y_te)
-        res.update({"final_test_accuracy_module": float(acc_m[-1]), "final_test_accuracy_nqf": float(acc_n[-1]),
-                    "max_test_accuracy_gap": float(np.max(np.abs(acc_m - acc_n))),
-                    "max_test_accuracy_gap_nqf_phase": float(np.max(np.abs(acc_m - acc_n)[in_phase]))})
+        res.update(
+            {
+                "final_test_accuracy_module": float(acc_m[-1]),
+                "final_test_accuracy_nqf": float(acc_n[-1]),
+                "max_test_accuracy_gap": float(np.max(np.abs(acc_m - acc_n))),
+                "max_test_accuracy_gap_nqf_phase": float(np.max(np.abs(acc_m - acc_n)[in_phase])),
+            }
+        )
         res["curve"].update({"test_accuracy_module": acc_m, "test_accuracy_nqf": acc_n})
     if init_gap:
         res["init_gap"] = init_gap_order(mod, d, xs, float(np.linalg.norm(y_tr)), eps)
@@ -222,17 +262,29 @@ def run_model(name: str, eps: float, xs, y_tr, xs_te, y_te, *, steps: int, save_
 def _claim(key: str, r: dict, setting: str) -> dict:
     """The claim "indistinguishable train loss" for one model at eps = 0.01 (revised criterion)."""
     end = r["nqf_phase_end_step"]
-    why = (f"NQF learning phase: steps 0..{end if end is not None else str(r['curve']['step'][-1]) + ' (not ended)'}"
-           f" (L_NQF <= L_LS + {PHASE_FRAC:g} L(0), L_LS = {r['least_squares_loss']:.3g}); tracking horizon "
-           f"(gap <= {GAP_BOUND:g}) step {r['tracking_horizon_step']}; whole-run gap {r['max_train_loss_gap']:.3g} "
-           f"at step {r['step_of_max_gap']}; final train loss module / NQF {r['final_train_loss_module']:.3g} / "
-           f"{r['final_train_loss_nqf']:.3g}; final test accuracy {r['final_test_accuracy_module']:.3f} / "
-           f"{r['final_test_accuracy_nqf']:.3f}")
-    return claim(f"digits {key}: indistinguishable train loss", CLAIM, SECTION,
-                 metric=("max over the NQF's learning phase (saved steps until L_NQF <= L_LS + 0.02 L(0), L_LS the "
-                         "least-squares optimum of the NQF's linear feature model) of |L_module - L_NQF| / L(0)"),
-                 value=r["max_train_loss_gap_nqf_phase"], criterion=f"<= {GAP_BOUND:g}",
-                 holds=r["max_train_loss_gap_nqf_phase"] <= GAP_BOUND, setting=setting, why=why, revised=True)
+    why = (
+        f"NQF learning phase: steps 0..{end if end is not None else str(r['curve']['step'][-1]) + ' (not ended)'}"
+        f" (L_NQF <= L_LS + {PHASE_FRAC:g} L(0), L_LS = {r['least_squares_loss']:.3g}); tracking horizon "
+        f"(gap <= {GAP_BOUND:g}) step {r['tracking_horizon_step']}; whole-run gap {r['max_train_loss_gap']:.3g} "
+        f"at step {r['step_of_max_gap']}; final train loss module / NQF {r['final_train_loss_module']:.3g} / "
+        f"{r['final_train_loss_nqf']:.3g}; final test accuracy {r['final_test_accuracy_module']:.3f} / "
+        f"{r['final_test_accuracy_nqf']:.3f}"
+    )
+    return claim(
+        f"digits {key}: indistinguishable train loss",
+        CLAIM,
+        SECTION,
+        metric=(
+            "max over the NQF's learning phase (saved steps until L_NQF <= L_LS + 0.02 L(0), L_LS the "
+            "least-squares optimum of the NQF's linear feature model) of |L_module - L_NQF| / L(0)"
+        ),
+        value=r["max_train_loss_gap_nqf_phase"],
+        criterion=f"<= {GAP_BOUND:g}",
+        holds=r["max_train_loss_gap_nqf_phase"] <= GAP_BOUND,
+        setting=setting,
+        why=why,
+        revised=True,
+    )
 
 
 def _gd_mlp(xs, y_tr, steps: int, L_ls: float) -> dict:
@@ -240,8 +292,9 @@ def _gd_mlp(xs, y_tr, steps: int, L_ls: float) -> dict:
     test whether the departure after the NQF's phase is specific to Adam; the train-loss gap
     at `GD_REPORT_STEPS` (those inside the run)."""
     save_every = 50
-    r = run_model("MLP", EPS[0], xs, y_tr, None, None, steps=steps, save_every=save_every, optimizer="gd",
-                  lr=GD_LR, L_ls=L_ls)
+    r = run_model(
+        "MLP", EPS[0], xs, y_tr, None, None, steps=steps, save_every=save_every, optimizer="gd", lr=GD_LR, L_ls=L_ls
+    )
     cur = r.pop("curve")
     gap = train_loss_gap(cur["train_loss_module"], cur["train_loss_nqf"])
     r["train_loss_gap_at_step"] = {str(s): float(gap[s // save_every]) for s in GD_REPORT_STEPS if s <= steps}
@@ -270,18 +323,42 @@ def run(out_dir, quick: bool = False, progress=None) -> dict:
         L_ls[name] = least_squares_loss(*build(name), xs, y_tr)
         for eps in EPS:
             key = f"{name} | eps={eps:g}"
-            r = results[key] = run_model(name, eps, xs, y_tr, xs_te, y_te, steps=steps, save_every=save_every,
-                                         L_ls=L_ls[name], init_gap=eps == EPS[0])
+            r = results[key] = run_model(
+                name,
+                eps,
+                xs,
+                y_tr,
+                xs_te,
+                y_te,
+                steps=steps,
+                save_every=save_every,
+                L_ls=L_ls[name],
+                init_gap=eps == EPS[0],
+            )
             if progress is not None:
-                progress(key, {"gap_nqf_phase": r["max_train_loss_gap_nqf_phase"],
-                               "test_accuracy": (r["final_test_accuracy_module"], r["final_test_accuracy_nqf"])})
+                progress(
+                    key,
+                    {
+                        "gap_nqf_phase": r["max_train_loss_gap_nqf_phase"],
+                        "test_accuracy": (r["final_test_accuracy_module"], r["final_test_accuracy_nqf"]),
+                    },
+                )
             if eps != EPS[0]:
                 continue
-            checks.append(check(f"digits {key}: module - NQF output gap at init is O(eps^4), |measured order - 4|",
-                                abs(r["init_gap"]["order"] - 4.0), ORDER_BOUND))
-            checks.append(check(f"digits {key}: NQF loss never below its least-squares optimum L_LS, "
-                                "max (L_LS - L_NQF) / L_LS",
-                                -r["nqf_loss_minus_least_squares_min"] / r["least_squares_loss"], LS_TOL))
+            checks.append(
+                check(
+                    f"digits {key}: module - NQF output gap at init is O(eps^4), |measured order - 4|",
+                    abs(r["init_gap"]["order"] - 4.0),
+                    ORDER_BOUND,
+                )
+            )
+            checks.append(
+                check(
+                    f"digits {key}: NQF loss never below its least-squares optimum L_LS, max (L_LS - L_NQF) / L_LS",
+                    -r["nqf_loss_minus_least_squares_min"] / r["least_squares_loss"],
+                    LS_TOL,
+                )
+            )
             claims.append(_claim(key, r, "package-chosen"))
     gd = _gd_mlp(model_inputs("MLP", x_tr), y_tr, GD_STEPS_QUICK if quick else GD_STEPS, L_ls["MLP"])
     if quick:
@@ -290,24 +367,53 @@ def run(out_dir, quick: bool = False, progress=None) -> dict:
         claims_w, results_w = [], {}
         for name, width in (("CNN", 50), ("attention", 32)):
             key = f"{name} | eps={EPS[0]:g} | width {width}"
-            r = run_model(name, EPS[0], model_inputs(name, x_tr), y_tr, model_inputs(name, x_te), y_te, steps=steps,
-                          save_every=save_every, width=width, L_ls=L_ls[name])
+            r = run_model(
+                name,
+                EPS[0],
+                model_inputs(name, x_tr),
+                y_tr,
+                model_inputs(name, x_te),
+                y_te,
+                steps=steps,
+                save_every=save_every,
+                width=width,
+                L_ls=L_ls[name],
+            )
             claims_w.append(_claim(key, r, "package-chosen"))
             r.pop("curve")
             results_w[key] = r
-        sens = sensitivity([{"setting": "the paper's widths on the 8x8 digits: CNN 50 channels (4x4 kernels), "
-                                        "attention d_k = 32 (10 heads)", "claims": claims_w, "results": results_w}],
-                           quick=False)
+        sens = sensitivity(
+            [
+                {
+                    "setting": "the paper's widths on the 8x8 digits: CNN 50 channels (4x4 kernels), "
+                    "attention d_k = 32 (10 heads)",
+                    "claims": claims_w,
+                    "results": results_w,
+                }
+            ],
+            quick=False,
+        )
     fig = _plot(results, quick)
     summary = {
-        "name": NAME, "title": TITLE, "quick": bool(quick),
+        "name": NAME,
+        "title": TITLE,
+        "quick": bool(quick),
         "settings": {
-            "data": ("sklearn.datasets.load_digits, y = +1 odd / -1 even, pixels gray level / 16 in [0, 1] "
-                     f"(as MNIST's), {N_TRAIN} train / {len(y_te)} test (rng {SPLIT_SEED} permutation)"),
-            "n_train": int(len(y_tr)), "n_test": int(len(y_te)),
-            "optimizer": "Adam (b1 0.9, b2 0.999, 1e-8), full batch, MSE", "lr": LR,
-            "steps": steps, "save_every": save_every, "eps": EPS, "init": "W0 ~ N(0, eps^2), rng 3",
-            "models": SETTINGS, "gap_bound": GAP_BOUND, "phase_frac": PHASE_FRAC,
+            "data": (
+                "sklearn.datasets.load_digits, y = +1 odd / -1 even, pixels gray level / 16 in [0, 1] "
+                f"(as MNIST's), {N_TRAIN} train / {len(y_te)} test (rng {SPLIT_SEED} permutation)"
+            ),
+            "n_train": int(len(y_tr)),
+            "n_test": int(len(y_te)),
+            "optimizer": "Adam (b1 0.9, b2 0.999, 1e-8), full batch, MSE",
+            "lr": LR,
+            "steps": steps,
+            "save_every": save_every,
+            "eps": EPS,
+            "init": "W0 ~ N(0, eps^2), rng 3",
+            "models": SETTINGS,
+            "gap_bound": GAP_BOUND,
+            "phase_frac": PHASE_FRAC,
             "max_train_loss_gap": "max over saved steps of |L_module - L_NQF| / L_module(0)",
             "nqf_phase_end_step": f"first saved step with L_NQF <= L_LS + {PHASE_FRAC:g} L(0)",
             "tracking_horizon_step": f"last saved step up to which the gap stayed <= {GAP_BOUND:g}",
@@ -325,13 +431,21 @@ def run(out_dir, quick: bool = False, progress=None) -> dict:
 
 
 CHOSEN_SETTINGS = {
-    "data": chosen("sklearn 8x8 digits, 1200 train / 597 test, odd vs even, pixels / 16 in [0, 1]",
-                   "MNIST, 4000 samples (28 x 28)", "nothing can be downloaded at run time; scikit-learn ships it"),
-    "cnn": chosen("20 channels, 4x4 kernels", "50 channels, 15x15 kernels on 28x28",
-                  "kernel ~ half the image as in the paper; 20 channels keep the run ~1 min (sensitivity: 50)"),
-    "attention": chosen("tokens = 8 rows (D = 8), d_k = 8, 10 heads, readout c ~ N(0, I/(10 * 1.3694)^2)",
-                        "28 tokens of dimension 28, d_k = 32, 10 heads, \"a fixed readout vector\"",
-                        "the rows of an 8x8 image; output range of the heads O(1) (sensitivity: d_k = 32)"),
+    "data": chosen(
+        "sklearn 8x8 digits, 1200 train / 597 test, odd vs even, pixels / 16 in [0, 1]",
+        "MNIST, 4000 samples (28 x 28)",
+        "nothing can be downloaded at run time; scikit-learn ships it",
+    ),
+    "cnn": chosen(
+        "20 channels, 4x4 kernels",
+        "50 channels, 15x15 kernels on 28x28",
+        "kernel ~ half the image as in the paper; 20 channels keep the run ~1 min (sensitivity: 50)",
+    ),
+    "attention": chosen(
+        "tokens = 8 rows (D = 8), d_k = 8, 10 heads, readout c ~ N(0, I/(10 * 1.3694)^2)",
+        '28 tokens of dimension 28, d_k = 32, 10 heads, "a fixed readout vector"',
+        "the rows of an 8x8 image; output range of the heads O(1) (sensitivity: d_k = 32)",
+    ),
     "steps": chosen(1000, "not stated", "past the MLP's and CNN's NQF learning phases"),
     "eps_contrast": chosen(0.1, "only eps = 0.01", "a larger init for contrast (no claim)"),
     "gd_mlp": chosen({"lr": GD_LR, "steps": GD_STEPS}, "Adam only", "issue 15: is the departure specific to Adam?"),
@@ -348,27 +462,42 @@ def _plot(results, quick):
             r = results[f"{name} | eps={eps:g}"]
             c = r["curve"]
             nqf_color = "k" if i == 0 else COLORS[i]
-            axes[0, j].semilogy(c["step"], c["train_loss_module"], color=COLORS[i], lw=1.8,
-                                label=f"module, $\\epsilon={eps:g}$")
-            axes[0, j].semilogy(c["step"], c["train_loss_nqf"], color=nqf_color, lw=1.0, ls="--",
-                                label=f"NQF, $\\epsilon={eps:g}$")
-            axes[1, j].plot(c["step"], c["test_accuracy_module"], color=COLORS[i], lw=1.8,
-                            label=f"module, $\\epsilon={eps:g}$")
-            axes[1, j].plot(c["step"], c["test_accuracy_nqf"], color=nqf_color, lw=1.0, ls="--",
-                            label=f"NQF, $\\epsilon={eps:g}$")
+            axes[0, j].semilogy(
+                c["step"], c["train_loss_module"], color=COLORS[i], lw=1.8, label=f"module, $\\epsilon={eps:g}$"
+            )
+            axes[0, j].semilogy(
+                c["step"], c["train_loss_nqf"], color=nqf_color, lw=1.0, ls="--", label=f"NQF, $\\epsilon={eps:g}$"
+            )
+            axes[1, j].plot(
+                c["step"], c["test_accuracy_module"], color=COLORS[i], lw=1.8, label=f"module, $\\epsilon={eps:g}$"
+            )
+            axes[1, j].plot(
+                c["step"], c["test_accuracy_nqf"], color=nqf_color, lw=1.0, ls="--", label=f"NQF, $\\epsilon={eps:g}$"
+            )
             if i == 0:
-                axes[0, j].axhline(r["least_squares_loss"], color="0.5", lw=0.8, ls=":",
-                                   label="NQF least-squares optimum $L_{LS}$")
+                axes[0, j].axhline(
+                    r["least_squares_loss"], color="0.5", lw=0.8, ls=":", label="NQF least-squares optimum $L_{LS}$"
+                )
                 if r["nqf_phase_end_step"] is not None:
                     for ax in axes[:, j]:
-                        ax.axvline(r["nqf_phase_end_step"], color="k", lw=0.8, ls=":",
-                                   label="end of the NQF's learning phase" if ax is axes[0, j] else None)
-                axes[0, j].set_title(f"{name}: gap over the NQF's phase {r['max_train_loss_gap_nqf_phase']:.3f}, "
-                                     f"whole run {r['max_train_loss_gap']:.3f} ($\\epsilon = {eps:g}$)", fontsize=9)
+                        ax.axvline(
+                            r["nqf_phase_end_step"],
+                            color="k",
+                            lw=0.8,
+                            ls=":",
+                            label="end of the NQF's learning phase" if ax is axes[0, j] else None,
+                        )
+                axes[0, j].set_title(
+                    f"{name}: gap over the NQF's phase {r['max_train_loss_gap_nqf_phase']:.3f}, "
+                    f"whole run {r['max_train_loss_gap']:.3f} ($\\epsilon = {eps:g}$)",
+                    fontsize=9,
+                )
         axes[0, j].set_ylabel("train MSE")
         axes[1, j].set_ylabel("test accuracy")
         axes[1, j].set_xlabel("Adam step")
         axes[0, j].legend(fontsize=7)
-    fig.suptitle("8x8 digits, odd vs even: module (solid) vs its NQF (dashed), Adam lr 1e-3 full batch"
-                 + (" [quick]" if quick else ""))
+    fig.suptitle(
+        "8x8 digits, odd vs even: module (solid) vs its NQF (dashed), Adam lr 1e-3 full batch"
+        + (" [quick]" if quick else "")
+    )
     return fig

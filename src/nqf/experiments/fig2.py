@@ -115,8 +115,12 @@ QK_PREDICTED_ERROR = 0.01
 QK_TOKEN_SCALE = float(np.sqrt(np.sqrt(2.0) * QK_PREDICTED_ERROR * D_ATT / np.linalg.norm(S_TEACHER)))
 # The package's input scales: std of one input entry (MLP x_j, CNN pixel, attention token entry). A
 # neuron's input vector (MLP x, CNN 4 x 5 patch, MHA token) has norm ~1; QK tokens norm beta.
-INPUT_STD = {"MLP": 1 / np.sqrt(20.0), "CNN": 1 / np.sqrt(20.0), "QK attention": QK_TOKEN_SCALE / np.sqrt(D_ATT),
-             "MHA": 1 / np.sqrt(D_ATT)}
+INPUT_STD = {
+    "MLP": 1 / np.sqrt(20.0),
+    "CNN": 1 / np.sqrt(20.0),
+    "QK attention": QK_TOKEN_SCALE / np.sqrt(D_ATT),
+    "MHA": 1 / np.sqrt(D_ATT),
+}
 # The sensitivity rows (full run): the literal reading of "Gaussian inputs" (every entry N(0, 1)) and
 # unit-norm QK tokens (the package's rule for every other module, beta = 1).
 STANDARD_STD = dict.fromkeys(MODULE_NAMES, 1.0)
@@ -191,8 +195,9 @@ def _patches(X):
     """CNN patches x_P (m, n_patches, kh kw) of single-channel images X (m, H, W), stride 1."""
     kh, kw = CNN_KERNEL
     H, W = X.shape[1:]
-    return np.stack([X[:, i:i + kh, j:j + kw].reshape(len(X), -1)
-                     for i in range(H - kh + 1) for j in range(W - kw + 1)], axis=1)
+    return np.stack(
+        [X[:, i : i + kh, j : j + kw].reshape(len(X), -1) for i in range(H - kh + 1) for j in range(W - kw + 1)], axis=1
+    )
 
 
 def _rms(a) -> float:
@@ -233,19 +238,33 @@ def neglected_term_scales(name: str, mod, W0, xs, T) -> dict:
         xq, X = xs
         n = mod.d_k * mod.D
         Qs = np.stack([np.asarray(unvec(W0[:n, i], mod.d_k, mod.D)) for i in range(W0.shape[1])])
-        Ks = np.stack([np.asarray(unvec(W0[n:2 * n, i], mod.d_k, mod.D)) for i in range(W0.shape[1])])
+        Ks = np.stack([np.asarray(unvec(W0[n : 2 * n, i], mod.d_k, mod.D)) for i in range(W0.shape[1])])
         quantity = "Q/K logits of every head (rms); absent from the teacher's realization"
         init = _rms(np.einsum("hqa,ma,hqb,mbn->mhn", Qs, xq, Ks, X) / np.sqrt(mod.d_k))
         learned = 0.0
-    return {"quantity": quantity, "init": init, "learned": learned,
-            "ratio": init / learned if learned > 0 else float("inf")}
+    return {
+        "quantity": quantity,
+        "init": init,
+        "learned": learned,
+        "ratio": init / learned if learned > 0 else float("inf"),
+    }
 
 
 # ------------------------------------------------------------------------------------------
 # runs
 # ------------------------------------------------------------------------------------------
-def run_module(name: str, n: int, steps: int, save_every: int, *, input_std: float | None = None,
-               sigmas=SIGMAS, optimizers=OPTIMIZERS, progress=None, tag: str = "") -> tuple[dict, dict, dict]:
+def run_module(
+    name: str,
+    n: int,
+    steps: int,
+    save_every: int,
+    *,
+    input_std: float | None = None,
+    sigmas=SIGMAS,
+    optimizers=OPTIMIZERS,
+    progress=None,
+    tag: str = "",
+) -> tuple[dict, dict, dict]:
     """Train module `name` and its NQF from W0 = sigma N(0, 1) (rng 3) for every sigma and
     optimizer. Returns (results keyed "name | opt | sigma=s", curves for the plot, setup dict with
     the neglected-term scales per sigma and the init-gap order)."""
@@ -266,7 +285,12 @@ def run_module(name: str, n: int, steps: int, save_every: int, *, input_std: flo
             sv_gap = np.max(np.abs(sv_m - sv_n), axis=1)  # (n_saves,), max over k
             key = f"{name} | {opt} | sigma={sigma:g}"
             results[key] = {
-                "module": name, "optimizer": opt, "sigma": sigma, "lr": lr, "width": d, "p": mod.p,
+                "module": name,
+                "optimizer": opt,
+                "sigma": sigma,
+                "lr": lr,
+                "width": d,
+                "p": mod.p,
                 "input_std": INPUT_STD[name] if input_std is None else input_std,
                 "sv_gap": float(sv_gap.max()),
                 "step_of_max_sv_gap": int(r["steps"][np.argmax(sv_gap)]),
@@ -296,29 +320,56 @@ def _claims(results: dict, setups: dict, setting: str, label: str = "") -> list:
         common = dict(section=SECTION, setting=setting, revised=True)
         tag = f"fig2 {label}{name} {opt}"
         if sigma == SIGMAS[0]:
-            why = (f"output deviation |F_module - F_NQF| / |y - f0| max {r['max_rel_deviation']:.3g}; "
-                   f"final recovered s_hat/s module {np.round(r['final_recovered_sv_module'], 3).tolist()}")
-            out.append(claim(
-                f"{tag} sigma={sigma:g}: tracks", CLAIM_TRACK, metric=(
-                    "gap = max over saved steps and k = 1..4 of |s_hat_k(module) - s_hat_k(NQF)| / s_k "
-                    "(recovered singular values of the effective map, the plotted quantity)"),
-                value=r["sv_gap"], criterion=f"<= {TRACK_BOUND:g}", holds=r["sv_gap"] <= TRACK_BOUND,
-                why=why, **common))
+            why = (
+                f"output deviation |F_module - F_NQF| / |y - f0| max {r['max_rel_deviation']:.3g}; "
+                f"final recovered s_hat/s module {np.round(r['final_recovered_sv_module'], 3).tolist()}"
+            )
+            out.append(
+                claim(
+                    f"{tag} sigma={sigma:g}: tracks",
+                    CLAIM_TRACK,
+                    metric=(
+                        "gap = max over saved steps and k = 1..4 of |s_hat_k(module) - s_hat_k(NQF)| / s_k "
+                        "(recovered singular values of the effective map, the plotted quantity)"
+                    ),
+                    value=r["sv_gap"],
+                    criterion=f"<= {TRACK_BOUND:g}",
+                    holds=r["sv_gap"] <= TRACK_BOUND,
+                    why=why,
+                    **common,
+                )
+            )
         else:
             neg = setups[name]["neglected_term"][f"{sigma:g}"]
             expected = not neg["ratio"] < 1.0
-            why = (f"init / learned scale of the neglected term ({neg['quantity']}) = "
-                   f"{neg['init']:.3g} / {neg['learned']:.3g} = {neg['ratio']:.3g}"
-                   + ("" if expected else " < 1: the learned weights, not the init, set how far the module is "
-                      "from its NQF, as at sigma = 0.01, so no departure is expected")
-                   + f"; output deviation after step 0 max {r['max_rel_deviation_after_step0']:.3g} "
-                   f"(with step 0: {r['max_rel_deviation']:.3g}, max at step {r['step_of_max_rel_deviation']})")
-            out.append(claim(
-                f"{tag} sigma={sigma:g}: departs", CLAIM_DEPART, metric=(
-                    "gap = max over saved steps and k of |s_hat_k(module) - s_hat_k(NQF)| / s_k (same as the "
-                    "tracking claim; identical at step 0, where both share W0)"),
-                value=r["sv_gap"], criterion=f">= {DEPART_BOUND:g}", holds=r["sv_gap"] >= DEPART_BOUND,
-                expected=expected, why=why, **common))
+            why = (
+                f"init / learned scale of the neglected term ({neg['quantity']}) = "
+                f"{neg['init']:.3g} / {neg['learned']:.3g} = {neg['ratio']:.3g}"
+                + (
+                    ""
+                    if expected
+                    else " < 1: the learned weights, not the init, set how far the module is "
+                    "from its NQF, as at sigma = 0.01, so no departure is expected"
+                )
+                + f"; output deviation after step 0 max {r['max_rel_deviation_after_step0']:.3g} "
+                f"(with step 0: {r['max_rel_deviation']:.3g}, max at step {r['step_of_max_rel_deviation']})"
+            )
+            out.append(
+                claim(
+                    f"{tag} sigma={sigma:g}: departs",
+                    CLAIM_DEPART,
+                    metric=(
+                        "gap = max over saved steps and k of |s_hat_k(module) - s_hat_k(NQF)| / s_k (same as the "
+                        "tracking claim; identical at step 0, where both share W0)"
+                    ),
+                    value=r["sv_gap"],
+                    criterion=f">= {DEPART_BOUND:g}",
+                    holds=r["sv_gap"] >= DEPART_BOUND,
+                    expected=expected,
+                    why=why,
+                    **common,
+                )
+            )
     return out
 
 
@@ -343,39 +394,62 @@ def run(out_dir, quick: bool = False, progress=None) -> dict:
         r, c, setups[name] = run_module(name, n, steps, save_every, progress=progress)
         results.update(r)
         curves.update(c)
-    checks = [check(f"fig2 {name}: module - NQF output gap at init is O(sigma^4) (Theorem 1 remainder), "
-                    f"|measured order - 4| at sigma = {SIGMAS[0]:g}", abs(setups[name]["init_gap"]["order"] - 4.0),
-                    ORDER_BOUND) for name in MODULE_NAMES]
+    checks = [
+        check(
+            f"fig2 {name}: module - NQF output gap at init is O(sigma^4) (Theorem 1 remainder), "
+            f"|measured order - 4| at sigma = {SIGMAS[0]:g}",
+            abs(setups[name]["init_gap"]["order"] - 4.0),
+            ORDER_BOUND,
+        )
+        for name in MODULE_NAMES
+    ]
     claims = _claims(results, setups, "package-chosen")
     if quick:
         sens = sensitivity(quick=True)
     else:
         rows = []
         for label, stds, desc, setting in (
-                ("std-normal ", STANDARD_STD, "standard-normal inputs (every input entry N(0, 1))", "paper"),
-                ("QK unit-norm ", QK_UNIT_STD, "unit-norm QK tokens (beta = 1)", "package-chosen")):
+            ("std-normal ", STANDARD_STD, "standard-normal inputs (every input entry N(0, 1))", "paper"),
+            ("QK unit-norm ", QK_UNIT_STD, "unit-norm QK tokens (beta = 1)", "package-chosen"),
+        ):
             res, sets = {}, {}
             for name, std in stds.items():
-                r, _, sets[name] = run_module(name, n, steps, save_every, input_std=std, progress=progress,
-                                              tag=label)
+                r, _, sets[name] = run_module(name, n, steps, save_every, input_std=std, progress=progress, tag=label)
                 res.update(r)
-            rows.append({"setting": desc, "input_std": stds, "claims": _claims(res, sets, setting, label),
-                         "results": res, "setup": sets})
+            rows.append(
+                {
+                    "setting": desc,
+                    "input_std": stds,
+                    "claims": _claims(res, sets, setting, label),
+                    "results": res,
+                    "setup": sets,
+                }
+            )
         sens = sensitivity(rows, quick=False)
     fig = _plot(curves, results, quick)
     summary = {
-        "name": NAME, "title": TITLE, "quick": bool(quick),
+        "name": NAME,
+        "title": TITLE,
+        "quick": bool(quick),
         "settings": {
-            "n_train": n, "steps": steps, "save_every": save_every, "outputs": K_OUT,
-            "teacher_singular_values": S_TEACHER, "sigmas": SIGMAS, "lr": LR,
-            "qk_token_scale": QK_TOKEN_SCALE, "input_std": INPUT_STD,
+            "n_train": n,
+            "steps": steps,
+            "save_every": save_every,
+            "outputs": K_OUT,
+            "teacher_singular_values": S_TEACHER,
+            "sigmas": SIGMAS,
+            "lr": LR,
+            "qk_token_scale": QK_TOKEN_SCALE,
+            "input_std": INPUT_STD,
             "sv_gap": "max over steps, k of |s_hat_k(E_module) - s_hat_k(E_NQF)| / s_k (teacher)",
             "deviation": "max over saved steps of |F_module - F_NQF|_F / |y - f0|_F (training set)",
             "modules": {
                 "MLP": "20 -> 64 tanh -> 8, no bias, x ~ N(0, I/20)",
                 "CNN": "5x7 input (pixels N(0, 1/20)), 64 kernels 4x5, stride 1, no padding, sum pool, tanh",
-                "QK attention": (f"single head, D=20, d_k=8 (neurons = rows of W^Q, W^K), N=16, tokens "
-                                 f"N(0, beta^2 I/20), beta^2 = {QK_TOKEN_SCALE**2:.4f}, c ~ N(0, 20 / beta^4)"),
+                "QK attention": (
+                    f"single head, D=20, d_k=8 (neurons = rows of W^Q, W^K), N=16, tokens "
+                    f"N(0, beta^2 I/20), beta^2 = {QK_TOKEN_SCALE**2:.4f}, c ~ N(0, 20 / beta^4)"
+                ),
                 "MHA": "4 heads, D=20, d_k=8, d_v=20, N=16, tokens N(0, I/20)",
             },
         },
@@ -393,24 +467,32 @@ def run(out_dir, quick: bool = False, progress=None) -> dict:
 CHOSEN_SETTINGS = {
     "input_scale": chosen(
         {"MLP": "x ~ N(0, I/20)", "CNN": "pixels N(0, 1/20)", "MHA": "tokens N(0, I/20)"},
-        "\"The input is chosen to be Gaussian\" (scale not stated)",
+        '"The input is chosen to be Gaussian" (scale not stated)',
         "every neuron's input vector (MLP x, CNN 4x5 patch, MHA token) has norm ~1; the claims hold or fail "
-        "at the package's chosen scale (sensitivity: standard-normal inputs)"),
+        "at the package's chosen scale (sensitivity: standard-normal inputs)",
+    ),
     "qk_token_scale": chosen(
         f"tokens N(0, beta^2 I/20), beta^2 = {QK_TOKEN_SCALE**2:.4f}",
         "not stated",
         "the softmax's second order, neglected by the NQF, is l*/sqrt(2) ~ 1% of the output at the teacher's "
-        "rms logit l* = beta^2 |s| / D (sensitivity: unit-norm tokens, beta = 1)"),
+        "rms logit l* = beta^2 |s| / D (sensitivity: unit-norm tokens, beta = 1)",
+    ),
     "qk_readout": chosen("c ~ N(0, D / beta^4) (20 x 8)", "not stated", "keeps |u_o| = |Sigma_X c_o| ~ 1"),
-    "learning_rates": chosen(LR, "\"Learning rates differ in each setting\" (values not stated)",
-                             "GD / momentum rates divided by the NQF feature variance (NQF trajectory independent "
-                             "of the input scale); Adam 0.01"),
+    "learning_rates": chosen(
+        LR,
+        '"Learning rates differ in each setting" (values not stated)',
+        "GD / momentum rates divided by the NQF feature variance (NQF trajectory independent "
+        "of the input scale); Adam 0.01",
+    ),
     "steps": chosen(600, "not stated", "every NQF has recovered its 4 singular values by then at sigma = 0.01"),
-    "teacher": chosen("T = P diag(1, 1/2, 1/4, 1/8) Q^T on each module's own NQF features (P, Q random "
-                      "orthonormal, rng 2)", "\"a low-rank NQF\" with these singular values",
-                      "the labels are exactly realizable by the NQF"),
-    "W0": chosen("sigma N(0, 1), rng 3, shared by module and NQF", "Gaussian initialization with scale sigma",
-                 "as stated"),
+    "teacher": chosen(
+        "T = P diag(1, 1/2, 1/4, 1/8) Q^T on each module's own NQF features (P, Q random orthonormal, rng 2)",
+        '"a low-rank NQF" with these singular values',
+        "the labels are exactly realizable by the NQF",
+    ),
+    "W0": chosen(
+        "sigma N(0, 1), rng 3, shared by module and NQF", "Gaussian initialization with scale sigma", "as stated"
+    ),
 }
 
 
@@ -426,10 +508,13 @@ def _plot(curves, results, quick):
                 key = f"{name} | {opt} | sigma={sigma:g}"
                 steps, sm, sn = curves[key]
                 for k in range(4):
-                    ax.plot(steps, sm[:, k], color=COLORS[k], lw=1.6, label=f"$k={k + 1}$" if (i, j) == (0, 0) else None)
-                    ax.plot(steps, sn[:, k], color="k", lw=1.0, ls="--", label="NQF" if (i, j, k) == (0, 0, 0) else None)
-                ax.text(0.97, 0.04, f"gap {results[key]['sv_gap']:.3f}", transform=ax.transAxes, ha="right",
-                        fontsize=7)
+                    ax.plot(
+                        steps, sm[:, k], color=COLORS[k], lw=1.6, label=f"$k={k + 1}$" if (i, j) == (0, 0) else None
+                    )
+                    ax.plot(
+                        steps, sn[:, k], color="k", lw=1.0, ls="--", label="NQF" if (i, j, k) == (0, 0, 0) else None
+                    )
+                ax.text(0.97, 0.04, f"gap {results[key]['sv_gap']:.3f}", transform=ax.transAxes, ha="right", fontsize=7)
                 ax.set_ylim(-0.05, 1.4)
                 if i == 0:
                     ax.set_title(f"{name}, $\\sigma={sigma:g}$", fontsize=9)
@@ -439,8 +524,9 @@ def _plot(curves, results, quick):
                     ax.set_xlabel("step")
                 ax.tick_params(labelsize=7)
     axes[0, 0].legend(fontsize=7, loc="lower right")
-    fig.suptitle("Module (color) vs its NQF (black dashed): recovered singular values $\\hat s_k / s_k$; gap = max "
-                 "over steps and k of $|\\hat s_k^{module} - \\hat s_k^{NQF}| / s_k$; left: $\\sigma = 0.01$ "
-                 "(tracks if gap $\\leq$ 0.05), right: $\\sigma = 0.2$ (departs if $\\geq$ 0.1)"
-                 + (" [quick]" if quick else ""))
+    fig.suptitle(
+        "Module (color) vs its NQF (black dashed): recovered singular values $\\hat s_k / s_k$; gap = max "
+        "over steps and k of $|\\hat s_k^{module} - \\hat s_k^{NQF}| / s_k$; left: $\\sigma = 0.01$ "
+        "(tracks if gap $\\leq$ 0.05), right: $\\sigma = 0.2$ (departs if $\\geq$ 0.1)" + (" [quick]" if quick else "")
+    )
     return fig

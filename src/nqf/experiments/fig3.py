@@ -141,16 +141,24 @@ def run(out_dir, quick: bool = False) -> dict:
 
     m, s = base["summary"], small["summary"]
     r, C = theorem6_rates(data)
-    checks = [check("fig3 eps=1e-5: flow vs Theorem 6, max rel error of z over t in [0, 250]",
-                    m["max_rel_error_vs_oracle"], ORACLE_BOUND)]
+    checks = [
+        check(
+            "fig3 eps=1e-5: flow vs Theorem 6, max rel error of z over t in [0, 250]",
+            m["max_rel_error_vs_oracle"],
+            ORACLE_BOUND,
+        )
+    ]
     for k, e in enumerate(m["ignition_times"]["rel_error"]):
-        checks.append(check(f"fig3 eps=1e-5: ignition time t*_{k + 1} measured vs E19, rel error",
-                            e, IGNITION_BOUND))
-    checks.append(check("fig3 eps=1e-12: flow vs Theorem 6, max rel error of z over t in [0, 600]",
-                        s["max_rel_error_vs_oracle"], ORACLE_BOUND))
+        checks.append(check(f"fig3 eps=1e-5: ignition time t*_{k + 1} measured vs E19, rel error", e, IGNITION_BOUND))
+    checks.append(
+        check(
+            "fig3 eps=1e-12: flow vs Theorem 6, max rel error of z over t in [0, 600]",
+            s["max_rel_error_vs_oracle"],
+            ORACLE_BOUND,
+        )
+    )
     for k, e in enumerate(s["ignition_times"]["rel_error"]):
-        checks.append(check(f"fig3 eps=1e-12: ignition time t*_{k + 1} measured vs E19, rel error",
-                            e, IGNITION_BOUND))
+        checks.append(check(f"fig3 eps=1e-12: ignition time t*_{k + 1} measured vs E19, rel error", e, IGNITION_BOUND))
     checks.append(check("fig3 eps=1e-5: GD (lr 0.01) vs flow, max rel deviation of z", gd_dev, GD_BOUND))
 
     # The paper's timescale t*_k = (1/r_k) ln(r_k / (C_kk eps)) against GD's half-saturation times.
@@ -158,19 +166,33 @@ def run(out_dir, quick: bool = False) -> dict:
     t_gd_half = crossing_times(t_gd, z_gd, 0.5 * np.asarray(sol.z_inf))
     rel_gd_tstar = np.abs(t_gd_half - t_paper) / t_paper
     claims = [
-        claim("fig3: GD trajectories match Theorem 6", "The numerical trajectories [GD] match the predictions of "
-              "Theorem 6.", SECTION, metric="max over GD's saved steps and k of |z_k(GD) / z_k(Theorem 6) - 1| "
-              "(lr 0.01, t = lr * steps)", value=gd_dev, criterion=f"<= {GD_BOUND:g}", holds=gd_dev <= GD_BOUND,
-              setting="paper", why=("GD is a first-order discretization of the flow (the flow matches Theorem 6 "
-                                    f"to {m['max_rel_error_vs_oracle']:.1e}): ln z_k lags by ~lr r_k^2 t / 4")),
-        claim("fig3: loss drops align with t*_k", "Each sharp drop in the loss aligns with t*_k = (1/r_k) "
-              "ln(r_k / (C_kk eps)), where each feature reaches half-saturation.", SECTION,
-              metric="max over k of |t_k(GD) - t*_k| / t*_k, t_k(GD) the time GD's z_k reaches z_k(inf)/2 "
-                     "(interpolated between saved steps)",
-              value=float(np.max(rel_gd_tstar)), criterion=f"<= {GD_BOUND:g}",
-              holds=bool(np.max(rel_gd_tstar) <= GD_BOUND), setting="paper",
-              why=(f"GD half-saturation times {np.round(t_gd_half, 2).tolist()} vs t*_k "
-                   f"{np.round(t_paper, 2).tolist()}")),
+        claim(
+            "fig3: GD trajectories match Theorem 6",
+            "The numerical trajectories [GD] match the predictions of Theorem 6.",
+            SECTION,
+            metric="max over GD's saved steps and k of |z_k(GD) / z_k(Theorem 6) - 1| (lr 0.01, t = lr * steps)",
+            value=gd_dev,
+            criterion=f"<= {GD_BOUND:g}",
+            holds=gd_dev <= GD_BOUND,
+            setting="paper",
+            why=(
+                "GD is a first-order discretization of the flow (the flow matches Theorem 6 "
+                f"to {m['max_rel_error_vs_oracle']:.1e}): ln z_k lags by ~lr r_k^2 t / 4"
+            ),
+        ),
+        claim(
+            "fig3: loss drops align with t*_k",
+            "Each sharp drop in the loss aligns with t*_k = (1/r_k) "
+            "ln(r_k / (C_kk eps)), where each feature reaches half-saturation.",
+            SECTION,
+            metric="max over k of |t_k(GD) - t*_k| / t*_k, t_k(GD) the time GD's z_k reaches z_k(inf)/2 "
+            "(interpolated between saved steps)",
+            value=float(np.max(rel_gd_tstar)),
+            criterion=f"<= {GD_BOUND:g}",
+            holds=bool(np.max(rel_gd_tstar) <= GD_BOUND),
+            setting="paper",
+            why=(f"GD half-saturation times {np.round(t_gd_half, 2).tolist()} vs t*_k {np.round(t_paper, 2).tolist()}"),
+        ),
     ]
     fig = _plot(data, sol, oracle, small, t_gd, z_gd, E_gd, m["ignition_times"]["predicted"], quick)
     summary = {
@@ -178,9 +200,16 @@ def run(out_dir, quick: bool = False) -> dict:
         "title": TITLE,
         "quick": bool(quick),
         "settings": {
-            "m": data.m, "p": data.p, "eps": EPS, "t1": T1, "n_times": n_times,
-            "W0": "sqrt(eps) I", "r": r, "C": C,
-            "solver": "tsit5 (GLV form, log z)", "rtol": RTOL,
+            "m": data.m,
+            "p": data.p,
+            "eps": EPS,
+            "t1": T1,
+            "n_times": n_times,
+            "W0": "sqrt(eps) I",
+            "r": r,
+            "C": C,
+            "solver": "tsit5 (GLV form, log z)",
+            "rtol": RTOL,
             "gd": {"lr": LR, "steps": gd_steps, "save_every": save_every, "time": "t = lr * steps"},
             "ignition_rho": 0.5,
         },
@@ -190,14 +219,19 @@ def run(out_dir, quick: bool = False) -> dict:
         "solver_stats": m["solver_stats"],
         "eps_1e-12": {k: v for k, v in s.items() if k != "wall_time_s"},
         "wall_time_s": {
-            "flow_eps_1e-5": m["wall_time_s"], "flow_eps_1e-12": s["wall_time_s"], "gd": gd_wall,
+            "flow_eps_1e-5": m["wall_time_s"],
+            "flow_eps_1e-12": s["wall_time_s"],
+            "gd": gd_wall,
             "total": time.perf_counter() - t_start,
         },
         "gd_half_saturation_times": {"measured": t_gd_half, "paper_formula": t_paper, "rel_error": rel_gd_tstar},
         "chosen_settings": {
-            "A_mu": chosen("diagonals = columns of a random 5 x 5 orthogonal matrix (nqf.datasets.fig3_data, fixed "
-                           "seed), scaled so that C_kk = 1", "a random orthogonal matrix (seed not stated)",
-                           "any orthogonal matrix satisfies Theorem 6; r and C are as stated"),
+            "A_mu": chosen(
+                "diagonals = columns of a random 5 x 5 orthogonal matrix (nqf.datasets.fig3_data, fixed "
+                "seed), scaled so that C_kk = 1",
+                "a random orthogonal matrix (seed not stated)",
+                "any orthogonal matrix satisfies Theorem 6; r and C are as stated",
+            ),
             "t1": chosen(T1, "not stated", "past the last ignition (t*_5 = 139.8)"),
             "eps_1e-12": chosen(EPS_SMALL, "only eps = 1e-5", "a package check of the solver at a smaller init"),
         },
@@ -220,10 +254,18 @@ def _plot(data, sol, oracle, small, t_gd, z_gd, E_gd, t_pred, quick):
     for k in range(p):
         c = COLORS[k % len(COLORS)]
         ax_z.plot(sol.ts, sol.z[:, k], color=c, lw=1.8, label=f"$z_{k + 1}$ flow")
-        ax_z.plot(oracle.ts, oracle.z[:, k], color="k", lw=0.9, ls="--",
-                  label="Theorem 6" if k == 0 else None)
-        ax_z.plot(t_gd[mark], z_gd[mark, k], ls="none", marker="o", ms=3.5, mfc="none", mec=c,
-                  mew=0.9, label="GD (lr 0.01)" if k == 0 else None)
+        ax_z.plot(oracle.ts, oracle.z[:, k], color="k", lw=0.9, ls="--", label="Theorem 6" if k == 0 else None)
+        ax_z.plot(
+            t_gd[mark],
+            z_gd[mark, k],
+            ls="none",
+            marker="o",
+            ms=3.5,
+            mfc="none",
+            mec=c,
+            mew=0.9,
+            label="GD (lr 0.01)" if k == 0 else None,
+        )
     ax_z.set_xlabel("gradient-flow time $t$ (= lr $\\times$ steps)")
     ax_z.set_ylabel("eigenvalues $z_k$ of $WW^\\top$")
     ax_z.set_title("Mode strengths ($\\epsilon = 10^{-5}$)")
@@ -234,11 +276,13 @@ def _plot(data, sol, oracle, small, t_gd, z_gd, E_gd, t_pred, quick):
     ax_e.semilogy(sol.ts, E, color="k", lw=1.8, label="flow")
     E_or = data_excess_loss(sol, oracle.z)
     ax_e.semilogy(oracle.ts, E_or, color="tab:orange", lw=1.0, ls="--", label="Theorem 6")
-    ax_e.semilogy(t_gd[mark], E_gd[mark], ls="none", marker="o", ms=3.5, mfc="none", mec="tab:blue",
-                  mew=0.9, label="GD (lr 0.01)")
+    ax_e.semilogy(
+        t_gd[mark], E_gd[mark], ls="none", marker="o", ms=3.5, mfc="none", mec="tab:blue", mew=0.9, label="GD (lr 0.01)"
+    )
     for k, t in enumerate(t_pred):
-        ax_e.axvline(t, color=COLORS[k % len(COLORS)], ls=":", lw=1.2,
-                     label="predicted $t^*_k$ (E19)" if k == 0 else None)
+        ax_e.axvline(
+            t, color=COLORS[k % len(COLORS)], ls=":", lw=1.2, label="predicted $t^*_k$ (E19)" if k == 0 else None
+        )
     ax_e.set_xlabel("gradient-flow time $t$")
     ax_e.set_ylabel("excess loss $L(t) - L(\\infty)$")
     ax_e.set_title("Excess loss: sequential plateaus")
@@ -249,12 +293,18 @@ def _plot(data, sol, oracle, small, t_gd, z_gd, E_gd, t_pred, quick):
     tiny = np.finfo(float).tiny
     for k in range(p):
         rel = np.abs(sol.z[:, k] / oracle.z[:, k] - 1.0)
-        ax_r.semilogy(sol.ts[1:], np.maximum(rel[1:], tiny), color=COLORS[k % len(COLORS)], lw=0.9,
-                      label=f"$k={k + 1}$, $\\epsilon=10^{{-5}}$")
+        ax_r.semilogy(
+            sol.ts[1:],
+            np.maximum(rel[1:], tiny),
+            color=COLORS[k % len(COLORS)],
+            lw=0.9,
+            label=f"$k={k + 1}$, $\\epsilon=10^{{-5}}$",
+        )
     s_sol, s_or = small["sol"], small["oracle"]
     rel_s = np.abs(s_sol.z / s_or.z - 1.0).max(axis=1)
-    ax_r.semilogy(s_sol.ts[1:], np.maximum(rel_s[1:], tiny), color="k", lw=0.7, alpha=0.6,
-                  label="max$_k$, $\\epsilon=10^{-12}$")
+    ax_r.semilogy(
+        s_sol.ts[1:], np.maximum(rel_s[1:], tiny), color="k", lw=0.7, alpha=0.6, label="max$_k$, $\\epsilon=10^{-12}$"
+    )
     ax_r.axhline(ORACLE_BOUND, color="r", ls="--", lw=1.0, label="bound $10^{-8}$")
     ax_r.set_xlabel("gradient-flow time $t$")
     ax_r.set_ylabel("$|z_k^{\\rm flow} / z_k^{\\rm Thm 6} - 1|$")
@@ -262,6 +312,9 @@ def _plot(data, sol, oracle, small, t_gd, z_gd, E_gd, t_pred, quick):
     ax_r.set_xlim(0, s_sol.ts[-1])
     ax_r.set_ylim(1e-17, 1e-6)
     ax_r.legend(fontsize=6.5, loc="upper left", ncol=2)
-    fig.suptitle("NQF sudden learning (paper Fig. 3 left/middle): m = p = 5, $W_0=\\sqrt{\\epsilon} I$"
-                 + (" [quick]" if quick else ""), fontsize=11)
+    fig.suptitle(
+        "NQF sudden learning (paper Fig. 3 left/middle): m = p = 5, $W_0=\\sqrt{\\epsilon} I$"
+        + (" [quick]" if quick else ""),
+        fontsize=11,
+    )
     return fig

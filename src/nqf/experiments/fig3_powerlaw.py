@@ -83,8 +83,7 @@ def slope_E22_as_written(zeta, C, eps: float, a1: float = A1, a2: float = A2):
     return -(a1 - 1.0) / (a2 - (a1 - a2) / np.log(zeta / (C * eps)))
 
 
-def slope_analysis(ts, E, p: int, *, eps: float = EPS, a1: float = A1, a2: float = A2,
-                   b: float = B) -> dict:
+def slope_analysis(ts, E, p: int, *, eps: float = EPS, a1: float = A1, a2: float = A2, b: float = B) -> dict:
     """Measured and predicted slopes of the excess loss E(t) of the power-law problem
     (`nqf.datasets.powerlaw_data(p)` from z_k(0) = eps k^-b), by the rules of this module's
     docstring (fit window [t*_5, t*_{p/20}], predictions averaged over the window).
@@ -121,7 +120,12 @@ def slope_analysis(ts, E, p: int, *, eps: float = EPS, a1: float = A1, a2: float
         "finite_eps_predicted": float(np.mean(s_eps)),
         "finite_size_predicted": float(np.mean(s_eps / (1.0 - (k_t / p) ** (a1 - 1.0)))),
         "E22_as_written": float(np.mean(slope_E22_as_written(zeta_t, C_t, eps, a1, a2))),
-        "t_min": t_min, "t_max": t_max, "k_lo": k_lo, "k_hi": k_hi, "fit": fit, "selected": sel,
+        "t_min": t_min,
+        "t_max": t_max,
+        "k_lo": k_lo,
+        "k_hi": k_hi,
+        "fit": fit,
+        "selected": sel,
     }
 
 
@@ -151,8 +155,7 @@ def run(out_dir, quick: bool = False) -> dict:
     ts = np.concatenate([[0.0], np.geomspace(1.0, t1, n_times)])
 
     t0 = time.perf_counter()
-    sol = solve_flow(data, z0=z0, t1=t1, ts=ts, rtol=RTOL, max_steps=100_000, dense=False,
-                     save="loss")
+    sol = solve_flow(data, z0=z0, t1=t1, ts=ts, rtol=RTOL, max_steps=100_000, dense=False, save="loss")
     solve_wall = time.perf_counter() - t0
     E = sol.excess_loss
     sl = slope_analysis(sol.ts, E, p)
@@ -161,40 +164,66 @@ def run(out_dir, quick: bool = False) -> dict:
     t_min, t_max, k_lo, k_hi, sel = sl["t_min"], sl["t_max"], sl["k_lo"], sl["k_hi"], sl["selected"]
 
     # Consistency of the data with the power-law parameters used by the predictions.
-    param_err = float(max(np.max(np.abs(r / k**-A2 - 1)), np.max(np.abs(V / k**-A1 - 1)),
-                          np.max(np.abs(C / (k ** (A1 - 2 * A2) / 8.0) - 1))))
+    param_err = float(
+        max(
+            np.max(np.abs(r / k**-A2 - 1)),
+            np.max(np.abs(V / k**-A1 - 1)),
+            np.max(np.abs(C / (k ** (A1 - 2 * A2) / 8.0) - 1)),
+        )
+    )
 
     rel_eps = abs(measured - finite_eps) / abs(finite_eps)
     rel_size = abs(measured - finite_size) / abs(finite_size)
     checks = [
         check(f"fig3-powerlaw p={p}: |slope - finite-eps prediction| / |prediction|", rel_eps, SLOPE_BOUND),
-        check(f"fig3-powerlaw p={p}: |slope - finite-eps, finite-p prediction| / |prediction|",
-              rel_size, FINITE_SIZE_BOUND),
-        check(f"fig3-powerlaw p={p}: data follow r_k = k^-a2, V_k = k^-a1 (max rel deviation)",
-              param_err, 1e-12),
+        check(
+            f"fig3-powerlaw p={p}: |slope - finite-eps, finite-p prediction| / |prediction|",
+            rel_size,
+            FINITE_SIZE_BOUND,
+        ),
+        check(f"fig3-powerlaw p={p}: data follow r_k = k^-a2, V_k = k^-a1 (max rel deviation)", param_err, 1e-12),
     ]
 
     rel_pred = abs(measured - predicted) / abs(predicted)
-    claims = [claim(
-        "fig3-powerlaw: slope matches -(a1 - 1)/a2", "The slope predicted by Section 6 matches the loss trajectory "
-        "before the finite-size cutoff.", "Sec. 7 (Feature-wise saddle-to-saddle dynamics), Fig. 3 right",
-        metric=("|s - (-(a1 - 1)/a2)| / |(a1 - 1)/a2|, s the least-squares slope of ln E vs ln t on the window (mode "
-                "k_lo = 5 to the 5% finite-size cutoff)"),
-        value=rel_pred, criterion=f"<= {SLOPE_BOUND:g}", holds=rel_pred <= SLOPE_BOUND,
-        setting="package-chosen" if quick else "paper",
-        why=(f"slope {measured:.4f} vs {predicted:.4f}; with z_k(0) = eps k^-1.2 the finite-eps correction vanishes "
-             f"(prediction {finite_eps:.4f}); the finite-p cutoff gives {finite_size:.4f}"
-             + (f" (quick: p = {p} instead of 1000)" if quick else "")))]
+    claims = [
+        claim(
+            "fig3-powerlaw: slope matches -(a1 - 1)/a2",
+            "The slope predicted by Section 6 matches the loss trajectory before the finite-size cutoff.",
+            "Sec. 7 (Feature-wise saddle-to-saddle dynamics), Fig. 3 right",
+            metric=(
+                "|s - (-(a1 - 1)/a2)| / |(a1 - 1)/a2|, s the least-squares slope of ln E vs ln t on the window (mode "
+                "k_lo = 5 to the 5% finite-size cutoff)"
+            ),
+            value=rel_pred,
+            criterion=f"<= {SLOPE_BOUND:g}",
+            holds=rel_pred <= SLOPE_BOUND,
+            setting="package-chosen" if quick else "paper",
+            why=(
+                f"slope {measured:.4f} vs {predicted:.4f}; with z_k(0) = eps k^-1.2 the finite-eps correction vanishes "
+                f"(prediction {finite_eps:.4f}); the finite-p cutoff gives {finite_size:.4f}"
+                + (f" (quick: p = {p} instead of 1000)" if quick else "")
+            ),
+        )
+    ]
     fig = _plot(sol.ts, E, fit, t_min, t_max, predicted, tstar, p, k, quick, measured, finite_size)
     summary = {
         "name": NAME,
         "title": TITLE,
         "quick": bool(quick),
         "settings": {
-            "m": data.m, "p": p, "a1": A1, "a2": A2, "b": B, "eps": EPS,
-            "z0": "eps * k^-b", "t1": t1, "t1_rule": "5 * t*_p (slowest mode's ignition time)",
-            "n_times": n_times, "times": "0 and log-spaced in [1, t1]",
-            "solver": "tsit5 (GLV form, log z; DiagonalData, save='loss')", "rtol": RTOL,
+            "m": data.m,
+            "p": p,
+            "a1": A1,
+            "a2": A2,
+            "b": B,
+            "eps": EPS,
+            "z0": "eps * k^-b",
+            "t1": t1,
+            "t1_rule": "5 * t*_p (slowest mode's ignition time)",
+            "n_times": n_times,
+            "times": "0 and log-spaced in [1, t1]",
+            "solver": "tsit5 (GLV form, log z; DiagonalData, save='loss')",
+            "rtol": RTOL,
         },
         "slope": {
             "measured": measured,
@@ -216,7 +245,11 @@ def run(out_dir, quick: bool = False) -> dict:
             ),
         },
         "fit_window": {
-            "t_min": t_min, "t_max": t_max, "k_lo": k_lo, "k_hi": k_hi, "n_points": int(sel.sum()),
+            "t_min": t_min,
+            "t_max": t_max,
+            "k_lo": k_lo,
+            "k_hi": k_hi,
+            "n_points": int(sel.sum()),
             "rule": (
                 "[t*_{k_lo}, t*_{k_hi}] (predicted ignition times, E19): k_lo = 5 (first modes are "
                 "isolated steps), k_hi = floor(p * 0.05^(1/(a1-1))) = p/20, the largest k at which "
@@ -226,10 +259,16 @@ def run(out_dir, quick: bool = False) -> dict:
         "solver_stats": dict(sol.stats, form=sol.form, solver="tsit5", rtol=RTOL),
         "wall_time_s": {"solve": solve_wall, "total": time.perf_counter() - t_start},
         "chosen_settings": {
-            "dynamics": chosen("the gradient flow (solve_flow, GLV form)", "GD (learning rate not stated)",
-                               "the flow is GD's lr -> 0 limit; time is t = lr * steps"),
-            "fit_window": chosen("ignition of mode 5 to the largest k with (k/p)^(a1 - 1) <= 0.05", "not stated",
-                                 "rule fixed before measuring"),
+            "dynamics": chosen(
+                "the gradient flow (solve_flow, GLV form)",
+                "GD (learning rate not stated)",
+                "the flow is GD's lr -> 0 limit; time is t = lr * steps",
+            ),
+            "fit_window": chosen(
+                "ignition of mode 5 to the largest k with (k/p)^(a1 - 1) <= 0.05",
+                "not stated",
+                "rule fixed before measuring",
+            ),
             "t1": chosen("5 t*_p", "not stated", "every mode has saturated"),
         },
         "checks": checks,
@@ -247,13 +286,18 @@ def _plot(ts, E, fit, t_min, t_max, predicted, tstar, p, k, quick, measured, fin
     ax.loglog(t, e, color="k", lw=1.8, label="flow (GLV)")
     ax.axvspan(t_min, t_max, color="tab:blue", alpha=0.12, label="fit window")
     tw = np.geomspace(t_min / 3, t_max * 3, 50)
-    ax.loglog(tw, np.exp(np.polyval(fit, np.log(tw))), color="tab:red", lw=1.2,
-              label=f"fit: slope {measured:.3f}")
+    ax.loglog(tw, np.exp(np.polyval(fit, np.log(tw))), color="tab:red", lw=1.2, label=f"fit: slope {measured:.3f}")
     t_mid = np.sqrt(t_min * t_max)
     E_mid = np.exp(np.polyval(fit, np.log(t_mid)))
     tp = np.geomspace(t_min / 10, t_max * 10, 50)
-    ax.loglog(tp, 2.0 * E_mid * (tp / t_mid) ** predicted, color="tab:blue", ls="--", lw=1.2,
-              label=f"theory slope $-(a_1-1)/a_2 = {predicted:.2f}$")
+    ax.loglog(
+        tp,
+        2.0 * E_mid * (tp / t_mid) ** predicted,
+        color="tab:blue",
+        ls="--",
+        lw=1.2,
+        label=f"theory slope $-(a_1-1)/a_2 = {predicted:.2f}$",
+    )
     ax.axvline(tstar[-1], color="gray", ls=":", lw=1.0, label=f"$t^*_p$ (p = {p}): finite-p cutoff")
     ax.set_xlabel("gradient-flow time $t$")
     ax.set_ylabel("excess loss $L(t) - L(\\infty)$")
@@ -269,8 +313,14 @@ def _plot(ts, E, fit, t_min, t_max, predicted, tstar, p, k, quick, measured, fin
     kk = k[tstar < ts[-1]]
     kk = kk[kk < p]
     s_size = slope_eps(kk, kk**-A2, kk ** (A1 - 2 * A2) / 8.0, kk**-B, EPS) / (1.0 - (kk / p) ** (A1 - 1.0))
-    ax_s.semilogx(tstar[kk.astype(int) - 1], s_size, color="tab:green", ls="-.", lw=1.2,
-                  label="finite-eps, finite-p prediction at $t^*_k$")
+    ax_s.semilogx(
+        tstar[kk.astype(int) - 1],
+        s_size,
+        color="tab:green",
+        ls="-.",
+        lw=1.2,
+        label="finite-eps, finite-p prediction at $t^*_k$",
+    )
     ax_s.axhline(predicted, color="tab:blue", ls="--", lw=1.2, label=f"Theorem 9: {predicted:.2f}")
     ax_s.axhline(measured, color="tab:red", lw=1.0, label=f"fitted slope {measured:.3f}")
     ax_s.axvspan(t_min, t_max, color="tab:blue", alpha=0.12)
@@ -282,5 +332,7 @@ def _plot(ts, E, fit, t_min, t_max, predicted, tstar, p, k, quick, measured, fin
     ax_s.legend(fontsize=7.5, loc="lower left")
     fig.suptitle(
         f"NQF power law (paper Fig. 3 right): m = p = {p}, $r_k = k^{{-0.8}}$, $V_k = k^{{-2}}$, "
-        f"$z_k(0) = 10^{{-6}} k^{{-1.2}}$" + (" [quick]" if quick else ""), fontsize=11)
+        f"$z_k(0) = 10^{{-6}} k^{{-1.2}}$" + (" [quick]" if quick else ""),
+        fontsize=11,
+    )
     return fig

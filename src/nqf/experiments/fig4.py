@@ -123,8 +123,11 @@ def run(out_dir, quick: bool = False) -> dict:
         W0e = np.sqrt(eps) * np.eye(p)
         s = solve_flow(data, W0=W0e, t1=t1, ts=tse, rtol=RTOL)
         o = theorem5(data, tse, W0=W0e)
-        sweep[f"{eps:.0e}"] = {"t1": t1, "max_rel_error_z": relative_error(s.z, o.z),
-                               "max_rel_error_outputs": relative_error(s.z @ np.asarray(data.Lambda).T, o.outputs)}
+        sweep[f"{eps:.0e}"] = {
+            "t1": t1,
+            "max_rel_error_z": relative_error(s.z, o.z),
+            "max_rel_error_outputs": relative_error(s.z @ np.asarray(data.Lambda).T, o.outputs),
+        }
 
     # Ignition times.
     ign = sample_ignition_times(data, W0=W0, rho=RHO, eps=EPS)
@@ -154,52 +157,99 @@ def run(out_dir, quick: bool = False) -> dict:
     plateau_bound = (levels[:-1] - levels[1:]) / (2.0 * levels[:-1])
 
     checks = [
-        check("fig4 eps=1e-6: flow (GLV) vs Theorem 5, max rel error of z over t in [0, 45]",
-              errors["z_glv"], ORACLE_BOUND),
-        check("fig4 eps=1e-6: flow (M form) vs Theorem 5, max rel error of M (entrywise)",
-              errors["M_form"], ORACLE_BOUND),
+        check(
+            "fig4 eps=1e-6: flow (GLV) vs Theorem 5, max rel error of z over t in [0, 45]",
+            errors["z_glv"],
+            ORACLE_BOUND,
+        ),
+        check(
+            "fig4 eps=1e-6: flow (M form) vs Theorem 5, max rel error of M (entrywise)", errors["M_form"], ORACLE_BOUND
+        ),
         check("fig4 eps=1e-6: flow vs Theorem 5, max rel error of the outputs f_mu", errors["outputs"], ORACLE_BOUND),
     ]
     for key, v in sweep.items():
-        checks.append(check(f"fig4 eps={key}: flow (GLV) vs Theorem 5, max rel error of z over t in [0, "
-                            f"{v['t1']:.0f}]", v["max_rel_error_z"], ORACLE_BOUND))
+        checks.append(
+            check(
+                f"fig4 eps={key}: flow (GLV) vs Theorem 5, max rel error of z over t in [0, {v['t1']:.0f}]",
+                v["max_rel_error_z"],
+                ORACLE_BOUND,
+            )
+        )
     for mu in range(m):
-        checks.append(check(f"fig4: t*_{mu + 1} flow vs ln(1/eps)/zeta + O(1) correction, rel error",
-                            rel_flow[mu], TSTAR_BOUND))
+        checks.append(
+            check(f"fig4: t*_{mu + 1} flow vs ln(1/eps)/zeta + O(1) correction, rel error", rel_flow[mu], TSTAR_BOUND)
+        )
     for mu in range(m):
-        checks.append(check(f"fig4: t*_{mu + 1} GD (lr {LR:g}) vs ln(1/eps)/zeta + O(1) correction, rel error",
-                            rel_gd[mu], TSTAR_BOUND))
+        checks.append(
+            check(
+                f"fig4: t*_{mu + 1} GD (lr {LR:g}) vs ln(1/eps)/zeta + O(1) correction, rel error",
+                rel_gd[mu],
+                TSTAR_BOUND,
+            )
+        )
     for mu in range(m):
-        checks.append(check(f"fig4: t*_{mu + 1} flow vs exact (E15 quadrature), rel error",
-                            rel_exact[mu], ORACLE_BOUND))
+        checks.append(
+            check(f"fig4: t*_{mu + 1} flow vs exact (E15 quadrature), rel error", rel_exact[mu], ORACLE_BOUND)
+        )
     for j, d in enumerate(plateau_dev):
-        checks.append(check(f"fig4: plateau {j + 1} level vs Theorem 10 staircase (1/m) sum y^2, rel deviation "
-                            "(bound: half the gap to the next level)", d, plateau_bound[j]))
+        checks.append(
+            check(
+                f"fig4: plateau {j + 1} level vs Theorem 10 staircase (1/m) sum y^2, rel deviation "
+                "(bound: half the gap to the next level)",
+                d,
+                plateau_bound[j],
+            )
+        )
 
     rel_gd_exact = np.abs(meas_gd - ign.exact) / ign.exact
     rel_gd_leading = np.abs(meas_gd - ign.leading) / ign.leading
     plateau_rel = plateau_dev / plateau_bound
     claims = [
-        claim("fig4: GD matches Theorem 5", "The numerical trajectories obtained via GD match the analytical curves "
-              "in Theorem 5.", SECTION, metric=("max over samples of |t_mu(GD) - t_mu(Theorem 5)| / t_mu(Theorem 5), "
-                                                 "half-way times of the outputs (GD lr 0.005, t = lr * steps)"),
-              value=float(np.max(rel_gd_exact)), criterion=f"<= {TSTAR_BOUND:g}",
-              holds=bool(np.max(rel_gd_exact) <= TSTAR_BOUND), setting="package-chosen",
-              why="GD is a first-order discretization of the flow, which matches Theorem 5 to 1e-8"),
-        claim("fig4: drops at t*_mu = ln(1/eps)/zeta_mu", "Each discrete drop in the total loss matches the respective "
-              "timescale t*_mu = zeta_mu^-1 ln(1/eps) (Eq. 47).", SECTION,
-              metric="max over samples of |t_mu(GD) - zeta_mu^-1 ln(1/eps)| / (zeta_mu^-1 ln(1/eps))",
-              value=float(np.max(rel_gd_leading)), criterion=f"<= {TSTAR_BOUND:g} (the package's ignition-time bound)",
-              holds=bool(np.max(rel_gd_leading) <= TSTAR_BOUND), setting="package-chosen",
-              why=("Eq. 47 is the leading order in ln(1/eps); its O(1) term (1/zeta_mu) ln(rho y_mu / ((1 - rho) "
-                   f"lambda* c*)) is {np.round(ign.correction, 2).tolist()}: with it GD is within "
-                   f"{float(np.max(rel_gd)):.2%}")),
-        claim("fig4: m sequential plateaus", "The total MSE loss transitions through m sequential plateaus.", SECTION,
-              metric=("max over plateaus of |L(plateau j) - S_j| / S_j divided by (S_j - S_{j+1}) / (2 S_j), S_j the "
-                      "Theorem 10 staircase (1/m) sum_{mu >= j} y_mu^2 (<= 1: closer to its own level than halfway "
-                      "to the next)"),
-              value=float(np.max(plateau_rel)), criterion="<= 1", holds=bool(np.max(plateau_rel) <= 1.0),
-              setting="package-chosen", why=f"plateau deviations {np.round(plateau_dev, 3).tolist()}"),
+        claim(
+            "fig4: GD matches Theorem 5",
+            "The numerical trajectories obtained via GD match the analytical curves in Theorem 5.",
+            SECTION,
+            metric=(
+                "max over samples of |t_mu(GD) - t_mu(Theorem 5)| / t_mu(Theorem 5), "
+                "half-way times of the outputs (GD lr 0.005, t = lr * steps)"
+            ),
+            value=float(np.max(rel_gd_exact)),
+            criterion=f"<= {TSTAR_BOUND:g}",
+            holds=bool(np.max(rel_gd_exact) <= TSTAR_BOUND),
+            setting="package-chosen",
+            why="GD is a first-order discretization of the flow, which matches Theorem 5 to 1e-8",
+        ),
+        claim(
+            "fig4: drops at t*_mu = ln(1/eps)/zeta_mu",
+            "Each discrete drop in the total loss matches the respective "
+            "timescale t*_mu = zeta_mu^-1 ln(1/eps) (Eq. 47).",
+            SECTION,
+            metric="max over samples of |t_mu(GD) - zeta_mu^-1 ln(1/eps)| / (zeta_mu^-1 ln(1/eps))",
+            value=float(np.max(rel_gd_leading)),
+            criterion=f"<= {TSTAR_BOUND:g} (the package's ignition-time bound)",
+            holds=bool(np.max(rel_gd_leading) <= TSTAR_BOUND),
+            setting="package-chosen",
+            why=(
+                "Eq. 47 is the leading order in ln(1/eps); its O(1) term (1/zeta_mu) ln(rho y_mu / ((1 - rho) "
+                f"lambda* c*)) is {np.round(ign.correction, 2).tolist()}: with it GD is within "
+                f"{float(np.max(rel_gd)):.2%}"
+            ),
+        ),
+        claim(
+            "fig4: m sequential plateaus",
+            "The total MSE loss transitions through m sequential plateaus.",
+            SECTION,
+            metric=(
+                "max over plateaus of |L(plateau j) - S_j| / S_j divided by (S_j - S_{j+1}) / (2 S_j), S_j the "
+                "Theorem 10 staircase (1/m) sum_{mu >= j} y_mu^2 (<= 1: closer to its own level than halfway "
+                "to the next)"
+            ),
+            value=float(np.max(plateau_rel)),
+            criterion="<= 1",
+            holds=bool(np.max(plateau_rel) <= 1.0),
+            setting="package-chosen",
+            why=f"plateau deviations {np.round(plateau_dev, 3).tolist()}",
+        ),
     ]
     fig = _plot(data, ts, oracle, glv, t_gd, f_gd, ign, t_mid, L_stair, sweep, quick)
     summary = {
@@ -207,10 +257,18 @@ def run(out_dir, quick: bool = False) -> dict:
         "title": TITLE,
         "quick": bool(quick),
         "settings": {
-            "m": m, "p": p, "K": 3, "block_eigenvalues": list(datasets.FIG4_BLOCK), "y": y,
+            "m": m,
+            "p": p,
+            "K": 3,
+            "block_eigenvalues": list(datasets.FIG4_BLOCK),
+            "y": y,
             "labels_rule": "y_mu = 2^-(mu-1): distinct zeta_mu = (8/m) 2 y_mu, plateaus equally spaced in ln t",
-            "eps": EPS, "W0": "sqrt(eps) I (z_k(0) = eps)", "t1": T1, "n_times": n_times,
-            "solver": "tsit5 (GLV form, log z) and tsit5 (M form)", "rtol": RTOL,
+            "eps": EPS,
+            "W0": "sqrt(eps) I (z_k(0) = eps)",
+            "t1": T1,
+            "n_times": n_times,
+            "solver": "tsit5 (GLV form, log z) and tsit5 (M form)",
+            "rtol": RTOL,
             "oracle": "Theorem 5: scipy DOP853 on the scalar xi ODEs, rtol 1e-13",
             "gd": {"lr": LR, "steps": gd_steps, "save_every": save_every, "time": "t = lr * steps"},
             "ignition_rho": RHO,
@@ -233,12 +291,21 @@ def run(out_dir, quick: bool = False) -> dict:
             "rel_error_leading_only": np.abs(meas_flow - ign.leading) / ign.leading,
             "rel_error_corrected": np.abs(meas_flow - ign.corrected) / ign.corrected,
         },
-        "plateaus": {"t_mid": t_mid, "loss": L_or, "staircase": L_stair, "rel_deviation": plateau_dev,
-                     "bound": plateau_bound,
-                     "bound_rule": "(S_j - S_{j+1}) / (2 S_j): closer to its own level than halfway to the next"},
+        "plateaus": {
+            "t_mid": t_mid,
+            "loss": L_or,
+            "staircase": L_stair,
+            "rel_deviation": plateau_dev,
+            "bound": plateau_bound,
+            "bound_rule": "(S_j - S_{j+1}) / (2 S_j): closer to its own level than halfway to the next",
+        },
         "solver_stats": dict(glv.stats, form=glv.form, solver="tsit5", rtol=RTOL),
-        "wall_time_s": {"oracle": oracle_wall, "flow": flow_wall, "gd": gd_wall,
-                        "total": time.perf_counter() - t_start},
+        "wall_time_s": {
+            "oracle": oracle_wall,
+            "flow": flow_wall,
+            "gd": gd_wall,
+            "total": time.perf_counter() - t_start,
+        },
         "chosen_settings": {
             "labels": chosen("y_mu = 2^-(mu - 1)", "not stated", "distinct zeta_mu, plateaus equally spaced in ln t"),
             "eps": chosen(EPS, "not stated", "small init; THEORY suggests e.g. 1e-6"),
@@ -246,8 +313,9 @@ def run(out_dir, quick: bool = False) -> dict:
         },
         "checks": checks,
         "claims": claims,
-        "sensitivity": sensitivity([], quick=quick,
-                                   reason="the paper leaves labels and eps unstated: no literal reading"),
+        "sensitivity": sensitivity(
+            [], quick=quick, reason="the paper leaves labels and eps unstated: no literal reading"
+        ),
     }
     return write_outputs(out, NAME, fig, summary)
 
@@ -260,14 +328,29 @@ def _plot(data, ts, oracle, glv, t_gd, f_gd, ign, t_mid, L_stair, sweep, quick):
     mark = slice(None, None, max(1, int(round(len(t_gd) / 60))))
     for mu in range(m):
         c = COLORS[mu % len(COLORS)]
-        ax_s.semilogy(oracle.ts, oracle.sample_losses[:, mu], color=c, lw=1.8,
-                      label=f"$\\mu={mu + 1}$ ($y={y[mu]:g}$)")
-        ax_s.semilogy(t_gd[mark], loss_gd[mark, mu], ls="none", marker="o", ms=3.2, mfc="none", mec=c,
-                      mew=0.8, label="GD (lr 0.005)" if mu == 0 else None)
-        ax_s.axvline(ign.logistic[mu], color=c, ls="--", lw=1.0,
-                     label="$t^*_\\mu$ (leading + O(1))" if mu == 0 else None)
-        ax_s.axvline(ign.leading[mu], color=c, ls=":", lw=0.8, alpha=0.7,
-                     label="$\\ln(1/\\epsilon)/\\zeta_\\mu$" if mu == 0 else None)
+        ax_s.semilogy(oracle.ts, oracle.sample_losses[:, mu], color=c, lw=1.8, label=f"$\\mu={mu + 1}$ ($y={y[mu]:g}$)")
+        ax_s.semilogy(
+            t_gd[mark],
+            loss_gd[mark, mu],
+            ls="none",
+            marker="o",
+            ms=3.2,
+            mfc="none",
+            mec=c,
+            mew=0.8,
+            label="GD (lr 0.005)" if mu == 0 else None,
+        )
+        ax_s.axvline(
+            ign.logistic[mu], color=c, ls="--", lw=1.0, label="$t^*_\\mu$ (leading + O(1))" if mu == 0 else None
+        )
+        ax_s.axvline(
+            ign.leading[mu],
+            color=c,
+            ls=":",
+            lw=0.8,
+            alpha=0.7,
+            label="$\\ln(1/\\epsilon)/\\zeta_\\mu$" if mu == 0 else None,
+        )
     ax_s.set_xlabel("gradient-flow time $t$ (= lr $\\times$ steps)")
     ax_s.set_ylabel("per-sample loss $\\Delta_\\mu(t)^2$")
     ax_s.set_title("Per-sample loss: Theorem 5 (lines), GD (markers)")
@@ -276,13 +359,35 @@ def _plot(data, ts, oracle, glv, t_gd, f_gd, ign, t_mid, L_stair, sweep, quick):
     ax_s.legend(fontsize=6.5, loc="upper right", ncol=2)
 
     ax_l.semilogy(oracle.ts, oracle.loss, color="k", lw=1.8, label="Theorem 5")
-    ax_l.semilogy(glv.ts, np.mean((glv.z @ np.asarray(data.Lambda).T - y) ** 2, axis=1), color="tab:orange",
-                  lw=1.0, ls="--", label="flow (GLV)")
-    ax_l.semilogy(t_gd[mark], np.mean(loss_gd, axis=1)[mark], ls="none", marker="o", ms=3.2, mfc="none",
-                  mec="tab:blue", mew=0.8, label="GD (lr 0.005)")
+    ax_l.semilogy(
+        glv.ts,
+        np.mean((glv.z @ np.asarray(data.Lambda).T - y) ** 2, axis=1),
+        color="tab:orange",
+        lw=1.0,
+        ls="--",
+        label="flow (GLV)",
+    )
+    ax_l.semilogy(
+        t_gd[mark],
+        np.mean(loss_gd, axis=1)[mark],
+        ls="none",
+        marker="o",
+        ms=3.2,
+        mfc="none",
+        mec="tab:blue",
+        mew=0.8,
+        label="GD (lr 0.005)",
+    )
     tau = oracle.ts / np.log(1.0 / EPS)
-    ax_l.semilogy(oracle.ts, np.maximum(staircase_limit(tau, ign.zeta, y), 1e-12), color="gray", lw=1.0,
-                  drawstyle="steps-post", alpha=0.8, label="Theorem 10 staircase ($\\epsilon\\to 0$)")
+    ax_l.semilogy(
+        oracle.ts,
+        np.maximum(staircase_limit(tau, ign.zeta, y), 1e-12),
+        color="gray",
+        lw=1.0,
+        drawstyle="steps-post",
+        alpha=0.8,
+        label="Theorem 10 staircase ($\\epsilon\\to 0$)",
+    )
     for mu in range(m):
         ax_l.axvline(ign.logistic[mu], color=COLORS[mu % len(COLORS)], ls="--", lw=1.0)
     ax_l.plot(t_mid, L_stair, ls="none", marker="x", color="k", ms=6, label="plateau check points")
@@ -296,19 +401,34 @@ def _plot(data, ts, oracle, glv, t_gd, f_gd, ign, t_mid, L_stair, sweep, quick):
     tiny = np.finfo(float).tiny
     rel = np.abs(glv.z / oracle.z - 1.0)
     for mu in range(m):
-        ax_r.semilogy(ts[1:], np.maximum(rel[1:, 3 * mu:3 * mu + 3].max(axis=1), tiny),
-                      color=COLORS[mu % len(COLORS)], lw=0.9, label=f"block $\\mu={mu + 1}$, $\\epsilon=10^{{-6}}$")
+        ax_r.semilogy(
+            ts[1:],
+            np.maximum(rel[1:, 3 * mu : 3 * mu + 3].max(axis=1), tiny),
+            color=COLORS[mu % len(COLORS)],
+            lw=0.9,
+            label=f"block $\\mu={mu + 1}$, $\\epsilon=10^{{-6}}$",
+        )
     ax_r.axhline(ORACLE_BOUND, color="r", ls="--", lw=1.0, label="bound $10^{-8}$")
     txt = "\n".join(f"$\\epsilon$={k}: {v['max_rel_error_z']:.1e}" for k, v in sweep.items())
-    ax_r.text(0.97, 0.04, "max rel. error of $z$ (GLV):\n" + txt, transform=ax_r.transAxes, ha="right",
-              va="bottom", fontsize=7, bbox=dict(fc="white", ec="0.7", alpha=0.9))
+    ax_r.text(
+        0.97,
+        0.04,
+        "max rel. error of $z$ (GLV):\n" + txt,
+        transform=ax_r.transAxes,
+        ha="right",
+        va="bottom",
+        fontsize=7,
+        bbox=dict(fc="white", ec="0.7", alpha=0.9),
+    )
     ax_r.set_xlabel("gradient-flow time $t$")
     ax_r.set_ylabel("$|z_k^{\\rm flow}/z_k^{\\rm Thm 5} - 1|$ (max over the block)")
     ax_r.set_title("Flow vs Theorem 5: relative error")
     ax_r.set_xlim(0, ts[-1])
     ax_r.set_ylim(1e-17, 1e-6)
     ax_r.legend(fontsize=6.5, loc="upper left", ncol=2)
-    fig.suptitle("NQF sample-wise sudden learning (paper Fig. 4): m = 4 orthogonal samples, eigenvalues "
-                 "(1, 1.5, 2), $W_0=\\sqrt{\\epsilon} I$, $\\epsilon = 10^{-6}$" + (" [quick]" if quick else ""),
-                 fontsize=10)
+    fig.suptitle(
+        "NQF sample-wise sudden learning (paper Fig. 4): m = 4 orthogonal samples, eigenvalues "
+        "(1, 1.5, 2), $W_0=\\sqrt{\\epsilon} I$, $\\epsilon = 10^{-6}$" + (" [quick]" if quick else ""),
+        fontsize=10,
+    )
     return fig

@@ -103,35 +103,57 @@ def run(out_dir, quick: bool = False) -> dict:
 
     checks = [
         check(f"fig4-powerlaw m={M}: |exponent - (2 g1 - 1)/g2| / ((2 g1 - 1)/g2) (E23)", rel_e23, E23_BOUND),
-        check(f"fig4-powerlaw m={M}: |exponent - finite-eps, finite-m prediction| / prediction",
-              rel_size, FINITE_BOUND),
-        check("fig4-powerlaw: fitter calls the loss a power law on the window (0 = yes)",
-              0.0 if fit.is_power_law else 1.0, 0.0),
+        check(
+            f"fig4-powerlaw m={M}: |exponent - finite-eps, finite-m prediction| / prediction", rel_size, FINITE_BOUND
+        ),
+        check(
+            "fig4-powerlaw: fitter calls the loss a power law on the window (0 = yes)",
+            0.0 if fit.is_power_law else 1.0,
+            0.0,
+        ),
         check("fig4-powerlaw: data follow zeta_mu = mu^-g2, y_mu = mu^-g1 (max rel deviation)", param_err, 1e-12),
     ]
 
-    claims = [claim(
-        "fig4-powerlaw: exponent (2 g1 - 1)/g2", "Sample-wise descent with zeta_mu = c mu^-g2, y_mu = c mu^-g1 gives "
-        "L(tau) = Theta(tau^-(2 g1 - 1)/g2) (E23).", "Sec. 6, Theorem 10",
-        metric=("|gamma - (2 g1 - 1)/g2| / ((2 g1 - 1)/g2), gamma fitted on the window (sample 5 to the 5% finite-m "
-                "cutoff)"),
-        value=rel_e23, criterion=f"<= {E23_BOUND:g} and the fitter calls it a power law",
-        holds=bool(rel_e23 <= E23_BOUND and fit.is_power_law), setting="package-chosen",
-        why=f"gamma {measured:.4f} vs {predicted:.4f}; finite eps and m predict {finite_size:.4f}")]
+    claims = [
+        claim(
+            "fig4-powerlaw: exponent (2 g1 - 1)/g2",
+            "Sample-wise descent with zeta_mu = c mu^-g2, y_mu = c mu^-g1 gives "
+            "L(tau) = Theta(tau^-(2 g1 - 1)/g2) (E23).",
+            "Sec. 6, Theorem 10",
+            metric=(
+                "|gamma - (2 g1 - 1)/g2| / ((2 g1 - 1)/g2), gamma fitted on the window (sample 5 to the 5% finite-m "
+                "cutoff)"
+            ),
+            value=rel_e23,
+            criterion=f"<= {E23_BOUND:g} and the fitter calls it a power law",
+            holds=bool(rel_e23 <= E23_BOUND and fit.is_power_law),
+            setting="package-chosen",
+            why=f"gamma {measured:.4f} vs {predicted:.4f}; finite eps and m predict {finite_size:.4f}",
+        )
+    ]
     fig = _plot(ts, L, fit, predicted, finite_size, tstar, ign.zeta, y, quick)
     summary = {
         "name": NAME,
         "title": TITLE,
         "quick": bool(quick),
         "settings": {
-            "m": M, "K": len(RATIOS), "p": data.p, "g1": G1, "g2": G2, "eps": EPS,
-            "eigenvalue_ratios": list(RATIOS), "z0": "eps for every mode (W0 = sqrt(eps) I)",
-            "zeta": "mu^-g2 = (8/m) lambda*_mu y_mu", "y": "mu^-g1",
+            "m": M,
+            "K": len(RATIOS),
+            "p": data.p,
+            "g1": G1,
+            "g2": G2,
+            "eps": EPS,
+            "eigenvalue_ratios": list(RATIOS),
+            "z0": "eps for every mode (W0 = sqrt(eps) I)",
+            "zeta": "mu^-g2 = (8/m) lambda*_mu y_mu",
+            "y": "mu^-g1",
             "times": f"0 and {n_times} log-spaced in [t*_{{mu_lo}}/30, 3 t*_{{mu_hi}}]",
             "oracle": "Theorem 5 (scipy DOP853 on the scalar xi ODEs, rtol 1e-13)",
-            "choice": ("g1 = 1, g2 = 1.5: a decade of samples (5..50) between the first ignitions and the "
-                       "finite-m cutoff spans 1.5 decades of time; eps = 1e-12 keeps the finite-eps "
-                       "steepening (2 g1 - g2)/(g2 L_mu) near 1.6%"),
+            "choice": (
+                "g1 = 1, g2 = 1.5: a decade of samples (5..50) between the first ignitions and the "
+                "finite-m cutoff spans 1.5 decades of time; eps = 1e-12 keeps the finite-eps "
+                "steepening (2 g1 - g2)/(g2 L_mu) near 1.6%"
+            ),
         },
         "exponent": {
             "measured": measured,
@@ -141,22 +163,32 @@ def run(out_dir, quick: bool = False) -> dict:
             "rel_error_vs_predicted": rel_e23,
             "rel_error_vs_finite_eps": rel_eps,
             "rel_error_vs_finite_size": rel_size,
-            "method": ("measured: `fit_power_law` (least squares of ln L on ln t, log-uniform resampling) on "
-                       "the window. finite_eps: (2g1-1)/(g2 - (2g1-g2)/ln(y_mu/(lambda*_mu eps))) (E22's form for "
-                       "samples); finite_size: divided by 1 - (mu/m)^(2g1-1); both averaged over the window "
-                       "at the sample igniting at t (`window_average`)."),
+            "method": (
+                "measured: `fit_power_law` (least squares of ln L on ln t, log-uniform resampling) on "
+                "the window. finite_eps: (2g1-1)/(g2 - (2g1-g2)/ln(y_mu/(lambda*_mu eps))) (E22's form for "
+                "samples); finite_size: divided by 1 - (mu/m)^(2g1-1); both averaged over the window "
+                "at the sample igniting at t (`window_average`)."
+            ),
         },
         "fit": fit.summary(),
         "fit_window": {
-            "t_min": t_min, "t_max": t_max, "mu_lo": MU_LO, "mu_hi": mu_hi,
-            "rule": ("[t*_{mu_lo}, t*_{mu_hi}] (logistic ignition times, rho = 1/2): mu_lo = 5 (the first "
-                     "samples are isolated steps), mu_hi = floor(m 0.05^(1/(2g1-1))) = 50, where the finite-m "
-                     "cutoff steepens the local slope by at most ~5%"),
+            "t_min": t_min,
+            "t_max": t_max,
+            "mu_lo": MU_LO,
+            "mu_hi": mu_hi,
+            "rule": (
+                "[t*_{mu_lo}, t*_{mu_hi}] (logistic ignition times, rho = 1/2): mu_lo = 5 (the first "
+                "samples are isolated steps), mu_hi = floor(m 0.05^(1/(2g1-1))) = 50, where the finite-m "
+                "cutoff steepens the local slope by at most ~5%"
+            ),
         },
         "wall_time_s": {"oracle": oracle_wall, "total": time.perf_counter() - t_start},
         "chosen_settings": {
-            "exponents": chosen({"g1": G1, "g2": G2, "m": M}, "none (the paper has no figure of E23)",
-                                "a decade of samples between the first ignitions and the finite-m cutoff"),
+            "exponents": chosen(
+                {"g1": G1, "g2": G2, "m": M},
+                "none (the paper has no figure of E23)",
+                "a decade of samples between the first ignitions and the finite-m cutoff",
+            ),
             "eps": chosen(EPS, "not stated", "keeps the finite-eps steepening near 1.6%"),
         },
         "checks": checks,
@@ -171,15 +203,27 @@ def _plot(ts, L, fit, predicted, finite_size, tstar, zeta, y, quick):
     t, e = ts[1:], L[1:]
     ax.loglog(t, e, color="k", lw=1.8, label="Theorem 5 oracle")
     tau = t / np.log(1.0 / EPS)
-    ax.loglog(t, staircase_limit(tau, zeta, y), color="gray", lw=0.9, alpha=0.8,
-              label="Theorem 10 staircase ($\\epsilon\\to 0$)")
+    ax.loglog(
+        t,
+        staircase_limit(tau, zeta, y),
+        color="gray",
+        lw=0.9,
+        alpha=0.8,
+        label="Theorem 10 staircase ($\\epsilon\\to 0$)",
+    )
     ax.axvspan(fit.t_min, fit.t_max, color="tab:blue", alpha=0.12, label="fit window")
     tw = np.geomspace(fit.t_min / 3, fit.t_max * 3, 50)
     ax.loglog(tw, fit.predict(tw), color="tab:red", lw=1.2, label=f"fit: exponent {fit.exponent:.3f}")
     t_mid = np.sqrt(fit.t_min * fit.t_max)
     tp = np.geomspace(fit.t_min / 10, fit.t_max * 10, 50)
-    ax.loglog(tp, 2.0 * fit.predict(t_mid) * (tp / t_mid) ** -predicted, color="tab:blue", ls="--", lw=1.2,
-              label=f"E23: $(2g_1-1)/g_2 = {predicted:.3f}$")
+    ax.loglog(
+        tp,
+        2.0 * fit.predict(t_mid) * (tp / t_mid) ** -predicted,
+        color="tab:blue",
+        ls="--",
+        lw=1.2,
+        label=f"E23: $(2g_1-1)/g_2 = {predicted:.3f}$",
+    )
     ax.set_xlabel("gradient-flow time $t$")
     ax.set_ylabel("MSE loss $L(t)$")
     ax.set_title("Sample-wise power law (m = 1000)")
@@ -206,6 +250,9 @@ def _plot(ts, L, fit, predicted, finite_size, tstar, zeta, y, quick):
     h1, l1 = ax_r.get_legend_handles_labels()
     h2, l2 = ax_r2.get_legend_handles_labels()
     ax_r.legend(h1 + h2, l1 + l2, fontsize=7.5, loc="upper left")
-    fig.suptitle(f"NQF sample-wise descent (E23): $y_\\mu = \\mu^{{-{G1:g}}}$, $\\zeta_\\mu = \\mu^{{-{G2:g}}}$, "
-                 f"K = 3 modes per sample, $\\epsilon = 10^{{-12}}$" + (" [quick]" if quick else ""), fontsize=11)
+    fig.suptitle(
+        f"NQF sample-wise descent (E23): $y_\\mu = \\mu^{{-{G1:g}}}$, $\\zeta_\\mu = \\mu^{{-{G2:g}}}$, "
+        f"K = 3 modes per sample, $\\epsilon = 10^{{-12}}$" + (" [quick]" if quick else ""),
+        fontsize=11,
+    )
     return fig

@@ -298,8 +298,15 @@ def nqf_rates(theta: float, delta: float = 1.0):
     return r, C, r**2 / (8.0 * C)
 
 
-def predictions(theta: float, window: dict, tstar_flow: np.ndarray, steps_per_time: float,
-                delta: float = TARGET_SCALE, lr: float = LR_RUN, eps: float = EPS) -> dict:
+def predictions(
+    theta: float,
+    window: dict,
+    tstar_flow: np.ndarray,
+    steps_per_time: float,
+    delta: float = TARGET_SCALE,
+    lr: float = LR_RUN,
+    eps: float = EPS,
+) -> dict:
     """Theory, finite-eps (E22), + finite-P and + finite-lr exponents averaged over the window, for
     the target delta y trained at `lr` on L = (1/2) sum."""
     a1, a2 = 2.0 * BETA, theta + BETA
@@ -319,7 +326,8 @@ def predictions(theta: float, window: dict, tstar_flow: np.ndarray, steps_per_ti
         "finite_eps": avg(e22),
         "finite_eps_P": avg(e22 * cut),
         "finite_eps_P_lr": avg(full),
-        "a1": a1, "a2": a2,
+        "a1": a1,
+        "a2": a2,
     }
 
 
@@ -363,7 +371,7 @@ def exact_flow_loss(theta: float, delta: float, zp0, t, P: int = P, chunk: int =
     t = np.asarray(t, float)
     out = []
     for i in range(0, t.size, chunk):
-        z = logistic(r, C, zp0, t[i:i + chunk, None])
+        z = logistic(r, C, zp0, t[i : i + chunk, None])
         out.append(np.sum((s * z / (2.0 * np.sqrt(P)) - delta * b) ** 2, axis=-1))
     return np.concatenate(out, axis=-1)
 
@@ -382,12 +390,18 @@ def eps_sweep(theta: float, delta: float = TARGET_SCALE, P: int = SWEEP_P, z0s=S
     r, C, _, _ = flow_rates(theta, delta, P)
     rows = []
     for z0 in z0s:
-        w = ignition_window(predicted_ignition_times(r, C, z0), 2.0 * BETA, k_lo=K_LO,
-                            cutoff_fraction=CUTOFF_FRACTION)
+        w = ignition_window(predicted_ignition_times(r, C, z0), 2.0 * BETA, k_lo=K_LO, cutoff_fraction=CUTOFF_FRACTION)
         t = np.geomspace(w["t_min"] / 1.01, w["t_max"] * 1.01, n_times)
         f = fit_power_law(t, exact_flow_loss(theta, delta, z0, t, P), w["t_min"], w["t_max"])
-        rows.append({"z0": z0, "exponent": f.exponent, "rel_distance": f.exponent / theory - 1.0,
-                     "is_power_law": f.is_power_law, "k_hi": w["k_hi"]})
+        rows.append(
+            {
+                "z0": z0,
+                "exponent": f.exponent,
+                "rel_distance": f.exponent / theory - 1.0,
+                "is_power_law": f.is_power_law,
+                "k_hi": w["k_hi"],
+            }
+        )
     return {"theta": theta, "delta": delta, "P": P, "theory": theory, "rows": rows}
 
 
@@ -406,8 +420,9 @@ def _fourier_pair(theta: float, delta: float, lr: float, eps: float, a0, W0, psi
     steps_per_time = 1.0 / (KAPPA * lr)  # step n = mean-MSE flow time kappa lr n (rates of delta y)
     zeta, C, _ = nqf_rates(theta, delta)
     tstar = predicted_ignition_times(zeta, C, eps**2)  # flow time, z(0) = eps^2
-    window = ignition_window(tstar * steps_per_time, 2.0 * BETA, k_lo=K_LO,
-                             cutoff_fraction=CUTOFF_FRACTION, t_end=float(steps - 1))
+    window = ignition_window(
+        tstar * steps_per_time, 2.0 * BETA, k_lo=K_LO, cutoff_fraction=CUTOFF_FRACTION, t_end=float(steps - 1)
+    )
     pred = predictions(theta, window, tstar, steps_per_time, delta=delta, lr=lr, eps=eps)
     n_axis = np.arange(steps, dtype=float)
     fits_mlp = [_fit(n_axis[1:], L[1:], window) for L in L_mlp]
@@ -419,19 +434,35 @@ def _fourier_pair(theta: float, delta: float, lr: float, eps: float, a0, W0, psi
     dev = np.abs(ratio - 1.0)
     i_seed, i_step = np.unravel_index(np.argmax(dev), dev.shape)
     n_worst = float(n_axis[sel][i_step])
-    worst = {"seed": int(i_seed), "step": n_worst, "ratio_mlp_over_nqf": float(ratio[i_seed, i_step]),
-             "nearest_predicted_ignition_unit": int(np.argmin(np.abs(np.log(tstar * steps_per_time / n_worst)))) + 1}
+    worst = {
+        "seed": int(i_seed),
+        "step": n_worst,
+        "ratio_mlp_over_nqf": float(ratio[i_seed, i_step]),
+        "nearest_predicted_ignition_unit": int(np.argmin(np.abs(np.log(tstar * steps_per_time / n_worst)))) + 1,
+    }
     a_end = np.asarray(p_mlp[0])  # (n_seeds, P)
     u_end = np.sqrt(2.0) * np.abs(a_end * k**-theta)  # max_x |s_k a_k psi_k(x)| after the last step
-    return {"L_mlp": L_mlp, "L_nqf": L_nqf, "fits_mlp": fits_mlp, "fits_nqf": fits_nqf, "window": window,
-            "pred": pred, "tstar": tstar, "steps_per_time": steps_per_time,
-            "g_mlp": np.array([f.exponent for f in fits_mlp]), "g_nqf": np.array([f.exponent for f in fits_nqf]),
-            "g_flow": g_flow, "sel": sel,
-            "rel_loss_gap": float(dev.max()), "rel_loss_gap_per_seed": dev.max(axis=1), "rel_loss_gap_worst": worst,
-            "gap_log10": np.abs(np.log10(ratio)),
-            "final_gap_log10": float(np.abs(np.log10(L_mlp[:, -1] / L_nqf[:, -1])).max()),
-            "u_end_max": float(u_end.max()),
-            "u_fp": tanh_argument_at_fixed_point(theta, delta)}
+    return {
+        "L_mlp": L_mlp,
+        "L_nqf": L_nqf,
+        "fits_mlp": fits_mlp,
+        "fits_nqf": fits_nqf,
+        "window": window,
+        "pred": pred,
+        "tstar": tstar,
+        "steps_per_time": steps_per_time,
+        "g_mlp": np.array([f.exponent for f in fits_mlp]),
+        "g_nqf": np.array([f.exponent for f in fits_nqf]),
+        "g_flow": g_flow,
+        "sel": sel,
+        "rel_loss_gap": float(dev.max()),
+        "rel_loss_gap_per_seed": dev.max(axis=1),
+        "rel_loss_gap_worst": worst,
+        "gap_log10": np.abs(np.log10(ratio)),
+        "final_gap_log10": float(np.abs(np.log10(L_mlp[:, -1] / L_nqf[:, -1])).max()),
+        "u_end_max": float(u_end.max()),
+        "u_fp": tanh_argument_at_fixed_point(theta, delta),
+    }
 
 
 def symmetry_gaps(theta: float, a0, W0, psij, steps: int, pair: dict) -> dict:
@@ -449,23 +480,36 @@ def symmetry_gaps(theta: float, a0, W0, psij, steps: int, pair: dict) -> dict:
             gaps[delta] = pair["rel_loss_gap"]
             continue
         c = np.sqrt(delta / TARGET_SCALE)
-        L_mlp, _ = train(fourier_mlp, (c * a0, c * W0), (jnp.asarray(k**-theta), psij), jnp.asarray(delta * y),
-                         jnp.asarray(LR_RUN * TARGET_SCALE / delta), steps)
+        L_mlp, _ = train(
+            fourier_mlp,
+            (c * a0, c * W0),
+            (jnp.asarray(k**-theta), psij),
+            jnp.asarray(delta * y),
+            jnp.asarray(LR_RUN * TARGET_SCALE / delta),
+            steps,
+        )
         L_nqf = (delta / TARGET_SCALE) ** 2 * pair["L_nqf"]
         gaps[delta] = float(np.max(np.abs(np.asarray(L_mlp)[:, pair["sel"]] / L_nqf[:, pair["sel"]] - 1.0)))
     g = [gaps[d] for d in SYMMETRY_DELTAS]
-    return {"deltas": list(SYMMETRY_DELTAS), "rel_loss_gap": g,
-            "shrink_factor_per_4x": [g[i] / g[i + 1] for i in range(len(g) - 1)]}
+    return {
+        "deltas": list(SYMMETRY_DELTAS),
+        "rel_loss_gap": g,
+        "shrink_factor_per_4x": [g[i] / g[i + 1] for i in range(len(g) - 1)],
+    }
 
 
 SECTION_FIG = "Sec. 7 (Power law on MLP), Fig. 5"
 SECTION_FINITE = "Sec. 7 and Appendix C (Finite-initialization effect)"
-CLAIM_TRACK = ("For theta = 1 the Fourier MLP descends as the predicted power law and is tracked by its NQF "
-               "approximation.")
-CLAIM_THEORY = ("The power-law exponent of the Fourier MLP matches the theory (2 beta - 1)/(theta + beta) for theta in "
-                "{0, 0.5, 1}.")
-CLAIM_VANISH = ("The small systematic steepening of the empirical power law relative to theory is the "
-                "finite-initialization effect, which vanishes as eps -> 0.")
+CLAIM_TRACK = (
+    "For theta = 1 the Fourier MLP descends as the predicted power law and is tracked by its NQF approximation."
+)
+CLAIM_THEORY = (
+    "The power-law exponent of the Fourier MLP matches the theory (2 beta - 1)/(theta + beta) for theta in {0, 0.5, 1}."
+)
+CLAIM_VANISH = (
+    "The small systematic steepening of the empirical power law relative to theory is the "
+    "finite-initialization effect, which vanishes as eps -> 0."
+)
 CLAIM_RAW = "A standard tanh MLP trained on the raw input x does not exhibit the power law."
 
 
@@ -478,65 +522,124 @@ def _theta_claims(theta: float, res: dict, sweep: dict | None, sym: dict | None,
     symmetry test (None: not measured in this row)."""
     tag = f"fig5 {label}theta={theta:g}"
     g_m, g_n, g_f = (res[f"exponent_{w}"]["mean"] for w in ("mlp", "nqf", "flow"))
+
     def at_most(name, text, metric, value, bound, why, revised=True):
-        return claim(f"{tag}: {name}", text, SECTION_FIG, metric=metric, value=value, criterion=f"<= {bound:g}",
-                     holds=value <= bound, setting=setting, revised=revised, why=why)
+        return claim(
+            f"{tag}: {name}",
+            text,
+            SECTION_FIG,
+            metric=metric,
+            value=value,
+            criterion=f"<= {bound:g}",
+            holds=value <= bound,
+            setting=setting,
+            revised=revised,
+            why=why,
+        )
 
     theory = res["predictions"]["theory"]
     out = [
-        at_most("MLP exponent vs its NQF's", CLAIM_TRACK,
-                "|gamma_MLP - gamma_NQF| / gamma_NQF, exponents (L ~ step^-gamma) fitted per seed on the same window "
-                "and averaged over the seeds; same eps, P, lr, seeds", _rel(g_m, g_n), MLP_VS_NQF_BOUND,
-                f"gamma_MLP {g_m:.4f}, gamma_NQF {g_n:.4f} (window steps {res['window_steps']['t_min']:.4g}-"
-                f"{res['window_steps']['t_max']:.4g})"),
-        at_most("NQF exponent vs the exact NQF flow", CLAIM_THEORY,
-                "|gamma_NQF(GD) - gamma_flow| / gamma_flow, gamma_flow the exponent of the exact NQF flow (Theorem 6, "
-                "E16) from the same z(0) per seed, same P and window", _rel(g_n, g_f), NQF_VS_FLOW_BOUND,
-                f"gamma_NQF {g_n:.4f}, gamma_flow {g_f:.4f}: the difference is GD's finite step (lr kappa zeta_1 / 2 "
-                "up to 0.64 at delta's rates) on L = (1/2) sum"),
-        at_most("MLP exponent vs (2 beta - 1)/(theta + beta)", CLAIM_THEORY,
-                "|gamma_MLP - (2 beta - 1)/(theta + beta)| / (2 beta - 1)/(theta + beta)",
-                res["rel_error_mlp_vs_theory"], THEORY_BOUND,
-                f"gamma_MLP {g_m:.4f} vs {theory:.4f}; the exact NQF flow at the same z(0), P itself gives {g_f:.4f} "
-                f"({g_f / theory - 1:+.1%}): finite eps and P (see decomposition)", revised=False),
-        claim(f"{tag}: loss tracking", CLAIM_TRACK, SECTION_FIG,
-              metric="max over the fit window and the seeds of |L_MLP / L_NQF - 1|",
-              value=res["rel_loss_gap_max"], criterion=f"<= {TRACK_LOSS_BOUND:.4g} (2 u_max^2 / 3)",
-              holds=res["rel_loss_gap_max"] <= TRACK_LOSS_BOUND, setting=setting,
-              why=(f"worst at step {res['rel_loss_gap_worst']['step']:.0f} (seed {res['rel_loss_gap_worst']['seed']}, "
-                   f"ratio {res['rel_loss_gap_worst']['ratio_mlp_over_nqf']:.3f}, near the ignition of unit "
-                   f"{res['rel_loss_gap_worst']['nearest_predicted_ignition_unit']}); median |log10 ratio| "
-                   f"{res['loss_gap_log10']['median']:.2g}")),
-        claim(f"{tag}: Fourier MLP is a power law", CLAIM_TRACK, SECTION_FIG,
-              metric=("the fitter's criterion (nqf.powerlaw.fit_power_law: >= 1 decade, rms <= 0.25, drift <= 0.3), "
-                      "seed 0"),
-              value=0.0 if res["fit_mlp_seed0"]["is_power_law"] else 1.0, criterion="0 (is a power law)",
-              holds=bool(res["fit_mlp_seed0"]["is_power_law"]), setting=setting,
-              why=f"rms {res['fit_mlp_seed0']['rms']:.3g}, drift {res['fit_mlp_seed0']['drift']:.3g}, "
-                  f"{res['fit_mlp_seed0']['decades']:.2f} decades"),
+        at_most(
+            "MLP exponent vs its NQF's",
+            CLAIM_TRACK,
+            "|gamma_MLP - gamma_NQF| / gamma_NQF, exponents (L ~ step^-gamma) fitted per seed on the same window "
+            "and averaged over the seeds; same eps, P, lr, seeds",
+            _rel(g_m, g_n),
+            MLP_VS_NQF_BOUND,
+            f"gamma_MLP {g_m:.4f}, gamma_NQF {g_n:.4f} (window steps {res['window_steps']['t_min']:.4g}-"
+            f"{res['window_steps']['t_max']:.4g})",
+        ),
+        at_most(
+            "NQF exponent vs the exact NQF flow",
+            CLAIM_THEORY,
+            "|gamma_NQF(GD) - gamma_flow| / gamma_flow, gamma_flow the exponent of the exact NQF flow (Theorem 6, "
+            "E16) from the same z(0) per seed, same P and window",
+            _rel(g_n, g_f),
+            NQF_VS_FLOW_BOUND,
+            f"gamma_NQF {g_n:.4f}, gamma_flow {g_f:.4f}: the difference is GD's finite step (lr kappa zeta_1 / 2 "
+            "up to 0.64 at delta's rates) on L = (1/2) sum",
+        ),
+        at_most(
+            "MLP exponent vs (2 beta - 1)/(theta + beta)",
+            CLAIM_THEORY,
+            "|gamma_MLP - (2 beta - 1)/(theta + beta)| / (2 beta - 1)/(theta + beta)",
+            res["rel_error_mlp_vs_theory"],
+            THEORY_BOUND,
+            f"gamma_MLP {g_m:.4f} vs {theory:.4f}; the exact NQF flow at the same z(0), P itself gives {g_f:.4f} "
+            f"({g_f / theory - 1:+.1%}): finite eps and P (see decomposition)",
+            revised=False,
+        ),
+        claim(
+            f"{tag}: loss tracking",
+            CLAIM_TRACK,
+            SECTION_FIG,
+            metric="max over the fit window and the seeds of |L_MLP / L_NQF - 1|",
+            value=res["rel_loss_gap_max"],
+            criterion=f"<= {TRACK_LOSS_BOUND:.4g} (2 u_max^2 / 3)",
+            holds=res["rel_loss_gap_max"] <= TRACK_LOSS_BOUND,
+            setting=setting,
+            why=(
+                f"worst at step {res['rel_loss_gap_worst']['step']:.0f} (seed {res['rel_loss_gap_worst']['seed']}, "
+                f"ratio {res['rel_loss_gap_worst']['ratio_mlp_over_nqf']:.3f}, near the ignition of unit "
+                f"{res['rel_loss_gap_worst']['nearest_predicted_ignition_unit']}); median |log10 ratio| "
+                f"{res['loss_gap_log10']['median']:.2g}"
+            ),
+        ),
+        claim(
+            f"{tag}: Fourier MLP is a power law",
+            CLAIM_TRACK,
+            SECTION_FIG,
+            metric=(
+                "the fitter's criterion (nqf.powerlaw.fit_power_law: >= 1 decade, rms <= 0.25, drift <= 0.3), seed 0"
+            ),
+            value=0.0 if res["fit_mlp_seed0"]["is_power_law"] else 1.0,
+            criterion="0 (is a power law)",
+            holds=bool(res["fit_mlp_seed0"]["is_power_law"]),
+            setting=setting,
+            why=f"rms {res['fit_mlp_seed0']['rms']:.3g}, drift {res['fit_mlp_seed0']['drift']:.3g}, "
+            f"{res['fit_mlp_seed0']['decades']:.2f} decades",
+        ),
     ]
     if sweep is not None:
         d = [r["rel_distance"] for r in sweep["rows"]]
-        out.append(claim(
-            f"{tag}: steepening vanishes as eps -> 0", CLAIM_VANISH, SECTION_FINITE,
-            metric=(f"exponent of the exact NQF flow at P = {sweep['P']}, z_k(0) = z0 for z0 = "
+        out.append(
+            claim(
+                f"{tag}: steepening vanishes as eps -> 0",
+                CLAIM_VANISH,
+                SECTION_FINITE,
+                metric=(
+                    f"exponent of the exact NQF flow at P = {sweep['P']}, z_k(0) = z0 for z0 = "
                     + " / ".join(f"{r['z0']:.0e}" for r in sweep["rows"])
-                    + ": relative distance to (2 beta - 1)/(theta + beta)"),
-            value=dict(zip((f"{r['z0']:.0e}" for r in sweep["rows"]), d)),
-            criterion="decreases monotonically as z0 decreases", holds=bool(np.all(np.diff(d) < 0)),
-            setting=setting, revised=True,
-            why=f"delta = {sweep['delta']:g}; every curve is a power law by the fitter: "
-                f"{all(r['is_power_law'] for r in sweep['rows'])}"))
+                    + ": relative distance to (2 beta - 1)/(theta + beta)"
+                ),
+                value=dict(zip((f"{r['z0']:.0e}" for r in sweep["rows"]), d)),
+                criterion="decreases monotonically as z0 decreases",
+                holds=bool(np.all(np.diff(d) < 0)),
+                setting=setting,
+                revised=True,
+                why=f"delta = {sweep['delta']:g}; every curve is a power law by the fitter: "
+                f"{all(r['is_power_law'] for r in sweep['rows'])}",
+            )
+        )
     if sym is not None:
         f = sym["shrink_factor_per_4x"]
-        out.append(claim(
-            f"{tag}: loss gap shrinks with the target (NQF symmetry)", CLAIM_TRACK, SECTION_FIG,
-            metric=("max |L_MLP / L_NQF - 1| over the window and seeds at delta = 1/16, 1/64, 1/256 with eps, lr "
-                    "rescaled so the NQF run is identical; shrink factor per 4x smaller delta"),
-            value={"gap": dict(zip(("1/16", "1/64", "1/256"), sym["rel_loss_gap"])), "shrink": f},
-            criterion=f">= {SYMMETRY_SHRINK:g} per 4x smaller delta", holds=bool(min(f) >= SYMMETRY_SHRINK),
-            setting=setting, revised=True,
-            why="tanh's cubic term is u^2/3 with u^2 ~ delta: the MLP - NQF gap should fall ~4x per 4x smaller delta"))
+        out.append(
+            claim(
+                f"{tag}: loss gap shrinks with the target (NQF symmetry)",
+                CLAIM_TRACK,
+                SECTION_FIG,
+                metric=(
+                    "max |L_MLP / L_NQF - 1| over the window and seeds at delta = 1/16, 1/64, 1/256 with eps, lr "
+                    "rescaled so the NQF run is identical; shrink factor per 4x smaller delta"
+                ),
+                value={"gap": dict(zip(("1/16", "1/64", "1/256"), sym["rel_loss_gap"])), "shrink": f},
+                criterion=f">= {SYMMETRY_SHRINK:g} per 4x smaller delta",
+                holds=bool(min(f) >= SYMMETRY_SHRINK),
+                setting=setting,
+                revised=True,
+                why="tanh's cubic term is u^2/3 with u^2 ~ delta: the MLP - NQF gap should fall ~4x per 4x smaller delta",
+            )
+        )
     return out
 
 
@@ -544,15 +647,19 @@ def _theta_result(r: dict, n_axis, steps: int) -> dict:
     """The JSON block of one theta from `_fourier_pair`'s output."""
     g_mlp, g_nqf, g_flow, pred, window = r["g_mlp"], r["g_nqf"], r["g_flow"], r["pred"], r["window"]
     amp, tstar, steps_per_time = r["u_fp"], r["tstar"], r["steps_per_time"]
-    late = {"t_min": float(tstar[LATE[0] - 1] * steps_per_time),
-            "t_max": float(min(tstar[LATE[1] - 1] * steps_per_time, steps - 1))}
+    late = {
+        "t_min": float(tstar[LATE[0] - 1] * steps_per_time),
+        "t_max": float(min(tstar[LATE[1] - 1] * steps_per_time, steps - 1)),
+    }
     g_mlp_late = np.array([_fit(n_axis[1:], L[1:], late).exponent for L in r["L_mlp"]])
     g_nqf_late = np.array([_fit(n_axis[1:], L[1:], late).exponent for L in r["L_nqf"]])
     stats = lambda g: {"per_seed": g, "mean": float(g.mean()), "sd": float(g.std())}  # noqa: E731
     return {
         "window_steps": window,
         "window_flow_time": {"t_min": window["t_min"] / steps_per_time, "t_max": window["t_max"] / steps_per_time},
-        "exponent_mlp": stats(g_mlp), "exponent_nqf": stats(g_nqf), "exponent_flow": stats(g_flow),
+        "exponent_mlp": stats(g_mlp),
+        "exponent_nqf": stats(g_nqf),
+        "exponent_flow": stats(g_flow),
         "predictions": pred,
         "rel_error_mlp_vs_theory": _rel(g_mlp.mean(), pred["theory"]),
         "rel_error_mlp_vs_finite_eps": _rel(g_mlp.mean(), pred["finite_eps"]),
@@ -564,17 +671,25 @@ def _theta_result(r: dict, n_axis, steps: int) -> dict:
         "rel_loss_gap_max": r["rel_loss_gap"],
         "rel_loss_gap_per_seed": r["rel_loss_gap_per_seed"],
         "rel_loss_gap_worst": r["rel_loss_gap_worst"],
-        "loss_gap_log10": {"max": float(r["gap_log10"].max()), "median": float(np.median(r["gap_log10"])),
-                           "final_step": r["final_gap_log10"]},
+        "loss_gap_log10": {
+            "max": float(r["gap_log10"].max()),
+            "median": float(np.median(r["gap_log10"])),
+            "final_step": r["final_gap_log10"],
+        },
         "fit_mlp_seed0": r["fits_mlp"][0].summary(),
         "fit_nqf_seed0": r["fits_nqf"][0].summary(),
-        "tanh_argument_at_nqf_fixed_point": {"k": [1, K_LO, window["k_hi"]],
-                                             "value": [amp[0], amp[K_LO - 1], amp[window["k_hi"] - 1]]},
+        "tanh_argument_at_nqf_fixed_point": {
+            "k": [1, K_LO, window["k_hi"]],
+            "value": [amp[0], amp[K_LO - 1], amp[window["k_hi"] - 1]],
+        },
         "tanh_argument_mlp_last_step_max": r["u_end_max"],
         "units_ignited_by_last_step": int(np.sum(tstar * steps_per_time < steps)),
         "diagnostic_late_window": {
-            "units": list(LATE), "t_min": late["t_min"], "t_max": late["t_max"],
-            "exponent_mlp_mean": float(g_mlp_late.mean()), "exponent_nqf_mean": float(g_nqf_late.mean()),
+            "units": list(LATE),
+            "t_min": late["t_min"],
+            "t_max": late["t_max"],
+            "exponent_mlp_mean": float(g_mlp_late.mean()),
+            "exponent_nqf_mean": float(g_nqf_late.mean()),
             "note": "units 8..20 only; the window is shorter than the rule's (< 1 decade for theta = 0)",
         },
     }
@@ -589,17 +704,26 @@ def decomposition(theta: float, res: dict, a0, W0, n_axis) -> dict:
     theory = featurewise_exponent(2.0 * BETA, theta + BETA)
     zeta, C, _ = nqf_rates(theta, 1.0)
     spt = 1.0 / (KAPPA * LR)
-    w1 = ignition_window(predicted_ignition_times(zeta, C, EPS**2) * spt, 2.0 * BETA, k_lo=K_LO,
-                         cutoff_fraction=CUTOFF_FRACTION, t_end=float(n_axis[-1]))
+    w1 = ignition_window(
+        predicted_ignition_times(zeta, C, EPS**2) * spt,
+        2.0 * BETA,
+        k_lo=K_LO,
+        cutoff_fraction=CUTOFF_FRACTION,
+        t_end=float(n_axis[-1]),
+    )
     L1 = exact_flow_loss(theta, 1.0, growing_mode_strengths(a0, W0), n_axis[1:] / spt)
     g1 = float(np.mean([_fit(n_axis[1:], L, w1).exponent for L in L1]))
     g_flow, g_nqf, g_mlp = (res[f"exponent_{w}"]["mean"] for w in ("flow", "nqf", "mlp"))
-    return {"exponent_flow_delta1": g1, "window_delta1_steps": [w1["t_min"], w1["t_max"]], "theory": theory,
-            "finite_eps_P_at_delta1": g1 / theory - 1.0,
-            "target_scale_without_eps_rescaling": (g_flow - g1) / theory,
-            "gd_discretization": (g_nqf - g_flow) / theory,
-            "beyond_nqf": (g_mlp - g_nqf) / theory,
-            "total": g_mlp / theory - 1.0}
+    return {
+        "exponent_flow_delta1": g1,
+        "window_delta1_steps": [w1["t_min"], w1["t_max"]],
+        "theory": theory,
+        "finite_eps_P_at_delta1": g1 / theory - 1.0,
+        "target_scale_without_eps_rescaling": (g_flow - g1) / theory,
+        "gd_discretization": (g_nqf - g_flow) / theory,
+        "beyond_nqf": (g_mlp - g_nqf) / theory,
+        "total": g_mlp / theory - 1.0,
+    }
 
 
 def _checks(a0, W0, steps: int) -> list:
@@ -614,8 +738,11 @@ def _checks(a0, W0, steps: int) -> list:
         r, C = (np.asarray(v) for v in theorem6_rates(data))
         rr, CC, _, _ = flow_rates(theta)
         err = max(max_rel_error(r[:P], rr), max_rel_error(C[:P], CC))
-        out.append(check(f"fig5 theta={theta:g}: closed-form flow rates vs nqf.theorem6_rates, max rel error", err,
-                         EXACT_BOUND))
+        out.append(
+            check(
+                f"fig5 theta={theta:g}: closed-form flow rates vs nqf.theorem6_rates, max rel error", err, EXACT_BOUND
+            )
+        )
     theta = THETAS[-1]
     full = datasets.fourier_mlp_data(P, M_GRID, beta=BETA, theta=theta)
     Lam, y = np.asarray(full.Lambda), TARGET_SCALE * np.asarray(full.y)
@@ -624,28 +751,57 @@ def _checks(a0, W0, steps: int) -> list:
     E16 = exact_flow_loss(theta, TARGET_SCALE, zp0, ts)
     orc = theorem6(CommutingData(Lam[:, :P], y), ts, M0=np.diag(zp0))
     L_orc = np.mean((Lam[:, :P] @ orc.z.T - y[:, None]) ** 2, axis=0)
-    out.append(check(f"fig5 theta={theta:g}: E16 loss vs nqf.theorem6 (growing modes), max rel error",
-                     max_rel_error(E16, L_orc), 1e-10))
+    out.append(
+        check(
+            f"fig5 theta={theta:g}: E16 loss vs nqf.theorem6 (growing modes), max rel error",
+            max_rel_error(E16, L_orc),
+            1e-10,
+        )
+    )
     w0 = np.concatenate([np.asarray(a0)[0], np.asarray(W0)[0]])[:, None]
-    sol = solve_flow(CommutingData(Lam, y, np.asarray(full.P)), W0=w0, t1=ts[-1], ts=np.concatenate([[0.0], ts]),
-                     rtol=1e-11)
-    out.append(check(f"fig5 theta={theta:g}: E16 loss (growing modes) vs nqf.solve_flow (both modes of every unit), "
-                     "max rel error", max_rel_error(E16, np.asarray(sol.loss)[1:]), FLOW_BOUND))
+    sol = solve_flow(
+        CommutingData(Lam, y, np.asarray(full.P)), W0=w0, t1=ts[-1], ts=np.concatenate([[0.0], ts]), rtol=1e-11
+    )
+    out.append(
+        check(
+            f"fig5 theta={theta:g}: E16 loss (growing modes) vs nqf.solve_flow (both modes of every unit), "
+            "max rel error",
+            max_rel_error(E16, np.asarray(sol.loss)[1:]),
+            FLOW_BOUND,
+        )
+    )
     t = np.geomspace(1.0, 1e4, 500)
     f = fit_power_law(t, 3.0 * t**-1.2345, 10.0, 1e3)
-    out.append(check("fig5: fitter on an exact power law t^-1.2345: |exponent error| (+ inf if not called one)",
-                     abs(f.exponent - 1.2345) + (0.0 if f.is_power_law else np.inf), 1e-9))
+    out.append(
+        check(
+            "fig5: fitter on an exact power law t^-1.2345: |exponent error| (+ inf if not called one)",
+            abs(f.exponent - 1.2345) + (0.0 if f.is_power_law else np.inf),
+            1e-9,
+        )
+    )
     _, psi, y1 = grid_and_target()
     s, n = jnp.asarray(np.arange(1, P + 1.0) ** -theta), steps
     d = SYMMETRY_DELTAS[-1]
     c = np.sqrt(d / TARGET_SCALE)
-    L0, _ = train(fourier_nqf, (a0[:1], W0[:1]), (s, jnp.asarray(psi)), jnp.asarray(TARGET_SCALE * y1),
-                  jnp.asarray(LR_RUN), n)
-    L1, _ = train(fourier_nqf, (c * a0[:1], c * W0[:1]), (s, jnp.asarray(psi)), jnp.asarray(d * y1),
-                  jnp.asarray(LR_RUN * TARGET_SCALE / d), n)
-    out.append(check(f"fig5 theta={theta:g}: NQF symmetry, delta 1/64 -> 1/256 run vs (1/4)^2 x the 1/64 run "
-                     f"({n} steps), max rel error",
-                     max_rel_error(np.asarray(L1), (d / TARGET_SCALE) ** 2 * np.asarray(L0)), 1e-8))
+    L0, _ = train(
+        fourier_nqf, (a0[:1], W0[:1]), (s, jnp.asarray(psi)), jnp.asarray(TARGET_SCALE * y1), jnp.asarray(LR_RUN), n
+    )
+    L1, _ = train(
+        fourier_nqf,
+        (c * a0[:1], c * W0[:1]),
+        (s, jnp.asarray(psi)),
+        jnp.asarray(d * y1),
+        jnp.asarray(LR_RUN * TARGET_SCALE / d),
+        n,
+    )
+    out.append(
+        check(
+            f"fig5 theta={theta:g}: NQF symmetry, delta 1/64 -> 1/256 run vs (1/4)^2 x the 1/64 run "
+            f"({n} steps), max rel error",
+            max_rel_error(np.asarray(L1), (d / TARGET_SCALE) ** 2 * np.asarray(L0)),
+            1e-8,
+        )
+    )
     return out
 
 
@@ -708,15 +864,24 @@ def run(out_dir, quick: bool = False) -> dict:
     w1 = curves[1.0][4]
     fit_w1 = fit_power_law(n_axis[1:], L_raw[1:], w1["t_min"], w1["t_max"])
     raw["fit_theta1_window"] = fit_w1.summary()
-    raw["window_rule"] = ("own window: [first step with L <= L(0)/2 (its first ignition), last step] (no theory "
-                          "gives its ignitions or cutoff); also the theta = 1 Fourier window")
+    raw["window_rule"] = (
+        "own window: [first step with L <= L(0)/2 (its first ignition), last step] (no theory "
+        "gives its ignitions or cutoff); also the theta = 1 Fourier window"
+    )
     raw["is_power_law"] = bool(own_pl or fit_w1.is_power_law)
-    claims.append(claim("fig5: raw-input MLP is not a power law", CLAIM_RAW, SECTION_FIG,
-                        metric="the fitter's criterion on its own window and on the theta = 1 window",
-                        value=1.0 if raw["is_power_law"] else 0.0, criterion="0 (not a power law on either)",
-                        holds=not raw["is_power_law"], setting="paper",
-                        why=f"own window from step {drop:.0f}; theta = 1 window rms {fit_w1.rms:.3g}, "
-                            f"drift {fit_w1.drift:.3g}"))
+    claims.append(
+        claim(
+            "fig5: raw-input MLP is not a power law",
+            CLAIM_RAW,
+            SECTION_FIG,
+            metric="the fitter's criterion on its own window and on the theta = 1 window",
+            value=1.0 if raw["is_power_law"] else 0.0,
+            criterion="0 (not a power law on either)",
+            holds=not raw["is_power_law"],
+            setting="paper",
+            why=f"own window from step {drop:.0f}; theta = 1 window rms {fit_w1.rms:.3g}, drift {fit_w1.drift:.3g}",
+        )
+    )
 
     if quick:
         sens = sensitivity(quick=True)
@@ -728,34 +893,58 @@ def run(out_dir, quick: bool = False) -> dict:
         "title": TITLE,
         "quick": bool(quick),
         "settings": {
-            "P": P, "M": M_GRID, "beta": BETA, "thetas": list(THETAS), "lr_paper": LR, "lr": LR_RUN,
-            "target_scale": TARGET_SCALE, "steps": steps,
-            "eps": EPS, "init": "all parameters N(0, eps^2)", "n_seeds": n_seeds, "raw_mlp_hidden": H_RAW,
+            "P": P,
+            "M": M_GRID,
+            "beta": BETA,
+            "thetas": list(THETAS),
+            "lr_paper": LR,
+            "lr": LR_RUN,
+            "target_scale": TARGET_SCALE,
+            "steps": steps,
+            "eps": EPS,
+            "init": "all parameters N(0, eps^2)",
+            "n_seeds": n_seeds,
+            "raw_mlp_hidden": H_RAW,
             "nqf_regime_rule": {
                 "u_max": U_MAX,
-                "rule": ("target delta y with the largest delta <= 1 such that every tanh argument of the NQF's "
-                         "fixed point, max_x |s_k a_k psi_k(x)| = sqrt(2 sqrt(P) delta s_k b_k), is <= u_max "
-                         "(tanh's cubic term u^2/3 <= 1/12 there): delta = u_max^2/(2 sqrt P) = 1/64"),
-                "time_axis": ("NQF rates r_k are linear in the target, so the flow time to each ignition scales as "
-                              "1/delta; lr = 0.02/delta keeps step n at the unit-target flow time kappa 0.02 n "
-                              "(lr r_k and lr * Hessian, hence GD's per-step growth and stability, are unchanged)"),
-                "eps": ("kept at the paper's 1e-4: z_k(0)/z_k(inf) grows by 1/delta, ln(zeta_k/(C_k eps^2)) drops by "
-                        "ln 64 = 4.2, which the finite-eps predictions include"),
+                "rule": (
+                    "target delta y with the largest delta <= 1 such that every tanh argument of the NQF's "
+                    "fixed point, max_x |s_k a_k psi_k(x)| = sqrt(2 sqrt(P) delta s_k b_k), is <= u_max "
+                    "(tanh's cubic term u^2/3 <= 1/12 there): delta = u_max^2/(2 sqrt P) = 1/64"
+                ),
+                "time_axis": (
+                    "NQF rates r_k are linear in the target, so the flow time to each ignition scales as "
+                    "1/delta; lr = 0.02/delta keeps step n at the unit-target flow time kappa 0.02 n "
+                    "(lr r_k and lr * Hessian, hence GD's per-step growth and stability, are unchanged)"
+                ),
+                "eps": (
+                    "kept at the paper's 1e-4: z_k(0)/z_k(inf) grows by 1/delta, ln(zeta_k/(C_k eps^2)) drops by "
+                    "ln 64 = 4.2, which the finite-eps predictions include"
+                ),
                 "raw_mlp": "not an NQF-regime model: the paper's baseline, unchanged (target y, lr 0.02)",
             },
             "loss": "L = (1/2) sum_x (f(x) - y(x))^2 (= kappa * mean MSE, kappa = M/2)",
-            "time": ("step n = gradient-flow time kappa lr n of the mean-MSE flow (= 2.56 n in the rates of the "
-                     "unit-amplitude target)"),
+            "time": (
+                "step n = gradient-flow time kappa lr n of the mean-MSE flow (= 2.56 n in the rates of the "
+                "unit-amplitude target)"
+            ),
             "models": {
                 "fourier_mlp": "P^-1/2 sum_k W_k tanh(s_k a_k psi_k(x)), s_k = k^-theta, target delta y",
-                "nqf": ("P^-1/2 sum_k W_k s_k a_k psi_k(x) (= Tr[w w^T A(x)], datasets.fourier_mlp_data), "
-                        "target delta y"),
-                "exact_flow": ("Theorem 6 (E16) on the NQF's mean-MSE flow from the runs' z_k(0) = (a_k +- W_k)^2/2, "
-                               "evaluated at flow time kappa lr n"),
+                "nqf": (
+                    "P^-1/2 sum_k W_k s_k a_k psi_k(x) (= Tr[w w^T A(x)], datasets.fourier_mlp_data), target delta y"
+                ),
+                "exact_flow": (
+                    "Theorem 6 (E16) on the NQF's mean-MSE flow from the runs' z_k(0) = (a_k +- W_k)^2/2, "
+                    "evaluated at flow time kappa lr n"
+                ),
                 "raw_mlp": "H^-1/2 sum_j v_j tanh(u_j x + c_j), H = 256, target y",
             },
-            "fit": {"k_lo": K_LO, "cutoff_fraction": CUTOFF_FRACTION, "fitter": "nqf.powerlaw.fit_power_law",
-                    "criterion": curves[1.0][2].criterion},
+            "fit": {
+                "k_lo": K_LO,
+                "cutoff_fraction": CUTOFF_FRACTION,
+                "fitter": "nqf.powerlaw.fit_power_law",
+                "criterion": curves[1.0][2].criterion,
+            },
             "eps_sweep": {"P": SWEEP_P, "z0": SWEEP_Z0, "delta": TARGET_SCALE},
             "symmetry_deltas": SYMMETRY_DELTAS,
         },
@@ -764,10 +953,12 @@ def run(out_dir, quick: bool = False) -> dict:
             "choice": "L = (1/2) sum (kappa = M/2 = 128 times the mean MSE)",
             "mean_mse_units_ignited_by_step_30000": {
                 f"{th:g}": int(np.sum(predicted_ignition_times(*nqf_rates(th)[:2], EPS**2) < LR * STEPS))
-                for th in THETAS},
+                for th in THETAS
+            },
             "sum_loss_gd_stability": "lr * kappa * lambda_max = 0.02 * 256 * 0.5 = 2.56 > 2 for unit 1 (unstable)",
-            "note": ("stated for the unit-amplitude target at lr 0.02; the pair (delta y, 0.02/delta) has the "
-                     "same rates"),
+            "note": (
+                "stated for the unit-amplitude target at lr 0.02; the pair (delta y, 0.02/delta) has the same rates"
+            ),
         },
         "thetas": results,
         "raw_mlp": raw,
@@ -781,20 +972,32 @@ def run(out_dir, quick: bool = False) -> dict:
 
 CHOSEN_SETTINGS = {
     "target_scale": chosen(
-        "delta = 1/64 (target delta y), lr 0.02/delta = 1.28", "target y (b_k = k^-beta), lr 0.02",
+        "delta = 1/64 (target delta y), lr 0.02/delta = 1.28",
+        "target y (b_k = k^-beta), lr 0.02",
         "the NQF-regime rule: every tanh argument of the NQF's fixed point <= 0.5; at delta = 1 the MLP saturates "
-        "(sensitivity row)"),
+        "(sensitivity row)",
+    ),
     "eps_not_rescaled": chosen(
-        "eps = 1e-4 at delta = 1/64", "eps = 1e-4 at delta = 1",
-        "the paper's absolute scale; adds ~2% of steepening (decomposition)"),
+        "eps = 1e-4 at delta = 1/64",
+        "eps = 1e-4 at delta = 1",
+        "the paper's absolute scale; adds ~2% of steepening (decomposition)",
+    ),
     "loss_normalization": chosen(
-        "L = (1/2) sum_x (f - y)^2", "not stated",
-        "with the mean MSE only 6/3/2 units ignite by step 30000; with the plain sum GD is unstable"),
-    "fit_window": chosen("predicted ignition of unit 2 to the 5% finite-size cutoff (k_hi = 14)", "not stated",
-                         "rule fixed before measuring (nqf.powerlaw.ignition_window)"),
+        "L = (1/2) sum_x (f - y)^2",
+        "not stated",
+        "with the mean MSE only 6/3/2 units ignite by step 30000; with the plain sum GD is unstable",
+    ),
+    "fit_window": chosen(
+        "predicted ignition of unit 2 to the 5% finite-size cutoff (k_hi = 14)",
+        "not stated",
+        "rule fixed before measuring (nqf.powerlaw.ignition_window)",
+    ),
     "seeds": chosen(N_SEEDS, "not stated", "exponent mean over seeds; seed-to-seed sd ~ 5%"),
-    "eps_sweep": chosen({"P": SWEEP_P, "z0": SWEEP_Z0}, "\"vanishes as eps -> 0\" (no sweep)",
-                        "issue 15's test of the claim on the exact flow"),
+    "eps_sweep": chosen(
+        {"P": SWEEP_P, "z0": SWEEP_Z0},
+        '"vanishes as eps -> 0" (no sweep)',
+        "issue 15's test of the claim on the exact flow",
+    ),
 }
 
 
@@ -811,11 +1014,21 @@ def _unit_target_row(psij, steps, n_seeds: int = N_SEEDS_SENSITIVITY) -> dict:
         r = _fourier_pair(theta, 1.0, LR, EPS, a0, W0, psij, steps)
         res = _theta_result(r, n_axis, steps)
         claims += _theta_claims(theta, res, None, None, "paper", label="delta=1 ")
-        keep = ("exponent_mlp", "exponent_nqf", "exponent_flow", "rel_loss_gap_max", "tanh_argument_mlp_last_step_max",
-                "window_steps")
+        keep = (
+            "exponent_mlp",
+            "exponent_nqf",
+            "exponent_flow",
+            "rel_loss_gap_max",
+            "tanh_argument_mlp_last_step_max",
+            "window_steps",
+        )
         results[f"{theta:g}"] = {k: res[k] for k in keep}
-    return {"setting": f"the paper's amplitude: target y (delta = 1), lr 0.02, eps 1e-4, {n_seeds} seeds",
-            "claims": claims, "results": results, "wall_time_s": time.perf_counter() - t0}
+    return {
+        "setting": f"the paper's amplitude: target y (delta = 1), lr 0.02, eps 1e-4, {n_seeds} seeds",
+        "claims": claims,
+        "results": results,
+        "wall_time_s": time.perf_counter() - t0,
+    }
 
 
 def _plot(n_axis, curves, L_raw, fit_own, fit_w1, results, quick, steps):
@@ -832,8 +1045,14 @@ def _plot(n_axis, curves, L_raw, fit_own, fit_w1, results, quick, steps):
     ax1.loglog(n, L_raw[1:] / L_raw[0], color="tab:red", lw=1.4, label="tanh MLP on raw $x$")
     tm = np.sqrt(w["t_min"] * w["t_max"])
     tt = np.geomspace(w["t_min"] / 3, w["t_max"] * 3, 20)
-    ax1.loglog(tt, 2.5 * fit_m.predict(tm) / L0 * (tt / tm) ** -pred["theory"], color="tab:blue", ls=":", lw=1.6,
-               label=f"$t^{{-{pred['theory']:.2f}}}$ (theory)")
+    ax1.loglog(
+        tt,
+        2.5 * fit_m.predict(tm) / L0 * (tt / tm) ** -pred["theory"],
+        color="tab:blue",
+        ls=":",
+        lw=1.6,
+        label=f"$t^{{-{pred['theory']:.2f}}}$ (theory)",
+    )
     ax1.axvspan(w["t_min"], w["t_max"], color="tab:blue", alpha=0.08)
     ax1.set_xlabel("GD step")
     ax1.set_ylabel("normalized loss $L(t)/L(0)$")
@@ -850,8 +1069,14 @@ def _plot(n_axis, curves, L_raw, fit_own, fit_w1, results, quick, steps):
         ax2.loglog(n, L_nqf[0, 1:] / L0, color=c, lw=0.8, ls="--")
         tm = np.sqrt(w["t_min"] * w["t_max"])
         tt = np.geomspace(w["t_min"], w["t_max"], 20)
-        ax2.loglog(tt, 2.5 * fit_m.predict(tm) / L0 * (tt / tm) ** -pred["theory"], color=c, ls=":", lw=1.6,
-                   label=f"theory {pred['theory']:.2f}")
+        ax2.loglog(
+            tt,
+            2.5 * fit_m.predict(tm) / L0 * (tt / tm) ** -pred["theory"],
+            color=c,
+            ls=":",
+            lw=1.6,
+            label=f"theory {pred['theory']:.2f}",
+        )
     ax2.set_xlabel("GD step")
     ax2.set_ylabel("$L(t)/L(0)$ (dashed: NQF)")
     ax2.set_title("Power laws for $\\theta \\in \\{0, 0.5, 1\\}$")
@@ -861,21 +1086,61 @@ def _plot(n_axis, curves, L_raw, fit_own, fit_w1, results, quick, steps):
     # (3) exponents.
     th = np.array(list(curves))
     xs = np.arange(len(th))
-    for key, mk, col, lab in (("theory", "_", "tab:blue", "theory (E21)"),
-                              ("finite_eps", "_", "tab:orange", "finite $\\epsilon$ (E22)"),
-                              ("finite_eps_P_lr", "_", "tab:green", "finite $\\epsilon$, P, lr")):
-        ax3.plot(xs, [results[f"{t:g}"]["predictions"][key] for t in th], ls="none", marker=mk, ms=22, mew=2,
-                 color=col, label=lab)
+    for key, mk, col, lab in (
+        ("theory", "_", "tab:blue", "theory (E21)"),
+        ("finite_eps", "_", "tab:orange", "finite $\\epsilon$ (E22)"),
+        ("finite_eps_P_lr", "_", "tab:green", "finite $\\epsilon$, P, lr"),
+    ):
+        ax3.plot(
+            xs,
+            [results[f"{t:g}"]["predictions"][key] for t in th],
+            ls="none",
+            marker=mk,
+            ms=22,
+            mew=2,
+            color=col,
+            label=lab,
+        )
     for j, t in enumerate(th):
         r = results[f"{t:g}"]
-        ax3.plot(np.full(len(r["exponent_mlp"]["per_seed"]), j - 0.12), r["exponent_mlp"]["per_seed"], ls="none",
-                 marker="o", ms=4, color="tab:blue", alpha=0.6, label="Fourier MLP (per seed)" if j == 0 else None)
-        ax3.plot(np.full(len(r["exponent_nqf"]["per_seed"]), j + 0.12), r["exponent_nqf"]["per_seed"], ls="none",
-                 marker="s", ms=4, color="k", alpha=0.6, label="NQF (per seed)" if j == 0 else None)
-        ax3.plot(np.full(len(r["exponent_flow"]["per_seed"]), j + 0.24), r["exponent_flow"]["per_seed"], ls="none",
-                 marker="^", ms=4, color="tab:purple", alpha=0.6, label="exact NQF flow (per seed)" if j == 0 else None)
-        ax3.fill_between([j - 0.3, j + 0.3], 0.9 * r["predictions"]["theory"], 1.1 * r["predictions"]["theory"],
-                         color="tab:blue", alpha=0.1, label="theory $\\pm$10%" if j == 0 else None)
+        ax3.plot(
+            np.full(len(r["exponent_mlp"]["per_seed"]), j - 0.12),
+            r["exponent_mlp"]["per_seed"],
+            ls="none",
+            marker="o",
+            ms=4,
+            color="tab:blue",
+            alpha=0.6,
+            label="Fourier MLP (per seed)" if j == 0 else None,
+        )
+        ax3.plot(
+            np.full(len(r["exponent_nqf"]["per_seed"]), j + 0.12),
+            r["exponent_nqf"]["per_seed"],
+            ls="none",
+            marker="s",
+            ms=4,
+            color="k",
+            alpha=0.6,
+            label="NQF (per seed)" if j == 0 else None,
+        )
+        ax3.plot(
+            np.full(len(r["exponent_flow"]["per_seed"]), j + 0.24),
+            r["exponent_flow"]["per_seed"],
+            ls="none",
+            marker="^",
+            ms=4,
+            color="tab:purple",
+            alpha=0.6,
+            label="exact NQF flow (per seed)" if j == 0 else None,
+        )
+        ax3.fill_between(
+            [j - 0.3, j + 0.3],
+            0.9 * r["predictions"]["theory"],
+            1.1 * r["predictions"]["theory"],
+            color="tab:blue",
+            alpha=0.1,
+            label="theory $\\pm$10%" if j == 0 else None,
+        )
     ax3.set_xticks(xs, [f"$\\theta={t:g}$" for t in th])
     ax3.set_ylabel("decay exponent $\\gamma$ ($L \\sim t^{-\\gamma}$)")
     ax3.set_title("Measured vs predicted exponents")
@@ -885,22 +1150,36 @@ def _plot(n_axis, curves, L_raw, fit_own, fit_w1, results, quick, steps):
     for i, (theta, (_, _, fit_m, fit_q, _, _)) in enumerate(curves.items()):
         for f, ls, lab in ((fit_m, "-", "MLP"), (fit_q, "--", "NQF")):
             xx = (f.log_t - f.log_t[0]) / np.log(10.0)
-            ax4.plot(xx, f.residuals, color=COLORS[i], ls=ls, lw=1.0 if ls == "-" else 0.8,
-                     label=f"$\\theta={theta:g}$ {lab}: rms {f.rms:.2f}, drift {f.drift:.2f}")
+            ax4.plot(
+                xx,
+                f.residuals,
+                color=COLORS[i],
+                ls=ls,
+                lw=1.0 if ls == "-" else 0.8,
+                label=f"$\\theta={theta:g}$ {lab}: rms {f.rms:.2f}, drift {f.drift:.2f}",
+            )
     for f, ls, lab in ((fit_own, "-", "raw MLP (own window)"), (fit_w1, ":", "raw MLP ($\\theta=1$ window)")):
         if f is None:
             continue
         xx = (f.log_t - f.log_t[0]) / np.log(10.0)
-        ax4.plot(xx, f.residuals, color="tab:red", ls=ls, lw=1.4,
-                 label=f"{lab}: rms {f.rms:.2f}, drift {f.drift:.2f}" + ("" if f.is_power_law else " [no power law]"))
+        ax4.plot(
+            xx,
+            f.residuals,
+            color="tab:red",
+            ls=ls,
+            lw=1.4,
+            label=f"{lab}: rms {f.rms:.2f}, drift {f.drift:.2f}" + ("" if f.is_power_law else " [no power law]"),
+        )
     ax4.axhspan(-0.25, 0.25, color="0.85", alpha=0.5, zorder=0)
     ax4.set_xlabel("decades into the fit window")
     ax4.set_ylabel("$\\ln L$ - power-law fit")
     ax4.set_title("Goodness of fit (criterion: rms $\\leq$ 0.25, drift $\\leq$ 0.3)")
     ax4.set_ylim(-2.0, 2.0)
     ax4.legend(fontsize=6.5, loc="lower left")
-    fig.suptitle("Fourier MLP power law (paper Fig. 5): P = 64, M = 256, $\\beta$ = 1.5, $\\epsilon = 10^{-4}$, "
-                 f"target $\\delta y$, $\\delta$ = 1/{1 / TARGET_SCALE:.0f} (tanh argument $\\leq$ {U_MAX:g}), "
-                 f"lr 0.02/$\\delta$ (raw MLP: $y$, lr 0.02), L = (1/2)$\\sum$(f - y)$^2$"
-                 + (" [quick]" if quick else ""), fontsize=9)
+    fig.suptitle(
+        "Fourier MLP power law (paper Fig. 5): P = 64, M = 256, $\\beta$ = 1.5, $\\epsilon = 10^{-4}$, "
+        f"target $\\delta y$, $\\delta$ = 1/{1 / TARGET_SCALE:.0f} (tanh argument $\\leq$ {U_MAX:g}), "
+        f"lr 0.02/$\\delta$ (raw MLP: $y$, lr 0.02), L = (1/2)$\\sum$(f - y)$^2$" + (" [quick]" if quick else ""),
+        fontsize=9,
+    )
     return fig

@@ -68,8 +68,10 @@ from ._common import COLORS, check, chosen, claim, prepare_out_dir, sensitivity,
 from ._pair import train_online
 
 NAME = "fig6"
-TITLE = ("Fig. 6: online SGD teacher-student, MLP 20-100-1 and QK attention vs their NQFs: the step "
-         "at which they separate (eps 1e-3 / 1e-2 / 1e-1)")
+TITLE = (
+    "Fig. 6: online SGD teacher-student, MLP 20-100-1 and QK attention vs their NQFs: the step "
+    "at which they separate (eps 1e-3 / 1e-2 / 1e-1)"
+)
 
 EPS = (1e-3, 1e-2, 1e-1)
 THRESHOLD = 0.1
@@ -83,18 +85,26 @@ MODEL_NAMES = ("MLP", "QK attention")
 LR = {"MLP": 0.05, "QK attention": 0.02}
 SETTINGS = {
     "MLP": "20 -> 100 tanh -> 1, no bias; x ~ N(0, I_20 / 4); teacher W* ~ N(0, 1)",
-    "QK attention": ("Proposition 3, 4 heads, D=16, N=10, d_k=8, readout c ~ N(0, I_16); tokens ~ N(0, I_16), "
-                     "query = last token; teacher W* ~ N(0, 1)"),
+    "QK attention": (
+        "Proposition 3, 4 heads, D=16, N=10, d_k=8, readout c ~ N(0, I_16); tokens ~ N(0, I_16), "
+        "query = last token; teacher W* ~ N(0, 1)"
+    ),
 }
 
 
 CHOSEN_SETTINGS = {
-    "mlp_inputs": chosen("x ~ N(0, I_20 / 4)", "\"sampled i.i.d. from a Gaussian distribution\" (scale not stated)",
-                         "at N(0, I_20) the NQF (linear in x) runs at the edge of stability at lr 0.05 (sensitivity "
-                         "row); at N(0, I_20 / 20) the teacher is 94% linear and the two never separate"),
-    "attention": chosen("tokens N(0, I_16), query = last token, readout c ~ N(0, I_16)", "\"a fixed Gaussian readout "
-                        "vector\", Gaussian inputs", "standard normal, as stated"),
-    "threshold": chosen(THRESHOLD, "\"match\" / \"become different\" (no number)", "fig2's departure bound"),
+    "mlp_inputs": chosen(
+        "x ~ N(0, I_20 / 4)",
+        '"sampled i.i.d. from a Gaussian distribution" (scale not stated)',
+        "at N(0, I_20) the NQF (linear in x) runs at the edge of stability at lr 0.05 (sensitivity "
+        "row); at N(0, I_20 / 20) the teacher is 94% linear and the two never separate",
+    ),
+    "attention": chosen(
+        "tokens N(0, I_16), query = last token, readout c ~ N(0, I_16)",
+        '"a fixed Gaussian readout vector", Gaussian inputs',
+        "standard normal, as stated",
+    ),
+    "threshold": chosen(THRESHOLD, '"match" / "become different" (no number)', "fig2's departure bound"),
     "eps_contrast": chosen(EPS[1:], "only eps = 1e-3", "larger inits for the ordering check"),
 }
 
@@ -143,8 +153,9 @@ def _curve_indices(n: int, extra=()) -> np.ndarray:
     return np.array(sorted(idx))
 
 
-def run_model(name: str, eps_values, steps: int, n_probe: int, *, input_std: float | None = None,
-              progress=None) -> tuple[dict, dict]:
+def run_model(
+    name: str, eps_values, steps: int, n_probe: int, *, input_std: float | None = None, progress=None
+) -> tuple[dict, dict]:
     """Online SGD of model `name` and its NQF from W0 = eps N(0, 1) (rng 3) for each eps; inputs of
     entry std `input_std` (default: the package's, `build`). Returns (results keyed "name | eps=e",
     curves for the plot)."""
@@ -171,23 +182,35 @@ def run_model(name: str, eps_values, steps: int, n_probe: int, *, input_std: flo
         below = np.flatnonzero(loss_m <= ONSET * loss_m[0])
         onset = int(r["steps"][below[0]]) if below.size else None
         ok = np.flatnonzero(dev <= THRESHOLD)
-        sustained = (int(r["steps"][0]) if ok.size == 0 else
-                     int(r["steps"][ok[-1] + 1]) if ok[-1] + 1 < len(dev) else None)
+        sustained = (
+            int(r["steps"][0]) if ok.size == 0 else int(r["steps"][ok[-1] + 1]) if ok[-1] + 1 < len(dev) else None
+        )
         idx = _curve_indices(len(r["steps"]), (sep, onset, sustained))
         key = f"{name} | eps={eps:g}"
         results[key] = {
-            "model": name, "eps": eps, "lr": LR[name], "width": d, "p": mod.p,
-            "separation_step": sep, "separated": sep is not None,
+            "model": name,
+            "eps": eps,
+            "lr": LR[name],
+            "width": d,
+            "p": mod.p,
+            "separation_step": sep,
+            "separated": sep is not None,
             "sustained_separation_step": sustained,
             "learning_onset_step": onset,
             "deviation_at_step0": float(dev[0]),
-            "deviation_at_end": float(dev[-1]), "max_deviation": float(dev.max()),
-            "probe_loss_module_final": float(loss_m[-1]), "probe_loss_nqf_final": float(loss_n[-1]),
+            "deviation_at_end": float(dev[-1]),
+            "max_deviation": float(dev.max()),
+            "probe_loss_module_final": float(loss_m[-1]),
+            "probe_loss_nqf_final": float(loss_n[-1]),
             "probe_loss_initial": float(loss_m[0]),
             "online_loss_module_last100": float(np.mean(r["batch_loss_module"][-100:])),
             "online_loss_nqf_last100": float(np.mean(r["batch_loss_nqf"][-100:])),
-            "curve": {"step": r["steps"][idx], "deviation": dev[idx],
-                      "probe_loss_module": loss_m[idx], "probe_loss_nqf": loss_n[idx]},
+            "curve": {
+                "step": r["steps"][idx],
+                "deviation": dev[idx],
+                "probe_loss_module": loss_m[idx],
+                "probe_loss_nqf": loss_n[idx],
+            },
             "wall_time_s": time.perf_counter() - t0,
         }
         curves[key] = (r["steps"], dev, loss_m / loss_m[0], loss_n / loss_m[0], sep)
@@ -199,17 +222,28 @@ def run_model(name: str, eps_values, steps: int, n_probe: int, *, input_std: flo
 def _claim(name: str, r: dict, steps: int, setting: str, label: str = "") -> dict:
     """The paper's "the NQF tracks for the first 100 steps, then the trajectories separate" at eps = 1e-3."""
     sep, sus = r["separation_step"], r["sustained_separation_step"]
-    text = {"MLP": "The trajectories of the two student models match for the first 100 steps and then they become "
-                   "different.",
-            "QK attention": "The NQF tracks the attention model accurately for the first 100 steps."}[name]
-    return claim(f"fig6 {label}{name} eps=1e-3: tracks >= {PAPER_SEPARATION_STEP} steps, then separates", text, SECTION,
-                 metric=(f"separation step = first step with |F - F_NQF| / |y - f0| > {THRESHOLD:g} on the probe set; "
-                         "separated = the deviation stays above it from some step to the end"),
-                 value={"separation_step": sep, "sustained_separation_step": sus},
-                 criterion=f"separation step >= {PAPER_SEPARATION_STEP} and separated within {steps} steps",
-                 holds=sep is not None and sep >= PAPER_SEPARATION_STEP and sus is not None, setting=setting,
-                 why=(f"learning onset (probe loss <= {ONSET:g} x initial) at step {r['learning_onset_step']}; "
-                      f"deviation at step 0 {r['deviation_at_step0']:.2g}, at the end {r['deviation_at_end']:.3g}"))
+    text = {
+        "MLP": "The trajectories of the two student models match for the first 100 steps and then they become "
+        "different.",
+        "QK attention": "The NQF tracks the attention model accurately for the first 100 steps.",
+    }[name]
+    return claim(
+        f"fig6 {label}{name} eps=1e-3: tracks >= {PAPER_SEPARATION_STEP} steps, then separates",
+        text,
+        SECTION,
+        metric=(
+            f"separation step = first step with |F - F_NQF| / |y - f0| > {THRESHOLD:g} on the probe set; "
+            "separated = the deviation stays above it from some step to the end"
+        ),
+        value={"separation_step": sep, "sustained_separation_step": sus},
+        criterion=f"separation step >= {PAPER_SEPARATION_STEP} and separated within {steps} steps",
+        holds=sep is not None and sep >= PAPER_SEPARATION_STEP and sus is not None,
+        setting=setting,
+        why=(
+            f"learning onset (probe loss <= {ONSET:g} x initial) at step {r['learning_onset_step']}; "
+            f"deviation at step 0 {r['deviation_at_step0']:.2g}, at the end {r['deviation_at_end']:.3g}"
+        ),
+    )
 
 
 def run(out_dir, quick: bool = False, progress=None) -> dict:
@@ -227,31 +261,54 @@ def run(out_dir, quick: bool = False, progress=None) -> dict:
         curves.update(cur)
         seps = {eps: res[f"{name} | eps={eps:g}"]["separation_step"] for eps in EPS}
         r0 = res[f"{name} | eps={EPS[0]:g}"]
-        checks.append(check(f"fig6 {name}: module - NQF deviation at step 0, eps={EPS[0]:g} (the NQF is the module's "
-                            "expansion to O(|W|^4): ~eps^4 of the labels' scale)", r0["deviation_at_step0"],
-                            INIT_DEV_BOUND))
+        checks.append(
+            check(
+                f"fig6 {name}: module - NQF deviation at step 0, eps={EPS[0]:g} (the NQF is the module's "
+                "expansion to O(|W|^4): ~eps^4 of the labels' scale)",
+                r0["deviation_at_step0"],
+                INIT_DEV_BOUND,
+            )
+        )
         claims.append(_claim(name, r0, steps, "package-chosen"))
         small, large = EPS[0], EPS[-1]
         eff = lambda s: steps + 1 if s is None else s  # noqa: E731
-        checks.append(check(
-            f"fig6 {name}: separation step at eps={large:g} minus at eps={small:g} (<= -1 iff the small "
-            f"init separates later; never separating counts as step {steps + 1})",
-            eff(seps[large]) - eff(seps[small]), -1))
+        checks.append(
+            check(
+                f"fig6 {name}: separation step at eps={large:g} minus at eps={small:g} (<= -1 iff the small "
+                f"init separates later; never separating counts as step {steps + 1})",
+                eff(seps[large]) - eff(seps[small]),
+                -1,
+            )
+        )
     if quick:
         sens = sensitivity(quick=True)
     else:
         res, _ = run_model("MLP", EPS[:1], steps, n_probe, input_std=1.0, progress=progress)
         r = res[f"MLP | eps={EPS[0]:g}"]
         r.pop("curve")
-        sens = sensitivity([{"setting": "MLP inputs x ~ N(0, I_20) (\"Gaussian\" read as standard normal)",
-                             "claims": [_claim("MLP", r, steps, "paper", "std-normal inputs ")], "result": r}],
-                           quick=False)
+        sens = sensitivity(
+            [
+                {
+                    "setting": 'MLP inputs x ~ N(0, I_20) ("Gaussian" read as standard normal)',
+                    "claims": [_claim("MLP", r, steps, "paper", "std-normal inputs ")],
+                    "result": r,
+                }
+            ],
+            quick=False,
+        )
     fig = _plot(curves, quick)
     summary = {
-        "name": NAME, "title": TITLE, "quick": bool(quick),
+        "name": NAME,
+        "title": TITLE,
+        "quick": bool(quick),
         "settings": {
-            "steps": steps, "batch": BATCH, "optimizer": "online SGD (fresh batch every step, no momentum)",
-            "lr": LR, "eps": EPS, "n_probe": n_probe, "models": SETTINGS,
+            "steps": steps,
+            "batch": BATCH,
+            "optimizer": "online SGD (fresh batch every step, no momentum)",
+            "lr": LR,
+            "eps": EPS,
+            "n_probe": n_probe,
+            "models": SETTINGS,
             "deviation": "|F_module - F_NQF|_F / |y - f0|_F on the fixed probe set, every step",
             "separation_step": f"first step with deviation > {THRESHOLD:g} (null: never)",
             "sustained_separation_step": f"first step from which deviation > {THRESHOLD:g} to the end (null: none)",
@@ -292,6 +349,7 @@ def _plot(curves, quick):
         bot.set_xlabel("step + 1")
         top.legend(fontsize=8)
         bot.legend(fontsize=7)
-    fig.suptitle("Fig. 6: online SGD teacher-student, module vs its NQF from the same init"
-                 + (" [quick]" if quick else ""))
+    fig.suptitle(
+        "Fig. 6: online SGD teacher-student, module vs its NQF from the same init" + (" [quick]" if quick else "")
+    )
     return fig

@@ -140,8 +140,10 @@ PHASE_FRAC = 0.02  # the 2-layer NQF's learning phase: until its loss is within 
 ORDER_BOUND = 0.1  # |measured order - 1| of the 2-layer NQF's step-0 output error in the init variance
 ORDER_VARIANCES = (1e-4, 1e-6)
 SECTION = "Appendix C (Fig. 8)"
-CLAIM = ("Under small initialization, the training dynamics of both models are well approximated by 2-layer NQFs "
-         "but not 1-layer NQFs.")
+CLAIM = (
+    "Under small initialization, the training dynamics of both models are well approximated by 2-layer NQFs "
+    "but not 1-layer NQFs."
+)
 INITS = {"mlp": {"small": 0.05, "large": 0.5}, "attention": {"small": 0.1, "large": 1.0}}
 SEED = 0
 
@@ -212,10 +214,12 @@ def _train_original(arch, P0, X, y, Xt, yt, lr, n_saves: int, every: int):
 @functools.cache
 def _layers():
     return {
-        "mlp": (ml.feedforward_layer(D_IN, HID), ml.feedforward_layer(HID, 1, transform=jnp.tanh),
-                ml.feedforward_layer(HID, 1)),
-        "attention": (ml.feedforward_layer(DM, DM), ml.feedforward_layer(DM, 1),
-                      ml.feedforward_layer(DM, 1)),
+        "mlp": (
+            ml.feedforward_layer(D_IN, HID),
+            ml.feedforward_layer(HID, 1, transform=jnp.tanh),
+            ml.feedforward_layer(HID, 1),
+        ),
+        "attention": (ml.feedforward_layer(DM, DM), ml.feedforward_layer(DM, 1), ml.feedforward_layer(DM, 1)),
     }
 
 
@@ -280,7 +284,7 @@ def _gaps(L, L_ref, steps) -> dict:
 
 
 def _tracking_steps(L, L_ref, steps) -> int:
-    off = ~(np.abs(np.asarray(L) - L_ref) <= TRACK_REL * L_ref)   # NaN counts as off
+    off = ~(np.abs(np.asarray(L) - L_ref) <= TRACK_REL * L_ref)  # NaN counts as off
     if not off.any():
         return int(steps[-1])
     first = int(np.argmax(off))
@@ -299,8 +303,9 @@ def run_case(arch: str, init: str, *, steps: int, n_saves: int, seed: int = SEED
     saved = np.arange(n_saves + 1) * every
     t0 = time.perf_counter()
     lr = LR[arch][init]
-    tr, te = _train_original(arch, P0, jnp.asarray(Xtr), jnp.asarray(ytr), jnp.asarray(Xte),
-                             jnp.asarray(yte), lr, n_saves, every)
+    tr, te = _train_original(
+        arch, P0, jnp.asarray(Xtr), jnp.asarray(ytr), jnp.asarray(Xte), jnp.asarray(yte), lr, n_saves, every
+    )
     curves = {"original": {"train": np.asarray(tr), "test": np.asarray(te)}}
     wall = {"original": time.perf_counter() - t0}
     f0 = np.asarray(jax.jit(FORWARD[arch])(P0, jnp.asarray(Xtr)))
@@ -312,16 +317,23 @@ def run_case(arch: str, init: str, *, steps: int, n_saves: int, seed: int = SEED
         with np.errstate(all="ignore"):
             out = ml.deep_outputs(deep, traj, x_te)[..., 0]
             test = np.mean((out - yte) ** 2, axis=1)
-        curves[name] = {"train": np.where(np.isfinite(traj.loss), traj.loss, np.nan),
-                        "test": np.where(np.isfinite(test), test, np.nan)}
+        curves[name] = {
+            "train": np.where(np.isfinite(traj.loss), traj.loss, np.nan),
+            "test": np.where(np.isfinite(test), test, np.nan),
+        }
         wall[name] = time.perf_counter() - t0
-    res = {"arch": arch, "init": init, "init_variance": var, "lr": lr, "steps": saved, "curves": curves,
-           "wall_time_s": wall}
+    res = {
+        "arch": arch,
+        "init": init,
+        "init_variance": var,
+        "lr": lr,
+        "steps": saved,
+        "curves": curves,
+        "wall_time_s": wall,
+    }
     for name in ("nqf2", "nqf1"):
-        res[name] = {split: _gaps(curves[name][split], curves["original"][split], saved)
-                     for split in ("train", "test")}
-        res[name]["tracking_steps"] = _tracking_steps(curves[name]["train"],
-                                                      curves["original"]["train"], saved)
+        res[name] = {split: _gaps(curves[name][split], curves["original"][split], saved) for split in ("train", "test")}
+        res[name]["tracking_steps"] = _tracking_steps(curves[name]["train"], curves["original"]["train"], saved)
         res[name]["init_output_rel_err"] = init_err[name]
     res["final_loss"] = {n: {s: float(c[s][-1]) for s in c} for n, c in curves.items()}
     res["drop_step"] = {n: first_drop_time(saved, c["train"], 0.5) for n, c in curves.items()}
@@ -354,8 +366,11 @@ def init_error_order(arch: str, variances=ORDER_VARIANCES, seed: int = 1) -> dic
         deep, W0, _ = nqf_models(arch, P0, Xtr, ytr, Xte)["nqf2"]
         g = np.asarray(deep.outputs([jnp.asarray(W @ W.T) for W in W0], [jnp.asarray(W.sum(axis=1)) for W in W0]))
         errs.append(float(np.linalg.norm(g[:, 0] - f) / np.linalg.norm(f)))
-    return {"variances": list(variances), "rel_err": errs,
-            "order": float(np.log(errs[0] / errs[1]) / np.log(variances[0] / variances[1]))}
+    return {
+        "variances": list(variances),
+        "rel_err": errs,
+        "order": float(np.log(errs[0] / errs[1]) / np.log(variances[0] / variances[1])),
+    }
 
 
 def _rel_drop(t, ref) -> float:
@@ -368,40 +383,84 @@ def _claims(cases: dict, setting: str, label: str = "") -> list:
     for arch in INITS:
         c = cases[arch]
         tag = f"fig8 {label}{arch} small init"
-        init = (f"variance {c['init_variance']:g}: step-0 output error of the 2-layer NQF "
-                f"{c['nqf2']['init_output_rel_err']:.3g} (1-layer {c['nqf1']['init_output_rel_err']:.3g})")
+        init = (
+            f"variance {c['init_variance']:g}: step-0 output error of the 2-layer NQF "
+            f"{c['nqf2']['init_output_rel_err']:.3g} (1-layer {c['nqf1']['init_output_rel_err']:.3g})"
+        )
         for split in ("train", "test"):
             g2, g1 = c["nqf2"][split]["gap_max"], c["nqf1"][split]["gap_max"]
             ratio = g2 / g1 if g1 > 0 else float("inf")
-            out.append(claim(f"{tag}: {split} gap ratio 2-layer / 1-layer", CLAIM, SECTION,
-                             metric=(f"max_t |L_NQF2 - L| / L(0) divided by the same for the 1-layer NQF ({split} loss, "
-                                     "whole run)"),
-                             value=ratio, criterion=f"<= {GAP_RATIO_BOUND:g}", holds=ratio <= GAP_RATIO_BOUND,
-                             setting=setting, revised=True, why=f"gaps {g2:.3g} / {g1:.3g}; {init}"))
+            out.append(
+                claim(
+                    f"{tag}: {split} gap ratio 2-layer / 1-layer",
+                    CLAIM,
+                    SECTION,
+                    metric=(
+                        f"max_t |L_NQF2 - L| / L(0) divided by the same for the 1-layer NQF ({split} loss, whole run)"
+                    ),
+                    value=ratio,
+                    criterion=f"<= {GAP_RATIO_BOUND:g}",
+                    holds=ratio <= GAP_RATIO_BOUND,
+                    setting=setting,
+                    revised=True,
+                    why=f"gaps {g2:.3g} / {g1:.3g}; {init}",
+                )
+            )
         d = c["drop_step"]
         e2, e1 = _rel_drop(d["nqf2"], d["original"]), _rel_drop(d["nqf1"], d["original"])
-        out.append(claim(f"{tag}: drop time", CLAIM, SECTION,
-                         metric=("drop step (first step with train L <= L(0)/2, interpolated on the saved steps) of "
-                                 "each NQF vs the network's: |t_NQF - t_net| / t_net"),
-                         value={"network": d["original"], "nqf2": d["nqf2"], "nqf1": d["nqf1"], "rel_err_nqf2": e2,
-                                "rel_err_nqf1": e1},
-                         criterion=f"2-layer <= {DROP_BOUND:g} and 1-layer > {DROP_BOUND:g} (or never drops)",
-                         holds=e2 <= DROP_BOUND < e1, setting=setting, revised=True,
-                         why=f"drop steps network / 2-layer / 1-layer {d['original']:.4g} / {d['nqf2']:.4g} / "
-                             f"{d['nqf1']:.4g} (nan: never)"))
+        out.append(
+            claim(
+                f"{tag}: drop time",
+                CLAIM,
+                SECTION,
+                metric=(
+                    "drop step (first step with train L <= L(0)/2, interpolated on the saved steps) of "
+                    "each NQF vs the network's: |t_NQF - t_net| / t_net"
+                ),
+                value={
+                    "network": d["original"],
+                    "nqf2": d["nqf2"],
+                    "nqf1": d["nqf1"],
+                    "rel_err_nqf2": e2,
+                    "rel_err_nqf1": e1,
+                },
+                criterion=f"2-layer <= {DROP_BOUND:g} and 1-layer > {DROP_BOUND:g} (or never drops)",
+                holds=e2 <= DROP_BOUND < e1,
+                setting=setting,
+                revised=True,
+                why=f"drop steps network / 2-layer / 1-layer {d['original']:.4g} / {d['nqf2']:.4g} / "
+                f"{d['nqf1']:.4g} (nan: never)",
+            )
+        )
         end = c["nqf2"]["phase_end_step"]
         ceiling = c["nqf2"].get("ceiling_train_loss")
         for split in ("train", "test"):
             g = c["nqf2"][split]
-            why = (f"phase: steps 0..{end} (L_NQF2 within {PHASE_FRAC:g} L(0) of its final loss); whole-run gap "
-                   f"{g['gap_max']:.3g} at step {g['step_of_gap_max']}; final train loss network / 2-layer "
-                   f"{c['final_loss']['original']['train']:.3g} / {c['final_loss']['nqf2']['train']:.3g}"
-                   + (f" (ceiling of the 2-layer NQF, linear in the mean token: least squares on it "
-                      f"{ceiling:.3g})" if ceiling is not None else "") + f"; {init}")
-            out.append(claim(f"{tag}: 2-layer NQF {split} gap over its learning phase", CLAIM, SECTION,
-                             metric=f"max over the 2-layer NQF's learning phase of |L_NQF2 - L| / L(0) ({split} loss)",
-                             value=g["gap_max_phase"], criterion=f"<= {TRACK_BOUND:g}",
-                             holds=g["gap_max_phase"] <= TRACK_BOUND, setting=setting, revised=True, why=why))
+            why = (
+                f"phase: steps 0..{end} (L_NQF2 within {PHASE_FRAC:g} L(0) of its final loss); whole-run gap "
+                f"{g['gap_max']:.3g} at step {g['step_of_gap_max']}; final train loss network / 2-layer "
+                f"{c['final_loss']['original']['train']:.3g} / {c['final_loss']['nqf2']['train']:.3g}"
+                + (
+                    f" (ceiling of the 2-layer NQF, linear in the mean token: least squares on it {ceiling:.3g})"
+                    if ceiling is not None
+                    else ""
+                )
+                + f"; {init}"
+            )
+            out.append(
+                claim(
+                    f"{tag}: 2-layer NQF {split} gap over its learning phase",
+                    CLAIM,
+                    SECTION,
+                    metric=f"max over the 2-layer NQF's learning phase of |L_NQF2 - L| / L(0) ({split} loss)",
+                    value=g["gap_max_phase"],
+                    criterion=f"<= {TRACK_BOUND:g}",
+                    holds=g["gap_max_phase"] <= TRACK_BOUND,
+                    setting=setting,
+                    revised=True,
+                    why=why,
+                )
+            )
     return out
 
 
@@ -417,43 +476,63 @@ def _plot(cases, quick: bool):
             ax = axes[i, j]
             c = cases[(arch, init)]
             for name, curve in c["curves"].items():
-                ax.semilogy(c["steps"], curve["train"], color=colors[name], lw=1.6,
-                            label=f"{labels[name]} train")
-                ax.semilogy(c["steps"], curve["test"], color=colors[name], lw=1.0, ls="--",
-                            label=f"{labels[name]} test")
+                ax.semilogy(c["steps"], curve["train"], color=colors[name], lw=1.6, label=f"{labels[name]} train")
+                ax.semilogy(
+                    c["steps"], curve["test"], color=colors[name], lw=1.0, ls="--", label=f"{labels[name]} test"
+                )
                 t = c["drop_step"][name]
                 if np.isfinite(t):
-                    ax.axvline(t, color=colors[name], ls=":", lw=1.0,
-                               label="drop step ($L \\leq L(0)/2$)" if name == "original" else None)
+                    ax.axvline(
+                        t,
+                        color=colors[name],
+                        ls=":",
+                        lw=1.0,
+                        label="drop step ($L \\leq L(0)/2$)" if name == "original" else None,
+                    )
             note = []
             for name in ("nqf2", "nqf1"):
                 g = c[name]
                 dv = g["train"]["diverged_at"]
-                note.append(f"{labels[name]}: gap tr {g['train']['gap_max']:.3g}, te {g['test']['gap_max']:.3g}"
-                            + (f", diverged @ {dv}" if dv is not None else ""))
+                note.append(
+                    f"{labels[name]}: gap tr {g['train']['gap_max']:.3g}, te {g['test']['gap_max']:.3g}"
+                    + (f", diverged @ {dv}" if dv is not None else "")
+                )
             note.append(f"step-0 output error 2-layer {c['nqf2']['init_output_rel_err']:.2f}")
             ax.text(0.02, 0.02, "\n".join(note), transform=ax.transAxes, fontsize=7, va="bottom")
-            ax.set_title(f"{'4-layer MLP' if arch == 'mlp' else '2-layer attention'}, init variance "
-                         f"{c['init_variance']:g} ({init})", fontsize=10)
+            ax.set_title(
+                f"{'4-layer MLP' if arch == 'mlp' else '2-layer attention'}, init variance "
+                f"{c['init_variance']:g} ({init})",
+                fontsize=10,
+            )
             ax.set_xlabel(f"GD step (lr {c['lr']:g}; flow time = lr x steps)")
             ax.set_ylabel("MSE loss")
             if i == 0 and j == 0:
                 ax.legend(fontsize=7, ncol=3, loc="upper right")
-    fig.suptitle("Deep models vs their 2-layer and 1-layer NQFs (paper Fig. 8); dotted: drop steps"
-                 + (" [quick]" if quick else ""), fontsize=11)
+    fig.suptitle(
+        "Deep models vs their 2-layer and 1-layer NQFs (paper Fig. 8); dotted: drop steps"
+        + (" [quick]" if quick else ""),
+        fontsize=11,
+    )
     return fig
 
 
 def _headline(cases) -> dict:
-    return {f"{a} {i}": {n: {"train_gap_max": c[n]["train"]["gap_max"], "test_gap_max": c[n]["test"]["gap_max"],
-                             "train_gap_final": c[n]["train"]["gap_final"],
-                             "test_gap_final": c[n]["test"]["gap_final"],
-                             "tracking_steps": c[n]["tracking_steps"],
-                             "init_output_rel_err": c[n]["init_output_rel_err"],
-                             "drop_step": c["drop_step"][n],
-                             "diverged_at": c[n]["train"]["diverged_at"]}
-                         for n in ("nqf2", "nqf1")}
-            for (a, i), c in cases.items()}
+    return {
+        f"{a} {i}": {
+            n: {
+                "train_gap_max": c[n]["train"]["gap_max"],
+                "test_gap_max": c[n]["test"]["gap_max"],
+                "train_gap_final": c[n]["train"]["gap_final"],
+                "test_gap_final": c[n]["test"]["gap_final"],
+                "tracking_steps": c[n]["tracking_steps"],
+                "init_output_rel_err": c[n]["init_output_rel_err"],
+                "drop_step": c["drop_step"][n],
+                "diverged_at": c[n]["train"]["diverged_at"],
+            }
+            for n in ("nqf2", "nqf1")
+        }
+        for (a, i), c in cases.items()
+    }
 
 
 def run(out_dir, quick: bool = False) -> dict:
@@ -476,34 +555,57 @@ def run(out_dir, quick: bool = False) -> dict:
     n_saves = N_SAVES_QUICK if quick else N_SAVES
     cases = {(a, i): run_case(a, i, steps=steps, n_saves=n_saves) for a in INITS for i in ("small", "large")}
     orders = {a: init_error_order(a) for a in INITS}
-    checks = [check(f"fig8 {a}: 2-layer NQF output at the original's init is O(variance) (Props. 1, 2), "
-                    f"|measured order - 1| at variances {ORDER_VARIANCES[0]:g}, {ORDER_VARIANCES[1]:g}",
-                    abs(orders[a]["order"] - 1.0), ORDER_BOUND) for a in INITS]
+    checks = [
+        check(
+            f"fig8 {a}: 2-layer NQF output at the original's init is O(variance) (Props. 1, 2), "
+            f"|measured order - 1| at variances {ORDER_VARIANCES[0]:g}, {ORDER_VARIANCES[1]:g}",
+            abs(orders[a]["order"] - 1.0),
+            ORDER_BOUND,
+        )
+        for a in INITS
+    ]
     claims = _claims({a: cases[(a, "small")] for a in INITS}, "paper")
     if quick:
         sens = sensitivity(quick=True)
     else:
         std = {a: run_case(a, "small", steps=steps, n_saves=n_saves, var=INITS[a]["small"] ** 2) for a in INITS}
-        sens = sensitivity([{"setting": "the \"std\" reading of the small inits: variance = scale^2 (MLP 0.0025, "
-                                        "attention 0.01)", "claims": _claims(std, "package-chosen", "std reading "),
-                             "gaps": _headline({(a, "small"): c for a, c in std.items()})}], quick=False)
+        sens = sensitivity(
+            [
+                {
+                    "setting": 'the "std" reading of the small inits: variance = scale^2 (MLP 0.0025, attention 0.01)',
+                    "claims": _claims(std, "package-chosen", "std reading "),
+                    "gaps": _headline({(a, "small"): c for a, c in std.items()}),
+                }
+            ],
+            quick=False,
+        )
     fig = _plot(cases, quick)
     summary = {
-        "name": NAME, "title": TITLE, "quick": bool(quick),
+        "name": NAME,
+        "title": TITLE,
+        "quick": bool(quick),
         "settings": {
-            "n_train": N_TRAIN, "n_test": N_TEST, "lr": LR, "steps": steps, "n_saves": n_saves,
-            "optimizer": "full-batch GD, MSE mean (f - y)^2", "init_variance": INITS,
-            "mlp": "8-16-16-16-1 tanh, no biases", "attention": "2 layers, dim 8, length 10, d_k = d_v = 8",
+            "n_train": N_TRAIN,
+            "n_test": N_TEST,
+            "lr": LR,
+            "steps": steps,
+            "n_saves": n_saves,
+            "optimizer": "full-batch GD, MSE mean (f - y)^2",
+            "init_variance": INITS,
+            "mlp": "8-16-16-16-1 tanh, no biases",
+            "attention": "2 layers, dim 8, length 10, d_k = d_v = 8",
             "teacher": "same architecture, LeCun-normal weights N(0, 1/fan_in); targets / train std",
-            "early_steps": EARLY_STEPS, "track_rel": TRACK_REL, "seed": SEED, "phase_frac": PHASE_FRAC,
+            "early_steps": EARLY_STEPS,
+            "track_rel": TRACK_REL,
+            "seed": SEED,
+            "phase_frac": PHASE_FRAC,
             "one_layer_nqf": "last module's NQF on the initial network's frozen features",
             "drop_step": "first step with train loss <= L(0)/2 (linear interpolation between saved steps)",
         },
         "chosen_settings": CHOSEN_SETTINGS,
         "gaps": _headline(cases),
         "init_error_order": orders,
-        "cases": {f"{a} {i}": {k: v for k, v in c.items() if k not in ("arch", "init")}
-                  for (a, i), c in cases.items()},
+        "cases": {f"{a} {i}": {k: v for k, v in c.items() if k not in ("arch", "init")} for (a, i), c in cases.items()},
         "wall_time_s": {"total": time.perf_counter() - t_start},
         "checks": checks,
         "claims": claims,
@@ -513,16 +615,30 @@ def run(out_dir, quick: bool = False) -> dict:
 
 
 CHOSEN_SETTINGS = {
-    "init_variance_reading": chosen(INITS, "\"Gaussian with variance 0.05 / 0.5\" (MLP), \"0.1 / 1\" (attention)",
-                                    "read literally as variances (sensitivity: the std reading)"),
-    "teacher": chosen("same architecture, LeCun-normal N(0, 1/fan_in), targets / train std",
-                      "\"fixed Gaussian weights\" (scale not stated)",
-                      "N(0, 1) would saturate the tanh teacher (pre-activation std 2.8)"),
-    "learning_rate": chosen(LR, "not stated (\"the same learning rate\" for the three models)",
-                            "small init 0.05 (flow time 100); large init the largest that does not diverge"),
+    "init_variance_reading": chosen(
+        INITS,
+        '"Gaussian with variance 0.05 / 0.5" (MLP), "0.1 / 1" (attention)',
+        "read literally as variances (sensitivity: the std reading)",
+    ),
+    "teacher": chosen(
+        "same architecture, LeCun-normal N(0, 1/fan_in), targets / train std",
+        '"fixed Gaussian weights" (scale not stated)',
+        "N(0, 1) would saturate the tanh teacher (pre-activation std 2.8)",
+    ),
+    "learning_rate": chosen(
+        LR,
+        'not stated ("the same learning rate" for the three models)',
+        "small init 0.05 (flow time 100); large init the largest that does not diverge",
+    ),
     "steps": chosen(STEPS, "not stated", "the networks reach L/L0 < 0.01 at small init"),
-    "attention_architecture": chosen("single head, d_k = d_v = 8, layer 2 reads the mean token",
-                                     "dimension 8, length 10", "the simplest 2-layer stack of Prop. 2's modules"),
-    "one_layer_nqf": chosen("the last module's NQF on the initial network's frozen features", "not defined",
-                            "Theorem 1 applied to the last module only"),
+    "attention_architecture": chosen(
+        "single head, d_k = d_v = 8, layer 2 reads the mean token",
+        "dimension 8, length 10",
+        "the simplest 2-layer stack of Prop. 2's modules",
+    ),
+    "one_layer_nqf": chosen(
+        "the last module's NQF on the initial network's frozen features",
+        "not defined",
+        "Theorem 1 applied to the last module only",
+    ),
 }

@@ -59,20 +59,34 @@ from ..network import compare, predict
 from ._common import check, chosen, claim, prepare_out_dir, sensitivity, write_outputs
 
 NAME = "predict"
-TITLE = ("Predict your network: equinox / flax.nnx MLP, attention, CNN on sklearn digits, predicted by nqf.predict "
-         "and measured by nqf.record (SGD, minibatch, Adam)")
+TITLE = (
+    "Predict your network: equinox / flax.nnx MLP, attention, CNN on sklearn digits, predicted by nqf.predict "
+    "and measured by nqf.record (SGD, minibatch, Adam)"
+)
 SECTION = "Sec. 7 and Appendix C (the NQF follows the network at small initialization), Figs. 2 and 7"
 GAP_TOL, TIME_RTOL, DEPART_FACTOR = 0.05, 0.05, 2.0
 CHOSEN_SETTINGS = {
-    "data": chosen("sklearn digits, pixels / 16, y = (digit - 4.5) / 4.5 or one-hot", "no such experiment",
-                   "a data set that ships inside a package (nothing is downloaded)"),
-    "models": chosen("MLP 64-256-1 (quick: width 32; with and without biases, 10 outputs, flax.nnx), 4-head "
-                     "attention over image rows, Conv2d(1, 16, 3) + sum pool + Linear", "no such experiment",
-                     "the layers of the user report behind issue 23"),
-    "optimizers": chosen("SGD (full batch, batch 100), Adam 1e-3", "no such experiment",
-                         "SGD is Theorem 2's exact map; Adam is the common optimizer the NQF does not predict"),
-    "target": chosen("ignition at half the eigenvalue at the end of the learning phase (10 outputs: at the horizon)",
-                     "E19 uses z_k(inf)", "the least-squares limit of pixel data is reached only at very late times"),
+    "data": chosen(
+        "sklearn digits, pixels / 16, y = (digit - 4.5) / 4.5 or one-hot",
+        "no such experiment",
+        "a data set that ships inside a package (nothing is downloaded)",
+    ),
+    "models": chosen(
+        "MLP 64-256-1 (quick: width 32; with and without biases, 10 outputs, flax.nnx), 4-head "
+        "attention over image rows, Conv2d(1, 16, 3) + sum pool + Linear",
+        "no such experiment",
+        "the layers of the user report behind issue 23",
+    ),
+    "optimizers": chosen(
+        "SGD (full batch, batch 100), Adam 1e-3",
+        "no such experiment",
+        "SGD is Theorem 2's exact map; Adam is the common optimizer the NQF does not predict",
+    ),
+    "target": chosen(
+        "ignition at half the eigenvalue at the end of the learning phase (10 outputs: at the horizon)",
+        "E19 uses z_k(inf)",
+        "the least-squares limit of pixel data is reached only at very late times",
+    ),
 }
 
 
@@ -85,8 +99,9 @@ def _models(quick: bool):
     width = 32 if quick else 256
 
     def mlp(out=1, bias=False, activation=jnp.tanh):
-        return lambda key: eqx.nn.MLP(64, out, width, depth=1, activation=activation, use_bias=bias,
-                                      use_final_bias=bias, key=key)
+        return lambda key: eqx.nn.MLP(
+            64, out, width, depth=1, activation=activation, use_bias=bias, use_final_bias=bias, key=key
+        )
 
     class Attention(eqx.Module):
         mha: eqx.nn.MultiheadAttention
@@ -126,10 +141,18 @@ def _models(quick: bool):
         ("MLP + biases", mlp(bias=True), sgd, "sgd"),
         ("MLP, GELU", mlp(activation=jax.nn.gelu), sgd, "sgd"),
         ("MLP, minibatch", mlp(), dict(sgd, batch_size=100), "sgd"),
-        ("MLP, 10 outputs", mlp(out=10), dict(lr=0.1, steps=int(1500 * s), init_scale=0.01, target="horizon",
-                                               onehot=True), "sgd"),
-        ("attention", lambda key: Attention(eqx.nn.MultiheadAttention(4, 8, output_size=1, key=key)),
-         dict(lr=0.05, steps=int(3000 * s), init_scale=0.05, target="phase_end"), "sgd"),
+        (
+            "MLP, 10 outputs",
+            mlp(out=10),
+            dict(lr=0.1, steps=int(1500 * s), init_scale=0.01, target="horizon", onehot=True),
+            "sgd",
+        ),
+        (
+            "attention",
+            lambda key: Attention(eqx.nn.MultiheadAttention(4, 8, output_size=1, key=key)),
+            dict(lr=0.05, steps=int(3000 * s), init_scale=0.05, target="phase_end"),
+            "sgd",
+        ),
         ("CNN", cnn, dict(lr=0.0015, steps=int(6000 * s), init_scale=0.05, target="phase_end", subset=600), "sgd"),
         ("flax.nnx MLP", flax_mlp, sgd, "sgd"),
         ("MLP, Adam", mlp(), sgd, "adam"),
@@ -141,8 +164,9 @@ def load(quick: bool):
     try:
         from sklearn.datasets import load_digits
     except ImportError as err:
-        raise ImportError("The 'predict' experiment needs scikit-learn (the digits data set): "
-                          "pip install \"nqf[digits]\".") from err
+        raise ImportError(
+            "The 'predict' experiment needs scikit-learn (the digits data set): pip install \"nqf[digits]\"."
+        ) from err
     images, digits = load_digits(return_X_y=True)
     n = 300 if quick else len(images)
     return images[:n] / 16.0, digits[:n]
@@ -187,11 +211,17 @@ def _checks(name, net, pred, run, x, y) -> list[dict]:
     return [
         check(f"predict {name}: layout round trip module -> W -> module (max abs error)", roundtrip, 0.0),
         check(f"predict {name}: recorded M(0) vs W0 W0^T (relative)", start, 1e-14),
-        check(f"predict {name}: predicted map vs weight-space SGD on the extracted NQF, 20 steps (Theorem 2, "
-              "relative M)", theorem2, 1e-10),
+        check(
+            f"predict {name}: predicted map vs weight-space SGD on the extracted NQF, 20 steps (Theorem 2, relative M)",
+            theorem2,
+            1e-10,
+        ),
         check(f"predict {name}: structured vs dense extraction on 16 inputs (relative A)", extract_err, 1e-12),
-        check(f"predict {name}: order of module - NQF at 4 W0 vs 2 W0 (Theorem 1: >= 3; bound on 3 - order)",
-              3.0 - order, 0.2),
+        check(
+            f"predict {name}: order of module - NQF at 4 W0 vs 2 W0 (Theorem 1: >= 3; bound on 3 - order)",
+            3.0 - order,
+            0.2,
+        ),
     ]
 
 
@@ -201,49 +231,91 @@ def _claims(name, cmp, adam: bool, edge: bool = False) -> list[dict]:
     s = cmp.summary()
     setting, why_prefix = "package-chosen", f"{name}: "
     if adam:
-        return [claim(f"predict {name}: loss gap over the SGD prediction's learning phase <= {GAP_TOL:g} L(0)",
-                      "At small initialization the network follows its NQF.", SECTION,
-                      metric="max |L_Adam(t) - L_NQF,SGD(t)| / L(0) over t <= phase end (t = lr steps)",
-                      value=cmp.phase_gap, criterion=f"<= {GAP_TOL:g}", holds=cmp.phase_gap <= GAP_TOL,
-                      setting=setting, expected=False,
-                      why=why_prefix + "Adam is not closed on M = W W^T (Theorem 2): nqf predicts SGD, not Adam")]
+        return [
+            claim(
+                f"predict {name}: loss gap over the SGD prediction's learning phase <= {GAP_TOL:g} L(0)",
+                "At small initialization the network follows its NQF.",
+                SECTION,
+                metric="max |L_Adam(t) - L_NQF,SGD(t)| / L(0) over t <= phase end (t = lr steps)",
+                value=cmp.phase_gap,
+                criterion=f"<= {GAP_TOL:g}",
+                holds=cmp.phase_gap <= GAP_TOL,
+                setting=setting,
+                expected=False,
+                why=why_prefix + "Adam is not closed on M = W W^T (Theorem 2): nqf predicts SGD, not Adam",
+            )
+        ]
     half = s["half_drop_time"]
     ign = s["ignition_times"]
     out = [
-        claim(f"predict {name}: loss gap over the learning phase <= {GAP_TOL:g} L(0)",
-              "At small initialization the network follows its NQF.", SECTION,
-              metric="max |L_network(t) - L_NQF(t)| / L(0) over the NQF's learning phase (whole run if it does not end)",
-              value=cmp.phase_gap, criterion=f"<= {GAP_TOL:g}", holds=cmp.phase_gap <= GAP_TOL, setting=setting,
-              why=why_prefix + f"phase end {cmp.phase_end:.4g}, measured departure {cmp.departure_time:.4g}"),
-        claim(f"predict {name}: half-drop time within {TIME_RTOL:.0%}",
-              "The NQF predicts when the network learns (sudden learning, Sec. 6).", SECTION,
-              metric="|t_half,measured - t_half,predicted| / t_half,predicted", value=half["relative_error"],
-              criterion=f"<= {TIME_RTOL:g}", holds=half["relative_error"] <= TIME_RTOL, setting=setting,
-              expected=bool(np.isfinite(half["predicted"])),
-              why=why_prefix + (f"predicted {half['predicted']:.5g}, measured {half['measured']:.5g}"
-                                if np.isfinite(half["predicted"]) else
-                                "the predicted loss does not fall half-way to the NQF's final loss within the "
-                                "horizon: nothing to compare")),
+        claim(
+            f"predict {name}: loss gap over the learning phase <= {GAP_TOL:g} L(0)",
+            "At small initialization the network follows its NQF.",
+            SECTION,
+            metric="max |L_network(t) - L_NQF(t)| / L(0) over the NQF's learning phase (whole run if it does not end)",
+            value=cmp.phase_gap,
+            criterion=f"<= {GAP_TOL:g}",
+            holds=cmp.phase_gap <= GAP_TOL,
+            setting=setting,
+            why=why_prefix + f"phase end {cmp.phase_end:.4g}, measured departure {cmp.departure_time:.4g}",
+        ),
+        claim(
+            f"predict {name}: half-drop time within {TIME_RTOL:.0%}",
+            "The NQF predicts when the network learns (sudden learning, Sec. 6).",
+            SECTION,
+            metric="|t_half,measured - t_half,predicted| / t_half,predicted",
+            value=half["relative_error"],
+            criterion=f"<= {TIME_RTOL:g}",
+            holds=half["relative_error"] <= TIME_RTOL,
+            setting=setting,
+            expected=bool(np.isfinite(half["predicted"])),
+            why=why_prefix
+            + (
+                f"predicted {half['predicted']:.5g}, measured {half['measured']:.5g}"
+                if np.isfinite(half["predicted"])
+                else "the predicted loss does not fall half-way to the NQF's final loss within the "
+                "horizon: nothing to compare"
+            ),
+        ),
     ]
     if ign["predicted"]:
-        out.append(claim(f"predict {name}: ignition times within {TIME_RTOL:.0%}",
-                         "Modes ignite one by one at the predicted times (Eq. E19).", SECTION,
-                         metric="max relative error of the growing modes' ignition times",
-                         value=ign["max_relative_error"], criterion=f"<= {TIME_RTOL:g}",
-                         holds=ign["max_relative_error"] <= TIME_RTOL, setting=setting,
-                         why=why_prefix + f"{len(ign['predicted'])} growing modes"))
+        out.append(
+            claim(
+                f"predict {name}: ignition times within {TIME_RTOL:.0%}",
+                "Modes ignite one by one at the predicted times (Eq. E19).",
+                SECTION,
+                metric="max relative error of the growing modes' ignition times",
+                value=ign["max_relative_error"],
+                criterion=f"<= {TIME_RTOL:g}",
+                holds=ign["max_relative_error"] <= TIME_RTOL,
+                setting=setting,
+                why=why_prefix + f"{len(ign['predicted'])} growing modes",
+            )
+        )
     if np.isfinite(cmp.departure_time):
         ratio = cmp.departure_estimate / cmp.departure_time
-        out.append(claim(f"predict {name}: departure estimate within a factor {DEPART_FACTOR:g}",
-                         "The next terms of the expansion tell when the NQF stops holding (Limitation 3).",
-                         "Theorem 13, Limitation 3", metric="estimated / measured departure time", value=ratio,
-                         criterion=f"in [1/{DEPART_FACTOR:g}, {DEPART_FACTOR:g}]",
-                         holds=1 / DEPART_FACTOR <= ratio <= DEPART_FACTOR, setting=setting, expected=not edge,
-                         why=why_prefix + (f"estimate {cmp.departure_estimate:.4g}, measured {cmp.departure_time:.4g} "
-                                           "(the estimate is first order in the remainder)" if not edge else
-                                           "the learning rate is at the NQF map's stability edge (nqf.HorizonWarning): "
-                                           "the measured departure is the map's catapult, not the network leaving "
-                                           "the NQF")))
+        out.append(
+            claim(
+                f"predict {name}: departure estimate within a factor {DEPART_FACTOR:g}",
+                "The next terms of the expansion tell when the NQF stops holding (Limitation 3).",
+                "Theorem 13, Limitation 3",
+                metric="estimated / measured departure time",
+                value=ratio,
+                criterion=f"in [1/{DEPART_FACTOR:g}, {DEPART_FACTOR:g}]",
+                holds=1 / DEPART_FACTOR <= ratio <= DEPART_FACTOR,
+                setting=setting,
+                expected=not edge,
+                why=why_prefix
+                + (
+                    f"estimate {cmp.departure_estimate:.4g}, measured {cmp.departure_time:.4g} "
+                    "(the estimate is first order in the remainder)"
+                    if not edge
+                    else "the learning rate is at the NQF map's stability edge (nqf.HorizonWarning): "
+                    "the measured departure is the map's catapult, not the network leaving "
+                    "the NQF"
+                ),
+            )
+        )
     return out
 
 
@@ -273,15 +345,31 @@ def run_model(name, build, opts, optimizer, x, digits, key_seed: int = 0):
     t_record = time.perf_counter() - t0
     cmp = compare(pred, run)
     s = cmp.summary()
-    row = {"model": name, "optimizer": optimizer, "p": net.p, "d": net.d, "layout": net.layout,
-           "frozen": list(net.frozen), "warnings": warned, "settings": dict(opts),
-           "half_drop_time": s["half_drop_time"], "ignition_times": s["ignition_times"],
-           "phase_end": cmp.phase_end, "phase_gap": cmp.phase_gap, "final_loss_nqf": pred.final_loss,
-           "final_loss_network": float(run.loss[-1]), "departed": bool(np.isfinite(cmp.departure_time)),
-           "departure_time": cmp.departure_time, "departure_estimated": bool(np.isfinite(cmp.departure_estimate)),
-           "stability_edge": edge,
-           "departure_estimate": cmp.departure_estimate, "departure_estimate_module": cmp.departure_estimate_module,
-           "wall_time_predict_s": t_predict, "wall_time_record_s": t_record, "verdicts": s["verdicts"]}
+    row = {
+        "model": name,
+        "optimizer": optimizer,
+        "p": net.p,
+        "d": net.d,
+        "layout": net.layout,
+        "frozen": list(net.frozen),
+        "warnings": warned,
+        "settings": dict(opts),
+        "half_drop_time": s["half_drop_time"],
+        "ignition_times": s["ignition_times"],
+        "phase_end": cmp.phase_end,
+        "phase_gap": cmp.phase_gap,
+        "final_loss_nqf": pred.final_loss,
+        "final_loss_network": float(run.loss[-1]),
+        "departed": bool(np.isfinite(cmp.departure_time)),
+        "departure_time": cmp.departure_time,
+        "departure_estimated": bool(np.isfinite(cmp.departure_estimate)),
+        "stability_edge": edge,
+        "departure_estimate": cmp.departure_estimate,
+        "departure_estimate_module": cmp.departure_estimate_module,
+        "wall_time_predict_s": t_predict,
+        "wall_time_record_s": t_record,
+        "verdicts": s["verdicts"],
+    }
     checks = [] if optimizer == "adam" else _checks(name, net, pred, run, pred.x, pred.y)
     return row, checks, _claims(name, cmp, optimizer == "adam", edge), cmp
 
@@ -303,12 +391,18 @@ def run(out_dir, quick: bool = False, progress=None) -> dict:
             progress(name, {"half_drop_error": row["half_drop_time"]["relative_error"], "phase_gap": row["phase_gap"]})
     fig = _plot(comparisons, quick)
     summary = {
-        "name": NAME, "title": TITLE, "quick": bool(quick),
+        "name": NAME,
+        "title": TITLE,
+        "quick": bool(quick),
         "settings": {"m": int(len(x)), "gap_tol": GAP_TOL, "time_rtol": TIME_RTOL, "departure_factor": DEPART_FACTOR},
-        "rows": rows, "wall_time_s": time.perf_counter() - t_start,
-        "chosen_settings": CHOSEN_SETTINGS, "checks": checks, "claims": claims,
-        "sensitivity": sensitivity(rows=[], quick=quick, reason="every setting here is package-chosen; no paper "
-                                                                  "setting to compare with"),
+        "rows": rows,
+        "wall_time_s": time.perf_counter() - t_start,
+        "chosen_settings": CHOSEN_SETTINGS,
+        "checks": checks,
+        "claims": claims,
+        "sensitivity": sensitivity(
+            rows=[], quick=quick, reason="every setting here is package-chosen; no paper setting to compare with"
+        ),
     }
     return write_outputs(out, NAME, fig, summary)
 

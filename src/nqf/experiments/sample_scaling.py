@@ -64,8 +64,10 @@ from ..theory.powerlaw import fit_power_law
 from ._common import COLORS, check, chosen, claim, prepare_out_dir, sensitivity, write_outputs
 
 NAME = "sample-scaling"
-TITLE = ("Sample-size power laws (spiked He2 model): Y's eigenvectors vs BBP thresholds, spectral "
-         "exponent vs 1 - 1/(2 gamma), trained flow")
+TITLE = (
+    "Sample-size power laws (spiked He2 model): Y's eigenvectors vs BBP thresholds, spectral "
+    "exponent vs 1 - 1/(2 gamma), trained flow"
+)
 
 GAMMAS = (0.0, 0.4, 0.6, 1.0)
 CLAIM_GAMMAS = (0.6, 1.0)
@@ -84,10 +86,24 @@ FLOW_RTOL = 1e-6
 
 def _config(quick: bool) -> dict:
     if quick:
-        return {"ds": (40, 80), "n_alpha": 9, "seeds": (0,), "d_flow": 40, "width": 8, "flow_every": 4,
-                "flow_gammas": (1.0,)}
-    return {"ds": (100, 200, 400), "n_alpha": 17, "seeds": (0, 1), "d_flow": 100, "width": 16, "flow_every": 2,
-            "flow_gammas": GAMMAS}
+        return {
+            "ds": (40, 80),
+            "n_alpha": 9,
+            "seeds": (0,),
+            "d_flow": 40,
+            "width": 8,
+            "flow_every": 4,
+            "flow_gammas": (1.0,),
+        }
+    return {
+        "ds": (100, 200, 400),
+        "n_alpha": 17,
+        "seeds": (0, 1),
+        "d_flow": 100,
+        "width": 16,
+        "flow_every": 2,
+        "flow_gammas": GAMMAS,
+    }
 
 
 def n_grid(d: int, n_alpha: int) -> np.ndarray:
@@ -148,14 +164,22 @@ def _spectral_run(gamma, d, seeds, n_alpha, checks_acc):
             t_eig += time.perf_counter() - t0
             cos2[s_idx, j] = np.sum(V[:, :I_SHOW] * T.a[:, :I_SHOW], axis=0) ** 2
             k_out[s_idx, j] = int(np.sum(g > spectral.bulk_edge(n, d, lam=T.lam, sigma=SIGMA)))
-            R[s_idx, j] = representation_error(V[:, :k_out[s_idx, j]], T.a, T.lam)
+            R[s_idx, j] = representation_error(V[:, : k_out[s_idx, j]], T.a, T.lam)
         if "prefix" not in checks_acc:
             ref = np.asarray(data.Y())
             checks_acc["prefix"] = float(np.abs(Y - ref).max() / np.abs(ref).max())
             w = np.linalg.eigvalsh(Y)[::-1][:k_eig]
             checks_acc["lanczos"] = float(np.abs(g - w).max() / np.abs(w).max())
-    return {"n": ns, "cos2": cos2.mean(0), "cos2_seeds": cos2, "R": R.mean(0), "k_out": k_out, "lam": lam, "k_eig": k_eig,
-            "t_eig": t_eig}
+    return {
+        "n": ns,
+        "cos2": cos2.mean(0),
+        "cos2_seeds": cos2,
+        "R": R.mean(0),
+        "k_out": k_out,
+        "lam": lam,
+        "k_eig": k_eig,
+        "t_eig": t_eig,
+    }
 
 
 def _fit(n, R, n_lo, n_hi):
@@ -168,8 +192,15 @@ def _fit(n, R, n_lo, n_hi):
 
 def _flow_run(gamma, d, width, ns, lin_errs):
     """The NQF flow at each n from W0 = sqrt(eps) Q; returns recovered counts and test errors."""
-    out = {"n": [], "recovered": [], "predicted_recovered": [], "test_error_t1": [], "test_error_best": [],
-           "t_best": [], "horizon": []}
+    out = {
+        "n": [],
+        "recovered": [],
+        "predicted_recovered": [],
+        "test_error_t1": [],
+        "test_error_best": [],
+        "t_best": [],
+        "horizon": [],
+    }
     rng = np.random.default_rng(12345)
     Q = np.linalg.qr(rng.standard_normal((d, width)))[0]
     W0 = np.sqrt(EPS) * Q
@@ -179,8 +210,7 @@ def _flow_run(gamma, d, width, ns, lin_errs):
         th = spectral.linearized_horizon(data, W0=W0, delta=DELTA)
         t_lin = np.linspace(th / 10, th, 10) if 0 < th < T_FLOW / 2 else np.linspace(0.01, 0.1, 10)
         ts = np.unique(np.concatenate([np.linspace(0.0, T_FLOW, 61), t_lin]))
-        sol = solve_flow(data, W0=W0, t1=T_FLOW, ts=ts, form="factor", rtol=FLOW_RTOL, max_steps=200_000,
-                         dense=False)
+        sol = solve_flow(data, W0=W0, t1=T_FLOW, ts=ts, form="factor", rtol=FLOW_RTOL, max_steps=200_000, dense=False)
         M = np.asarray(sol.M)
         if 0 < th < T_FLOW / 2:
             sel = np.isin(ts, t_lin)
@@ -239,12 +269,25 @@ def run(out_dir, quick: bool = False) -> dict:
             fit = _fit(n, r["R"], n_lo, n_hi)
             fit_pred = _fit(n, R_pred, n_lo, n_hi)
             key = f"gamma={gamma:g},d={d}"
-            thresholds[key] = {"n_i": ni[:I_SHOW], "rho_i": rho[:I_SHOW], "n_half_predicted": nh[:I_SHOW],
-                               "n_half_measured": meas, "ratio_measured_over_predicted": meas / nh[:I_SHOW],
-                               "ratio_measured_over_goe_2n_i": meas / (2 * ni[:I_SHOW])}
+            thresholds[key] = {
+                "n_i": ni[:I_SHOW],
+                "rho_i": rho[:I_SHOW],
+                "n_half_predicted": nh[:I_SHOW],
+                "n_half_measured": meas,
+                "ratio_measured_over_predicted": meas / nh[:I_SHOW],
+                "ratio_measured_over_goe_2n_i": meas / (2 * ni[:I_SHOW]),
+            }
             spec[key] = {
-                "gamma": gamma, "d": d, "K": d // 2, "k_eig": r["k_eig"], "n": n, "cos2": r["cos2"], "R": r["R"], "k_outliers": r["k_out"],
-                "R_pred": R_pred, "window": [n_lo, n_hi],
+                "gamma": gamma,
+                "d": d,
+                "K": d // 2,
+                "k_eig": r["k_eig"],
+                "n": n,
+                "cos2": r["cos2"],
+                "R": r["R"],
+                "k_outliers": r["k_out"],
+                "R_pred": R_pred,
+                "window": [n_lo, n_hi],
                 "exponent_measured": None if fit is None else fit.exponent,
                 "exponent_finite_size_predicted": None if fit_pred is None else fit_pred.exponent,
                 "exponent_asymptotic": 1.0 - 1.0 / (2.0 * gamma) if gamma > 0 else None,
@@ -256,7 +299,7 @@ def run(out_dir, quick: bool = False) -> dict:
 
     t0 = time.perf_counter()
     d_flow = cfg["d_flow"]
-    ns_flow = n_grid(d_flow, cfg["n_alpha"])[::cfg["flow_every"]]
+    ns_flow = n_grid(d_flow, cfg["n_alpha"])[:: cfg["flow_every"]]
     lin_errs: list = []
     flow = {}
     for gamma in cfg["flow_gammas"]:
@@ -274,8 +317,12 @@ def run(out_dir, quick: bool = False) -> dict:
     checks = [
         check("sample-scaling: Y accumulated over prefixes vs He2Data.Y() (max rel deviation)", acc["prefix"], 1e-10),
         check("sample-scaling: Lanczos top eigenvalues vs dense eigh (max rel deviation)", acc["lanczos"], 1e-8),
-        check(f"sample-scaling: flow vs nqf.linearized up to the horizon t_h(delta={DELTA:g}) (max rel error, "
-              f"{len(lin_errs)} runs)", max(lin_errs) if lin_errs else float("nan"), 2 * DELTA),
+        check(
+            f"sample-scaling: flow vs nqf.linearized up to the horizon t_h(delta={DELTA:g}) (max rel error, "
+            f"{len(lin_errs)} runs)",
+            max(lin_errs) if lin_errs else float("nan"),
+            2 * DELTA,
+        ),
     ]
 
     claims = []
@@ -285,77 +332,141 @@ def run(out_dir, quick: bool = False) -> dict:
             th = thresholds[f"gamma={gamma:g},d={d}"]
             ratio = np.asarray(th["ratio_measured_over_predicted"][:I_CLAIM], float)
             dev = float(np.max(np.abs(np.log2(ratio)))) if np.all(np.isfinite(ratio)) else float("nan")
-            claims.append(claim(
-                f"sample-scaling gamma={gamma:g} d={d}: thresholds n_half,i within a factor {THRESHOLD_FACTOR:g}",
-                "The i-th direction is recovered by the spectral estimator once its spike beats the estimator's "
-                "noise, at n_i ~ d^q i^(2 gamma) / Z^2 (a BBP-type threshold), q = 1 for the NQF's Y.",
-                "arXiv 2605.14567 (sibling theory); issue 18",
-                metric=("max over i = 1..4 of |log2(measured n_half,i / predicted 2 rho_i n_i)|, n_half,i the first n "
-                        "at which the seed-mean cos^2 theta_i = (v_i^T a_i)^2 crosses 1/2"),
-                value=dev, criterion=f"<= {np.log2(THRESHOLD_FACTOR):g}", holds=dev <= np.log2(THRESHOLD_FACTOR),
-                setting=setting,
-                why=(f"measured / predicted n_half for i = 1..4: {np.round(ratio, 2).tolist()}; against the GOE value "
-                     f"2 n_i: {np.round(np.asarray(th['ratio_measured_over_goe_2n_i'][:I_CLAIM], float), 2).tolist()}")))
+            claims.append(
+                claim(
+                    f"sample-scaling gamma={gamma:g} d={d}: thresholds n_half,i within a factor {THRESHOLD_FACTOR:g}",
+                    "The i-th direction is recovered by the spectral estimator once its spike beats the estimator's "
+                    "noise, at n_i ~ d^q i^(2 gamma) / Z^2 (a BBP-type threshold), q = 1 for the NQF's Y.",
+                    "arXiv 2605.14567 (sibling theory); issue 18",
+                    metric=(
+                        "max over i = 1..4 of |log2(measured n_half,i / predicted 2 rho_i n_i)|, n_half,i the first n "
+                        "at which the seed-mean cos^2 theta_i = (v_i^T a_i)^2 crosses 1/2"
+                    ),
+                    value=dev,
+                    criterion=f"<= {np.log2(THRESHOLD_FACTOR):g}",
+                    holds=dev <= np.log2(THRESHOLD_FACTOR),
+                    setting=setting,
+                    why=(
+                        f"measured / predicted n_half for i = 1..4: {np.round(ratio, 2).tolist()}; against the GOE value "
+                        f"2 n_i: {np.round(np.asarray(th['ratio_measured_over_goe_2n_i'][:I_CLAIM], float), 2).tolist()}"
+                    ),
+                )
+            )
     for gamma in GAMMAS:
         sp = spec[f"gamma={gamma:g},d={d_big}"]
         e, e_fs, e_as = sp["exponent_measured"], sp["exponent_finite_size_predicted"], sp["exponent_asymptotic"]
         expected = gamma in CLAIM_GAMMAS
         rel = abs(e - e_as) / abs(e_as) if (e is not None and e_as) else float("nan")
-        claims.append(claim(
-            f"sample-scaling gamma={gamma:g}: spectral exponent 1 - 1/(2 gamma) at d={d_big}",
-            "The representation error falls as MSE(n) ~ (n / d^q)^(-1 + 1/(2 gamma)).",
-            "arXiv 2605.14567 (sibling theory); issue 18",
-            metric=("|e - (1 - 1/(2 gamma))| / |1 - 1/(2 gamma)|, e the decay exponent of the spectral estimator's "
-                    "representation error R(n) fitted by nqf.fit_power_law on [n_half,2, n_max]"),
-            value=rel, criterion=f"<= {EXPONENT_BOUND:g}", holds=rel <= EXPONENT_BOUND, setting=setting,
-            expected=expected,
-            why=(f"fitted exponent {e if e is None else round(e, 4)}, asymptotic {e_as if e_as is None else round(e_as, 4)}, "
-                 f"finite-size prediction (same fit on R_pred, K = d/2, predicted overlaps) "
-                 f"{e_fs if e_fs is None else round(e_fs, 4)}"
-                 + ("" if expected else "; no decaying power law is predicted for gamma <= 1/2"))))
+        claims.append(
+            claim(
+                f"sample-scaling gamma={gamma:g}: spectral exponent 1 - 1/(2 gamma) at d={d_big}",
+                "The representation error falls as MSE(n) ~ (n / d^q)^(-1 + 1/(2 gamma)).",
+                "arXiv 2605.14567 (sibling theory); issue 18",
+                metric=(
+                    "|e - (1 - 1/(2 gamma))| / |1 - 1/(2 gamma)|, e the decay exponent of the spectral estimator's "
+                    "representation error R(n) fitted by nqf.fit_power_law on [n_half,2, n_max]"
+                ),
+                value=rel,
+                criterion=f"<= {EXPONENT_BOUND:g}",
+                holds=rel <= EXPONENT_BOUND,
+                setting=setting,
+                expected=expected,
+                why=(
+                    f"fitted exponent {e if e is None else round(e, 4)}, asymptotic {e_as if e_as is None else round(e_as, 4)}, "
+                    f"finite-size prediction (same fit on R_pred, K = d/2, predicted overlaps) "
+                    f"{e_fs if e_fs is None else round(e_fs, 4)}"
+                    + ("" if expected else "; no decaying power law is predicted for gamma <= 1/2")
+                ),
+            )
+        )
     for gamma in CLAIM_GAMMAS:
         if f"gamma={gamma:g}" not in flow:
             continue
         f = flow[f"gamma={gamma:g}"]
         e, e_as = f["exponent_t1"], f["exponent_asymptotic"]
         rel = abs(e - e_as) / abs(e_as) if e is not None else float("nan")
-        claims.append(claim(
-            f"sample-scaling gamma={gamma:g}: trained flow exponent (open question) at d={d_flow}",
-            "Open question (issue 18): does the NQF flow trained from small initialization follow the spectral "
-            "estimator's sample-size exponent?",
-            "issue 18",
-            metric=(f"|e - (1 - 1/(2 gamma))| / |1 - 1/(2 gamma)|, e the decay exponent of the flow's test error "
-                    f"|M(t1) - M*|^2 / |M*|^2 at t1 = {T_FLOW:g} on [n_half,2, n_max]"),
-            value=rel, criterion=f"<= {EXPONENT_BOUND:g}", holds=rel <= EXPONENT_BOUND, setting=setting,
-            why=(f"flow exponent at t1 {e if e is None else round(e, 4)}, at the best saved time "
-                 f"{f['exponent_best'] if f['exponent_best'] is None else round(f['exponent_best'], 4)}; spectral "
-                 f"{spec[f'gamma={gamma:g},d={d_flow}']['exponent_measured']}; recovered directions "
-                 f"{f['recovered']} vs spectral prediction {f['predicted_recovered']}")))
+        claims.append(
+            claim(
+                f"sample-scaling gamma={gamma:g}: trained flow exponent (open question) at d={d_flow}",
+                "Open question (issue 18): does the NQF flow trained from small initialization follow the spectral "
+                "estimator's sample-size exponent?",
+                "issue 18",
+                metric=(
+                    f"|e - (1 - 1/(2 gamma))| / |1 - 1/(2 gamma)|, e the decay exponent of the flow's test error "
+                    f"|M(t1) - M*|^2 / |M*|^2 at t1 = {T_FLOW:g} on [n_half,2, n_max]"
+                ),
+                value=rel,
+                criterion=f"<= {EXPONENT_BOUND:g}",
+                holds=rel <= EXPONENT_BOUND,
+                setting=setting,
+                why=(
+                    f"flow exponent at t1 {e if e is None else round(e, 4)}, at the best saved time "
+                    f"{f['exponent_best'] if f['exponent_best'] is None else round(f['exponent_best'], 4)}; spectral "
+                    f"{spec[f'gamma={gamma:g},d={d_flow}']['exponent_measured']}; recovered directions "
+                    f"{f['recovered']} vs spectral prediction {f['predicted_recovered']}"
+                ),
+            )
+        )
 
     fig = _plot(spec, thresholds, flow, ds, d_flow, quick)
     summary = {
-        "name": NAME, "title": TITLE, "quick": bool(quick),
-        "settings": {"gammas": GAMMAS, "ds": ds, "K": "d / 2", "Z": "sum_i lambda_i^2 = 1", "sigma": SIGMA,
-                     "n_grid": "round(d^alpha), alpha equally spaced in [1, 2], n <= 1e5", "n_alpha": cfg["n_alpha"],
-                     "seeds": seeds, "k_eig": f"min(K - 1, {K_EIG_MAX})", "flow": {
-                         "d": d_flow, "width": cfg["width"], "eps": EPS, "W0": "sqrt(eps) Q, Q orthonormal (d, r)",
-                         "t1": T_FLOW, "solver": "tsit5, factor form", "rtol": FLOW_RTOL, "n": ns_flow}},
-        "thresholds": thresholds, "spectral": spec, "flow": flow,
+        "name": NAME,
+        "title": TITLE,
+        "quick": bool(quick),
+        "settings": {
+            "gammas": GAMMAS,
+            "ds": ds,
+            "K": "d / 2",
+            "Z": "sum_i lambda_i^2 = 1",
+            "sigma": SIGMA,
+            "n_grid": "round(d^alpha), alpha equally spaced in [1, 2], n <= 1e5",
+            "n_alpha": cfg["n_alpha"],
+            "seeds": seeds,
+            "k_eig": f"min(K - 1, {K_EIG_MAX})",
+            "flow": {
+                "d": d_flow,
+                "width": cfg["width"],
+                "eps": EPS,
+                "W0": "sqrt(eps) Q, Q orthonormal (d, r)",
+                "t1": T_FLOW,
+                "solver": "tsit5, factor form",
+                "rtol": FLOW_RTOL,
+                "n": ns_flow,
+            },
+        },
+        "thresholds": thresholds,
+        "spectral": spec,
+        "flow": flow,
         "wall_time_s": {"spectral": t_spec, "flow": t_flow, "total": time.perf_counter() - t_start},
-        "checks": checks, "claims": claims,
+        "checks": checks,
+        "claims": claims,
         "chosen_settings": {
-            "K": chosen("d / 2 directions", "not stated (issue 18)", "gamma = 0 needs K < d (else M* ~ I); large "
-                        "enough that the tail sum is a power law over the recovered range"),
+            "K": chosen(
+                "d / 2 directions",
+                "not stated (issue 18)",
+                "gamma = 0 needs K < d (else M* ~ I); large "
+                "enough that the tail sum is a power law over the recovered range",
+            ),
             "Z": chosen("sum_i lambda_i^2 = 1", "not stated", "fixes E[y^2] = 2 + sigma^2 for every gamma, d"),
             "sigma": chosen(SIGMA, "not stated", "label noise present but below the signal"),
-            "n_grid": chosen("alpha = log n / log d in [1, 2], n <= 1e5", "issue 18: a grid of alpha",
-                             "covers the thresholds from n ~ d to the largest n the issue asks for"),
-            "threshold_metric": chosen("n at which cos^2 crosses 1/2 vs 2 rho_i n_i", "not stated",
-                                       "a measurable position of a smoothed transition"),
-            "fit_window": chosen("[n_half,2, n_max]", "not stated", "after two directions are recovered; fixed "
-                                 "before measuring"),
-            "flow": chosen(f"d = {d_flow}, r = {cfg['width']} neurons, eps = {EPS:g}, t1 = {T_FLOW:g}", "not stated",
-                           "every direction the spectral estimator recovers ignites well before t1; cost"),
+            "n_grid": chosen(
+                "alpha = log n / log d in [1, 2], n <= 1e5",
+                "issue 18: a grid of alpha",
+                "covers the thresholds from n ~ d to the largest n the issue asks for",
+            ),
+            "threshold_metric": chosen(
+                "n at which cos^2 crosses 1/2 vs 2 rho_i n_i",
+                "not stated",
+                "a measurable position of a smoothed transition",
+            ),
+            "fit_window": chosen(
+                "[n_half,2, n_max]", "not stated", "after two directions are recovered; fixed before measuring"
+            ),
+            "flow": chosen(
+                f"d = {d_flow}, r = {cfg['width']} neurons, eps = {EPS:g}, t1 = {T_FLOW:g}",
+                "not stated",
+                "every direction the spectral estimator recovers ignites well before t1; cost",
+            ),
         },
         "sensitivity": sensitivity([], quick=quick, reason="no paper setting: the settings are the package's"),
     }
@@ -374,8 +485,14 @@ def _plot(spec, thresholds, flow, ds, d_flow, quick):
     for d in ds:
         sp = spec[f"gamma=1,d={d}"]
         for i in range(4):
-            a.semilogx(sp["n"], np.asarray(sp["cos2"])[:, i], color=COLORS[i], alpha=styles[d],
-                       lw=1.5 if d == d_big else 0.9, label=f"i = {i + 1}" if d == d_big else None)
+            a.semilogx(
+                sp["n"],
+                np.asarray(sp["cos2"])[:, i],
+                color=COLORS[i],
+                alpha=styles[d],
+                lw=1.5 if d == d_big else 0.9,
+                label=f"i = {i + 1}" if d == d_big else None,
+            )
     sp = spec[f"gamma=1,d={d_big}"]
     nn = np.geomspace(sp["n"][0], sp["n"][-1], 300)
     pred = spectral.bbp_overlap(nn, sp_lam(sp), d_big, sigma=SIGMA)
@@ -385,8 +502,11 @@ def _plot(spec, thresholds, flow, ds, d_flow, quick):
         a.axvline(nh[i], color=COLORS[i], ls=":", lw=0.8)
     a.set_xlabel("samples n")
     a.set_ylabel(r"$\cos^2\theta_i = (v_i^T a_i)^2$")
-    a.set_title(rf"(a) $\gamma$ = 1: Y's eigenvectors (d = {', '.join(map(str, ds))}, darker = larger);"
-                "\n dashed: $1 - \\rho_i n_i / n$, dotted: $n_{half,i}$", fontsize=9)
+    a.set_title(
+        rf"(a) $\gamma$ = 1: Y's eigenvectors (d = {', '.join(map(str, ds))}, darker = larger);"
+        "\n dashed: $1 - \\rho_i n_i / n$, dotted: $n_{half,i}$",
+        fontsize=9,
+    )
     a.legend(fontsize=7)
     # (a') collapse: cos^2 vs n / n_half,i
     a = ax[0, 1]
@@ -395,8 +515,14 @@ def _plot(spec, thresholds, flow, ds, d_flow, quick):
             sp = spec[f"gamma={gamma:g},d={d}"]
             nh = thresholds[f"gamma={gamma:g},d={d}"]["n_half_predicted"]
             for i in range(I_CLAIM):
-                a.semilogx(np.asarray(sp["n"]) / nh[i], np.asarray(sp["cos2"])[:, i], mk, color=COLORS[i],
-                           alpha=styles[d], lw=1.0)
+                a.semilogx(
+                    np.asarray(sp["n"]) / nh[i],
+                    np.asarray(sp["cos2"])[:, i],
+                    mk,
+                    color=COLORS[i],
+                    alpha=styles[d],
+                    lw=1.0,
+                )
     a.axhline(0.5, color="gray", lw=0.6)
     a.axvline(1.0, color="gray", lw=0.6)
     a.axvspan(0.5, 2.0, color="gray", alpha=0.1, label="claim: factor 2")
@@ -408,9 +534,15 @@ def _plot(spec, thresholds, flow, ds, d_flow, quick):
     a = ax[0, 2]
     for k, gamma in enumerate(GAMMAS):
         sp = spec[f"gamma={gamma:g},d={d_big}"]
-        a.loglog(sp["n"], sp["R"], "o-", ms=3, color=COLORS[k],
-                 label=rf"$\gamma$={gamma:g}: e = {_fmt(sp['exponent_measured'])} (pred. {_fmt(sp['exponent_asymptotic'])},"
-                       rf" finite-size {_fmt(sp['exponent_finite_size_predicted'])})")
+        a.loglog(
+            sp["n"],
+            sp["R"],
+            "o-",
+            ms=3,
+            color=COLORS[k],
+            label=rf"$\gamma$={gamma:g}: e = {_fmt(sp['exponent_measured'])} (pred. {_fmt(sp['exponent_asymptotic'])},"
+            rf" finite-size {_fmt(sp['exponent_finite_size_predicted'])})",
+        )
         a.loglog(sp["n"], sp["R_pred"], ":", color=COLORS[k], lw=1.0)
         for d in ds[:-1]:
             s2 = spec[f"gamma={gamma:g},d={d}"]
@@ -427,15 +559,24 @@ def _plot(spec, thresholds, flow, ds, d_flow, quick):
         f = flow[f"gamma={gamma:g}"]
         a.semilogx(f["n"], f["recovered"], "o-", color=COLORS[k], ms=3, label=rf"flow, $\gamma$={gamma:g}")
         a.semilogx(f["n"], f["predicted_recovered"], "--", color=COLORS[k], lw=1.0)
-        b.loglog(f["n"], f["test_error_t1"], "o-", ms=3, color=COLORS[k],
-                 label=rf"$\gamma$={gamma:g}: e = {_fmt(f['exponent_t1'])}")
+        b.loglog(
+            f["n"],
+            f["test_error_t1"],
+            "o-",
+            ms=3,
+            color=COLORS[k],
+            label=rf"$\gamma$={gamma:g}: e = {_fmt(f['exponent_t1'])}",
+        )
         b.loglog(f["n"], f["test_error_best"], "x:", ms=3, color=COLORS[k], lw=0.8)
         sp = spec[f"gamma={gamma:g},d={d_flow}"]
         b.loglog(sp["n"], sp["R"], "-", color=COLORS[k], alpha=0.35, lw=0.8)
     a.set_xlabel("samples n")
     a.set_ylabel("recovered directions")
-    a.set_title(rf"(c) NQF flow at d = {d_flow}, t1 = {T_FLOW:g}: #$\{{i: \max_j (u_j^T a_i)^2 \geq 1/2\}}$"
-                "\n dashed: spectral prediction #{i: n >= 2 rho_i n_i}", fontsize=9)
+    a.set_title(
+        rf"(c) NQF flow at d = {d_flow}, t1 = {T_FLOW:g}: #$\{{i: \max_j (u_j^T a_i)^2 \geq 1/2\}}$"
+        "\n dashed: spectral prediction #{i: n >= 2 rho_i n_i}",
+        fontsize=9,
+    )
     a.legend(fontsize=7)
     b.set_xlabel("samples n")
     b.set_ylabel(r"test error $|M - M^*|_F^2 / |M^*|_F^2$")
@@ -446,8 +587,14 @@ def _plot(spec, thresholds, flow, ds, d_flow, quick):
     for gamma in CLAIM_GAMMAS:
         for d in ds:
             th = thresholds[f"gamma={gamma:g},d={d}"]
-            a.loglog(th["n_half_predicted"], th["n_half_measured"], "o" if gamma == 1.0 else "s",
-                     color=COLORS[ds.index(d)], alpha=0.8, label=rf"$\gamma$={gamma:g}, d={d}")
+            a.loglog(
+                th["n_half_predicted"],
+                th["n_half_measured"],
+                "o" if gamma == 1.0 else "s",
+                color=COLORS[ds.index(d)],
+                alpha=0.8,
+                label=rf"$\gamma$={gamma:g}, d={d}",
+            )
     lo = min(min(thresholds[k]["n_half_predicted"]) for k in thresholds) / 2
     hi = max(max(thresholds[k]["n_half_predicted"]) for k in thresholds) * 2
     x = np.geomspace(lo, hi, 10)
@@ -457,8 +604,11 @@ def _plot(spec, thresholds, flow, ds, d_flow, quick):
     a.set_ylabel(r"measured $n_{half,i}$")
     a.set_title("thresholds, i = 1..6 (band: factor 2)", fontsize=9)
     a.legend(fontsize=6.5)
-    fig.suptitle("Sample-size power laws of the NQF's Y (spiked He2 model, K = d/2, sigma = 0.5)"
-                 + (" [quick]" if quick else ""), fontsize=11)
+    fig.suptitle(
+        "Sample-size power laws of the NQF's Y (spiked He2 model, K = d/2, sigma = 0.5)"
+        + (" [quick]" if quick else ""),
+        fontsize=11,
+    )
     return fig
 
 

@@ -14,7 +14,15 @@ from ._compare import Comparison, compare
 from ._predict import FrozenParameterWarning, HorizonWarning, Prediction, predict
 from ._record import Recording, record
 
-__all__ = ["Prediction", "predict", "Recording", "record", "Comparison", "compare", "FrozenParameterWarning",
-           "HorizonWarning"]
+__all__ = [
+    "Prediction",
+    "predict",
+    "Recording",
+    "record",
+    "Comparison",
+    "compare",
+    "FrozenParameterWarning",
+    "HorizonWarning",
+]
 
 _publish(__name__, globals())

@@ -89,15 +89,25 @@ class Comparison(Saveable):
         ign = self.ignition_times
         grow = np.isfinite(ign[0])
         return {
-            "half_drop_time": {"predicted": float(self.half_drop_time[0]), "measured": float(self.half_drop_time[1]),
-                               "relative_error": _rel(*self.half_drop_time)},
+            "half_drop_time": {
+                "predicted": float(self.half_drop_time[0]),
+                "measured": float(self.half_drop_time[1]),
+                "relative_error": _rel(*self.half_drop_time),
+            },
             "drop_times": {"predicted": self.drop_times[0].tolist(), "measured": self.drop_times[1].tolist()},
-            "ignition_times": {"predicted": ign[0][grow].tolist(), "measured": ign[1][grow].tolist(),
-                               "max_relative_error": _max_rel(ign[0][grow], ign[1][grow])},
-            "phase_end": self.phase_end, "phase_gap": self.phase_gap,
-            "departure_time": self.departure_time, "departure_estimate": self.departure_estimate,
+            "ignition_times": {
+                "predicted": ign[0][grow].tolist(),
+                "measured": ign[1][grow].tolist(),
+                "max_relative_error": _max_rel(ign[0][grow], ign[1][grow]),
+            },
+            "phase_end": self.phase_end,
+            "phase_gap": self.phase_gap,
+            "departure_time": self.departure_time,
+            "departure_estimate": self.departure_estimate,
             "departure_estimate_module": self.departure_estimate_module,
-            "gap_tol": self.gap_tol, "time_rtol": self.time_rtol, "verdicts": dict(self.verdicts),
+            "gap_tol": self.gap_tol,
+            "time_rtol": self.time_rtol,
+            "verdicts": dict(self.verdicts),
         }
 
     def plot(self, *, ax: matplotlib.axes.Axes | None = None) -> matplotlib.figure.Figure:
@@ -128,12 +138,23 @@ def _warn_other_run(prediction, recording, M) -> None:
     M0 = prediction.W0 @ prediction.W0.T
     err = float(np.abs(M[0] - M0).max() / max(np.abs(M0).max(), np.finfo(float).tiny))
     if err > 1e-8:
-        warnings.warn(f"The recording does not start at the prediction's M0 = W0 W0^T (relative difference {err:.3g}): "
-                      "it is not the run the prediction describes.", NQFWarning, stacklevel=3)
-    if getattr(recording, "trained", "neurons") == "all" and prediction.network is not None and \
-            prediction.network.frozen:
-        warnings.warn("The recording trained the frozen arrays too (train='all'): the NQF keeps them fixed, so a gap "
-                      f"may come from them ({', '.join(prediction.network.frozen)}).", NQFWarning, stacklevel=3)
+        warnings.warn(
+            f"The recording does not start at the prediction's M0 = W0 W0^T (relative difference {err:.3g}): "
+            "it is not the run the prediction describes.",
+            NQFWarning,
+            stacklevel=3,
+        )
+    if (
+        getattr(recording, "trained", "neurons") == "all"
+        and prediction.network is not None
+        and prediction.network.frozen
+    ):
+        warnings.warn(
+            "The recording trained the frozen arrays too (train='all'): the NQF keeps them fixed, so a gap "
+            f"may come from them ({', '.join(prediction.network.frozen)}).",
+            NQFWarning,
+            stacklevel=3,
+        )
 
 
 def _max_rel(a, b) -> float:
@@ -141,8 +162,13 @@ def _max_rel(a, b) -> float:
     return max((_rel(u, v) for u, v in zip(a, b)), default=float("nan"))
 
 
-def compare(prediction: Prediction, recording: Recording | MapTrajectory | WTrajectory, *,
-            gap_tol: float | None = None, time_rtol: float = 0.05) -> Comparison:
+def compare(
+    prediction: Prediction,
+    recording: Recording | MapTrajectory | WTrajectory,
+    *,
+    gap_tol: float | None = None,
+    time_rtol: float = 0.05,
+) -> Comparison:
     """Compare a `nqf.Prediction` with a measured run (see `nqf.network` for the criteria).
 
     **Arguments:** `prediction` (`nqf.predict`); `recording`: a `nqf.Recording` or any
@@ -160,8 +186,10 @@ def compare(prediction: Prediction, recording: Recording | MapTrajectory | WTraj
     if not isinstance(prediction, Prediction):
         raise TypeError(f"`prediction` must be an nqf.Prediction (nqf.predict); found {type(prediction).__name__}.")
     if not all(hasattr(recording, a) for a in ("t", "loss", "M")):
-        raise TypeError("`recording` must have saved times `t`, `loss` and `M` (an nqf.Recording from nqf.record); "
-                        f"found {type(recording).__name__}.")
+        raise TypeError(
+            "`recording` must have saved times `t`, `loss` and `M` (an nqf.Recording from nqf.record); "
+            f"found {type(recording).__name__}."
+        )
     gap_tol = prediction.settings["gap_tol"] if gap_tol is None else gap_tol
     for name, v in (("gap_tol", gap_tol), ("time_rtol", time_rtol)):
         if not (isinstance(v, (int, float, np.floating)) and 0.0 < v < 1.0):
@@ -173,8 +201,9 @@ def compare(prediction: Prediction, recording: Recording | MapTrajectory | WTraj
     t = np.asarray(recording.t, dtype=float)
     lm = np.asarray(recording.loss, dtype=float)
     if t.ndim != 1 or lm.shape != t.shape or M.shape[0] != t.size:
-        raise ValueError(f"The recording's `t` {t.shape}, `loss` {lm.shape} and `M` {M.shape} must have one entry per "
-                         "saved step.")
+        raise ValueError(
+            f"The recording's `t` {t.shape}, `loss` {lm.shape} and `M` {M.shape} must have one entry per saved step."
+        )
     _warn_other_run(prediction, recording, M)
     tp, lp_all = prediction.t, prediction.loss
     inside = t <= tp[-1] * (1 + 1e-12)
@@ -192,26 +221,47 @@ def compare(prediction: Prediction, recording: Recording | MapTrajectory | WTraj
     half_levels = np.array([lp_all[0], prediction.final_loss])
     half = np.array([prediction.half_drop_time, drop_times(t, lm, levels=half_levels)[0]])
     if np.all(np.isfinite(prediction.targets)):
-        ign_m = measure_ignition_times(recording, rho=prediction.settings["rho"], target=prediction.targets,
-                                       quantity="eigenvalues", modes=prediction.growing)
+        ign_m = measure_ignition_times(
+            recording,
+            rho=prediction.settings["rho"],
+            target=prediction.targets,
+            quantity="eigenvalues",
+            modes=prediction.growing,
+        )
     else:  # no targets (the predicted learning phase does not end within the horizon)
         ign_m = np.full(p, np.nan)
     ign = np.stack([prediction.ignition_times, np.asarray(ign_m, dtype=float)])
     ignited = np.isfinite(ign[0])
     module_est = prediction.module_gap
     over_m = np.flatnonzero(module_est > gap_tol)
-    est_module = float(prediction.remainder_t[over_m[0]]) if over_m.size else (
-        float("inf") if module_est.size else float("nan"))
+    est_module = (
+        float(prediction.remainder_t[over_m[0]]) if over_m.size else (float("inf") if module_est.size else float("nan"))
+    )
     predicted_drops = np.isfinite(drops[0])
     verdicts = {  # None: not tested (module docstring)
         "phase_gap": bool(phase_gap <= gap_tol) if covers else (False if phase_gap > gap_tol else None),
         "half_drop_time": _within(*half, time_rtol),
-        "drop_times": (all(_within(a, b, time_rtol) for a, b in zip(*drops[:, predicted_drops])) if
-                       predicted_drops.any() else None),
+        "drop_times": (
+            all(_within(a, b, time_rtol) for a, b in zip(*drops[:, predicted_drops])) if predicted_drops.any() else None
+        ),
         "ignition_times": (bool(_max_rel(ign[0][ignited], ign[1][ignited]) <= time_rtol) if ignited.any() else None),
     }
-    return Comparison(t=t, loss_predicted=lp, loss_measured=lm, gap=gap, phase_end=float(end), phase_gap=phase_gap,
-                      departure_time=departure, departure_estimate=float(prediction.departure_estimate),
-                      departure_estimate_module=est_module, half_drop_time=half, drop_times=drops,
-                      ignition_times=ign, gap_tol=float(gap_tol), time_rtol=float(time_rtol), verdicts=verdicts,
-                      prediction=prediction, recording=recording)
+    return Comparison(
+        t=t,
+        loss_predicted=lp,
+        loss_measured=lm,
+        gap=gap,
+        phase_end=float(end),
+        phase_gap=phase_gap,
+        departure_time=departure,
+        departure_estimate=float(prediction.departure_estimate),
+        departure_estimate_module=est_module,
+        half_drop_time=half,
+        drop_times=drops,
+        ignition_times=ign,
+        gap_tol=float(gap_tol),
+        time_rtol=float(time_rtol),
+        verdicts=verdicts,
+        prediction=prediction,
+        recording=recording,
+    )

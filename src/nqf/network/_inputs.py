@@ -24,10 +24,13 @@ def as_network(network) -> Network:
     if isinstance(network, eqx.Module) or _is_nnx(network):
         return Network(network)
     if callable(network):
-        raise TypeError("`network` is a plain function: wrap it with its initial weights, "
-                        "nqf.Network(f, W0=W0) (W0 of shape (p, d)).")
-    raise TypeError(f"`network` must be an nqf.Network, an equinox Module or a flax.nnx Module; found "
-                    f"{type(network).__name__}.")
+        raise TypeError(
+            "`network` is a plain function: wrap it with its initial weights, "
+            "nqf.Network(f, W0=W0) (W0 of shape (p, d))."
+        )
+    raise TypeError(
+        f"`network` must be an nqf.Network, an equinox Module or a flax.nnx Module; found {type(network).__name__}."
+    )
 
 
 def check_data(net: Network, x, y):
@@ -43,8 +46,10 @@ def check_data(net: Network, x, y):
         raise ValueError(f"Every leaf of `x` must have the same leading batch axis m >= 1; found {sorted(ms)}.")
     m = ms.pop()
     if any(isinstance(a, jax.core.Tracer) for a in leaves):
-        raise TypeError("`x` is traced (inside jax.jit / vmap / grad): nqf.predict and nqf.record run on concrete "
-                        "inputs (they extract, solve and measure on the host); call them outside the transformation.")
+        raise TypeError(
+            "`x` is traced (inside jax.jit / vmap / grad): nqf.predict and nqf.record run on concrete "
+            "inputs (they extract, solve and measure on the host); call them outside the transformation."
+        )
     for i, a in enumerate(leaves):
         a = np.asarray(a)
         if np.issubdtype(a.dtype, np.number) and not np.all(np.isfinite(a)):
@@ -56,8 +61,10 @@ def check_data(net: Network, x, y):
     if y.shape == (m,) and k == 1:
         y = y[:, None]
     if y.shape != (m, k):
-        raise ValueError(f"`y` must have shape ({m},) or ({m}, {k}) (m = {m} inputs in `x`, k = {k} module "
-                         f"outputs); found {shape_str(y.shape)}.")
+        raise ValueError(
+            f"`y` must have shape ({m},) or ({m}, {k}) (m = {m} inputs in `x`, k = {k} module "
+            f"outputs); found {shape_str(y.shape)}."
+        )
     if not np.all(np.isfinite(y)):
         raise ValueError("`y` must be finite.")
     return x, jnp.asarray(y), m, k
@@ -75,8 +82,7 @@ def check_optimizer(optimizer):
     if isinstance(optimizer, optax.GradientTransformation):
         return optimizer
     hint = f" (e.g. optax.sgd(lr) for {optimizer!r})" if isinstance(optimizer, str) else ""
-    raise TypeError(f"`optimizer` must be an optax.GradientTransformation{hint}; found "
-                    f"{type(optimizer).__name__}.")
+    raise TypeError(f"`optimizer` must be an optax.GradientTransformation{hint}; found {type(optimizer).__name__}.")
 
 
 def check_steps(steps, save_every):

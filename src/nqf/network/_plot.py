@@ -31,8 +31,13 @@ def plot_prediction(prediction, comparison=None, *, ax=None):
     a_loss.plot(t, prediction.loss, color="C0", lw=1.8, label="NQF (predicted)")
     if comparison is not None:
         a_loss.plot(comparison.t, comparison.loss_measured, "o", ms=2.5, color="C1", label="network (measured)")
-    a_loss.axhline(prediction.final_loss, color="0.5", lw=0.8, ls=":",
-                   label="NQF asymptote" if prediction.asymptote is not None else "NQF at the horizon")
+    a_loss.axhline(
+        prediction.final_loss,
+        color="0.5",
+        lw=0.8,
+        ls=":",
+        label="NQF asymptote" if prediction.asymptote is not None else "NQF at the horizon",
+    )
     for i, ti in enumerate(prediction.ignition_times[np.isfinite(prediction.ignition_times)]):
         a_loss.axvline(ti, color="C0", lw=0.8, ls=":", label="ignition (predicted)" if i == 0 else None)
     if np.isfinite(prediction.phase_end):
@@ -53,6 +58,7 @@ def plot_prediction(prediction, comparison=None, *, ax=None):
             a_eig.plot(comparison.t, meas[:, k], "o", ms=2, color=f"C{j % 10}")
     a_eig.set_yscale("log")
     a_eig.set_xlabel("t = lr x steps")
-    a_eig.set_ylabel("eigenvalues of M (lines: NQF, dots: network)" if comparison is not None
-                     else "eigenvalues of M (growing modes)")
+    a_eig.set_ylabel(
+        "eigenvalues of M (lines: NQF, dots: network)" if comparison is not None else "eigenvalues of M (growing modes)"
+    )
     return fig

@@ -43,10 +43,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
-from .._core._errors import NQFWarning
 from .._core import memory
 from .._core._checks import check_positive
-from .._core._errors import AssumptionError
+from .._core._errors import AssumptionError, NQFWarning
 from .._core.io import Saveable
 from ..data import AbstractCommutingData, FeedForwardData, Network, NQFModel, extract
 from ..data._model import as_model
@@ -145,8 +144,16 @@ class Prediction(Saveable):
     def __getstate__(self):  # the module may hold functions that do not pickle: keep the numbers
         return {**super().__getstate__(), "network": None}
 
-    def record(self, optimizer: optax.GradientTransformation, *, lr: float | None = None, label: str | None = None,
-               train: str = "neurons", network: Network | None = None, **kwargs: Any) -> Recording:
+    def record(
+        self,
+        optimizer: optax.GradientTransformation,
+        *,
+        lr: float | None = None,
+        label: str | None = None,
+        train: str = "neurons",
+        network: Network | None = None,
+        **kwargs: Any,
+    ) -> Recording:
         """Train the module with `optimizer` on this prediction's data, initial weights, horizon and
         batches (`nqf.record`); `lr` is the time unit (default: the prediction's learning rate;
         required for a flow prediction); `network`: the `nqf.Network` (default: the prediction's;
@@ -159,8 +166,10 @@ class Prediction(Saveable):
 
         network = self.network if network is None else network
         if network is None:
-            raise ValueError("This prediction has no `network` (it was loaded from disk or unpickled): pass "
-                             "network=nqf.Network(module) (the module it was predicted for).")
+            raise ValueError(
+                "This prediction has no `network` (it was loaded from disk or unpickled): pass "
+                "network=nqf.Network(module) (the module it was predicted for)."
+            )
         s = self.settings
         lr = s["lr"] if lr is None else check_positive(lr, "lr")
         if lr is None:
@@ -173,8 +182,10 @@ class Prediction(Saveable):
             options["batch_indices"] = s["batch_indices"]
         options.update(kwargs)
         if options.get("batch_indices") is not None and np.shape(options["batch_indices"])[0] != options["steps"]:
-            raise ValueError(f"The prediction's batch schedule has {np.shape(options['batch_indices'])[0]} steps; "
-                             f"this record would take {options['steps']}.")
+            raise ValueError(
+                f"The prediction's batch schedule has {np.shape(options['batch_indices'])[0]} steps; "
+                f"this record would take {options['steps']}."
+            )
         return record(network, self.x, self.y, optimizer, lr=lr, **options)
 
     def plot(self, *, ax: matplotlib.axes.Axes | None = None) -> matplotlib.figure.Figure:
@@ -185,17 +196,30 @@ class Prediction(Saveable):
         return plot_prediction(self, None, ax=ax)
 
 
-def predict(network: Network | eqx.Module | Any, x: PyTree[Float[ArrayLike, "m ..."]],
-            y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"], *,
-            t1: float | None = None, lr: float | None = None, steps: int | None = None,
-            ts: Float[np.ndarray, " n"] | Float[Array, " n"] | Sequence[float] | None = None,
-            save_every: int | None = None,
-            W0: Float[ArrayLike, "p d"] | None = None, init_scale: float | None = None,
-            batch_size: int | None = None, batch_indices: Int[ArrayLike, "steps b"] | None = None,
-            key: PRNGKeyArray | int = 0, momentum: float = 0.0,
-            weight_decay: float = 0.0, rho: float = 0.5, target: str = "phase_end", phase_tol: float = 0.02,
-            gap_tol: float = 0.05, estimate_departure: bool = True,
-            extract_options: dict[str, Any] | None = None) -> Prediction:
+def predict(
+    network: Network | eqx.Module | Any,
+    x: PyTree[Float[ArrayLike, "m ..."]],
+    y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"],
+    *,
+    t1: float | None = None,
+    lr: float | None = None,
+    steps: int | None = None,
+    ts: Float[np.ndarray, " n"] | Float[Array, " n"] | Sequence[float] | None = None,
+    save_every: int | None = None,
+    W0: Float[ArrayLike, "p d"] | None = None,
+    init_scale: float | None = None,
+    batch_size: int | None = None,
+    batch_indices: Int[ArrayLike, "steps b"] | None = None,
+    key: PRNGKeyArray | int = 0,
+    momentum: float = 0.0,
+    weight_decay: float = 0.0,
+    rho: float = 0.5,
+    target: str = "phase_end",
+    phase_tol: float = 0.02,
+    gap_tol: float = 0.05,
+    estimate_departure: bool = True,
+    extract_options: dict[str, Any] | None = None,
+) -> Prediction:
     """Predict the training of `network` on (x, y) from its NQF, before training it.
 
     Two predictions: the **gradient flow** (no `lr`: `nqf.solve_flow` to `t1`), the limit of
@@ -263,40 +287,70 @@ def predict(network: Network | eqx.Module | Any, x: PyTree[Float[ArrayLike, "m .
     if target not in TARGETS:
         raise ValueError(f"`target` must be one of {TARGETS}; found {target!r}.")
     if target == "asymptote" and weight_decay:
-        raise ValueError("target='asymptote' needs weight_decay = 0 (nqf.asymptote is the limit of the plain "
-                         "flow); use target='phase_end' or 'horizon'.")
+        raise ValueError(
+            "target='asymptote' needs weight_decay = 0 (nqf.asymptote is the limit of the plain "
+            "flow); use target='phase_end' or 'horizon'."
+        )
     _check_horizon(t1, lr, steps, ts)
-    n_saves = (len(ts) if ts is not None else 401) if lr is None else (
-        min(steps or 10**9, 400) + 2 if steps is not None or t1 is not None else 402)
-    memory.check(8.0 * 3 * n_saves * net.p ** 2, f"predict: {n_saves} saved states (M, a factor, eigenvalues) of "
-                 f"p = {net.p}", "fewer saves (`save_every`, `ts`), or NQF_MEMORY_BUDGET.")
+    n_saves = (
+        (len(ts) if ts is not None else 401)
+        if lr is None
+        else (min(steps or 10**9, 400) + 2 if steps is not None or t1 is not None else 402)
+    )
+    memory.check(
+        8.0 * 3 * n_saves * net.p**2,
+        f"predict: {n_saves} saved states (M, a factor, eigenvalues) of p = {net.p}",
+        "fewer saves (`save_every`, `ts`), or NQF_MEMORY_BUDGET.",
+    )
     _warn_frozen(net, x, y2, W0)
     model = _extract(net, x, y2, k, extract_options)
-    settings = dict(lr=None, steps=None, t1=None, batch_size=batch_size, batch_indices=None, key=key,
-                    momentum=float(momentum), weight_decay=float(weight_decay), rho=float(rho), target=target,
-                    phase_tol=float(phase_tol), gap_tol=float(gap_tol))
+    settings = dict(
+        lr=None,
+        steps=None,
+        t1=None,
+        batch_size=batch_size,
+        batch_indices=None,
+        key=key,
+        momentum=float(momentum),
+        weight_decay=float(weight_decay),
+        rho=float(rho),
+        target=target,
+        phase_tol=float(phase_tol),
+        gap_tol=float(gap_tol),
+    )
     if lr is None:
         if steps is not None or batch_size is not None or batch_indices is not None or momentum:
-            raise ValueError("`steps`, batches and `momentum` describe the discrete map: give `lr` too (without "
-                             "`lr` the prediction is the gradient flow to `t1`).")
+            raise ValueError(
+                "`steps`, batches and `momentum` describe the discrete map: give `lr` too (without "
+                "`lr` the prediction is the gradient flow to `t1`)."
+            )
         if t1 is None:
             raise ValueError("Give the horizon: `t1` (gradient-flow time) for the flow, or `lr` and `steps`.")
         t1 = check_positive(t1, "t1")
-        traj = solve_flow(model, W0=_flow_factor(model, W0), t1=t1, ts=np.linspace(0.0, t1, 401) if ts is None else ts,
-                          weight_decay=weight_decay)
+        traj = solve_flow(
+            model,
+            W0=_flow_factor(model, W0),
+            t1=t1,
+            ts=np.linspace(0.0, t1, 401) if ts is None else ts,
+            weight_decay=weight_decay,
+        )
         settings["t1"] = t1
     else:
-        traj, rows = _map(model, W0, m, k, lr, steps, t1, save_every, batch_size, batch_indices, key, momentum,
-                          weight_decay)
+        traj, rows = _map(
+            model, W0, m, k, lr, steps, t1, save_every, batch_size, batch_indices, key, momentum, weight_decay
+        )
         settings.update(lr=traj.lr, steps=int(traj.steps[-1]), t1=float(traj.t[-1]), batch_indices=rows)
     t = np.asarray(traj.ts if isinstance(traj, FlowSolution) else traj.t, dtype=float)
     loss = np.asarray(traj.loss, dtype=float)
     if lr is not None and batch_size is None and batch_indices is None and np.any(np.diff(loss) > 0.01 * loss[0]):
-        warnings.warn(f"The predicted full-batch loss rises by up to {np.diff(loss).max() / loss[0]:.3g} L(0) between "
-                      f"saved steps: lr = {lr:g} is near the stability edge 2 / sharpness of the NQF's map; what "
-                      "follows is the map's instability (a catapult), not the NQF's learning, and a departure "
-                      "measured there is not the network leaving the NQF. Use a smaller `lr`.",
-                      HorizonWarning, stacklevel=2)
+        warnings.warn(
+            f"The predicted full-batch loss rises by up to {np.diff(loss).max() / loss[0]:.3g} L(0) between "
+            f"saved steps: lr = {lr:g} is near the stability edge 2 / sharpness of the NQF's map; what "
+            "follows is the map's instability (a catapult), not the NQF's learning, and a departure "
+            "measured there is not the network leaving the NQF. Use a smaller `lr`.",
+            HorizonWarning,
+            stacklevel=2,
+        )
     eig = np.linalg.eigvalsh(np.asarray(traj.M))[:, ::-1]
     asym = None if weight_decay else _asymptote(model, W0, target, float(t[-1]))
     final_loss = float(loss[-1]) if asym is None else float(asym.loss)
@@ -304,9 +358,13 @@ def predict(network: Network | eqx.Module | Any, x: PyTree[Float[ArrayLike, "m .
     end = learning_phase_end(t, loss, min(final_loss, float(loss[0])), tol=phase_tol)
     targets = _targets(target, asym, t, eig, end)
     if target == "phase_end" and not np.isfinite(end):
-        warnings.warn(f"The NQF's learning phase (L - L_inf <= {phase_tol:g} (L(0) - L_inf), L_inf = {final_loss:.4g}) "
-                      f"does not end within the horizon t = {t[-1]:g}: ignition times against target='phase_end' are "
-                      "nan. Extend the horizon, or use target='horizon' or 'asymptote'.", HorizonWarning, stacklevel=2)
+        warnings.warn(
+            f"The NQF's learning phase (L - L_inf <= {phase_tol:g} (L(0) - L_inf), L_inf = {final_loss:.4g}) "
+            f"does not end within the horizon t = {t[-1]:g}: ignition times against target='phase_end' are "
+            "nan. Extend the horizon, or use target='horizon' or 'asymptote'.",
+            HorizonWarning,
+            stacklevel=2,
+        )
     if np.all(np.isfinite(targets)):
         ign = measure_ignition_times(traj, rho=rho, target=targets, quantity="eigenvalues", modes="growing")
     else:  # target='phase_end' and the learning phase does not end within the horizon
@@ -318,12 +376,31 @@ def predict(network: Network | eqx.Module | Any, x: PyTree[Float[ArrayLike, "m .
     half = drop_times(t, loss, levels=np.array([loss[0], final_loss]))[0]
     W_t = _weights_along(traj, W0) if estimate_departure else None
     rt, rgap, mgap, depart = _remainder(net, model, x, y2, t, loss, W_t, gap_tol)
-    return Prediction(t=t, loss=loss, eigenvalues=eig, model=model, W0=W0, trajectory=traj, asymptote=asym,
-                      final_loss=final_loss, targets=targets, growing=growing,
-                      ignition_times=np.asarray(ign, dtype=float), plateau_levels=levels,
-                      drop_times=np.asarray(drops, dtype=float), half_drop_time=float(half), phase_end=float(end),
-                      departure_estimate=depart, remainder_t=rt, remainder_gap=rgap, module_gap=mgap,
-                      settings=settings, x=jax.tree_util.tree_map(np.asarray, x), y=np.asarray(y2), network=net)
+    return Prediction(
+        t=t,
+        loss=loss,
+        eigenvalues=eig,
+        model=model,
+        W0=W0,
+        trajectory=traj,
+        asymptote=asym,
+        final_loss=final_loss,
+        targets=targets,
+        growing=growing,
+        ignition_times=np.asarray(ign, dtype=float),
+        plateau_levels=levels,
+        drop_times=np.asarray(drops, dtype=float),
+        half_drop_time=float(half),
+        phase_end=float(end),
+        departure_estimate=depart,
+        remainder_t=rt,
+        remainder_gap=rgap,
+        module_gap=mgap,
+        settings=settings,
+        x=jax.tree_util.tree_map(np.asarray, x),
+        y=np.asarray(y2),
+        network=net,
+    )
 
 
 TARGETS = ("asymptote", "phase_end", "horizon")
@@ -333,15 +410,18 @@ def _check_horizon(t1, lr, steps, ts) -> None:
     """The horizon arguments of `predict` are consistent (each names what it found)."""
     if lr is not None:
         if ts is not None:
-            raise ValueError("`ts` gives the saved times of a flow; the map (with `lr`) saves every `save_every` "
-                             "steps.")
+            raise ValueError(
+                "`ts` gives the saved times of a flow; the map (with `lr`) saves every `save_every` steps."
+            )
         if t1 is not None and steps is not None and not np.isclose(float(t1), float(lr) * steps, rtol=1e-9):
             raise ValueError(f"`t1` = {t1!r} disagrees with lr x steps = {float(lr) * steps:g}: give `steps` or `t1`.")
     elif ts is not None:
         tsa = np.asarray(ts, dtype=float)
         if tsa.ndim != 1 or tsa.size < 2 or tsa[0] != 0.0 or np.any(np.diff(tsa) <= 0):
-            raise ValueError("`ts` must be increasing saved times starting at 0 (L(0) is the loss at t = 0); found "
-                             f"{tsa[:3]}{'...' if tsa.size > 3 else ''}.")
+            raise ValueError(
+                "`ts` must be increasing saved times starting at 0 (L(0) is the loss at t = 0); found "
+                f"{tsa[:3]}{'...' if tsa.size > 3 else ''}."
+            )
 
 
 def _extract(net, x, y2, k: int, options):
@@ -359,8 +439,7 @@ def _extract(net, x, y2, k: int, options):
     return NQFModel(model.data.scaled(c), g=scale(model.g), B=scale(model.B), f0=scale(model.f0))
 
 
-def _map(model, W0, m: int, k: int, lr, steps, t1, save_every, batch_size, batch_indices, key, momentum,
-         weight_decay):
+def _map(model, W0, m: int, k: int, lr, steps, t1, save_every, batch_size, batch_indices, key, momentum, weight_decay):
     """Theorem 2's exact map (`nqf.closed_sgd`) for `predict`: (MapTrajectory, the (steps, b) batch
     schedule over the m inputs or None). The schedule is drawn as `nqf.record` draws it and
     expanded to the m k data rows of a k-output module (Corollary 1: rows mu k + o)."""
@@ -379,8 +458,16 @@ def _map(model, W0, m: int, k: int, lr, steps, t1, save_every, batch_size, batch
         rows = draw_batches(key, m, batch_size, steps) if batch_indices is None else batch_indices
         rows = np.asarray(check_batch_indices(rows, m, steps))
     data_rows = None if rows is None else (rows[:, :, None] * k + np.arange(k)).reshape(steps, -1)
-    traj = closed_sgd(model, W0=W0, lr=lr, steps=steps, save_every=save_every, batch_indices=data_rows,
-                      momentum=momentum, weight_decay=weight_decay)
+    traj = closed_sgd(
+        model,
+        W0=W0,
+        lr=lr,
+        steps=steps,
+        save_every=save_every,
+        batch_indices=data_rows,
+        momentum=momentum,
+        weight_decay=weight_decay,
+    )
     return traj, rows
 
 
@@ -396,13 +483,20 @@ def _asymptote(model, W0, target: str, horizon: float):
         try:
             return asymptote(model, W0=W0, max_time=20.0 * horizon, solve_options={"max_steps": 20_000})
         except (RuntimeError, AssumptionError) as err:
-            raise RuntimeError(f"predict(target='asymptote'): the NQF's limit t -> inf is not available: {err} "
-                               "Use target='phase_end' (the default) or 'horizon'.") from err
+            raise RuntimeError(
+                f"predict(target='asymptote'): the NQF's limit t -> inf is not available: {err} "
+                "Use target='phase_end' (the default) or 'horizon'."
+            ) from err
     data = model.data if isinstance(model, NQFModel) else model
     if isinstance(model, NQFModel) and model.has_mean_field:
         return None
-    method = "glv" if isinstance(data, AbstractCommutingData) else "feedforward" if isinstance(
-        data, FeedForwardData) else None
+    method = (
+        "glv"
+        if isinstance(data, AbstractCommutingData)
+        else "feedforward"
+        if isinstance(data, FeedForwardData)
+        else None
+    )
     try:
         return None if method is None else asymptote(model, W0=W0, method=method)
     except (AssumptionError, ValueError):  # the closed form's assumption fails (e.g. a non-unique limit)
@@ -428,7 +522,9 @@ def _warn_frozen(net: Network, x, y, W0) -> None:
     mask = net.neuron_mask()
     frozen_mask = jax.tree_util.tree_map(
         lambda is_neuron, a: (not is_neuron) and hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating),
-        mask, params)
+        mask,
+        params,
+    )
     import equinox as eqx
 
     frozen, rest = eqx.partition(params, frozen_mask)
@@ -448,10 +544,13 @@ def _warn_frozen(net: Network, x, y, W0) -> None:
     if big:
         warnings.warn(
             "Frozen arrays (not neuron parameters, so constant in the NQF) have a nonzero loss gradient at "
-            "the initial weights: " + ", ".join(f"{n} (max |dL/d.| = {g:.3g})" for n, g in big)
+            "the initial weights: "
+            + ", ".join(f"{n} (max |dL/d.| = {g:.3g})" for n, g in big)
             + ". A training run that updates them is not the run this prediction describes; nqf.record "
             "trains the neuron arrays only (train='neurons'), or name them as neuron parameters.",
-            FrozenParameterWarning, stacklevel=3)
+            FrozenParameterWarning,
+            stacklevel=3,
+        )
 
 
 def _flow_factor(model, W0):
@@ -561,8 +660,8 @@ def _null_part(W, g, span, front: int):
     first, Ub = span
     k = first.shape[0] if Ub is not None else first.shape[1]
     q = Ub.shape[0] if Ub is not None else first.shape[2]
-    Z1, Z2 = W[front:front + k], W[front + k:front + k + q]
-    g1, g2 = g[front:front + k], g[front + k:front + k + q]
+    Z1, Z2 = W[front : front + k], W[front + k : front + k + q]
+    g1, g2 = g[front : front + k], g[front + k : front + k + q]
     P1, P2, R = Z1 @ Z1.T, Z2 @ Z2.T, g1 @ Z2.T + Z1 @ g2.T
     if Ub is not None:  # S = span(Ua) (x) span(Ub): a Sylvester equation in (sa, sb) coordinates
         Ua = first
@@ -577,7 +676,7 @@ def _null_part(W, g, span, front: int):
         lam, Q = jnp.linalg.eigh(G)
         c = Q @ (_pinv_sym(lam, 1e-12 * jnp.max(lam)) * (Q.T @ jnp.einsum("jab,ab->j", B, R)))
         X = jnp.einsum("j,jab->ab", c, B)
-    return g.at[front:front + k].add(-X @ Z2).at[front + k:front + k + q].add(-X.T @ Z1)
+    return g.at[front : front + k].add(-X @ Z2).at[front + k : front + k + q].add(-X.T @ Z1)
 
 
 def _remainder_program(net: Network, front: int | None):
@@ -603,9 +702,9 @@ def _remainder_program(net: Network, front: int | None):
         if front is None:
             return R_t, jnp.zeros(()), jnp.asarray(jnp.inf), R_m
         u = _null_part(W, g_t, span, front)
-        rate = jnp.sum(u ** 2)
+        rate = jnp.sum(u**2)
         u = u / jnp.sqrt(jnp.where(rate > 0, rate, 1.0))
-        h = 1e-5 * jnp.sqrt(jnp.sum(W ** 2))  # u^T Hess(L_T) u by a forward difference of gradients
+        h = 1e-5 * jnp.sqrt(jnp.sum(W**2))  # u^T Hess(L_T) u by a forward difference of gradients
         curv = jnp.vdot(u, jax.grad(loss_t)(W + h * u) - g_full) / h
         saturation = jnp.where(curv > 0, rate / (2.0 * jnp.where(curv > 0, curv, 1.0)), jnp.inf)
         return R_t, rate, saturation, R_m
@@ -617,12 +716,11 @@ def _taylor_one(net, W, xx):
     """(T3, T4, f(W)) for one input: T_n = (1/n!) d^n/ds^n f(s W)|_{s=0} (nested forward mode)."""
     g = lambda s: jnp.atleast_1d(net(s * W, xx))  # noqa: E731
     zero = jnp.zeros(())
-    return (_derivatives(g, 3)(zero) / math.factorial(3), _derivatives(g, 4)(zero) / math.factorial(4),
-            g(jnp.ones(())))
+    return (_derivatives(g, 3)(zero) / math.factorial(3), _derivatives(g, 4)(zero) / math.factorial(4), g(jnp.ones(())))
 
 
 def _derivatives(g, n: int):
     """d^n g / ds^n as a function of s (nested jvp)."""
     for _ in range(n):
-        g = (lambda h: (lambda s: jax.jvp(h, (s,), (jnp.ones_like(s),))[1]))(g)
+        g = (lambda h: lambda s: jax.jvp(h, (s,), (jnp.ones_like(s),))[1])(g)
     return g

@@ -62,12 +62,23 @@ class Recording(Saveable):
         return np.linalg.eigvalsh(self.M)[:, ::-1]
 
 
-def record(network: Network | eqx.Module | Any, x: PyTree[Float[ArrayLike, "m ..."]],
-           y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"],
-           optimizer: optax.GradientTransformation, *, lr: float, steps: int, save_every: int | None = None,
-           W0: Float[ArrayLike, "p d"] | None = None, batch_size: int | None = None,
-           batch_indices: Int[ArrayLike, "steps b"] | None = None, key: PRNGKeyArray | int = 0, train: str = "neurons",
-           label: str | None = None, memory_budget: float | None = None) -> Recording:
+def record(
+    network: Network | eqx.Module | Any,
+    x: PyTree[Float[ArrayLike, "m ..."]],
+    y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"],
+    optimizer: optax.GradientTransformation,
+    *,
+    lr: float,
+    steps: int,
+    save_every: int | None = None,
+    W0: Float[ArrayLike, "p d"] | None = None,
+    batch_size: int | None = None,
+    batch_indices: Int[ArrayLike, "steps b"] | None = None,
+    key: PRNGKeyArray | int = 0,
+    train: str = "neurons",
+    label: str | None = None,
+    memory_budget: float | None = None,
+) -> Recording:
     """Train the module with `optimizer` on the MSE loss and record (M, mu, loss) at saved steps.
 
     Step n minimizes L_n = (1/(b k)) sum over the b inputs of its batch and the k outputs of
@@ -117,10 +128,17 @@ def record(network: Network | eqx.Module | Any, x: PyTree[Float[ArrayLike, "m ..
         idx = None
     n_blocks = -(-steps // save_every)
     n_saves = n_blocks + 1
-    memory.check(8.0 * n_saves * net.p * (net.p + 1), f"record: {n_saves} saved states M (p, p) = ({net.p}, {net.p})",
-                 "a larger `save_every`, or NQF_MEMORY_BUDGET / memory_budget=.", memory_budget)
-    mask = net.neuron_mask() if train == "neurons" else jax.tree_util.tree_map(
-        lambda a: hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating), params)
+    memory.check(
+        8.0 * n_saves * net.p * (net.p + 1),
+        f"record: {n_saves} saved states M (p, p) = ({net.p}, {net.p})",
+        "a larger `save_every`, or NQF_MEMORY_BUDGET / memory_budget=.",
+        memory_budget,
+    )
+    mask = (
+        net.neuron_mask()
+        if train == "neurons"
+        else jax.tree_util.tree_map(lambda a: hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating), params)
+    )
     trainable, fixed = eqx.partition(params, mask)
     opt_state = optimizer.init(trainable)
     run = _compiled(net, optimizer, save_every)
@@ -129,7 +147,8 @@ def record(network: Network | eqx.Module | Any, x: PyTree[Float[ArrayLike, "m ..
     if idx is not None:
         pad = n_blocks * save_every - steps
         sched = jnp.concatenate([idx, jnp.zeros((pad, idx.shape[1]), idx.dtype)]).reshape(
-            n_blocks, save_every, idx.shape[1])
+            n_blocks, save_every, idx.shape[1]
+        )
     counts = np.full(n_blocks, save_every)
     counts[-1] = steps - save_every * (n_blocks - 1)
     M, mu, loss, final = run(trainable, fixed, opt_state, x, y2, sched, jnp.asarray(counts))
@@ -140,17 +159,25 @@ def record(network: Network | eqx.Module | Any, x: PyTree[Float[ArrayLike, "m ..
         raise FloatingPointError(
             f"record: the training loss is not finite at step {int(step_numbers[bad[0]])} (saved steps every "
             f"{save_every}; last finite loss {loss[bad[0] - 1] if bad[0] else float('nan'):.4g}): the optimizer "
-            "diverged (learning rate too large for this module?).")
-    return Recording(steps=step_numbers, t=lr * step_numbers, M=np.asarray(M), mu=np.asarray(mu), loss=loss,
-                     W_final=np.asarray(net.to_W(eqx.combine(final, fixed))), lr=lr,
-                     optimizer=label or "optax", trained=train)
+            "diverged (learning rate too large for this module?)."
+        )
+    return Recording(
+        steps=step_numbers,
+        t=lr * step_numbers,
+        M=np.asarray(M),
+        mu=np.asarray(mu),
+        loss=loss,
+        W_final=np.asarray(net.to_W(eqx.combine(final, fixed))),
+        lr=lr,
+        optimizer=label or "optax",
+        trained=train,
+    )
 
 
 def _check_W0(W0, net: Network):
     W0 = np.asarray(W0, dtype=float)
     if W0.shape != (net.p, net.d):
-        raise ValueError(f"`W0` must have shape (p, d) = ({net.p}, {net.d}) (the module's neurons); found "
-                         f"{W0.shape}.")
+        raise ValueError(f"`W0` must have shape (p, d) = ({net.p}, {net.d}) (the module's neurons); found {W0.shape}.")
     if not np.all(np.isfinite(W0)):
         raise ValueError("`W0` must be finite.")
     return jnp.asarray(W0)

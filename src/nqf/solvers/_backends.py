@@ -120,23 +120,40 @@ def _solve_exact(problem: Problem, call) -> FlowSolution:
     res, (k, j) = (0.0, (0, 0)) if _is_traced(data) else orthogonal_features_residual(data)  # traced: unchecked
     if res > tol:
         raise AssumptionError(
-            "Theorem 6", _THM6_COND, res, tol, where=f"(k, j) = ({k}, {j})",
+            "Theorem 6",
+            _THM6_COND,
+            res,
+            tol,
+            where=f"(k, j) = ({k}, {j})",
             detail="method='exact' needs it; use method='ode' (the default) for these data.",
         )
     t0, t1, ts = _time_grid(problem.t0, problem.t1, call.ts)
     gamma = check_positive(problem.weight_decay, "weight_decay", allow_zero=True)
     save = call.save
     _check_solve_memory(form, problem.x0, data, len(ts), save, None, False, False, 0, call.memory_budget)
-    dyn, excess = _with_saved_losses(_FlowArgs(data, problem.x0, _params(t0, t1, 0.0, gamma), ts), save, form,
-                                     data, problem.model)
+    dyn, excess = _with_saved_losses(
+        _FlowArgs(data, problem.x0, _params(t0, t1, 0.0, gamma), ts), save, form, data, problem.model
+    )
     out = _exact_jit(_ExactConfig(problem.kind, save, excess), dyn)
     traced = _is_traced(out)
     if not traced and not np.asarray(out["info"])[4]:
         raise FloatingPointError("Theorem 6's closed form produced non-finite values; check the data's scale.")
     return FlowSolution(
-        ts=ts, form=form, ys=_host(out["ys"]), data=data, init=problem.init, init_is_factor=problem.is_factor,
-        _info=out["info"], _y0=out["y0"], _dfx=out["dense"], _mask=out["mask"], model=problem.model,
-        init_is_z=problem.init_is_z, saved=save, method="exact", settings=problem.settings,
+        ts=ts,
+        form=form,
+        ys=_host(out["ys"]),
+        data=data,
+        init=problem.init,
+        init_is_factor=problem.is_factor,
+        _info=out["info"],
+        _y0=out["y0"],
+        _dfx=out["dense"],
+        _mask=out["mask"],
+        model=problem.model,
+        init_is_z=problem.init_is_z,
+        saved=save,
+        method="exact",
+        settings=problem.settings,
     )
 
 
@@ -149,8 +166,9 @@ def _check_host(method: str, problem: Problem, call) -> None:
             f"(`nqf.dynamics.rhs_glv_reduced`); found {type(data).__name__} (m = {data.m}, p = {data.p}) with form={form!r}. "
             "Use stiff=True (Rodas5P) otherwise."
         )
-    if _is_traced((data, problem.model, problem.x0, problem.t0, problem.t1, call.ts, call.rtol, call.atol,
-                   problem.weight_decay)):
+    if _is_traced(
+        (data, problem.model, problem.x0, problem.t0, problem.t1, call.ts, call.rtol, call.atol, problem.weight_decay)
+    ):
         raise TypeError(
             f"solver={method!r} runs in numpy on the host and is not traceable (jit / vmap / grad); "
             "use stiff=True (Rodas5P, the same m-coordinate flow in JAX) inside transformations."
@@ -175,16 +193,30 @@ def _solve_reduced_host(method: str, problem: Problem, call) -> FlowSolution:
     if save not in ("state", "loss"):
         raise ValueError(f"`save` must be 'state' or 'loss'; found {save!r}.")
     _check_solve_memory(problem.form, problem.x0, data, len(ts), save, None, False, False, 0, call.memory_budget)
-    u0, mask = (np.asarray(v) for v in jax.jit(_initial_y0, static_argnums=(0, 1))("glv", problem.kind, data,
-                                                                                    problem.x0))
-    G, prob, interp, stats = solve_reduced(data, u0, mask, method=method, t0=t0, t1=t1, ts=ts, rtol=rtol,
-                                           atol=atol, gamma=gamma, max_steps=max_steps)
+    u0, mask = (
+        np.asarray(v) for v in jax.jit(_initial_y0, static_argnums=(0, 1))("glv", problem.kind, data, problem.x0)
+    )
+    G, prob, interp, stats = solve_reduced(
+        data, u0, mask, method=method, t0=t0, t1=t1, ts=ts, rtol=rtol, atol=atol, gamma=gamma, max_steps=max_steps
+    )
     z_star, grad = _excess_loss_anchor(problem.form, data, problem.model) if save == "loss" else (None, None)
     ys = saved_outputs(prob, data, ts, G, save, z_star, grad)
     info = np.array([_SUCCESS_CODE, stats["num_steps"], stats["num_accepted_steps"], 0, 1])
     return FlowSolution(
-        ts=ts, form=problem.form, ys=ys, data=data, init=problem.init, init_is_factor=problem.is_factor, _info=info,
-        max_steps=int(max_steps), _y0=u0, _dfx=interp, _mask=mask, model=problem.model,
-        init_is_z=problem.init_is_z, saved=save, _extra_stats=(("nfev", stats["nfev"]), ("njev", stats["njev"])),
+        ts=ts,
+        form=problem.form,
+        ys=ys,
+        data=data,
+        init=problem.init,
+        init_is_factor=problem.is_factor,
+        _info=info,
+        max_steps=int(max_steps),
+        _y0=u0,
+        _dfx=interp,
+        _mask=mask,
+        model=problem.model,
+        init_is_z=problem.init_is_z,
+        saved=save,
+        _extra_stats=(("nfev", stats["nfev"]), ("njev", stats["njev"])),
         settings=problem.settings,
     )

@@ -38,7 +38,6 @@ SOLVERS = {
 }
 
 
-
 def _make_solver(solver, stiff: bool, data=None, form=None, mask=None):
     """A diffrax solver from a name (None: Tsit5, or Rodas5P if `stiff`). Stiff solvers named
     here get the structured linear solve of `nqf.stiff` for the GLV form."""
@@ -139,8 +138,9 @@ def _solve_core(cfg: _FlowConfig, dyn: dict):
     rhs, state0, args, solver, controller, saver, event, y0, mask = _setup(cfg, dyn)
     fn = {} if saver is None else {"fn": saver}
     # the saved times, and where the solve ended (an event, max_steps, or t1)
-    saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=dyn.ts, **fn), diffrax.SubSaveAt(t1=True, fn=_time_only)],
-                            dense=cfg.dense)
+    saveat = diffrax.SaveAt(
+        subs=[diffrax.SubSaveAt(ts=dyn.ts, **fn), diffrax.SubSaveAt(t1=True, fn=_time_only)], dense=cfg.dense
+    )
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(rhs),
         solver,
@@ -179,20 +179,21 @@ def _setup(cfg: _FlowConfig, dyn: _FlowArgs) -> tuple:
     rhs, state0, solver = form.vector_field, y0, eqx.combine(dyn.solver, cfg.solver)
     if cfg.reduced:  # the GLV flow in m coordinates (`nqf.dynamics.rhs_glv_reduced`)
         form = ReducedGLVForm()
-        rhs, state0, args, atol, solver, saver = form.integrand(plain, gamma, mask, y0, t0, atol, saver,
-                                                                cfg.autonomous)
+        rhs, state0, args, atol, solver, saver = form.integrand(plain, gamma, mask, y0, t0, atol, saver, cfg.autonomous)
     if cfg.constant:
         controller = diffrax.ConstantStepSize()
     else:
-        controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff,
-                                           **form.controller_options())
+        controller = diffrax.PIDController(
+            rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff, **form.controller_options()
+        )
     event = None
     if cfg.stop is not None:  # terminate at the event; its time by a Newton root find (differentiable)
         cond = condition(cfg.stop, cfg.form, dyn.stop_target)
         if cfg.reduced:
             cond = form.condition(cond)
-        event = diffrax.Event(cond, root_finder=optx.Newton(rtol=1e-12, atol=1e-12),
-                              direction=event_direction(cfg.stop))
+        event = diffrax.Event(
+            cond, root_finder=optx.Newton(rtol=1e-12, atol=1e-12), direction=event_direction(cfg.stop)
+        )
     return rhs, state0, args, solver, controller, saver, event, y0, mask
 
 
@@ -204,16 +205,28 @@ def _outputs(cfg: _FlowConfig, dyn: _FlowArgs, sol, args, y0, mask) -> dict:
     if cfg.stop is not None:
         stopped = jnp.any(jnp.asarray(jax.tree.leaves(sol.event_mask)))
         stop_time = jnp.where(stopped, t_end, jnp.inf)
-    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x) | ~reached.reshape((-1,) + (1,) * (x.ndim - 1)))
-                                for x in jax.tree.leaves(ys)]))
+    finite = jnp.all(
+        jnp.stack(
+            [jnp.all(jnp.isfinite(x) | ~reached.reshape((-1,) + (1,) * (x.ndim - 1))) for x in jax.tree.leaves(ys)]
+        )
+    )
     code = jnp.where(sol.result == diffrax.RESULTS.event_occurred, _SUCCESS_CODE, sol.result._value)
-    info = jnp.stack([code, sol.stats["num_steps"], sol.stats["num_accepted_steps"],
-                      sol.stats["num_rejected_steps"], finite]).astype(jnp.int64)
+    info = jnp.stack(
+        [code, sol.stats["num_steps"], sol.stats["num_accepted_steps"], sol.stats["num_rejected_steps"], finite]
+    ).astype(jnp.int64)
     dense = None
     if cfg.dense:
         dense = ReducedInterpolation(sol, args) if cfg.reduced else sol
-    return {"ts": dyn.ts, "ys": ys, "y0": y0, "mask": mask, "info": info, "dense": dense, "stop_time": stop_time,
-            "t_end": t_end}
+    return {
+        "ts": dyn.ts,
+        "ys": ys,
+        "y0": y0,
+        "mask": mask,
+        "info": info,
+        "dense": dense,
+        "stop_time": stop_time,
+        "t_end": t_end,
+    }
 
 
 def _time_only(t, y, args):
@@ -249,7 +262,6 @@ _solve_jit = jax.jit(_solve_core, static_argnums=0)
 _solve_filter_jit = eqx.filter_jit(_solve_core)
 
 
-
 def _excess_loss_anchor(form: str, data: AbstractData, model):
     """(z_star, grad) for the saved excess loss: the GLV equilibrium z(inf) and the loss gradient
     there, for commuting data without g, B, f0 (else (None, None))."""
@@ -259,7 +271,6 @@ def _excess_loss_anchor(form: str, data: AbstractData, model):
     z_star = glv_equilibrium(data)
     grad = 2.0 / data.m * data.pullback(data.outputs_z(z_star) - data.y)
     return _host(z_star), _host(grad)
-
 
 
 def _params(t0, t1, rtol, gamma):
@@ -319,9 +330,11 @@ def _redo_dense(cfg: _FlowConfig, dyn: _FlowArgs):
 
     plain = dyn.data.data if is_model(dyn.data) else dyn.data
     n = _state_size(cfg.form, dyn.init if cfg.form != "M-mu" else dyn.init[0], plain)
-    check(9.0 * n * cfg.max_steps * 8, f"The dense output of this solution ({cfg.max_steps} steps of a "
-          f"state of {n} values)", "evaluate at fewer times through a solve with `ts` instead, or "
-          "use a structured form with a smaller state.")
+    check(
+        9.0 * n * cfg.max_steps * 8,
+        f"The dense output of this solution ({cfg.max_steps} steps of a state of {n} values)",
+        "evaluate at fewer times through a solve with `ts` instead, or use a structured form with a smaller state.",
+    )
     return _solve_jit(cfg, dyn)["dense"]
 
 
@@ -340,5 +353,3 @@ def _is_implicit_name(solver, stiff: bool) -> bool:
         cls = SOLVERS.get(solver.lower())
         return cls is not None and (cls is Rodas5P or issubclass(cls, diffrax.AbstractImplicitSolver))
     return is_stiff(solver)
-
-

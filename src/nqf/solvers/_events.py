@@ -38,12 +38,14 @@ class Stop(eqx.Module):
     name: str = eqx.field(static=True, default="")
 
     @classmethod
-    def loss_below(cls, value) -> "Stop":
+    def loss_below(cls, value) -> Stop:
         """Stop when the loss reaches `value` (> 0)."""
-        return cls("loss_below", value, name=f"loss_below({value:g})" if isinstance(value, (int, float)) else "loss_below")
+        return cls(
+            "loss_below", value, name=f"loss_below({value:g})" if isinstance(value, (int, float)) else "loss_below"
+        )
 
     @classmethod
-    def ignition(cls, k: int, rho: float = 0.5) -> "Stop":
+    def ignition(cls, k: int, rho: float = 0.5) -> Stop:
         """Stop when mode k reaches rho times its equilibrium value, z_k = rho z_k(inf), rho in
         (0, 1) (commuting data)."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
@@ -53,7 +55,7 @@ class Stop(eqx.Module):
         return cls("ignition", rho, k=k, name=f"ignition({k})")
 
     @classmethod
-    def when(cls, fn: Callable, name: str = "when") -> "Stop":
+    def when(cls, fn: Callable, name: str = "when") -> Stop:
         """Stop when fn(t, state) crosses zero from below (float) or becomes True (bool); `state`
         as in the module docstring."""
         if not callable(fn):

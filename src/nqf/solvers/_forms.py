@@ -35,7 +35,17 @@ from ..dynamics._flow import (
     rhs_M_mu,
 )
 
-__all__ = ["AbstractForm", "MForm", "FactorForm", "GLVForm", "ReducedGLVForm", "MMuForm", "JointForm", "as_form", "FORMS"]
+__all__ = [
+    "AbstractForm",
+    "MForm",
+    "FactorForm",
+    "GLVForm",
+    "ReducedGLVForm",
+    "MMuForm",
+    "JointForm",
+    "as_form",
+    "FORMS",
+]
 
 
 class AbstractForm(eqx.Module):
@@ -90,8 +100,7 @@ class AbstractForm(eqx.Module):
     def W(self, sol, y):
         """A factor W (n, p, r) of M; `ValueError` where the form does not determine one."""
         raise ValueError(
-            f"`W` is not available for form={self.name!r} started from M0; use `M`, or solve "
-            "from a factor `W0`."
+            f"`W` is not available for form={self.name!r} started from M0; use `M`, or solve from a factor `W0`."
         )
 
     def z(self, sol, y):
@@ -223,6 +232,7 @@ class ReducedGLVForm(GLVForm):
 def _reduced_saver(saver):
     """SaveAt function of the reduced GLV form: the saved quantity of the GLV form (log z, or
     the losses through `saver`) at the state u = `reduced_log_z`."""
+
     def fn(t, G, args):
         u = reduced_log_z(t, G, args)
         return u if saver is None else saver(t, u, args[:3])

@@ -23,13 +23,24 @@ from ._forms import FORMS
 from ._solution import _is_traced
 from .stiff import is_stiff
 
+
 def _state_size(form: str, x0, data: AbstractData) -> int:
     """Number of float64 values in the integrated state of `form` started from `x0`."""
     return FORMS[form].state_size(x0, data)
 
 
-def solve_bytes(form: str, x0, data: AbstractData, n_saved: int, save: str, solver, reduced: bool,
-                dense: bool, max_steps: int, members: int = 1) -> tuple[float, str]:
+def solve_bytes(
+    form: str,
+    x0,
+    data: AbstractData,
+    n_saved: int,
+    save: str,
+    solver,
+    reduced: bool,
+    dense: bool,
+    max_steps: int,
+    members: int = 1,
+) -> tuple[float, str]:
     """Estimated bytes of one solve (times `members` for a sweep) and what dominates them:
     saved states (n x state), ~20 stage vectors, a stiff solver's dense Jacobian and LU
     (state^2, or m^2 in the reduced GLV form) and, with `dense`, diffrax's interpolant reserved
@@ -53,8 +64,9 @@ def solve_bytes(form: str, x0, data: AbstractData, n_saved: int, save: str, solv
     return total, max(parts, key=parts.get)
 
 
-def _check_solve_memory(form, x0, data, n_saved, save, solver, reduced, dense, max_steps, memory_budget,
-                        members: int = 1) -> None:
+def _check_solve_memory(
+    form, x0, data, n_saved, save, solver, reduced, dense, max_steps, memory_budget, members: int = 1
+) -> None:
     from .._core.memory import check
 
     nbytes, main = solve_bytes(form, x0, data, n_saved, save, solver, reduced, dense, max_steps, members)
@@ -64,13 +76,18 @@ def _check_solve_memory(form, x0, data, n_saved, save, solver, reduced, dense, m
     if dense:
         ways.append("dense=None (dense output built lazily for the steps actually taken) or dense=False")
     if form == "M":
-        ways.append("a structured data class (CommutingData, DiagonalData, LowRankData, FeedForwardData) "
-                    "or the factor form from a low-rank W0")
+        ways.append(
+            "a structured data class (CommutingData, DiagonalData, LowRankData, FeedForwardData) "
+            "or the factor form from a low-rank W0"
+        )
     if "Jacobian" in main and not reduced:
         ways.append("a non-stiff solver, or data whose stiff solve is structured (nqf.stiff)")
-    check(nbytes, f"This flow solve ({main} dominate)" if members == 1 else
-          f"This {members}-member sweep ({main} dominate)", "; ".join(ways) + ".", memory_budget)
-
+    check(
+        nbytes,
+        f"This flow solve ({main} dominate)" if members == 1 else f"This {members}-member sweep ({main} dominate)",
+        "; ".join(ways) + ".",
+        memory_budget,
+    )
 
 
 def _check_mode_strengths(z0: np.ndarray) -> np.ndarray:
@@ -89,8 +106,7 @@ def _initial_state(data: AbstractData, M0, W0, form: str, z0=None):
     p = data.p
     if sum(x is not None for x in (M0, W0, z0)) != 1:
         raise ValueError(
-            "Give exactly one initial condition: `M0` (p, p), `W0` (p, d) or, for commuting data, "
-            "`z0` (p,)."
+            "Give exactly one initial condition: `M0` (p, p), `W0` (p, d) or, for commuting data, `z0` (p,)."
         )
     if z0 is not None:
         if not isinstance(data, AbstractCommutingData):
@@ -143,8 +159,7 @@ def _initial_state_mu(data: AbstractData, M0, W0, mu0, d):
     if W0 is not None:
         if mu0 is not None or d is not None:
             raise ValueError(
-                "`mu0` and `d` are derived from `W0` (mu0 = W0 1, d = W0.shape[1]); give them only "
-                "with `M0`."
+                "`mu0` and `d` are derived from `W0` (mu0 = W0 1, d = W0.shape[1]); give them only with `M0`."
             )
         W0 = as_weights(W0, p)
         return (W0 @ W0.T, W0.sum(axis=1)), W0, True, W0.shape[1]
@@ -190,5 +205,3 @@ def _time_grid(t0, t1, ts):
     if ts[0] < t0 or ts[-1] > t1:
         raise ValueError(f"`ts` must lie inside [t0, t1] = [{t0}, {t1}]; found range [{ts.min()}, {ts.max()}].")
     return t0, t1, ts
-
-

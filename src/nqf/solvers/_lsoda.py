@@ -54,9 +54,9 @@ class _Reduced:
         shift = 2.0 * self.gamma * (t - self.t0)
         out = np.zeros_like(self.y)
         for s in range(0, self.u0.size, _BLOCK):  # a trial step may overshoot: u is capped at
-            L = self.Lam[:, s:s + _BLOCK]          # _U_MAX (large, finite), and the step rejected
-            mask = self.mask[s:s + _BLOCK]
-            u = np.minimum(np.where(mask, self.u0[s:s + _BLOCK] + G @ L - shift, 0.0), _U_MAX)
+            L = self.Lam[:, s : s + _BLOCK]  # _U_MAX (large, finite), and the step rejected
+            mask = self.mask[s : s + _BLOCK]
+            u = np.minimum(np.where(mask, self.u0[s : s + _BLOCK] + G @ L - shift, 0.0), _U_MAX)
             out += L @ np.where(mask, np.exp(u), 0.0)
         return -self.c * (out - self.y)
 
@@ -65,8 +65,8 @@ class _Reduced:
         z = self.z(t, G)
         J = np.zeros((self.Lam.shape[0],) * 2)
         for s in range(0, z.size, _BLOCK):
-            L = self.Lam[:, s:s + _BLOCK]
-            J += (L * z[s:s + _BLOCK]) @ L.T
+            L = self.Lam[:, s : s + _BLOCK]
+            J += (L * z[s : s + _BLOCK]) @ L.T
         return -self.c * J
 
 
@@ -91,8 +91,10 @@ def _cvode(prob: _Reduced, t_span: np.ndarray, rtol: float, atol: float, max_ste
     try:
         from sksundae.cvode import CVODE
     except ImportError:
-        raise ImportError("solver='cvode' needs SUNDIALS from scikit-sundae: pip install 'nqf[sundials]' "
-                          "(or scikit-sundae); solver='lsoda' needs only scipy.") from None
+        raise ImportError(
+            "solver='cvode' needs SUNDIALS from scikit-sundae: pip install 'nqf[sundials]' "
+            "(or scikit-sundae); solver='lsoda' needs only scipy."
+        ) from None
 
     def rhs(t, G, dG):
         dG[:] = prob.rhs(t, G)
@@ -100,8 +102,9 @@ def _cvode(prob: _Reduced, t_span: np.ndarray, rtol: float, atol: float, max_ste
     def jac(t, G, fG, JJ):
         JJ[:, :] = prob.jac(t, G)
 
-    sol = CVODE(rhs, method="BDF", rtol=rtol, atol=atol, linsolver="dense", jacfn=jac,
-                max_num_steps=int(max_steps)).solve(t_span, np.zeros(prob.Lam.shape[0]))
+    sol = CVODE(
+        rhs, method="BDF", rtol=rtol, atol=atol, linsolver="dense", jacfn=jac, max_num_steps=int(max_steps)
+    ).solve(t_span, np.zeros(prob.Lam.shape[0]))
     if not sol.success:
         raise RuntimeError(f"The CVODE solve of the reduced GLV flow failed: {sol.message}")
     return sol
@@ -122,7 +125,7 @@ class ReducedCVODEInterpolation(ReducedLSODAInterpolation):
         if span.size < 2:
             span = np.array([self.t0, self.t1])
         G = _cvode(self._problem, span, *self._settings).y
-        G = G[-grid.size:] if span.size > grid.size else G
+        G = G[-grid.size :] if span.size > grid.size else G
         return self._problem.log_z(t, G[inv])
 
     @property
@@ -140,23 +143,42 @@ def solve_reduced(data: CommutingData, u0, mask, *, method, t0, t1, ts, rtol, at
         span = ts if ts[0] == t0 else np.concatenate([[t0], ts])
         span = span if span.size > 1 else np.array([t0, t1])
         sol = _cvode(prob, span, rtol, atol, max_steps)
-        G = sol.y[-ts.size:]
+        G = sol.y[-ts.size :]
         # CVODE reports no step count at fixed output times: -1 (its internal steps are
         # `step_times`, one more solve)
-        stats = {"num_steps": -1, "num_accepted_steps": -1, "num_rejected_steps": -1,
-                 "max_steps": int(max_steps), "nfev": int(sol.nfev), "njev": int(sol.njev)}
+        stats = {
+            "num_steps": -1,
+            "num_accepted_steps": -1,
+            "num_rejected_steps": -1,
+            "max_steps": int(max_steps),
+            "nfev": int(sol.nfev),
+            "njev": int(sol.njev),
+        }
         return G, prob, ReducedCVODEInterpolation(prob, float(t0), float(t1), rtol, atol, max_steps), stats
     import scipy.integrate  # on first use: ~0.3 s at import
 
     sol = scipy.integrate.solve_ivp(
-        prob.rhs, (t0, t1), np.zeros(data.m), method="LSODA", t_eval=ts, dense_output=True,
-        rtol=rtol, atol=atol, jac=prob.jac,
+        prob.rhs,
+        (t0, t1),
+        np.zeros(data.m),
+        method="LSODA",
+        t_eval=ts,
+        dense_output=True,
+        rtol=rtol,
+        atol=atol,
+        jac=prob.jac,
     )  # no step budget: solve_ivp's LSODA has none to set (`max_steps` is only reported)
     if sol.status != 0:
         raise RuntimeError(f"The LSODA solve of the reduced GLV flow failed: {sol.message}")
     steps = int(sol.sol.ts.size - 1)
-    stats = {"num_steps": steps, "num_accepted_steps": steps, "num_rejected_steps": 0,
-             "max_steps": int(max_steps), "nfev": int(sol.nfev), "njev": int(sol.njev)}
+    stats = {
+        "num_steps": steps,
+        "num_accepted_steps": steps,
+        "num_rejected_steps": 0,
+        "max_steps": int(max_steps),
+        "nfev": int(sol.nfev),
+        "njev": int(sol.njev),
+    }
     interp = ReducedLSODAInterpolation(prob, sol.sol, float(t0), float(t1), np.asarray(sol.sol.ts))
     return sol.y.T, prob, interp, stats
 
@@ -168,7 +190,7 @@ def saved_outputs(prob: _Reduced, data: CommutingData, ts, G, save: str, z_star,
         return prob.log_z(ts, G)
     loss, excess = [], []
     for s in range(0, len(ts), block):
-        z = prob.z(ts[s:s + block], G[s:s + block])
+        z = prob.z(ts[s : s + block], G[s : s + block])
         f = z @ prob.Lam.T
         loss.append(np.mean((f - prob.y) ** 2, axis=1))
         if z_star is not None:

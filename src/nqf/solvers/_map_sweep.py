@@ -108,9 +108,18 @@ class MapSweep(Members, MapTrajectory):
         """Member i as a `MapTrajectory` (what its own `closed_sgd` call returns, to rounding)."""
         pick = lambda x: None if x is None else x[i]  # noqa: E731
         return MapTrajectory(
-            steps=self.steps, t=self.t[i], M=self.M[i], mu=pick(self.mu), outputs=self.outputs[i],
-            loss=self.loss[i], L=pick(self.L), P=pick(self.P), Q=pick(self.Q), d=self.d,
-            lr=float(self.lr[i]), form=self.form,
+            steps=self.steps,
+            t=self.t[i],
+            M=self.M[i],
+            mu=pick(self.mu),
+            outputs=self.outputs[i],
+            loss=self.loss[i],
+            L=pick(self.L),
+            P=pick(self.P),
+            Q=pick(self.Q),
+            d=self.d,
+            lr=float(self.lr[i]),
+            form=self.form,
         )
 
     def to_dataframe(self):
@@ -132,8 +141,12 @@ class MapSweep(Members, MapTrajectory):
             ) from None
         B, n = self.loss.shape
         per_member = lambda x: np.repeat(np.asarray(x), n)  # noqa: E731
-        cols = {"member": per_member(np.arange(B)), "lr": per_member(self.lr),
-                "momentum": per_member(self.momentum), "weight_decay": per_member(self.weight_decay)}
+        cols = {
+            "member": per_member(np.arange(B)),
+            "lr": per_member(self.lr),
+            "momentum": per_member(self.momentum),
+            "weight_decay": per_member(self.weight_decay),
+        }
         if self.seed is not None:
             cols["seed"] = per_member(self.seed)
         cols.update(step=np.tile(self.steps, B), t=self.t.reshape(-1), loss=self.loss.reshape(-1))
@@ -150,8 +163,7 @@ def _member_values(x, name: str, check) -> tuple[np.ndarray, bool]:
     arr = np.asarray(x)
     if arr.ndim > 1:
         raise ValueError(
-            f"`{name}` must be a scalar or a 1-d array (one value per member); found shape "
-            f"{shape_str(arr.shape)}."
+            f"`{name}` must be a scalar or a 1-d array (one value per member); found shape {shape_str(arr.shape)}."
         )
     if arr.size == 0:
         raise ValueError(f"`{name}` is empty; give a scalar or at least one value.")
@@ -190,8 +202,7 @@ def _member_error(err: Exception, i: int, batched: bool):
 def _initial_batch(model, W0, M0, mu0, d, B: int):
     """(M0 (B, p, p), mu0 (B, p) or None, d, L0 (B, p, p)) through `closed_sgd`'s own
     validation and factorization (`nqf.dynamics._maps._initial_order_params`), member by member."""
-    parts = {"W0": _init_members(W0, "W0", 2), "M0": _init_members(M0, "M0", 2),
-             "mu0": _init_members(mu0, "mu0", 1)}
+    parts = {"W0": _init_members(W0, "W0", 2), "M0": _init_members(M0, "M0", 2), "mu0": _init_members(mu0, "mu0", 1)}
     batched = any(b for _, b in parts.values())
     take = lambda name, i: None if parts[name][0] is None else parts[name][0][i if parts[name][1] else 0]  # noqa: E731
     out = []
@@ -218,8 +229,13 @@ def _member_keys(key) -> tuple[object, object, np.ndarray | None, bool]:
         keys = jax.random.wrap_key_data(key)  # raw (B, 2) uint32 keys
         return key[0], keys, None, True
     arr = np.asarray(key) if not isinstance(key, jax.Array) else key
-    if getattr(arr, "ndim", None) == 1 and arr.size and np.issubdtype(arr.dtype, np.integer) \
-            and not np.issubdtype(arr.dtype, np.bool_) and arr.dtype != np.uint32:
+    if (
+        getattr(arr, "ndim", None) == 1
+        and arr.size
+        and np.issubdtype(arr.dtype, np.integer)
+        and not np.issubdtype(arr.dtype, np.bool_)
+        and arr.dtype != np.uint32
+    ):
         seeds = np.asarray(arr, dtype=np.int64)
         return int(seeds[0]), jax.vmap(jax.random.key)(jnp.asarray(seeds)), seeds, True
     return key, None, None, False  # a single raw key, or bad input: `resolve_batches` says which
@@ -267,24 +283,46 @@ def _batch_size(sizes: dict) -> int:
 
 
 @eqx.filter_jit
-def _run_sweep(model, loss, config, params, init, idx, idx_batched: bool, n_saves: int,
-               save_every, remainder, has_remainder: bool, mesh):
+def _run_sweep(
+    model,
+    loss,
+    config,
+    params,
+    init,
+    idx,
+    idx_batched: bool,
+    n_saves: int,
+    save_every,
+    remainder,
+    has_remainder: bool,
+    mesh,
+):
     """`nqf.dynamics._maps._simulate` vmapped over the members (params (lr, d, gamma, beta) with d shared,
     init, and idx if batched), optionally sharded over `mesh`'s ``"batch"`` axis."""
     lr, d, gamma, beta = params
 
     def member(lr, gamma, beta, init, idx_i):
-        return maps._simulate(model, loss, config, (lr, d, gamma, beta), init,
-                              idx_i if idx_batched else idx, n_saves, save_every, remainder,
-                              has_remainder)
+        return maps._simulate(
+            model,
+            loss,
+            config,
+            (lr, d, gamma, beta),
+            init,
+            idx_i if idx_batched else idx,
+            n_saves,
+            save_every,
+            remainder,
+            has_remainder,
+        )
 
     args = (lr, gamma, beta, init, idx if idx_batched else None)
     batched = jax.vmap(member, in_axes=(0, 0, 0, 0, 0 if idx_batched else None))
     if mesh is None:
         return batched(*args)
     b, rep = PartitionSpec("batch"), PartitionSpec()
-    sharded = jax.shard_map(batched, mesh=mesh, in_specs=(b, b, b, b, b if idx_batched else rep),
-                            out_specs=b, check_vma=False)
+    sharded = jax.shard_map(
+        batched, mesh=mesh, in_specs=(b, b, b, b, b if idx_batched else rep), out_specs=b, check_vma=False
+    )
     return sharded(*args)
 
 
@@ -298,8 +336,9 @@ def _place(args, devs, B: int, batched: tuple):
     n = -(-B // len(devs)) * len(devs)
     mesh = Mesh(np.array(devs), ("batch",))
     b_sh, rep_sh = NamedSharding(mesh, PartitionSpec("batch")), NamedSharding(mesh, PartitionSpec())
-    placed = tuple(jax.device_put(_pad(a, n), b_sh) if is_b else jax.device_put(a, rep_sh)
-                   for a, is_b in zip(args, batched))
+    placed = tuple(
+        jax.device_put(_pad(a, n), b_sh) if is_b else jax.device_put(a, rep_sh) for a, is_b in zip(args, batched)
+    )
     return placed, mesh
 
 
@@ -368,8 +407,16 @@ def closed_sgd_sweep(
     1-d, or for unavailable `devices`; `FloatingPointError` naming the members that diverged
     (with ``throw=True``).
     """
-    for name, value in (("model", model), ("lr", lr), ("W0", W0), ("M0", M0), ("mu0", mu0),
-                        ("momentum", momentum), ("weight_decay", weight_decay), ("key", key)):
+    for name, value in (
+        ("model", model),
+        ("lr", lr),
+        ("W0", W0),
+        ("M0", M0),
+        ("mu0", mu0),
+        ("momentum", momentum),
+        ("weight_decay", weight_decay),
+        ("key", key),
+    ):
         if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value)):
             raise TypeError(
                 f"`closed_sgd_sweep` cannot run inside jax.jit / jax.vmap / jax.grad (found a traced "
@@ -387,9 +434,14 @@ def closed_sgd_sweep(
     if not isinstance(throw, (bool, np.bool_)):
         raise TypeError(f"`throw` must be True or False; found {throw!r}.")
     loss = as_loss(loss)
-    swept = {name: _member_values(x, name, check) for name, x, check in
-             (("lr", lr, check_lr), ("momentum", momentum, check_momentum),
-              ("weight_decay", weight_decay, check_weight_decay))}
+    swept = {
+        name: _member_values(x, name, check)
+        for name, x, check in (
+            ("lr", lr, check_lr),
+            ("momentum", momentum, check_momentum),
+            ("weight_decay", weight_decay, check_weight_decay),
+        )
+    }
     sizes = {k: v[0].shape[0] for k, v in swept.items() if v[1]}
     for name, x, ndim in (("W0", W0, 2), ("M0", M0, 2), ("mu0", mu0, 1)):
         if x is not None and np.ndim(x) == ndim + 1:
@@ -405,14 +457,23 @@ def closed_sgd_sweep(
     saved, n_saves, remainder = save_schedule(steps, save_every)
 
     config = (form, bool(betas.max() > 0.0), bool(nesterov))
-    (lr_a, d_a, gamma_a, beta_a), (M0_a, mu0_a, L0_a) = maps._numeric(
-        False, lrs, d, gammas, betas, M0s, mu0s, L0s)
+    (lr_a, d_a, gamma_a, beta_a), (M0_a, mu0_a, L0_a) = maps._numeric(False, lrs, d, gammas, betas, M0s, mu0s, L0s)
     mu0_a = np.broadcast_to(mu0_a, (B,) + mu0_a.shape[-1:])
     args = (lr_a, gamma_a, beta_a, (M0_a, mu0_a, L0_a), idx)
     args, mesh = _place(args, devs, B, (True, True, True, True, idx_batched))
     lr_a, gamma_a, beta_a, init, idx = args
-    out = _run_sweep(model, loss, config, (lr_a, d_a, gamma_a, beta_a), init, idx, idx_batched,
-                     n_saves, *loop_counts(save_every, remainder), mesh)
+    out = _run_sweep(
+        model,
+        loss,
+        config,
+        (lr_a, d_a, gamma_a, beta_a),
+        init,
+        idx,
+        idx_batched,
+        n_saves,
+        *loop_counts(save_every, remainder),
+        mesh,
+    )
     Ms, mus, outputs, losses, extras = jax.tree.map(lambda x: np.asarray(x)[:B], out)
 
     bad = [(i, first_nonfinite_step(saved, Ms[i])) for i in range(B)]
@@ -427,10 +488,22 @@ def closed_sgd_sweep(
     successful = np.ones(B, dtype=bool)
     successful[[i for i, _ in bad]] = False
     return MapSweep(
-        steps=saved, t=lrs[:, None] * saved[None, :], M=Ms, mu=None if mu0s is None else mus,
-        outputs=outputs, loss=losses, L=extras.get("L"), P=extras.get("P"), Q=extras.get("Q"),
-        lr=np.array(lrs), momentum=np.array(betas), weight_decay=np.array(gammas),
+        steps=saved,
+        t=lrs[:, None] * saved[None, :],
+        M=Ms,
+        mu=None if mu0s is None else mus,
+        outputs=outputs,
+        loss=losses,
+        L=extras.get("L"),
+        P=extras.get("P"),
+        Q=extras.get("Q"),
+        lr=np.array(lrs),
+        momentum=np.array(betas),
+        weight_decay=np.array(gammas),
         seed=None if seeds is None else np.broadcast_to(seeds, (B,)).copy(),
-        successful=successful, d=d, form=form, nesterov=bool(nesterov),
+        successful=successful,
+        d=d,
+        form=form,
+        nesterov=bool(nesterov),
         devices=None if devs is None else tuple(str(x) for x in devs),
     )

@@ -17,11 +17,11 @@ import os
 # an explicit OMP_WAIT_POLICY from the user is kept.
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
-import numba  # noqa: E402
-import numpy as np  # noqa: E402
-from numba import prange  # noqa: E402
-from numba.core import types  # noqa: E402
-from numba.extending import intrinsic  # noqa: E402
+import numba
+import numpy as np
+from numba import prange
+from numba.core import types
+from numba.extending import intrinsic
 
 _CHUNK = 1 << 15  # elements per parallel task (a multiple of _BLOCK)
 _BLOCK = 512  # elements per cache block inside a task (4 KiB of z stays in L1 across the m rows)

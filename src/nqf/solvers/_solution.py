@@ -42,7 +42,6 @@ class MaxStepsReached(RuntimeError):
         self.t_reached, self.solution = t_reached, solution
 
 
-
 _RESULT_STR = {int(item._value): str(item) for item in diffrax.RESULTS._name_to_item.values()}
 _CODE_OF = {v: k for k, v in _RESULT_STR.items()}
 _MAX_STEPS_CODE = int(diffrax.RESULTS.max_steps_reached._value)
@@ -72,8 +71,19 @@ _STAT_NAMES = ("num_steps", "num_accepted_steps", "num_rejected_steps")
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=["ts", "ys", "data", "init", "_info", "_y0", "_dfx", "_mask", "model", "stop_time"],
-    meta_fields=["form", "init_is_factor", "max_steps", "_redo", "d", "init_is_z", "saved", "method",
-                 "_extra_stats", "_stop_name", "settings"],
+    meta_fields=[
+        "form",
+        "init_is_factor",
+        "max_steps",
+        "_redo",
+        "d",
+        "init_is_z",
+        "saved",
+        "method",
+        "_extra_stats",
+        "_stop_name",
+        "settings",
+    ],
 )
 @dataclasses.dataclass(frozen=True, eq=False)
 class FlowSolution(Saveable):
@@ -179,8 +189,11 @@ class FlowSolution(Saveable):
             raise ValueError(
                 f"This solution was solved with save={self.saved!r}: only `loss` and "
                 "`excess_loss` were saved. Solve with save='state' for the state"
-                + (", or use the dense output (`evaluate`, `z_at`, `M_at`)." if dense else
-                   " (it was also solved with dense=False, so it has no dense output).")
+                + (
+                    ", or use the dense output (`evaluate`, `z_at`, `M_at`)."
+                    if dense
+                    else " (it was also solved with dense=False, so it has no dense output)."
+                )
             )
         return self.ys
 
@@ -323,12 +336,12 @@ class FlowSolution(Saveable):
         return ts[np.isfinite(ts)]
 
 
-
 def _settings(form: str, call, t0, t1, max_steps, weight_decay, stop) -> tuple:
     """The call's solver settings as (name, value) pairs of plain values (what `save` keeps to
     rebuild dense output by solving again, through `solve_flow`'s keyword aliases); `call` is the
     resolved `nqf.solvers._spec.Call`. A solver instance or a user `Stop.when` function is
     recorded as unavailable."""
+
     def plain(x):
         if _is_traced(x):
             return None
@@ -338,19 +351,32 @@ def _settings(form: str, call, t0, t1, max_steps, weight_decay, stop) -> tuple:
             return float(x)
         except (TypeError, ValueError):
             return None
+
     stop_rec = None
     if isinstance(stop, Stop):
         stop_rec = ("unavailable",) if stop.fn is not None else (stop.kind, plain(stop.value), stop.k)
     solver = call.solver if not call.constant else "unavailable"  # ConstantStepSize: not rebuilt by keywords
-    return (("form", form), ("solver", solver if solver is None or isinstance(solver, str) else "unavailable"),
-            ("stiff", bool(call.stiff)), ("t0", plain(t0)), ("t1", plain(t1)), ("rtol", plain(call.rtol)),
-            ("atol", plain(call.atol)), ("pcoeff", plain(call.pcoeff)), ("icoeff", plain(call.icoeff)),
-            ("dt0", plain(call.dt0)), ("max_steps", plain(max_steps)), ("weight_decay", plain(weight_decay)),
-            ("save", call.save), ("method", "exact" if call.backend == "exact" else "ode"),
-            ("adjoint", call.adjoint), ("stop", stop_rec))
+    return (
+        ("form", form),
+        ("solver", solver if solver is None or isinstance(solver, str) else "unavailable"),
+        ("stiff", bool(call.stiff)),
+        ("t0", plain(t0)),
+        ("t1", plain(t1)),
+        ("rtol", plain(call.rtol)),
+        ("atol", plain(call.atol)),
+        ("pcoeff", plain(call.pcoeff)),
+        ("icoeff", plain(call.icoeff)),
+        ("dt0", plain(call.dt0)),
+        ("max_steps", plain(max_steps)),
+        ("weight_decay", plain(weight_decay)),
+        ("save", call.save),
+        ("method", "exact" if call.backend == "exact" else "ode"),
+        ("adjoint", call.adjoint),
+        ("stop", stop_rec),
+    )
 
 
-def _dense_by_resolving(sol: "FlowSolution"):
+def _dense_by_resolving(sol: FlowSolution):
     """The `_redo` of a loaded solution: solve again with its recorded settings, dense output on,
     and return the interpolant (None-safe: raises a clear error if the settings are incomplete)."""
     return functools.partial(_resolve_interp, sol)
@@ -360,7 +386,7 @@ def _dense_by_resolving(sol: "FlowSolution"):
 _FRONT_END: dict = {}
 
 
-def _resolve_interp(sol: "FlowSolution"):
+def _resolve_interp(sol: FlowSolution):
     solve_flow = _FRONT_END["solve_flow"]
     kw = dict(sol.settings)
     if not kw or kw.get("solver") == "unavailable" or kw.get("stop") == ("unavailable",):
@@ -382,5 +408,3 @@ def _resolve_interp(sol: "FlowSolution"):
     data = sol.data if sol.model is None else sol.model
     again = solve_flow(data, **init, ts=sol.ts, dense=True, stop=stop, **kw)
     return again._interp
-
-

@@ -58,8 +58,17 @@ from ._core import (  # noqa: F401  (re-exported: the names of this module befor
     _with_saved_losses,
 )
 from ._events import Stop
-from ._forms import FORMS, AbstractForm, FactorForm, GLVForm, MForm, MMuForm, ReducedGLVForm, as_form  # noqa: F401
-from ._forms import _reduced_saver  # noqa: F401
+from ._forms import (  # noqa: F401
+    FORMS,
+    AbstractForm,
+    FactorForm,
+    GLVForm,
+    MForm,
+    MMuForm,
+    ReducedGLVForm,
+    _reduced_saver,
+    as_form,
+)
 from ._initial import (  # noqa: F401
     _check_mode_strengths,
     _check_solve_memory,
@@ -72,9 +81,9 @@ from ._initial import (  # noqa: F401
 )
 from ._solution import (  # noqa: F401
     _CODE_OF,
+    _FRONT_END,
     _MAX_STEPS_CODE,
     _NO_DENSE,
-    _FRONT_END,
     _RESULT_STR,
     _STAT_NAMES,
     _SUCCESS_CODE,
@@ -94,8 +103,22 @@ from .stiff import is_stiff
 __all__ = ["solve_flow", "FlowSolution", "MaxStepsReached", "SOLVERS"]
 
 # the keyword aliases of `solve_flow` (nqf.solvers._spec): old scalar keywords, still supported
-FLOW_OPTIONS = ("rtol", "atol", "pcoeff", "icoeff", "dt0", "ts", "dense", "save", "method", "stiff", "d", "mu0",
-                "progress", "memory_budget")
+FLOW_OPTIONS = (
+    "rtol",
+    "atol",
+    "pcoeff",
+    "icoeff",
+    "dt0",
+    "ts",
+    "dense",
+    "save",
+    "method",
+    "stiff",
+    "d",
+    "mu0",
+    "progress",
+    "memory_budget",
+)
 
 
 def solve_flow(
@@ -183,11 +206,13 @@ def solve_flow(
     """
     check_options(options, FLOW_OPTIONS, "solve_flow")
     form, form_d = as_form(form)
-    call = resolve_call(options, solver=solver, stepsize_controller=stepsize_controller, saveat=saveat,
-                        adjoint=adjoint, d=form_d)
+    call = resolve_call(
+        options, solver=solver, stepsize_controller=stepsize_controller, saveat=saveat, adjoint=adjoint, d=form_d
+    )
     settings = _settings(form, call, t0, t1, max_steps, weight_decay, stop)
     problem = _problem(data, (M0, W0, z0), form, call)._replace(
-        t0=t0, t1=t1, weight_decay=weight_decay, max_steps=max_steps, stop=stop, settings=settings)
+        t0=t0, t1=t1, weight_decay=weight_decay, max_steps=max_steps, stop=stop, settings=settings
+    )
     if call.backend == "exact":
         return BACKENDS["exact"].solve(problem, call)
     if stop is not None and call.backend != "ode":
@@ -215,8 +240,7 @@ def _problem(data, inits: tuple, form: str, call: Call) -> Problem:
         data = model.data
     elif not isinstance(data, AbstractData):
         raise TypeError(
-            "`data` must be an nqf data set (e.g. `DenseData`) or an `NQFModel`; found "
-            f"{type(data).__name__}."
+            f"`data` must be an nqf data set (e.g. `DenseData`) or an `NQFModel`; found {type(data).__name__}."
         )
     if form != "auto":
         check_form(form, data)
@@ -243,8 +267,9 @@ def _problem(data, inits: tuple, form: str, call: Call) -> Problem:
             data = eqx.tree_at(lambda x: x.y, data, data.y - model.f0)
         form, kind, x0, is_factor = _initial_state(data, M0, W0, form, z0)
         init = x0
-    return Problem(data, model, form, kind, x0, init, is_factor, z0 is not None, width,
-                   None, None, None, None, None, ())
+    return Problem(
+        data, model, form, kind, x0, init, is_factor, z0 is not None, width, None, None, None, None, None, ()
+    )
 
 
 def _ode_solver(problem: Problem, call: Call, traced: bool):
@@ -253,8 +278,13 @@ def _ode_solver(problem: Problem, call: Call, traced: bool):
     data, form, solver, stiff = problem.data, problem.form, call.solver, call.stiff
     reduced = form == "glv" and _reduced_stiff(data, solver, stiff)
     host_mask = None
-    if form == "glv" and not reduced and _is_implicit_name(solver, stiff) and type(data) is CommutingData \
-            and 2 * data.m < data.p:  # the Woodbury basis of the Newton solve needs the live modes
+    if (
+        form == "glv"
+        and not reduced
+        and _is_implicit_name(solver, stiff)
+        and type(data) is CommutingData
+        and 2 * data.m < data.p
+    ):  # the Woodbury basis of the Newton solve needs the live modes
         if traced:
             raise ValueError(
                 "Under jit / vmap / grad the stiff GLV solve of CommutingData with 2 m < p runs in m "
@@ -284,8 +314,9 @@ def _ode_inputs(problem: Problem, call: Call):
     """(cfg, dyn, call, problem, implicit, traced) of a diffrax solve: the compiled core's static
     configuration and dynamic arguments, after the checks at the boundary."""
     data, model, form, x0, width = problem.data, problem.model, problem.form, problem.x0, problem.width
-    traced = _is_traced((data, model, x0, problem.t0, problem.t1, call.ts, call.rtol, call.atol, call.dt0,
-                         problem.weight_decay))
+    traced = _is_traced(
+        (data, model, x0, problem.t0, problem.t1, call.ts, call.rtol, call.atol, call.dt0, problem.weight_decay)
+    )
     solver, reduced = _ode_solver(problem, call, traced)
     call = call._replace(rtol=check_positive(call.rtol, "rtol"))
     t0, t1, ts = _time_grid(problem.t0, problem.t1, call.ts)
@@ -301,20 +332,42 @@ def _ode_inputs(problem: Problem, call: Call):
     solver_dyn, solver_static = _partition_solver(solver)
     # the "M-mu" form of a model whose g has low rank runs on its factors (exact to rounding)
     flow_data = data if model is None or form != "M-mu" else factor_linear_term(model)
-    dyn = _FlowArgs(flow_data, x0, _params(t0, t1, call.rtol, gamma), ts,
-                    None if call.dt0 is None else f64(call.dt0), None if call.atol is None else f64(call.atol),
-                    None if width is None else f64(width), solver_dyn)
-    _check_solve_memory(form, x0, data, len(ts), call.save, solver, reduced, call.dense is True, max_steps,
-                        call.memory_budget)
+    dyn = _FlowArgs(
+        flow_data,
+        x0,
+        _params(t0, t1, call.rtol, gamma),
+        ts,
+        None if call.dt0 is None else f64(call.dt0),
+        None if call.atol is None else f64(call.atol),
+        None if width is None else f64(width),
+        solver_dyn,
+    )
+    _check_solve_memory(
+        form, x0, data, len(ts), call.save, solver, reduced, call.dense is True, max_steps, call.memory_budget
+    )
     dyn, excess = _with_saved_losses(dyn, call.save, form, data, model)
     stop = problem.stop
     if stop is not None:
         stop, target = _stop_target(stop, form, data, model)
         dyn = dyn._replace(stop_target=target)
     adjoint = ("reverse" if traced else "forward") if call.adjoint == "auto" else call.adjoint
-    cfg = _FlowConfig(form, problem.kind, solver_static, int(max_steps), call.dense is True, call.save,
-                      call.progress, excess, float(pcoeff), float(icoeff), reduced,
-                      (not traced) and gamma == 0.0, adjoint, stop, call.constant)
+    cfg = _FlowConfig(
+        form,
+        problem.kind,
+        solver_static,
+        int(max_steps),
+        call.dense is True,
+        call.save,
+        call.progress,
+        excess,
+        float(pcoeff),
+        float(icoeff),
+        reduced,
+        (not traced) and gamma == 0.0,
+        adjoint,
+        stop,
+        call.constant,
+    )
     return cfg, dyn, call, problem._replace(t0=t0, t1=t1), implicit, traced
 
 
@@ -322,16 +375,38 @@ def _solve_ode(problem: Problem, call: Call) -> FlowSolution:
     """A diffrax solve of `problem` by the compiled core (`_solve_core`)."""
     cfg, dyn, call, problem, implicit, traced = _ode_inputs(problem, call)
     out = _solve_jit(cfg, dyn)
-    fields = dict(form=problem.form, data=problem.data, init=problem.init, init_is_factor=problem.is_factor,
-                  max_steps=int(problem.max_steps), _y0=out["y0"], _mask=out["mask"], model=problem.model,
-                  d=problem.width, init_is_z=problem.init_is_z, saved=call.save, settings=problem.settings)
+    fields = dict(
+        form=problem.form,
+        data=problem.data,
+        init=problem.init,
+        init_is_factor=problem.is_factor,
+        max_steps=int(problem.max_steps),
+        _y0=out["y0"],
+        _mask=out["mask"],
+        model=problem.model,
+        d=problem.width,
+        init_is_z=problem.init_is_z,
+        saved=call.save,
+        settings=problem.settings,
+    )
     stop_name = None if problem.stop is None else problem.stop.name
     if traced:  # inside jit / vmap / grad: no host checks; failures raise through eqx.error_if
         ok = (out["info"][0] == _SUCCESS_CODE) & (out["info"][4] != 0)
-        ys = eqx.error_if(out["ys"], ~ok, "solve_flow: the solver did not reach t1 with finite values "
-                          "(max_steps reached, or the flow blew up); check `successful` and `result`.")
-        return FlowSolution(ts=call.ts, ys=ys, _info=out["info"], _dfx=out["dense"], stop_time=out["stop_time"],
-                            _stop_name=stop_name, **fields)
+        ys = eqx.error_if(
+            out["ys"],
+            ~ok,
+            "solve_flow: the solver did not reach t1 with finite values "
+            "(max_steps reached, or the flow blew up); check `successful` and `result`.",
+        )
+        return FlowSolution(
+            ts=call.ts,
+            ys=ys,
+            _info=out["info"],
+            _dfx=out["dense"],
+            stop_time=out["stop_time"],
+            _stop_name=stop_name,
+            **fields,
+        )
     info = np.asarray(out["info"])  # one small transfer; y0 and mask stay on the device
     _check_result(info, out, call.ts, problem, fields, implicit)
     ts = call.ts
@@ -345,8 +420,9 @@ def _solve_ode(problem: Problem, call: Call) -> FlowSolution:
     if call.dense is None:  # same solve, dense, with room for the steps actually taken
         room = 1 << int(info[1] + 1).bit_length()
         redo = functools.partial(_redo_dense, cfg._replace(max_steps=room, dense=True, progress=False), dyn)
-    return FlowSolution(ts=ts, ys=ys, _info=info, _dfx=out["dense"], _redo=redo, stop_time=stop_time,
-                        _stop_name=stop_name, **fields)
+    return FlowSolution(
+        ts=ts, ys=ys, _info=info, _dfx=out["dense"], _redo=redo, stop_time=stop_time, _stop_name=stop_name, **fields
+    )
 
 
 def _check_result(info, out: dict, ts, problem: Problem, fields: dict, implicit: bool) -> None:
@@ -355,15 +431,16 @@ def _check_result(info, out: dict, ts, problem: Problem, fields: dict, implicit:
     if info[0] == _MAX_STEPS_CODE:
         t_end = float(out["t_end"])
         keep = ts <= t_end
-        partial = FlowSolution(ts=ts[keep], ys=jax.tree.map(lambda x: np.asarray(x)[keep], out["ys"]), _info=info,
-                               **fields)
+        partial = FlowSolution(
+            ts=ts[keep], ys=jax.tree.map(lambda x: np.asarray(x)[keep], out["ys"]), _info=info, **fields
+        )
         raise MaxStepsReached(
             f"The solver used all max_steps={problem.max_steps} steps before reaching t1={problem.t1:g}: it got to "
             f"t={t_end:.6g} ({int(keep.sum())} of {ts.size} saved times; the partial solution is "
             "`err.solution`, the time `err.t_reached`). Increase `max_steps` or loosen `rtol`/`atol`"
-            + ("." if implicit else
-               ", or, if the problem is stiff (rates spanning many decades), pass `stiff=True`."),
-            t_end, partial,
+            + ("." if implicit else ", or, if the problem is stiff (rates spanning many decades), pass `stiff=True`."),
+            t_end,
+            partial,
         )
     if info[0] != _SUCCESS_CODE:
         raise RuntimeError(f"The flow solve failed: {_RESULT_STR.get(int(info[0]), info[0])}")

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import diffrax
 import equinox as eqx
 
-from ._backends import AbstractBackend, CVODE, Exact, LSODA  # noqa: F401  (re-exported)
+from ._backends import CVODE, LSODA, AbstractBackend, Exact
 
 __all__ = ["PID", "Save", "Exact", "LSODA", "CVODE", "AbstractBackend"]
 
@@ -89,11 +89,20 @@ class Call(NamedTuple):
 
 
 _ALIASES = {  # keyword alias -> the object it folds into
-    "rtol": "stepsize_controller", "atol": "stepsize_controller", "pcoeff": "stepsize_controller",
-    "icoeff": "stepsize_controller", "dt0": "stepsize_controller",
-    "ts": "saveat", "dense": "saveat", "save": "saveat",
-    "method": "solver", "stiff": "solver",
-    "d": "form", "mu0": None, "progress": None, "memory_budget": None,
+    "rtol": "stepsize_controller",
+    "atol": "stepsize_controller",
+    "pcoeff": "stepsize_controller",
+    "icoeff": "stepsize_controller",
+    "dt0": "stepsize_controller",
+    "ts": "saveat",
+    "dense": "saveat",
+    "save": "saveat",
+    "method": "solver",
+    "stiff": "solver",
+    "d": "form",
+    "mu0": None,
+    "progress": None,
+    "memory_budget": None,
 }
 
 
@@ -124,18 +133,31 @@ def resolve_controller(controller, options: dict) -> dict:
     if isinstance(controller, PID):
         if "dt0" in given and controller.dt0 is not None:
             raise _conflict("dt0", "stepsize_controller")
-        return {**out, "rtol": controller.rtol, "atol": controller.atol, "pcoeff": controller.pcoeff,
-                "icoeff": controller.icoeff, "dt0": given.get("dt0", controller.dt0)}
+        return {
+            **out,
+            "rtol": controller.rtol,
+            "atol": controller.atol,
+            "pcoeff": controller.pcoeff,
+            "icoeff": controller.icoeff,
+            "dt0": given.get("dt0", controller.dt0),
+        }
     if isinstance(controller, diffrax.PIDController):
-        default = diffrax.PIDController(rtol=controller.rtol, atol=controller.atol, pcoeff=controller.pcoeff,
-                                        icoeff=controller.icoeff)
+        default = diffrax.PIDController(
+            rtol=controller.rtol, atol=controller.atol, pcoeff=controller.pcoeff, icoeff=controller.icoeff
+        )
         if not eqx.tree_equal(controller, default):
             raise NotImplementedError(
                 "solve_flow uses a diffrax.PIDController's rtol, atol, pcoeff and icoeff; its other "
                 "settings (norm, dcoeff, dtmin, dtmax, factormin/max, safety, ...) are not supported."
             )
-        return {**out, "rtol": controller.rtol, "atol": controller.atol, "pcoeff": controller.pcoeff,
-                "icoeff": controller.icoeff, "dt0": given.get("dt0")}
+        return {
+            **out,
+            "rtol": controller.rtol,
+            "atol": controller.atol,
+            "pcoeff": controller.pcoeff,
+            "icoeff": controller.icoeff,
+            "dt0": given.get("dt0"),
+        }
     if isinstance(controller, diffrax.ConstantStepSize):
         if given.get("dt0") is None:
             raise ValueError("diffrax.ConstantStepSize needs the step: pass `dt0=` (gradient-flow time).")
@@ -158,8 +180,13 @@ def resolve_save(saveat, options: dict) -> dict:
         return {"ts": saveat.ts, "dense": saveat.dense, "save": saveat.what}
     if isinstance(saveat, diffrax.SaveAt):
         subs = saveat.subs
-        if not isinstance(subs, diffrax.SubSaveAt) or subs.t0 or subs.t1 or subs.steps or \
-                subs.fn is not diffrax.SaveAt(ts=[0.0]).subs.fn:
+        if (
+            not isinstance(subs, diffrax.SubSaveAt)
+            or subs.t0
+            or subs.t1
+            or subs.steps
+            or subs.fn is not diffrax.SaveAt(ts=[0.0]).subs.fn
+        ):
             raise NotImplementedError("solve_flow takes a diffrax.SaveAt(ts=..., dense=...) only; use nqf.Save.")
         return {"ts": subs.ts, "dense": bool(saveat.dense), "save": "state"}
     raise TypeError(f"`saveat` must be nqf.Save(...) or diffrax.SaveAt(...); found {type(saveat).__name__}.")
@@ -184,7 +211,7 @@ def resolve_solver(solver, options: dict) -> dict:
 
 
 def resolve_adjoint(adjoint) -> str:
-    """"auto", "forward" or "reverse" from a string or a diffrax adjoint object."""
+    """ "auto", "forward" or "reverse" from a string or a diffrax adjoint object."""
     if isinstance(adjoint, diffrax.ForwardMode):
         return "forward"
     if isinstance(adjoint, diffrax.RecursiveCheckpointAdjoint):
@@ -206,8 +233,12 @@ def resolve_call(options: dict, *, solver, stepsize_controller, saveat, adjoint,
     if "d" in options and d is not None:
         raise _conflict("d", "form")
     return Call(
-        **resolve_solver(solver, options), **resolve_controller(stepsize_controller, options),
-        **resolve_save(saveat, options), adjoint=resolve_adjoint(adjoint),
-        progress=bool(options.get("progress", False)), memory_budget=options.get("memory_budget"),
-        d=options.get("d", d), mu0=options.get("mu0"),
+        **resolve_solver(solver, options),
+        **resolve_controller(stepsize_controller, options),
+        **resolve_save(saveat, options),
+        adjoint=resolve_adjoint(adjoint),
+        progress=bool(options.get("progress", False)),
+        memory_budget=options.get("memory_budget"),
+        d=options.get("d", d),
+        mu0=options.get("mu0"),
     )

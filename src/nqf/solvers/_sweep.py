@@ -147,9 +147,7 @@ def _check_eps(eps) -> np.ndarray:
     bad = ~(np.isfinite(e) & (e > 0))
     if bad.any():
         i = int(np.argmax(bad.ravel()))
-        raise ValueError(
-            f"`eps` must be finite and > 0 (M0 = eps * I); found {float(e.ravel()[i])!r} at index {i}."
-        )
+        raise ValueError(f"`eps` must be finite and > 0 (M0 = eps * I); found {float(e.ravel()[i])!r} at index {i}.")
     return e
 
 
@@ -203,8 +201,7 @@ def _initial_batch(p: int, eps, M0, W0):
     x = np.asarray(as_array(x, name))
     if x.ndim not in (2, 3):
         raise ValueError(
-            f"`{name}` must be one initial condition (2-d) or a batch of them (3-d); found shape "
-            f"{shape_str(x.shape)}."
+            f"`{name}` must be one initial condition (2-d) or a batch of them (3-d); found shape {shape_str(x.shape)}."
         )
     batched = x.ndim == 3
     x = x if batched else x[None]
@@ -327,8 +324,9 @@ def _solve_batch(problem: _Problem, data, data_batched, y0, mask, atol, mesh):
         return batched(data, y0, mask, atol)
     b, rep = PartitionSpec("batch"), PartitionSpec()
     # Each device runs its own shard's adaptive loop (no cross-device sync per step).
-    sharded = jax.shard_map(batched, mesh=mesh, in_specs=(b if data_batched else rep, b, b, b),
-                            out_specs=b, check_vma=False)
+    sharded = jax.shard_map(
+        batched, mesh=mesh, in_specs=(b if data_batched else rep, b, b, b), out_specs=b, check_vma=False
+    )
     return sharded(data, y0, mask, atol)
 
 
@@ -336,6 +334,7 @@ def _solve_batch(problem: _Problem, data, data_batched, y0, mask, atol, mesh):
 def _solve_joint(problem: _Problem, data, data_batched, y0, mask, atol, scale, mesh):
     """All members as ONE ODE on the stacked state (shared adaptive steps): `solve_flow`'s core
     with the joint form (`nqf.solvers._forms.JointForm`); ys (B, n, ...), info (5,) shared."""
+
     def joint(data, y0, mask, scale, axis_name=None):
         form = JointForm(FORMS[problem.cfg.form], 0 if data_batched else None, axis_name)
         cfg = problem.cfg._replace(form=form)
@@ -349,14 +348,19 @@ def _solve_joint(problem: _Problem, data, data_batched, y0, mask, atol, scale, m
         return joint(data, y0, mask, scale)
     b, rep = PartitionSpec("batch"), PartitionSpec()
     # Each device integrates its shard; the error norm's pmax makes all devices share the steps.
-    sharded = jax.shard_map(functools.partial(joint, axis_name="batch"), mesh=mesh,
-                            in_specs=(b if data_batched else rep, b, b, b), out_specs=(b, rep),
-                            check_vma=False)
+    sharded = jax.shard_map(
+        functools.partial(joint, axis_name="batch"),
+        mesh=mesh,
+        in_specs=(b if data_batched else rep, b, b, b),
+        out_specs=(b, rep),
+        check_vma=False,
+    )
     return sharded(data, y0, mask, scale)
 
 
 def _pad(tree, n: int):
     """Repeat the last member along axis 0 until the batch has n members."""
+
     def pad(x):
         extra = n - x.shape[0]
         return x if extra == 0 else jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)])
@@ -465,31 +469,64 @@ class SweepSolution(Members, Saveable):
             mask = None if self._mask is None else jnp.asarray(self._mask[i])
             dyn = _member_args(self._problem, data, jnp.asarray(self._y0[i]), mask, _f64(self.atol[i]))
             steps = int(self.stats["num_steps"][i])
-            info = np.array([_CODE_OF[self.results[i]], steps, int(self.stats["num_accepted_steps"][i]),
-                             int(self.stats["num_rejected_steps"][i]), 1])
+            info = np.array(
+                [
+                    _CODE_OF[self.results[i]],
+                    steps,
+                    int(self.stats["num_accepted_steps"][i]),
+                    int(self.stats["num_rejected_steps"][i]),
+                    1,
+                ]
+            )
             # Joint mode: member i alone may take a few more steps than the shared count; vmap mode:
             # the same steps up to rounding (batched linear algebra can flip an accept/reject).
             need = steps + 8 if self.mode == "vmap" else 2 * steps + 16
             room = 1 << int(need).bit_length()
             redo = functools.partial(_member_dense, self._problem.cfg._replace(max_steps=room, dense=True), dyn)
-            out.append(FlowSolution(
-                ts=self.ts, form=self.form, ys=self.ys[i], data=data, init=self.init[i],
-                init_is_factor=self.init_is_factor, _info=info, max_steps=int(self.stats["max_steps"]),
-                _y0=self._y0[i], _redo=redo, _mask=mask, init_is_z=self.init_is_z,
-            ))
+            out.append(
+                FlowSolution(
+                    ts=self.ts,
+                    form=self.form,
+                    ys=self.ys[i],
+                    data=data,
+                    init=self.init[i],
+                    init_is_factor=self.init_is_factor,
+                    _info=info,
+                    max_steps=int(self.stats["max_steps"]),
+                    _y0=self._y0[i],
+                    _redo=redo,
+                    _mask=mask,
+                    init_is_z=self.init_is_z,
+                )
+            )
         return out
 
     def _loaded_member(self, i: int) -> FlowSolution:
         """Member i of a loaded sweep (`nqf.load`): its saved arrays, and the settings of the
         sweep (with the member's atol) to rebuild dense output by `solve_flow`."""
         steps = int(self.stats["num_steps"][i])
-        info = np.array([_CODE_OF[self.results[i]], steps, int(self.stats["num_accepted_steps"][i]),
-                         int(self.stats["num_rejected_steps"][i]), 1])
+        info = np.array(
+            [
+                _CODE_OF[self.results[i]],
+                steps,
+                int(self.stats["num_accepted_steps"][i]),
+                int(self.stats["num_rejected_steps"][i]),
+                1,
+            ]
+        )
         settings = tuple((k, float(self.atol[i]) if k == "atol" else v) for k, v in self.settings)
         member = FlowSolution(
-            ts=self.ts, form=self.form, ys=self.ys[i], data=self.data[i], init=self.init[i],
-            init_is_factor=self.init_is_factor, _info=info, max_steps=int(self.stats["max_steps"]),
-            _y0=self._y0[i], _mask=None if self._mask is None else self._mask[i], init_is_z=self.init_is_z,
+            ts=self.ts,
+            form=self.form,
+            ys=self.ys[i],
+            data=self.data[i],
+            init=self.init[i],
+            init_is_factor=self.init_is_factor,
+            _info=info,
+            max_steps=int(self.stats["max_steps"]),
+            _y0=self._y0[i],
+            _mask=None if self._mask is None else self._mask[i],
+            init_is_z=self.init_is_z,
             settings=settings,
         )
         object.__setattr__(member, "_redo", _dense_by_resolving(member))
@@ -687,13 +724,14 @@ class _Members(NamedTuple):
 def _sweep_call(options: dict, solver, stepsize_controller, saveat):
     """The resolved settings of a sweep (`nqf.solvers._spec.Call`): a diffrax solve saving the
     state at `ts`, PID controlled."""
-    call = resolve_call(options, solver=solver, stepsize_controller=stepsize_controller, saveat=saveat,
-                        adjoint="auto")
+    call = resolve_call(options, solver=solver, stepsize_controller=stepsize_controller, saveat=saveat, adjoint="auto")
     if call.backend == "exact":
         raise ValueError("`solve_sweep` integrates the ODE; use `solve_flow(solver=Exact())` per member.")
     if call.save != "state" or call.dense is not None:
-        raise ValueError("`solve_sweep` saves the state at `ts` (no save='loss', no dense output: "
-                         "`sol[i]` builds a member's dense output on first use).")
+        raise ValueError(
+            "`solve_sweep` saves the state at `ts` (no save='loss', no dense output: "
+            "`sol[i]` builds a member's dense output on first use)."
+        )
     if call.constant:
         raise NotImplementedError("`solve_sweep` runs under PID step-size control (nqf.PID).")
     return call
@@ -704,8 +742,7 @@ def _members(datas, data_batched: bool, inits: tuple, form: str, grid: _Grid) ->
     eps, M0, W0, z0 = inits
     p = datas[0].p
     commuting = isinstance(datas[0], AbstractCommutingData)
-    is_z = z0 is not None or (eps is not None and M0 is None and W0 is None and commuting
-                              and form in ("auto", "glv"))
+    is_z = z0 is not None or (eps is not None and M0 is None and W0 is None and commuting and form in ("auto", "glv"))
     if is_z:  # GLV mode strengths: no p x p matrix at any p
         _check_z_form(M0, W0, commuting, datas[0], form)
         inits, init_batched = _initial_z_batch(p, eps, z0)
@@ -722,10 +759,24 @@ def _members(datas, data_batched: bool, inits: tuple, form: str, grid: _Grid) ->
     if inits.shape[0] != B:
         inits = np.broadcast_to(inits, (B,) + inits.shape[1:])
     # B members' states and saved times, estimated before any batched array is built
-    early_form = "glv" if is_z else _initial_state(datas[0], None if is_factor else inits[0],
-                                                   inits[0] if is_factor else None, form)[0]
-    _check_solve_memory(early_form, inits[0], datas[0], len(grid.ts), "state", None, False, False, grid.max_steps,
-                        grid.memory_budget, members=B)
+    early_form = (
+        "glv"
+        if is_z
+        else _initial_state(datas[0], None if is_factor else inits[0], inits[0] if is_factor else None, form)[0]
+    )
+    _check_solve_memory(
+        early_form,
+        inits[0],
+        datas[0],
+        len(grid.ts),
+        "state",
+        None,
+        False,
+        False,
+        grid.max_steps,
+        grid.memory_budget,
+        members=B,
+    )
     if not data_batched:
         datas = datas * B
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *datas) if data_batched else datas[0]
@@ -763,11 +814,27 @@ def _batch(m: _Members, call, grid: _Grid):
     # members (each member's Jacobian range). Data sets that differ per member have different
     # bases: lineax's dense LU there.
     structured = m.form == "glv" and (isinstance(m.datas[0], DiagonalData) or not m.data_batched)
-    solver = _make_solver(call.solver, call.stiff, m.datas[0], m.form if structured else None,
-                          None if m.mask is None else np.unique(m.mask, axis=0))
+    solver = _make_solver(
+        call.solver,
+        call.stiff,
+        m.datas[0],
+        m.form if structured else None,
+        None if m.mask is None else np.unique(m.mask, axis=0),
+    )
     if is_stiff(solver):  # and the stiff solver's matrices
-        _check_solve_memory(m.form, m.inits[0], m.datas[0], len(grid.ts), "state", solver, False, False,
-                            grid.max_steps, grid.memory_budget, members=B)
+        _check_solve_memory(
+            m.form,
+            m.inits[0],
+            m.datas[0],
+            len(grid.ts),
+            "state",
+            solver,
+            False,
+            False,
+            grid.max_steps,
+            grid.memory_budget,
+            members=B,
+        )
     if call.atol is None:  # solve_flow's rule, per member
         scale = np.abs(m.y0).reshape(B, -1).max(axis=1) if m.form != "glv" else np.ones(B)
         atol = call.rtol * np.where(scale > 0, scale, 1.0)
@@ -782,11 +849,11 @@ def _batch(m: _Members, call, grid: _Grid):
     pcoeff = (0.3 if implicit else 0.0) if call.pcoeff is None else call.pcoeff
     icoeff = (0.4 if implicit else 1.0) if call.icoeff is None else call.icoeff
     solver_dyn, solver_static = _partition_solver(solver)
-    cfg = _FlowConfig(m.form, "state", solver_static, grid.max_steps, False, "state", False, False, _f64(pcoeff),
-                      _f64(icoeff))
+    cfg = _FlowConfig(
+        m.form, "state", solver_static, grid.max_steps, False, "state", False, False, _f64(pcoeff), _f64(icoeff)
+    )
     params = jnp.stack([_f64(v) for v in (grid.t0, grid.t1, call.rtol, grid.gamma)])
-    dyn = _FlowArgs(None, None, params, _f64(grid.ts), None if call.dt0 is None else _f64(call.dt0),
-                    solver=solver_dyn)
+    dyn = _FlowArgs(None, None, params, _f64(grid.ts), None if call.dt0 is None else _f64(call.dt0), solver=solver_dyn)
     return (_Problem(cfg, solver, dyn), m, atol), solver
 
 
@@ -801,13 +868,19 @@ def _run(batch, solver, mode: str, devs, grid: _Grid) -> dict:
     dense_newton = implicit and not is_structured(solver)
     if mode == "auto":
         mode = "joint" if uniform and not dense_newton else "vmap"
-    if devs is not None and len(devs) > 1 and implicit and (dense_newton or mode == "vmap") \
-            and not isinstance(m.datas[0], DiagonalData):
+    if (
+        devs is not None
+        and len(devs) > 1
+        and implicit
+        and (dense_newton or mode == "vmap")
+        and not isinstance(m.datas[0], DiagonalData)
+    ):
         raise NotImplementedError(
             "Sharding a stiff sweep over several devices is supported for DiagonalData (both modes) "
             "and for one shared CommutingData with the structured (Woodbury) solve in mode='joint'; "
             f"found {type(m.datas[0]).__name__}"
-            + (" with lineax's dense LU" if dense_newton else "") + f" in mode={mode!r}. Use "
+            + (" with lineax's dense LU" if dense_newton else "")
+            + f" in mode={mode!r}. Use "
             "devices=None (one device)" + ("" if dense_newton else " or mode='joint'") + "."
         )
     mask = None if m.mask is None else jnp.asarray(m.mask)
@@ -823,10 +896,18 @@ def _run(batch, solver, mode: str, devs, grid: _Grid) -> dict:
     else:
         ys, info = _solve_batch(problem, arrays[0], m.data_batched, *arrays[1:], mesh)
     info = np.asarray(info)[:B]
-    stats = {"max_steps": None, **{k: info[:, j + 1].astype(np.int64) for j, k in sorted(enumerate(_STAT_NAMES),
-                                                                                          key=lambda jk: jk[1])}}
-    return {"ys": np.asarray(ys)[:B], "codes": info[:, 0], "stats": stats, "mode": mode, "implicit": implicit,
-            "devices": devs}
+    stats = {
+        "max_steps": None,
+        **{k: info[:, j + 1].astype(np.int64) for j, k in sorted(enumerate(_STAT_NAMES), key=lambda jk: jk[1])},
+    }
+    return {
+        "ys": np.asarray(ys)[:B],
+        "codes": info[:, 0],
+        "stats": stats,
+        "mode": mode,
+        "implicit": implicit,
+        "devices": devs,
+    }
 
 
 def _place(arrays: tuple, data_batched: bool, devs, B: int):
@@ -853,13 +934,26 @@ def _report(sol: dict, m: _Members, batch, call, grid: _Grid, weight_decay, thro
         _raise_failures(codes, ok, ys, results, sol["mode"], sol["implicit"], grid)
     stats = sol["stats"]
     stats["max_steps"] = grid.max_steps
-    recorded = call._replace(atol=None, pcoeff=float(problem.cfg.pcoeff), icoeff=float(problem.cfg.icoeff),
-                             save="state", adjoint="auto")
+    recorded = call._replace(
+        atol=None, pcoeff=float(problem.cfg.pcoeff), icoeff=float(problem.cfg.icoeff), save="state", adjoint="auto"
+    )
     return SweepSolution(
-        ts=np.asarray(grid.ts), form=m.form, ys=ys, data=m.datas, init=np.asarray(m.inits),
-        init_is_factor=m.is_factor, stats=stats, results=results, successful=ok, atol=np.asarray(atol),
-        eps=m.eps, devices=sol["devices"], mode=sol["mode"],
-        init_is_z=m.is_z, _y0=np.asarray(m.y0), _mask=None if m.mask is None else np.asarray(m.mask),
+        ts=np.asarray(grid.ts),
+        form=m.form,
+        ys=ys,
+        data=m.datas,
+        init=np.asarray(m.inits),
+        init_is_factor=m.is_factor,
+        stats=stats,
+        results=results,
+        successful=ok,
+        atol=np.asarray(atol),
+        eps=m.eps,
+        devices=sol["devices"],
+        mode=sol["mode"],
+        init_is_z=m.is_z,
+        _y0=np.asarray(m.y0),
+        _mask=None if m.mask is None else np.asarray(m.mask),
         _problem=problem,
         settings=_settings(m.form, recorded, grid.t0, grid.t1, grid.max_steps, weight_decay, None),
     )
@@ -870,8 +964,14 @@ def _raise_failures(codes, ok, ys, results, mode: str, implicit: bool, grid: _Gr
     B = len(codes)
     hit = np.flatnonzero(codes == diffrax.RESULTS.max_steps_reached._value)
     if hit.size:
-        joint = (" (mode='joint': the members share their steps, so all of them stop together; "
-                 "mode='vmap' names the members that need the steps)") if mode == "joint" else ""
+        joint = (
+            (
+                " (mode='joint': the members share their steps, so all of them stop together; "
+                "mode='vmap' names the members that need the steps)"
+            )
+            if mode == "joint"
+            else ""
+        )
         raise MaxStepsReached(
             f"Members {hit.tolist()} used all max_steps={grid.max_steps} steps before reaching "
             f"t1={grid.t1}{joint}. Increase `max_steps` or loosen `rtol`/`atol`"

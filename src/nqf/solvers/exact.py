@@ -79,8 +79,9 @@ def _exact_core(cfg: _ExactConfig, dyn: dict) -> dict:
     y0, mask = _initial_y0("glv", cfg.init, data, dyn.init)
     t0, t1, _, gamma = dyn.params
     scale = 8.0 / data.m
-    interp = ExactGLVInterpolation(t0, t1, y0, mask, scale * data.pullback(data.y) - 2.0 * gamma,
-                                   scale * data.feature_norms())
+    interp = ExactGLVInterpolation(
+        t0, t1, y0, mask, scale * data.pullback(data.y) - 2.0 * gamma, scale * data.feature_norms()
+    )
     ts = dyn.ts
     if cfg.save == "state":
         ys = jax.vmap(interp.evaluate)(ts)
@@ -99,8 +100,7 @@ def _exact_core(cfg: _ExactConfig, dyn: dict) -> dict:
     return {"ts": ts, "ys": ys, "y0": y0, "mask": mask, "info": info, "dense": interp}
 
 
-def _diagonal_losses(interp: ExactGLVInterpolation, data: DiagonalData, ts, z_star, grad,
-                     chunk: int = 1024) -> dict:
+def _diagonal_losses(interp: ExactGLVInterpolation, data: DiagonalData, ts, z_star, grad, chunk: int = 1024) -> dict:
     """Loss (and excess loss) at every saved time for `DiagonalData`, whose loss is a sum over
     modes: (1/p) sum_k (lam_k z_k(t) - y_k)^2. Modes are taken `chunk` at a time against all n
     times, so each mode's parameters are read from memory once (not once per time) and the
@@ -124,8 +124,10 @@ def _diagonal_losses(interp: ExactGLVInterpolation, data: DiagonalData, ts, z_st
         if not excess:
             return [acc[0] + jnp.sum((lam * z - y) ** 2, axis=1)], None
         z_star, g = col[6:]
-        return [acc[0] + jnp.sum((lam * z - y) ** 2, axis=1),
-                acc[1] + jnp.sum((lam * (z - z_star)) ** 2 + g * z, axis=1)], None
+        return [
+            acc[0] + jnp.sum((lam * z - y) ** 2, axis=1),
+            acc[1] + jnp.sum((lam * (z - z_star)) ** 2 + g * z, axis=1),
+        ], None
 
     init = [jnp.zeros(ts.shape)] * (2 if excess else 1)
     sums, _ = jax.lax.scan(body, init, [blocks(c) for c in cols])

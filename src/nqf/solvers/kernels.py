@@ -128,6 +128,7 @@ def __getattr__(name: str):  # the kernels' private names, as before the split (
         return getattr(_nb(), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 # --------------------------------------------------------------------------------------------
 # JAX reference implementations
 # --------------------------------------------------------------------------------------------
@@ -225,8 +226,7 @@ def _f64(x, name: str) -> np.ndarray:
 def _first_bad(x: np.ndarray, name: str, what: str, bad: np.ndarray) -> ValueError:
     i = int(np.argmax(bad))
     return ValueError(
-        f"`{name}` must be {what}; found {int(bad.sum())} offending entries (first at index "
-        f"{i}: {float(x[i])!r})."
+        f"`{name}` must be {what}; found {int(bad.sum())} offending entries (first at index {i}: {float(x[i])!r})."
     )
 
 
@@ -252,9 +252,7 @@ def _problem(data, y, check: bool) -> _Problem:
         L, yy, diag, raw = data.Lambda, data.y, False, False
     elif isinstance(data, (np.ndarray, jax.Array)):
         if y is None:
-            raise ValueError(
-                "With a raw `Lambda` (m, p) or `lam` (p,) array, give the labels `y` too."
-            )
+            raise ValueError("With a raw `Lambda` (m, p) or `lam` (p,) array, give the labels `y` too.")
         L, yy, raw = data, y, True
         diag = np.ndim(L) == 1
     else:
@@ -271,19 +269,13 @@ def _problem(data, y, check: bool) -> _Problem:
             raise ValueError(f"`lam` must be a 1-d array of shape (p,); found shape {L.shape}.")
         if yy.shape != L.shape:
             raise ValueError(
-                f"`y` must have shape ({L.shape[0]},) (one label per mode, m = p) to match `lam`; "
-                f"found {yy.shape}."
+                f"`y` must have shape ({L.shape[0]},) (one label per mode, m = p) to match `lam`; found {yy.shape}."
             )
     else:
         if L.ndim != 2:
-            raise ValueError(
-                f"`Lambda` must be a 2-d array of shape (m, p); found shape {L.shape}."
-            )
+            raise ValueError(f"`Lambda` must be a 2-d array of shape (m, p); found shape {L.shape}.")
         if yy.shape != (L.shape[0],):
-            raise ValueError(
-                f"`y` must have shape ({L.shape[0]},) (one label per row of `Lambda`); found "
-                f"{yy.shape}."
-            )
+            raise ValueError(f"`y` must have shape ({L.shape[0]},) (one label per row of `Lambda`); found {yy.shape}.")
     if L.shape[-1] < 1 or yy.shape[0] < 1:
         raise ValueError(f"`{name}` must have p >= 1 modes and m >= 1 rows; found {L.shape}.")
     if raw and check:
@@ -317,10 +309,7 @@ def select_backend(data, *, y=None, backend: str = "auto", kind: str = "rhs") ->
 def _state(x, name: str, p: int) -> np.ndarray:
     x = _f64(x, name)
     if x.shape != (p,):
-        raise ValueError(
-            f"`{name}` must have shape ({p},) (one entry per mode) to match the data; found "
-            f"{x.shape}."
-        )
+        raise ValueError(f"`{name}` must have shape ({p},) (one entry per mode) to match the data; found {x.shape}.")
     return x
 
 
@@ -392,8 +381,7 @@ def glv_rhs(
         mask = np.asarray(mask)
         if mask.dtype != np.bool_ or mask.shape != (p,):
             raise ValueError(
-                f"`mask` must be a boolean array of shape ({p},); found dtype {mask.dtype} and "
-                f"shape {mask.shape}."
+                f"`mask` must be a boolean array of shape ({p},); found dtype {mask.dtype} and shape {mask.shape}."
             )
         mask = np.ascontiguousarray(mask)
     if out is None:
@@ -407,9 +395,7 @@ def glv_rhs(
     ):
         raise ValueError(
             f"`out` must be a writable C-contiguous float64 numpy array of shape ({p},); found "
-            f"{type(out).__name__} "
-            + (f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else "")
-            + "."
+            f"{type(out).__name__} " + (f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else "") + "."
         )
     if backend == "jax":
         _check_finite(v, name, mask)
@@ -425,8 +411,7 @@ def glv_rhs(
         rows = np.arange(prob.m)
         delta, chk = _nb()._nb_delta(prob.L, rows, v, prob.y, bool(log), mk, has_mask)
         chk = chk + delta.sum()  # also catches exp overflow in the log form
-        _nb()._nb_apply(prob.L, rows, (-8.0 / prob.m) * delta, -2.0 * gamma, v, 0 if log else 1,
-                  mk, has_mask, out)
+        _nb()._nb_apply(prob.L, rows, (-8.0 / prob.m) * delta, -2.0 * gamma, v, 0 if log else 1, mk, has_mask, out)
     if not math.isfinite(chk):
         _check_finite(v, name, mask)  # names the entry; passes on mere overflow
     return out
@@ -509,8 +494,9 @@ def glv_gd(
     idx = resolve_batches(batch_indices, batch_size, key, prob.m, steps)
     saved, n_saves, remainder = save_schedule(steps, save_every)
     if backend == "jax":
-        zs, loss = _jax_gd(prob.L, prob.y, z0, lr, gamma, idx, n_saves,
-                           *loop_counts(save_every, remainder), diag=prob.diag)
+        zs, loss = _jax_gd(
+            prob.L, prob.y, z0, lr, gamma, idx, n_saves, *loop_counts(save_every, remainder), diag=prob.diag
+        )
         zs, loss = np.asarray(zs), np.asarray(loss)
     else:
         zs = np.empty((saved.shape[0], prob.p))
@@ -526,8 +512,7 @@ def glv_gd(
     ok = np.isfinite(zs).all(axis=1)
     if not ok.all():
         raise FloatingPointError(
-            f"GD on z diverged: non-finite z by step {int(saved[np.argmax(~ok)])} (lr={lr:g}). "
-            "Reduce `lr`."
+            f"GD on z diverged: non-finite z by step {int(saved[np.argmax(~ok)])} (lr={lr:g}). Reduce `lr`."
         )
     return GLVTrajectory(steps=saved, t=lr * saved, z=zs, loss=loss, lr=lr, backend=backend)
 
@@ -546,8 +531,7 @@ def bytes_moved(m: int | None, p: int, *, log: bool = False) -> int:
     return 8 * (2 * m + (2 if log else 3)) * p
 
 
-def _crossover(sizes=(1_000, 3_000, 10_000, 30_000, 100_000, 1_000_000), m: int = 4,
-               repeat: int = 30) -> list[tuple]:
+def _crossover(sizes=(1_000, 3_000, 10_000, 30_000, 100_000, 1_000_000), m: int = 4, repeat: int = 30) -> list[tuple]:
     """Best-of-`repeat` time (seconds) of one `glv_rhs` call per backend and layout, for the
     `AUTO_THRESHOLD` choice: rows (layout, p, work, numba, jax)."""
     import time

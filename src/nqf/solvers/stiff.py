@@ -60,8 +60,7 @@ def _batch_shape(operator: lx.AbstractLinearOperator, p: int, name: str) -> tupl
     if isinstance(struct, jax.ShapeDtypeStruct) and struct.shape[-1:] == (p,) and len(struct.shape) <= 2:
         return struct.shape[:-1]
     raise ValueError(
-        f"`{name}` solves systems on vectors of shape ({p},) or stacked states (B, {p}); the "
-        f"operator acts on {struct}."
+        f"`{name}` solves systems on vectors of shape ({p},) or stacked states (B, {p}); the operator acts on {struct}."
     )
 
 
@@ -193,10 +192,11 @@ class BlockSolver(lx.AbstractLinearSolver):
         del options
         struct = operator.in_structure()
         K = self.K
-        if not isinstance(struct, jax.ShapeDtypeStruct) or len(struct.shape) not in (1, 2) \
-                or struct.shape[-1] % K:
-            raise ValueError(f"`BlockSolver` with K = {K} needs an operator on vectors (p,) or stacked "
-                             f"states (B, p) with p a multiple of K; found {struct}.")
+        if not isinstance(struct, jax.ShapeDtypeStruct) or len(struct.shape) not in (1, 2) or struct.shape[-1] % K:
+            raise ValueError(
+                f"`BlockSolver` with K = {K} needs an operator on vectors (p,) or stacked "
+                f"states (B, p) with p a multiple of K; found {struct}."
+            )
         shape = struct.shape
         m = shape[-1] // K
         probes = jnp.broadcast_to(jnp.eye(K, dtype=struct.dtype)[:, None, :], (K, m, K))
@@ -251,9 +251,7 @@ def glv_linear_solver(data: AbstractCommutingData, mask=None) -> lx.AbstractLine
 def glv_root_finder(data: AbstractCommutingData, mask=None) -> diffrax.VeryChord:
     """diffrax's chord root finder (tolerances from the step-size controller) with the
     structured linear solver of `glv_linear_solver` (`data`, `mask` as there)."""
-    return diffrax.with_stepsize_controller_tols(diffrax.VeryChord)(
-        linear_solver=glv_linear_solver(data, mask)
-    )
+    return diffrax.with_stepsize_controller_tols(diffrax.VeryChord)(linear_solver=glv_linear_solver(data, mask))
 
 
 _STIFF_TYPES: dict = {}  # type -> bool (ABC isinstance checks are slow on a per-call path)
@@ -280,4 +278,3 @@ def linear_solver_of(solver: Any):
 def is_structured(solver: Any) -> bool:
     """True if `solver` is a stiff solver whose linear solves use a structured solver."""
     return isinstance(linear_solver_of(solver), (WoodburySolver, DiagonalSolver, BlockSolver))
-

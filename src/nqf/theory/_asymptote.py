@@ -89,12 +89,23 @@ class Asymptote(Saveable):
     method: str
 
 
-def asymptote(model: NQFModel | AbstractData, *, W0: Float[ArrayLike, "p d"] | None = None,
-              M0: Float[ArrayLike, "p p"] | None = None, z0: Float[ArrayLike, " p"] | None = None,
-              mu0: Float[ArrayLike, " p"] | None = None, d: int | None = None, method: str = "auto",
-              tol: float = 1e-7, curvature_tol: float = 1e-8, init_tol: float = 1e-2, max_segments: int = 40,
-              max_time: float | None = None, max_dense: int = 4096,
-              solve_options: dict[str, Any] | None = None) -> Asymptote:
+def asymptote(
+    model: NQFModel | AbstractData,
+    *,
+    W0: Float[ArrayLike, "p d"] | None = None,
+    M0: Float[ArrayLike, "p p"] | None = None,
+    z0: Float[ArrayLike, " p"] | None = None,
+    mu0: Float[ArrayLike, " p"] | None = None,
+    d: int | None = None,
+    method: str = "auto",
+    tol: float = 1e-7,
+    curvature_tol: float = 1e-8,
+    init_tol: float = 1e-2,
+    max_segments: int = 40,
+    max_time: float | None = None,
+    max_dense: int = 4096,
+    solve_options: dict[str, Any] | None = None,
+) -> Asymptote:
     """The limit t -> inf of the MSE gradient flow (Eq. E8; Eq. E10 for a model with g, B) from
     one initial condition, computed without a horizon.
 
@@ -203,14 +214,24 @@ def asymptote(model: NQFModel | AbstractData, *, W0: Float[ArrayLike, "p d"] | N
         )
     if general:
         if z0 is not None:
-            raise ValueError("`z0` is the initial state of the GLV form; a model with g or B needs `W0`, or "
-                             "`M0` with `mu0` and `d`.")
+            raise ValueError(
+                "`z0` is the initial state of the GLV form; a model with g or B needs `W0`, or `M0` with `mu0` and `d`."
+            )
         if method not in ("auto", "flow"):
-            raise ValueError(f"method={method!r} needs a plain model (no g, B); a model with g or B has only "
-                             "method='flow' (the closed forms assume f = f0 + Tr[M A]).")
+            raise ValueError(
+                f"method={method!r} needs a plain model (no g, B); a model with g or B has only "
+                "method='flow' (the closed forms assume f = f0 + Tr[M A])."
+            )
         (M_init, mu_init), _, _, width = _initial_state_mu(data, M0, W0, mu0, d)
-        return _flow(mdl, "M-mu", "M-mu", (np.asarray(M_init), np.asarray(mu_init)), width,
-                     _flow_settings(tol, curvature_tol, max_segments, max_time, solve_options), max_dense)
+        return _flow(
+            mdl,
+            "M-mu",
+            "M-mu",
+            (np.asarray(M_init), np.asarray(mu_init)),
+            width,
+            _flow_settings(tol, curvature_tol, max_segments, max_time, solve_options),
+            max_dense,
+        )
     if mu0 is not None or d is not None:
         raise ValueError(
             "`mu0` and `d` belong to a model with g or B (the 'M-mu' flow, Eq. E10); without them the "
@@ -220,8 +241,9 @@ def asymptote(model: NQFModel | AbstractData, *, W0: Float[ArrayLike, "p d"] | N
     form, kind, x0, _ = _initial_state(plain, M0, W0, "auto", z0)
     f0 = mdl.f0
     if method == "glv" and not isinstance(data, AbstractCommutingData):
-        raise ValueError(f"method='glv' needs commuting data (CommutingData, DiagonalData, BlockData); found "
-                         f"{type(data).__name__}.")
+        raise ValueError(
+            f"method='glv' needs commuting data (CommutingData, DiagonalData, BlockData); found {type(data).__name__}."
+        )
     if method == "feedforward" and not isinstance(data, FeedForwardData):
         raise ValueError(f"method='feedforward' needs FeedForwardData; found {type(data).__name__}.")
     settings = _flow_settings(tol, curvature_tol, max_segments, max_time, solve_options)
@@ -296,8 +318,17 @@ def _glv(data: AbstractCommutingData, kind: str, x0, f0, max_dense: int, *, stri
     z_star = jnp.where(live, z_eq, 0.0) if any_traced(z_eq, z0) else np.where(np.asarray(live), z_eq, 0.0)
     loss, f = _loss_and_outputs(data.outputs_z(jnp.asarray(z_star)), data.y, f0)
     M, eigenvalues = _glv_state(data, kind, x0, z0, z_star, max_dense)
-    return Asymptote(eigenvalues=eigenvalues, loss=loss, M=M, z=_host(z_star), mu=None, outputs=f, t=None,
-                     accuracy=accuracy, method="glv")
+    return Asymptote(
+        eigenvalues=eigenvalues,
+        loss=loss,
+        M=M,
+        z=_host(z_star),
+        mu=None,
+        outputs=f,
+        t=None,
+        accuracy=accuracy,
+        method="glv",
+    )
 
 
 def _glv_state(data, kind, x0, z0, z_star, max_dense):
@@ -336,8 +367,11 @@ def _flow_selected_minimizer(data, z0, z_eq, strict: bool):
     minimizer is unique (the free modes' columns of Lambda are linearly independent). Otherwise
     the mirror-flow form (`asymptote`, method 1): z_k = z0_k exp(lambda_k^T u) on the free
     modes. Returns (None, residual) if that solve fails and not `strict`."""
-    check_memory(8.0 * data.m * data.p, f"The GLV limit's dense Lambda (m, p) = ({data.m}, {data.p})",
-                 "use DiagonalData, or method='flow'.")
+    check_memory(
+        8.0 * data.m * data.p,
+        f"The GLV limit's dense Lambda (m, p) = ({data.m}, {data.p})",
+        "use DiagonalData, or method='flow'.",
+    )
     Lam = np.asarray(data.Lambda)
     y = np.asarray(data.y)
     m = Lam.shape[0]
@@ -356,10 +390,14 @@ def _flow_selected_minimizer(data, z0, z_eq, strict: bool):
     if not res <= tol:
         if strict:
             raise AssumptionError(
-                "GLV limit", "the minimizer the flow selects is interior to the free modes (z_k(0) e^{lambda_k^T u} "
-                "with Lambda_F z = b* solvable)", res, tol,
+                "GLV limit",
+                "the minimizer the flow selects is interior to the free modes (z_k(0) e^{lambda_k^T u} "
+                "with Lambda_F z = b* solvable)",
+                res,
+                tol,
                 detail="The minimizer of L over z >= 0 is not unique and the selected one lies on the boundary; "
-                       "use method='flow' (or 'auto').")
+                "use method='flow' (or 'auto').",
+            )
         return None, res
     z = np.zeros_like(z0)
     z[free] = z_free
@@ -414,25 +452,34 @@ def _feedforward(data: FeedForwardData, kind: str, x0, f0, init_tol: float, max_
     a = np.asarray(data.a_rows)  # (m, r, k)
     b = np.asarray(data.b_rows)  # (m, r, q)
     y = np.asarray(data.y)
-    check_memory(8.0 * m * k * q * 2, f"The feed-forward asymptote's design matrix (m, k q) = ({m}, {k * q})",
-          "use method='flow'.")
+    check_memory(
+        8.0 * m * k * q * 2,
+        f"The feed-forward asymptote's design matrix (m, k q) = ({m}, {k * q})",
+        "use method='flow'.",
+    )
     design = np.einsum("mrk,mrq->mkq", a, b).reshape(m, k * q)  # rows vec(C_mu), row-major like E.ravel()
     coef, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
     s1 = np.linalg.matrix_rank(a.reshape(-1, k))
     s2 = np.linalg.matrix_rank(b.reshape(-1, q))
     if rank < s1 * s2:
         raise AssumptionError(
-            "Feed-forward asymptote", f"a unique least-squares E in span(a) (x) span(b) (design rank {s1 * s2})",
-            (s1 * s2 - rank) / (s1 * s2), 0.0, where=f"design rank {rank} of {s1 * s2}",
-            detail="The limit then depends on the flow's implicit bias (e.g. matrix completion); use method='flow'.")
+            "Feed-forward asymptote",
+            f"a unique least-squares E in span(a) (x) span(b) (design rank {s1 * s2})",
+            (s1 * s2 - rank) / (s1 * s2),
+            0.0,
+            where=f"design rank {rank} of {s1 * s2}",
+            detail="The limit then depends on the flow's implicit bias (e.g. matrix completion); use method='flow'.",
+        )
     E = coef.reshape(k, q)
     block = slice(data.front, data.front + k + q)
     x0 = np.asarray(x0)
     zblock = x0[block] if kind == "W" else x0[block, block]
     r0 = int(np.linalg.matrix_rank(zblock, hermitian=kind != "W"))
     if r0 == 0:
-        raise ValueError("The [Z1; Z2] block of the initial condition is 0: the flow never moves (Z1' = -G Z2, "
-                         "Z2' = -G^T Z1), so M stays at M0.")
+        raise ValueError(
+            "The [Z1; Z2] block of the initial condition is 0: the flow never moves (Z1' = -G Z2, "
+            "Z2' = -G^T Z1), so M stays at M0."
+        )
     E = _rank_limited(design, E, r0)
     U, s, Vt = np.linalg.svd(E, full_matrices=False)
     keep = s > max(k, q) * _EPS * max(s[0] if s.size else 0.0, np.finfo(float).tiny)
@@ -441,15 +488,28 @@ def _feedforward(data: FeedForwardData, kind: str, x0, f0, init_tol: float, max_
     ratio = m0 / (2 * s[-1]) if s.size else 0.0  # E_ls = 0: M* = 0 (to O(|M0|) absolutely)
     if not ratio <= init_tol:
         raise AssumptionError(
-            "Feed-forward asymptote", "small initialization |M0|_2 <= init_tol x (smallest nonzero eigenvalue of M*)",
-            ratio, init_tol, detail="The closed form holds to O(|M0|); use method='flow' (or 'auto') for this init.")
+            "Feed-forward asymptote",
+            "small initialization |M0|_2 <= init_tol x (smallest nonzero eigenvalue of M*)",
+            ratio,
+            init_tol,
+            detail="The closed form holds to O(|M0|); use method='flow' (or 'auto') for this init.",
+        )
     F = np.zeros((p, s.size))  # the balanced factor [0; U S^1/2; V S^1/2; 0] of M*
-    F[data.front:data.front + k] = U * np.sqrt(s)
-    F[data.front + k:data.front + k + q] = V * np.sqrt(s)
+    F[data.front : data.front + k] = U * np.sqrt(s)
+    F[data.front + k : data.front + k + q] = V * np.sqrt(s)
     loss, f = _loss_and_outputs(data.traces_factor(jnp.asarray(F)), data.y, f0)
     eigenvalues = np.concatenate([2 * s, np.zeros(p - s.size)])
-    return Asymptote(eigenvalues=eigenvalues, loss=loss, M=F @ F.T if p <= max_dense else None, z=None, mu=None,
-                     outputs=f, t=None, accuracy=ratio, method="feedforward")
+    return Asymptote(
+        eigenvalues=eigenvalues,
+        loss=loss,
+        M=F @ F.T if p <= max_dense else None,
+        z=None,
+        mu=None,
+        outputs=f,
+        t=None,
+        accuracy=ratio,
+        method="feedforward",
+    )
 
 
 def _rank_limited(design, E, r0: int):
@@ -465,9 +525,13 @@ def _rank_limited(design, E, r0: int):
     kron = float(np.sqrt(np.sum(w[1:] ** 2)) / w[0])
     if kron > _KRON_TOL:
         raise AssumptionError(
-            "Feed-forward asymptote", f"a Kronecker-structured least-squares Gram S_a (x) S_b (needed when the "
-            f"width limits the rank: rank E_ls = {rank} > {r0})", kron, _KRON_TOL,
-            detail="The best rank-limited E has no closed form here; use method='flow'.")
+            "Feed-forward asymptote",
+            f"a Kronecker-structured least-squares Gram S_a (x) S_b (needed when the "
+            f"width limits the rank: rank E_ls = {rank} > {r0})",
+            kron,
+            _KRON_TOL,
+            detail="The best rank-limited E has no closed form here; use method='flow'.",
+        )
     Sa = (u[:, 0] * w[0]).reshape(k, k)
     Sb = vt[0].reshape(q, q)
     if np.trace(Sa) < 0:
@@ -477,9 +541,13 @@ def _rank_limited(design, E, r0: int):
     Ut, st, Vtt = np.linalg.svd(half @ E @ bhalf)
     if st[r0 - 1] - st[r0] <= 1e-10 * st[0]:
         raise AssumptionError(
-            "Feed-forward asymptote", "a gap between the r0-th and (r0+1)-th whitened singular values "
-            "(a unique best rank-r0 E)", 1.0 - (st[r0 - 1] - st[r0]) / st[0], 1.0 - 1e-10, where=f"r0 = {r0}",
-            detail="Use method='flow'.")
+            "Feed-forward asymptote",
+            "a gap between the r0-th and (r0+1)-th whitened singular values (a unique best rank-r0 E)",
+            1.0 - (st[r0 - 1] - st[r0]) / st[0],
+            1.0 - 1e-10,
+            where=f"r0 = {r0}",
+            detail="Use method='flow'.",
+        )
     return phalf @ (Ut[:, :r0] * st[:r0]) @ Vtt[:r0] @ bphalf
 
 
@@ -508,8 +576,13 @@ def _flow_settings(tol, curvature_tol, max_segments, max_time, solve_options) ->
     taken = {"M0", "W0", "z0", "mu0", "d", "t1", "t0", "ts", "dense", "save", "stop", "form"} & set(opts)
     if taken:
         raise ValueError(f"`solve_options` must not set {sorted(taken)} (asymptote chooses them).")
-    return dict(tol=float(tol), curvature_tol=float(curvature_tol), max_segments=int(max_segments),
-                max_time=max_time, options=opts)
+    return dict(
+        tol=float(tol),
+        curvature_tol=float(curvature_tol),
+        max_segments=int(max_segments),
+        max_time=max_time,
+        options=opts,
+    )
 
 
 def _init_kwargs(kind: str, x, d):
@@ -539,8 +612,10 @@ def _flow(model: NQFModel, form: str, kind: str, x0, width, st: dict, max_dense:
         now = dict(cert.evaluate(kind, x0, 0.0), settle=0.0)
         if now["stationarity"] == 0.0:
             return cert.result(now, max_dense)
-        raise ValueError("asymptote (method='flow'): H(M0) = 0 but the state moves (mu' != 0); no rate scale "
-                         "kappa = |H(M0)|_2 for the certificate. Start from another state.")
+        raise ValueError(
+            "asymptote (method='flow'): H(M0) = 0 but the state moves (mu' != 0); no rate scale "
+            "kappa = |H(M0)|_2 for the certificate. Start from another state."
+        )
     kind_now, x = kind, x0
     t, seg = 0.0, 4.0 / cert.kappa
     prev, last = None, None
@@ -550,11 +625,21 @@ def _flow(model: NQFModel, form: str, kind: str, x0, width, st: dict, max_dense:
             if seg <= 0:
                 break
         try:
-            sol = solve_flow(target, **_init_kwargs(kind_now, x, width), t1=seg, ts=np.array([seg]), dense=False,
-                             form=form, **st["options"])
+            sol = solve_flow(
+                target,
+                **_init_kwargs(kind_now, x, width),
+                t1=seg,
+                ts=np.array([seg]),
+                dense=False,
+                form=form,
+                **st["options"],
+            )
         except MaxStepsReached as err:
-            raise _not_certified(last, f"the solver used up max_steps in the segment starting at t = {t:.6g} "
-                                 f"({err}); pass solve_options={{'max_steps': ...}} or {{'stiff': True}}") from err
+            raise _not_certified(
+                last,
+                f"the solver used up max_steps in the segment starting at t = {t:.6g} "
+                f"({err}); pass solve_options={{'max_steps': ...}} or {{'stiff': True}}",
+            ) from err
         t += seg
         kind_now, x = _next_state(sol, kind_now, form)
         now = cert.evaluate(kind_now, x, t)
@@ -564,8 +649,9 @@ def _flow(model: NQFModel, form: str, kind: str, x0, width, st: dict, max_dense:
         if not failed:
             return cert.result(now, max_dense)
         prev, seg = now, t
-    raise _not_certified(last, f"the budget (max_segments = {st['max_segments']}, max_time = {st['max_time']}) "
-                         f"ran out at t = {t:.6g}")
+    raise _not_certified(
+        last, f"the budget (max_segments = {st['max_segments']}, max_time = {st['max_time']}) ran out at t = {t:.6g}"
+    )
 
 
 def _failed(now: dict, st: dict) -> list[str]:
@@ -575,8 +661,10 @@ def _failed(now: dict, st: dict) -> list[str]:
     if not now["settle"] <= st["tol"]:
         out.append(f"settling (relative change over the last segment) = {now['settle']:.3g} > tol {st['tol']:.3g}")
     if not now["curvature"] >= -st["curvature_tol"]:
-        out.append(f"an unstable direction: lambda_min(H on the live directions) / kappa = {now['curvature']:.3g} < "
-                   f"-curvature_tol {-st['curvature_tol']:.3g} (a plateau: a mode has yet to ignite)")
+        out.append(
+            f"an unstable direction: lambda_min(H on the live directions) / kappa = {now['curvature']:.3g} < "
+            f"-curvature_tol {-st['curvature_tol']:.3g} (a plateau: a mode has yet to ignite)"
+        )
     return out
 
 
@@ -589,7 +677,8 @@ def _not_certified(last, why: str) -> RuntimeError:
     err = RuntimeError(
         f"asymptote (method='flow') could not certify a steady state: {why}. At t = {now['t']:.6g} the last state "
         f"failed: {'; '.join(failed)}. Raise max_segments / max_time, or pass solve_options={{'stiff': True}} "
-        "for slow, stiff convergence.")
+        "for slow, stiff convergence."
+    )
     err.last = now
     return err
 
@@ -689,9 +778,16 @@ class _Certificate:
             mu_scale = max(np.sqrt(self.width * np.linalg.norm(M, 2)), np.finfo(float).tiny)
             stationarity = max(stationarity, float(np.linalg.norm(dmu) / (kappa * mu_scale)))
             curvature = min(curvature, float(self._mu_curvature(M, mu)[0] / kappa))
-        return {"t": t, "M": M, "mu": mu, "z": np.asarray(x) if kind == "z" else None,
-                "eigenvalues": np.linalg.eigvalsh(M)[::-1], "loss": self._loss(M, mu),
-                "stationarity": stationarity, "curvature": curvature}
+        return {
+            "t": t,
+            "M": M,
+            "mu": mu,
+            "z": np.asarray(x) if kind == "z" else None,
+            "eigenvalues": np.linalg.eigvalsh(M)[::-1],
+            "loss": self._loss(M, mu),
+            "stationarity": stationarity,
+            "curvature": curvature,
+        }
 
     def result(self, now: dict, max_dense: int) -> Asymptote:
         f = np.asarray(self._outputs(now["M"], now["mu"]))
@@ -701,8 +797,17 @@ class _Certificate:
             M, eigenvalues = _glv_state(self.model.data, self.kind0, self.x0, self.z0, now["z"], max_dense)
         elif M.shape[0] > max_dense:
             M = None
-        return Asymptote(eigenvalues=eigenvalues, loss=now["loss"], M=M, z=now["z"], mu=now["mu"], outputs=f,
-                         t=float(now["t"]), accuracy=max(now["stationarity"], now["settle"]), method="flow")
+        return Asymptote(
+            eigenvalues=eigenvalues,
+            loss=now["loss"],
+            M=M,
+            z=now["z"],
+            mu=now["mu"],
+            outputs=f,
+            t=float(now["t"]),
+            accuracy=max(now["stationarity"], now["settle"]),
+            method="flow",
+        )
 
 
 def check_no_weight_decay(settings) -> None:

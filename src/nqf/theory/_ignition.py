@@ -39,16 +39,21 @@ from ..solvers._solve import FlowSolution
 from ..solvers._sweep import SweepSolution
 from ._asymptote import Asymptote, check_no_weight_decay, of_flow
 
-__all__ = ["predicted_ignition_times", "measure_ignition_times", "drop_times", "plateau_levels",
-           "learning_phase_end"]
+__all__ = ["predicted_ignition_times", "measure_ignition_times", "drop_times", "plateau_levels", "learning_phase_end"]
 
 QUANTITIES = ("auto", "z", "eigenvalues")
 REFINES = ("auto", "brent", "linear", "step")
 MODES = ("all", "growing")
 
 
-def predicted_ignition_times(zeta: Float[ArrayLike, " p"], C: Float[ArrayLike, " p"], z0: Float[ArrayLike, " p"], *,
-                             rho: float = 0.5, a: float = 1.0) -> Float[np.ndarray, " p"]:
+def predicted_ignition_times(
+    zeta: Float[ArrayLike, " p"],
+    C: Float[ArrayLike, " p"],
+    z0: Float[ArrayLike, " p"],
+    *,
+    rho: float = 0.5,
+    a: float = 1.0,
+) -> Float[np.ndarray, " p"]:
     """t*_k = 1/(a zeta_k) ln( (zeta_k - C_k z_k(0)) rho / (C_k z_k(0) (1 - rho)) ) (Eq. E19).
 
     With z_k(0) = c_k eps this is E19's (1/(a zeta)) ln(1/eps) - (1/(a zeta)) ln(C c /(zeta - C c
@@ -62,9 +67,7 @@ def predicted_ignition_times(zeta: Float[ArrayLike, " p"], C: Float[ArrayLike, "
 
     **Raises:** `ValueError` for rho outside (0, 1), a <= 0, negative C or z0, non-finite input.
     """
-    zeta, C, z0 = np.broadcast_arrays(
-        *(np.asarray(as_array(v, n)) for v, n in ((zeta, "zeta"), (C, "C"), (z0, "z0")))
-    )
+    zeta, C, z0 = np.broadcast_arrays(*(np.asarray(as_array(v, n)) for v, n in ((zeta, "zeta"), (C, "C"), (z0, "z0"))))
     _check_rho(rho)
     if not a > 0:
         raise ValueError(f"`a` must be > 0 (1 for Theorem 6, 2 for Theorem 7); found {a!r}.")
@@ -174,11 +177,14 @@ def measure_ignition_times(
     series, batched = _series_of(trajectory, quantity, refine)
     keep = _mode_mask(modes, series, batched)  # (B, p) or None; checked before any asymptote is computed
     levels = _targets(target, name, series, batched)
-    out = np.stack([
-        _first_crossings(s.t, s.values, rho * lvl, direction=(lvl > s.floor).astype(float), at=s.at,
-                         how=s.how, xtol=xtol)
-        for s, lvl in zip(series, levels)
-    ])
+    out = np.stack(
+        [
+            _first_crossings(
+                s.t, s.values, rho * lvl, direction=(lvl > s.floor).astype(float), at=s.at, how=s.how, xtol=xtol
+            )
+            for s, lvl in zip(series, levels)
+        ]
+    )
     if isinstance(modes, str) and modes == "growing":
         keep = np.stack([s.values[0] < rho * lvl for s, lvl in zip(series, levels)])
     if keep is not None:
@@ -275,8 +281,16 @@ def _flow_series(sol: FlowSolution, quantity: str, refine: str) -> _Series:
         t, values = np.asarray(sol.ts), (sol.z if quantity == "z" else _descending_eigenvalues(sol.M))
         final = values[-1]
     z_inf = sol.z_inf if quantity == "z" else None
-    return _Series(t, values, final if z_inf is None else z_inf, at, how,
-                   0.0 if quantity == "z" else _rounding_level(values), quantity, sol)
+    return _Series(
+        t,
+        values,
+        final if z_inf is None else z_inf,
+        at,
+        how,
+        0.0 if quantity == "z" else _rounding_level(values),
+        quantity,
+        sol,
+    )
 
 
 def _discrete_series(traj, times, quantity: str, refine: str) -> tuple[list[_Series], bool]:
@@ -313,8 +327,10 @@ def _discrete_series(traj, times, quantity: str, refine: str) -> tuple[list[_Ser
             f"{shape_str(values.shape[:2])} to match its saved states; found {shape_str(t.shape)}."
         )
     how = "linear" if refine == "auto" else refine
-    return [_Series(tb, vb, vb[-1], None, how, _rounding_level(vb) if from_M else 0.0, quantity)
-            for tb, vb in zip(t, values)], batched
+    return [
+        _Series(tb, vb, vb[-1], None, how, _rounding_level(vb) if from_M else 0.0, quantity)
+        for tb, vb in zip(t, values)
+    ], batched
 
 
 def _targets(target, name: str, series: list[_Series], batched: bool) -> np.ndarray:
@@ -375,8 +391,9 @@ def _mode_mask(modes, series: list[_Series], batched: bool):
     raise ValueError(f"`modes` (a boolean mask) must have shape {want}; found {shape_str(arr.shape)}.")
 
 
-def _first_crossings(t, values, level, *, direction=1.0, at=None, how: str = "linear",
-                     xtol: float = 1e-12) -> np.ndarray:
+def _first_crossings(
+    t, values, level, *, direction=1.0, at=None, how: str = "linear", xtol: float = 1e-12
+) -> np.ndarray:
     """First times at which the columns of `values` (n, k), sampled at times `t` (n,), reach
     `level` (k,) (upward for `direction` +1, downward for -1, never for 0; (k,) or scalar).
 
@@ -442,13 +459,17 @@ def _loss_curve(trajectory, loss, refine: str) -> _Curve:
     if loss is not None:
         t, values = trajectory, loss
     elif isinstance(trajectory, SweepSolution):
-        raise TypeError("A SweepSolution holds B loss curves: measure each member, e.g. "
-                        "[nqf.drop_times(member, levels=...) for member in sweep].")
+        raise TypeError(
+            "A SweepSolution holds B loss curves: measure each member, e.g. "
+            "[nqf.drop_times(member, levels=...) for member in sweep]."
+        )
     elif isinstance(trajectory, FlowSolution):
         dense = refine in ("auto", "brent") and _has_dense(trajectory)
         if refine == "brent" and not dense:
-            raise ValueError("refine='brent' needs the dense output of the flow; this solution was solved with "
-                             "dense=False. Solve with dense=None (default) or True, or use refine='linear'.")
+            raise ValueError(
+                "refine='brent' needs the dense output of the flow; this solution was solved with "
+                "dense=False. Solve with dense=None (default) or True, or use refine='linear'."
+            )
         if dense:
             at = _flow_loss_at(trajectory)
             t = trajectory.step_times
@@ -472,8 +493,10 @@ def _checked_curve(t, loss) -> tuple[np.ndarray, np.ndarray]:
     t = np.asarray(as_array(t, "t", ndim=1, host=True))
     loss = np.asarray(as_array(loss, "loss", ndim=1, host=True))
     if t.size == 0 or loss.shape != t.shape:
-        raise ValueError(f"`t` and `loss` must be non-empty 1-d arrays of the same length; found shapes "
-                         f"{shape_str(t.shape)} and {shape_str(loss.shape)}.")
+        raise ValueError(
+            f"`t` and `loss` must be non-empty 1-d arrays of the same length; found shapes "
+            f"{shape_str(t.shape)} and {shape_str(loss.shape)}."
+        )
     if np.any(np.diff(t) < 0):
         i = int(np.argmax(np.diff(t) < 0))
         raise ValueError(f"`t` must be non-decreasing; found t[{i}] = {t[i]} > t[{i + 1}] = {t[i + 1]}.")
@@ -540,8 +563,10 @@ def drop_times(
         raise ValueError(f"`levels` must hold at least 2 plateau levels (one drop); found {lv.size}.")
     if np.any(np.diff(lv) >= 0):
         i = int(np.argmax(np.diff(lv) >= 0))
-        raise ValueError(f"`levels` must be strictly decreasing (L_0 > L_1 > ...); found levels[{i}] = {lv[i]} <= "
-                         f"levels[{i + 1}] = {lv[i + 1]}.")
+        raise ValueError(
+            f"`levels` must be strictly decreasing (L_0 > L_1 > ...); found levels[{i}] = {lv[i]} <= "
+            f"levels[{i + 1}] = {lv[i + 1]}."
+        )
     curve = _loss_curve(trajectory, loss, refine)
     return _down_crossings(curve, 0.5 * (lv[:-1] + lv[1:]), xtol)
 
@@ -586,11 +611,13 @@ def plateau_levels(
     tk = np.unique(times[np.isfinite(times)])
     t0, t_end = curve.t[0], curve.t[-1]
     if tk.size and (tk[0] <= t0 or tk[-1] > t_end):
-        raise ValueError(f"`ignition_times` must lie in (t_0, t_end] = ({t0:g}, {t_end:g}] of the curve; found range "
-                         f"[{tk[0]:g}, {tk[-1]:g}].")
+        raise ValueError(
+            f"`ignition_times` must lie in (t_0, t_end] = ({t0:g}, {t_end:g}] of the curve; found range "
+            f"[{tk[0]:g}, {tk[-1]:g}]."
+        )
     rel = tk - t0
     h = t0 + 2.0 * rel[:-1] * rel[1:] / (rel[:-1] + rel[1:])
-    inside = (curve.at(h) if curve.at is not None and h.size else np.interp(h, curve.t, curve.loss))
+    inside = curve.at(h) if curve.at is not None and h.size else np.interp(h, curve.t, curve.loss)
     return np.concatenate([[curve.loss[0]], inside, [_final_loss(final, "final")]])
 
 
@@ -626,6 +653,8 @@ def learning_phase_end(
     curve = _loss_curve(trajectory, loss, refine)
     L0 = float(curve.loss[0])
     if L_inf > L0:
-        raise ValueError(f"`final_loss` = {L_inf:.6g} lies above the initial loss L(t_0) = {L0:.6g}: it is not the "
-                         "limit of this (non-increasing) loss curve.")
+        raise ValueError(
+            f"`final_loss` = {L_inf:.6g} lies above the initial loss L(t_0) = {L0:.6g}: it is not the "
+            "limit of this (non-increasing) loss curve."
+        )
     return float(_down_crossings(curve, L_inf + tol * (L0 - L_inf), xtol)[0])

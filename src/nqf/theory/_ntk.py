@@ -57,8 +57,14 @@ def _ntk(model1: NQFModel, model2: NQFModel, M, mu, d, chunk: int):
     return d * U1 @ U2.T + cols.T
 
 
-def ntk(model_x: NQFModel | AbstractData, model_xp: NQFModel | AbstractData | None = None, *,
-        M: Float[ArrayLike, "p p"], mu: Float[ArrayLike, " p"], d: int) -> Float[Array, "m1 m2"]:
+def ntk(
+    model_x: NQFModel | AbstractData,
+    model_xp: NQFModel | AbstractData | None = None,
+    *,
+    M: Float[ArrayLike, "p p"],
+    mu: Float[ArrayLike, " p"],
+    d: int,
+) -> Float[Array, "m1 m2"]:
     """The NTK Theta(x, x') of Proposition 8 (THEORY Eq. E25) for all pairs of inputs.
 
         Theta(x, x') = d u(x)^T u(x') + 2 u(x)^T A(x') mu + 2 mu^T A(x) u(x')
@@ -94,8 +100,7 @@ def ntk(model_x: NQFModel | AbstractData, model_xp: NQFModel | AbstractData | No
     p = model1.p
     if model2.p != p:
         raise ValueError(
-            f"`model_x` and `model_xp` must have the same neuron dimension p; found p = {p} and "
-            f"p = {model2.p}."
+            f"`model_x` and `model_xp` must have the same neuron dimension p; found p = {p} and p = {model2.p}."
         )
     M = as_array(M, "M", shape=(p, p))
     check_symmetric(M, "M")

@@ -60,8 +60,9 @@ __all__ = [
 _TINY = np.finfo(float).tiny
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["ts", "z", "basis", "M_basis", "W"],
-                   meta_fields=["theorem"])
+@functools.partial(
+    jax.tree_util.register_dataclass, data_fields=["ts", "z", "basis", "M_basis", "W"], meta_fields=["theorem"]
+)
 @dataclasses.dataclass(frozen=True, eq=False)
 class OracleSolution(Saveable):
     """An exact solution evaluated at times `ts`.
@@ -150,8 +151,10 @@ def _as_commuting(data: AbstractData, theorem: str, tol: float, fn: str = "") ->
     if isinstance(data, AbstractCommutingData):
         return data
     if any_traced(data):
-        raise ValueError(f"Under jit / vmap / grad with traced data `{fn}` needs CommutingData or DiagonalData "
-                         f"(dense data are converted on the host); found {type(data).__name__}.")
+        raise ValueError(
+            f"Under jit / vmap / grad with traced data `{fn}` needs CommutingData or DiagonalData "
+            f"(dense data are converted on the host); found {type(data).__name__}."
+        )
     with jax.ensure_compile_time_eval():
         return _from_dense(data, theorem, tol)
 
@@ -160,8 +163,14 @@ def _from_dense(data, theorem: str, tol: float) -> CommutingData:
     A = np.asarray(data.dense())
     res, (a, b) = _commutator_residual(A)
     if res > tol:
-        raise AssumptionError(theorem, _COMMUTING, res, tol, where=f"(mu, nu) = ({a}, {b})",
-                              detail="Residual: max|A_mu A_nu - A_nu A_mu| / max|A|^2.")
+        raise AssumptionError(
+            theorem,
+            _COMMUTING,
+            res,
+            tol,
+            where=f"(mu, nu) = ({a}, {b})",
+            detail="Residual: max|A_mu A_nu - A_nu A_mu| / max|A|^2.",
+        )
     try:
         return CommutingData.from_dense(A, np.asarray(data.y), rtol=max(tol, 1e-14))
     except ValueError as err:  # joint diagonalization failed
@@ -234,7 +243,12 @@ def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) ->
         with jax.ensure_compile_time_eval():
             cos, cols = features_cosines(cdata.Lambda)
         cdata = check_assumption(
-            cdata, theorem, _THM6_COND, cos, tol, where=lambda i: f"(k, j) = ({int(cols[i[0]])}, {int(cols[i[1]])})",
+            cdata,
+            theorem,
+            _THM6_COND,
+            cos,
+            tol,
+            where=lambda i: f"(k, j) = ({int(cols[i[0]])}, {int(cols[i[1]])})",
             detail="Residual: |sum_mu lambda_{mu,k} lambda_{mu,j}| / (|lambda_k| |lambda_j|).",
         )
     p = cdata.p
@@ -274,8 +288,10 @@ def _check_isotropic(data: AbstractData, tol, theorem: str = "Theorem 7"):
 
     def detail():
         ns = p * (p + 1) // 2
-        out = (f"Residual: max|kappa - 4c| / max kappa over the eigenvalues kappa of K on Sym({p}) "
-               f"(they span [{float(kappa.min()):.4g}, {float(kappa.max()):.4g}], 4c = {4 * float(c):.4g}).")
+        out = (
+            f"Residual: max|kappa - 4c| / max kappa over the eigenvalues kappa of K on Sym({p}) "
+            f"(they span [{float(kappa.min()):.4g}, {float(kappa.max()):.4g}], 4c = {4 * float(c):.4g})."
+        )
         if m < ns:
             out += f" Isotropy needs m >= p(p+1)/2 = {ns} samples; found m = {m}."
         return out
@@ -372,10 +388,15 @@ def theorem7(data: AbstractData, ts, *, M0, tol: float = 1e-10) -> OracleSolutio
         Mb = 0.5 * (Mb + np.swapaxes(Mb, 1, 2))
     with jax.ensure_compile_time_eval():
         bad = ~jnp.all(jnp.isfinite(Mb))
-    Mb = check(Mb, bad, lambda: FloatingPointError(
-        "Theorem 7 oracle overflowed (g_max t = "
-        f"{float(jnp.abs(g).max(initial=0.0) * jnp.max(ts, initial=0.0)):.4g}); use smaller times."
-    ), "Theorem 7 oracle overflowed (exp(g t) too large); use smaller times")
+    Mb = check(
+        Mb,
+        bad,
+        lambda: FloatingPointError(
+            "Theorem 7 oracle overflowed (g_max t = "
+            f"{float(jnp.abs(g).max(initial=0.0) * jnp.max(ts, initial=0.0)):.4g}); use smaller times."
+        ),
+        "Theorem 7 oracle overflowed (exp(g t) too large); use smaller times",
+    )
     z = jnp.einsum("nkk->nk", Mb)
     return OracleSolution(theorem, _host(ts), _host(z), _host(V), _host(Mb))
 
@@ -478,9 +499,15 @@ def _theorem16_check(theorem, Pi, data, M0, tol):
         KP = jax.lax.stop_gradient(jax.vmap(data.K)(Pi_))
         nrm = jnp.linalg.norm(Pi_, axis=(1, 2))
         tr = jnp.einsum("aii->a", Pi_)
-    Pi = check(Pi, tr < 0.5, lambda: ValueError(
-        f"`projectors[{int(jnp.argmin(tr))}]` has trace {float(tr.min()):.3g}; each projector must be nonzero "
-        "(rank >= 1)."), "each projector must be nonzero (rank >= 1, trace >= 1/2)")
+    Pi = check(
+        Pi,
+        tr < 0.5,
+        lambda: ValueError(
+            f"`projectors[{int(jnp.argmin(tr))}]` has trace {float(tr.min()):.3g}; each projector must be nonzero "
+            "(rank >= 1)."
+        ),
+        "each projector must be nonzero (rank >= 1, trace >= 1/2)",
+    )
     with jax.ensure_compile_time_eval():
         res1 = jnp.linalg.norm(Pi_ - jnp.swapaxes(Pi_, 1, 2), axis=(1, 2)) / nrm
         prod = jnp.einsum("aij,bjk->abik", Pi_, Pi_) - jnp.eye(n_a)[:, :, None, None] * Pi_[:, None]
@@ -544,8 +571,12 @@ def proposition7(data: CommutingData, M0, z, *, tol: float = 1e-10) -> np.ndarra
     z = as_array(z, "z", ndim=2, shape=(None, p), host=True)
     with jax.ensure_compile_time_eval():
         bad = jnp.any(z < 0)
-    z = check(z, bad, lambda: ValueError(f"`z` must be >= 0 (mode strengths); found min {float(z.min()):.3g}."),
-              "`z` must be >= 0 (mode strengths)")
+    z = check(
+        z,
+        bad,
+        lambda: ValueError(f"`z` must be >= 0 (mode strengths); found min {float(z.min()):.3g}."),
+        "`z` must be >= 0 (mode strengths)",
+    )
     P = jnp.eye(p) if cdata.P is None else cdata.P
     Mb0 = P.T @ M0 @ P
     z0 = jnp.diagonal(Mb0)

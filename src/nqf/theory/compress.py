@@ -180,11 +180,19 @@ def _check_d_prime(d_prime, lo: int, hi: int | None, what: str) -> int:
     return d_prime
 
 
-def theorem3(model: NQFModel | AbstractData, *, lr: float,
-             W0: Float[ArrayLike, "p d"] | None = None, M0: Float[ArrayLike, "p p"] | None = None,
-             mu0: Float[ArrayLike, " p"] | None = None, d: int | None = None,
-             d_prime: int | None = None, weight_decay: float = 0.0, rtol: float = DEFAULT_RTOL,
-             span: Span | None = None) -> Compression:
+def theorem3(
+    model: NQFModel | AbstractData,
+    *,
+    lr: float,
+    W0: Float[ArrayLike, "p d"] | None = None,
+    M0: Float[ArrayLike, "p p"] | None = None,
+    mu0: Float[ArrayLike, " p"] | None = None,
+    d: int | None = None,
+    d_prime: int | None = None,
+    weight_decay: float = 0.0,
+    rtol: float = DEFAULT_RTOL,
+    span: Span | None = None,
+) -> Compression:
     """Theorem 3: the exact width-(k_V + 1) NQF of a width-d NQF (module docstring).
 
     **Arguments:**
@@ -213,29 +221,48 @@ def theorem3(model: NQFModel | AbstractData, *, lr: float,
     k = span.k
     if d_prime is None:
         d_prime = k + 1
-    d_prime = _check_d_prime(d_prime, k + 1, None,
-                             f"Theorem 3 needs d' >= k_V + 1 = {k + 1}; use `corollary3` below that")
+    d_prime = _check_d_prime(
+        d_prime, k + 1, None, f"Theorem 3 needs d' >= k_V + 1 = {k + 1}; use `corollary3` below that"
+    )
     V = span.V
     c = d / d_prime
     # L L^T = C_V = (d/d') V^T (M0 - mu0 mu0^T/d) V, from the centered factor L0 (L0 L0^T = C0).
-    B = (V.T @ L0).T                                         # (p, k)
+    B = (V.T @ L0).T  # (p, k)
     Lk = np.zeros((k, k))
     if k:
-        r = np.linalg.qr(B, mode="r")                        # (min(p, k), k)
+        r = np.linalg.qr(B, mode="r")  # (min(p, k), k)
         Lk[:, : r.shape[0]] = math.sqrt(c) * r.T
     mu_t = np.zeros(model.p) if mu0 is None else V @ (V.T @ mu0)
     Wt = mu_t[:, None] / d_prime + V @ Lk @ helmert_rows(k, d_prime)
     return Compression(
-        model=_compressed_model(model, 1.0 / c), W0=Wt, M0=Wt @ Wt.T, mu0=Wt.sum(axis=1), d=d,
-        d_prime=d_prime, lr=c * lr, weight_decay=gamma / c, lr_original=lr,
-        weight_decay_original=gamma, kind="theorem3", span=span, eigenvalues=None, tail=0.0,
+        model=_compressed_model(model, 1.0 / c),
+        W0=Wt,
+        M0=Wt @ Wt.T,
+        mu0=Wt.sum(axis=1),
+        d=d,
+        d_prime=d_prime,
+        lr=c * lr,
+        weight_decay=gamma / c,
+        lr_original=lr,
+        weight_decay_original=gamma,
+        kind="theorem3",
+        span=span,
+        eigenvalues=None,
+        tail=0.0,
     )
 
 
-def corollary3(model: NQFModel | AbstractData, *, lr: float, d_prime: int,
-               W0: Float[ArrayLike, "p d"] | None = None, M0: Float[ArrayLike, "p p"] | None = None,
-               mu0: Float[ArrayLike, " p"] | None = None, d: int | None = None,
-               weight_decay: float = 0.0) -> Compression:
+def corollary3(
+    model: NQFModel | AbstractData,
+    *,
+    lr: float,
+    d_prime: int,
+    W0: Float[ArrayLike, "p d"] | None = None,
+    M0: Float[ArrayLike, "p p"] | None = None,
+    mu0: Float[ArrayLike, " p"] | None = None,
+    d: int | None = None,
+    weight_decay: float = 0.0,
+) -> Compression:
     """Corollary 3: compression to any width 1 <= d' <= p by keeping the top d' - 1 eigenpairs of
     C = (d/d') (M(0) - mu(0) mu(0)^T / d) (module docstring; error bound `corollary3_bound`).
 
@@ -255,21 +282,32 @@ def corollary3(model: NQFModel | AbstractData, *, lr: float, d_prime: int,
     d_prime = _check_d_prime(d_prime, 1, p, f"Corollary 3 compresses to 1 <= d' <= p = {p}")
     c = d / d_prime
     Q, S, _ = np.linalg.svd(L0)
-    lam = c * S**2                                           # eigenvalues of C, descending
+    lam = c * S**2  # eigenvalues of C, descending
     keep = d_prime - 1
     U = math.sqrt(c) * Q[:, :keep] * S[:keep]
     mu_t = np.zeros(p) if mu0 is None else mu0
     Wt = mu_t[:, None] / d_prime + U @ helmert_rows(keep, d_prime)
     return Compression(
-        model=_compressed_model(model, 1.0 / c), W0=Wt, M0=Wt @ Wt.T, mu0=Wt.sum(axis=1), d=d,
-        d_prime=d_prime, lr=c * lr, weight_decay=gamma / c, lr_original=lr,
-        weight_decay_original=gamma, kind="corollary3", span=None, eigenvalues=lam,
+        model=_compressed_model(model, 1.0 / c),
+        W0=Wt,
+        M0=Wt @ Wt.T,
+        mu0=Wt.sum(axis=1),
+        d=d,
+        d_prime=d_prime,
+        lr=c * lr,
+        weight_decay=gamma / c,
+        lr_original=lr,
+        weight_decay_original=gamma,
+        kind="corollary3",
+        span=None,
+        eigenvalues=lam,
         tail=float(np.sqrt(np.sum(lam[keep:] ** 2))),
     )
 
 
-def compress(model: NQFModel | AbstractData, *, lr: float, d_prime: int | None = None, rtol: float = DEFAULT_RTOL,
-             **init: Any) -> Compression:
+def compress(
+    model: NQFModel | AbstractData, *, lr: float, d_prime: int | None = None, rtol: float = DEFAULT_RTOL, **init: Any
+) -> Compression:
     """Theorem 3 if `d_prime` is None or >= k_V + 1, else Corollary 3 (`theorem3`,
     `corollary3`; `init`: W0, or M0, mu0, d; weight_decay)."""
     span = data_span(model, rtol=rtol)
@@ -281,8 +319,13 @@ def compress(model: NQFModel | AbstractData, *, lr: float, d_prime: int | None =
 # --------------------------------------------------------------------------------------------
 # error, Lipschitz constant, bound (Eq. E24)
 # --------------------------------------------------------------------------------------------
-def compression_error(M: Float[ArrayLike, "n p p"], mu: Float[ArrayLike, "n p"] | None, M_c: Float[ArrayLike, "n p p"],
-                      mu_c: Float[ArrayLike, "n p"] | None, scale: float) -> Float[np.ndarray, " n"]:
+def compression_error(
+    M: Float[ArrayLike, "n p p"],
+    mu: Float[ArrayLike, "n p"] | None,
+    M_c: Float[ArrayLike, "n p p"],
+    mu_c: Float[ArrayLike, "n p"] | None,
+    scale: float,
+) -> Float[np.ndarray, " n"]:
     """e_t = |scale * M~_t - M_t|_F + |mu~_t - mu_t|_2 for stacks M, M_c (n, p, p), mu, mu_c
     (n, p) (mu terms dropped if either is None); shape (n,). scale = d'/d (Corollary 3)."""
     M, M_c = np.asarray(M), np.asarray(M_c)
@@ -372,8 +415,9 @@ def _lipschitz_run(G: _Direction, Ma, mua, Mb, mub, idx, iu, w, method: str, n_i
             spectral norms from the dense Jacobian)."""
             (JMM, JMmu), (JmuM, Jmumu) = jax.jacfwd(F, argnums=(0, 1))(coords(M), mu)
             n2 = lambda J: jnp.linalg.norm(J, ord=2)  # noqa: E731
-            return combine(n2(JMM), n2(JMmu), n2(JmuM), n2(Jmumu),
-                           n2(jnp.eye(n_sym) + eta * JMM), n2(jnp.eye(p) + eta * Jmumu))
+            return combine(
+                n2(JMM), n2(JMmu), n2(JmuM), n2(Jmumu), n2(jnp.eye(n_sym) + eta * JMM), n2(jnp.eye(p) + eta * Jmumu)
+            )
 
         def opnorms_power(M, mu):
             """The same bounds with block norms by power iteration on jvp / transposed jvp."""
@@ -391,12 +435,14 @@ def _lipschitz_run(G: _Direction, Ma, mua, Mb, mub, idx, iu, w, method: str, n_i
                 f, b = block
                 return (lambda v: v + eta * f(v), lambda u: u + eta * b(u))
 
-            return combine(_power_norm(*MM, n_sym, n_iter, keys[0]),
-                           _power_norm(*Mmu, p, n_iter, keys[1]),
-                           _power_norm(*muM, n_sym, n_iter, keys[2]),
-                           _power_norm(*mumu, p, n_iter, keys[3]),
-                           _power_norm(*phi(MM), n_sym, n_iter, keys[4]),
-                           _power_norm(*phi(mumu), p, n_iter, keys[5]))
+            return combine(
+                _power_norm(*MM, n_sym, n_iter, keys[0]),
+                _power_norm(*Mmu, p, n_iter, keys[1]),
+                _power_norm(*muM, n_sym, n_iter, keys[2]),
+                _power_norm(*mumu, p, n_iter, keys[3]),
+                _power_norm(*phi(MM), n_sym, n_iter, keys[4]),
+                _power_norm(*phi(mumu), p, n_iter, keys[5]),
+            )
 
         opnorms = opnorms_dense if method == "dense" else opnorms_power
         a = (Ma[k], mua[k])
@@ -417,12 +463,21 @@ DENSE_JACOBIAN_MAX = 400
 """`lipschitz_along(method="auto")` uses dense Jacobians while p (p + 1) / 2 + p <= this."""
 
 
-def lipschitz_along(model: NQFModel | AbstractData, *, lr: float, d: int, M: Float[ArrayLike, "n p p"],
-                    mu: Float[ArrayLike, "n p"] | None, M_c: Float[ArrayLike, "n p p"],
-                    mu_c: Float[ArrayLike, "n p"] | None, batch_indices: Int[ArrayLike, "n-1 b"] | None = None,
-                    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
-                    weight_decay: float = 0.0,
-                    method: str = "auto", n_iter: int = 50) -> dict[str, Any]:
+def lipschitz_along(
+    model: NQFModel | AbstractData,
+    *,
+    lr: float,
+    d: int,
+    M: Float[ArrayLike, "n p p"],
+    mu: Float[ArrayLike, "n p"] | None,
+    M_c: Float[ArrayLike, "n p p"],
+    mu_c: Float[ArrayLike, "n p"] | None,
+    batch_indices: Int[ArrayLike, "n-1 b"] | None = None,
+    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
+    weight_decay: float = 0.0,
+    method: str = "auto",
+    n_iter: int = 50,
+) -> dict[str, Any]:
     """Local Lipschitz estimates of the SGD update along two trajectories (E24's L).
 
     G_B(M, mu) = (Phi_B(M, mu) - (M, mu)) / eta, Phi_B the exact step E5-E6 of the width-d model
@@ -460,9 +515,7 @@ def lipschitz_along(model: NQFModel | AbstractData, *, lr: float, d: int, M: Flo
     M, M_c = np.asarray(M, float), np.asarray(M_c, float)
     p = model.p
     if M.ndim != 3 or M.shape[1:] != (p, p) or M_c.shape != M.shape:
-        raise ValueError(
-            f"`M` and `M_c` must both have shape (n, {p}, {p}); found {M.shape} and {M_c.shape}."
-        )
+        raise ValueError(f"`M` and `M_c` must both have shape (n, {p}, {p}); found {M.shape} and {M_c.shape}.")
     n = M.shape[0]
     mu = np.zeros((n, p)) if mu is None else np.asarray(mu, float)
     mu_c = np.zeros((n, p)) if mu_c is None else np.asarray(mu_c, float)
@@ -472,9 +525,7 @@ def lipschitz_along(model: NQFModel | AbstractData, *, lr: float, d: int, M: Flo
     if batch_indices is not None:
         idx = np.asarray(batch_indices)
         if idx.ndim != 2 or idx.shape[0] < n - 1:
-            raise ValueError(
-                f"`batch_indices` must have shape (>= {n - 1}, b) (one row per step); found {idx.shape}."
-            )
+            raise ValueError(f"`batch_indices` must have shape (>= {n - 1}, b) (one row per step); found {idx.shape}.")
         idx = jnp.asarray(idx[: n - 1], dtype=jnp.int32)
     f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
     G = _Direction(model, f64(lr), f64(d), f64(gamma), as_loss(loss))
@@ -486,9 +537,18 @@ def lipschitz_along(model: NQFModel | AbstractData, *, lr: float, d: int, M: Flo
     if isinstance(n_iter, (bool, np.bool_)) or not isinstance(n_iter, (int, np.integer)) or n_iter < 1:
         raise ValueError(f"`n_iter` must be an integer >= 1; found {n_iter!r}.")
     sl = slice(0, n - 1)
-    Lj, ratio, Lphi = _lipschitz_run(G, f64(M[sl]), f64(mu[sl]), f64(M_c[sl]), f64(mu_c[sl]), idx,
-                                     (jnp.asarray(iu[0]), jnp.asarray(iu[1])), f64(w), method,
-                                     int(n_iter))
+    Lj, ratio, Lphi = _lipschitz_run(
+        G,
+        f64(M[sl]),
+        f64(mu[sl]),
+        f64(M_c[sl]),
+        f64(mu_c[sl]),
+        idx,
+        (jnp.asarray(iu[0]), jnp.asarray(iu[1])),
+        f64(w),
+        method,
+        int(n_iter),
+    )
     return {"L": np.asarray(Lj), "realized": np.asarray(ratio), "map_L": np.asarray(Lphi)}
 
 
@@ -543,12 +603,17 @@ class Corollary3Bound:
             r = b[ok] / self.measured[ok]
         if r.size == 0:
             return {"min": math.inf, "median": math.inf, "max": math.inf, "final": math.inf}
-        return {"min": float(r.min()), "median": float(np.median(r)), "max": float(r.max()),
-                "final": float(r[-1])}
+        return {"min": float(r.min()), "median": float(np.median(r)), "max": float(r.max()), "final": float(r[-1])}
 
 
-def corollary3_bound(measured: Float[ArrayLike, " n"], L_steps: Float[ArrayLike, " n-1"], *, tail: float, lr: float,
-                     map_L_steps: Float[ArrayLike, " n-1"] | None = None) -> Corollary3Bound:
+def corollary3_bound(
+    measured: Float[ArrayLike, " n"],
+    L_steps: Float[ArrayLike, " n-1"],
+    *,
+    tail: float,
+    lr: float,
+    map_L_steps: Float[ArrayLike, " n-1"] | None = None,
+) -> Corollary3Bound:
     """Evaluate E24 for a measured error trajectory e_0..e_{n-1} (one entry per SGD step) and
     per-step Lipschitz estimates L_0..L_{n-2} (`lipschitz_along`): bound_t = tail exp(lr L t)
     with L = max L_k (overflow gives inf); sharpened_t = e_0 prod_{k<t} (1 + lr L_k); with
@@ -560,19 +625,23 @@ def corollary3_bound(measured: Float[ArrayLike, " n"], L_steps: Float[ArrayLike,
     lr = check_positive(lr, "lr")
     e = np.asarray(as_array(measured, "measured", ndim=1))
     if e.size == 0 or np.any(e < 0):
-        raise ValueError("`measured` must be a non-empty 1-d array of errors >= 0 (one per step); found "
-                         + ("an empty array." if e.size == 0 else f"minimum {e.min():.3g}."))
+        raise ValueError(
+            "`measured` must be a non-empty 1-d array of errors >= 0 (one per step); found "
+            + ("an empty array." if e.size == 0 else f"minimum {e.min():.3g}.")
+        )
     Ls = np.asarray(as_array(L_steps, "L_steps", finite=False))
     if Ls.shape != (e.size - 1,):
         raise ValueError(f"`L_steps` must have shape ({e.size - 1},) (one per step); found {Ls.shape}.")
     if np.any(Ls < 0) or np.any(np.isnan(Ls)):
-        raise ValueError(f"`L_steps` must be Lipschitz estimates >= 0; found minimum {np.nanmin(Ls, initial=np.nan):.3g}"
-                         + (" and NaN" if np.any(np.isnan(Ls)) else "") + ".")
+        raise ValueError(
+            f"`L_steps` must be Lipschitz estimates >= 0; found minimum {np.nanmin(Ls, initial=np.nan):.3g}"
+            + (" and NaN" if np.any(np.isnan(Ls)) else "")
+            + "."
+        )
     if map_L_steps is not None:
         mL = np.asarray(as_array(map_L_steps, "map_L_steps", finite=False))
         if mL.shape != Ls.shape or np.any(~(mL >= 0)):
-            raise ValueError(f"`map_L_steps` must have shape {Ls.shape} and entries >= 0; found shape "
-                             f"{mL.shape}.")
+            raise ValueError(f"`map_L_steps` must have shape {Ls.shape} and entries >= 0; found shape {mL.shape}.")
     steps = np.arange(e.size)
     L = float(Ls.max(initial=0.0))
     with np.errstate(over="ignore"):
@@ -582,18 +651,37 @@ def corollary3_bound(measured: Float[ArrayLike, " n"], L_steps: Float[ArrayLike,
         if map_L_steps is not None:
             mL = np.asarray(map_L_steps, float)
             step = e[0] * np.concatenate([[1.0], np.cumprod(mL)])
-    return Corollary3Bound(steps, e, bound, sharp, step, L, Ls,
-                           None if map_L_steps is None else np.asarray(map_L_steps, float),
-                           float(tail), float(e[0]), float(lr))
+    return Corollary3Bound(
+        steps,
+        e,
+        bound,
+        sharp,
+        step,
+        L,
+        Ls,
+        None if map_L_steps is None else np.asarray(map_L_steps, float),
+        float(tail),
+        float(e[0]),
+        float(lr),
+    )
 
 
-def compression_report(model: NQFModel | AbstractData, *, lr: float, steps: int,
-                       W0: Float[ArrayLike, "p d"] | None = None, M0: Float[ArrayLike, "p p"] | None = None,
-                       mu0: Float[ArrayLike, " p"] | None = None, d: int | None = None,
-                       d_prime: int | None = None, batch_size: int | None = None,
-                       key: PRNGKeyArray | int | None = None, batch_indices: Int[ArrayLike, "steps b"] | None = None,
-                       loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
-                       rtol: float = DEFAULT_RTOL) -> dict[str, Any]:
+def compression_report(
+    model: NQFModel | AbstractData,
+    *,
+    lr: float,
+    steps: int,
+    W0: Float[ArrayLike, "p d"] | None = None,
+    M0: Float[ArrayLike, "p p"] | None = None,
+    mu0: Float[ArrayLike, " p"] | None = None,
+    d: int | None = None,
+    d_prime: int | None = None,
+    batch_size: int | None = None,
+    key: PRNGKeyArray | int | None = None,
+    batch_indices: Int[ArrayLike, "steps b"] | None = None,
+    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
+    rtol: float = DEFAULT_RTOL,
+) -> dict[str, Any]:
     """k_V, d' and the measured error / E24 bound of compressing a given model (library call
     behind ``nqf compress``).
 
@@ -624,9 +712,15 @@ def compression_report(model: NQFModel | AbstractData, *, lr: float, steps: int,
     small = closed_sgd(comp.model, lr=comp.lr, W0=comp.W0, **kw)
     Mc, muc = comp.lift(small.M, small.mu)
     ref_M, ref_mu = orig.M, orig.mu
-    out = {"k_V": comp.span.k if comp.span is not None else data_span(model, rtol=rtol).k,
-           "d": comp.d, "d_prime": comp.d_prime, "kind": comp.kind, "steps": steps, "lr": lr,
-           "lr_compressed": comp.lr}
+    out = {
+        "k_V": comp.span.k if comp.span is not None else data_span(model, rtol=rtol).k,
+        "d": comp.d,
+        "d_prime": comp.d_prime,
+        "kind": comp.kind,
+        "steps": steps,
+        "lr": lr,
+        "lr_compressed": comp.lr,
+    }
     span = comp.span if comp.span is not None else data_span(model, rtol=rtol)
     out["span_singular_values"] = span.singular_values
     out["span_gap"] = span.gap
@@ -642,12 +736,23 @@ def compression_report(model: NQFModel | AbstractData, *, lr: float, steps: int,
         out["error_rel"] = float(e.max() / np.abs(ref_M).max())
         return out
     e = compression_error(ref_M, ref_mu, small.M, muc, comp.scale)
-    lip = lipschitz_along(model, lr=lr, d=comp.d, M=ref_M, mu=ref_mu, M_c=Mc, mu_c=muc,
-                          batch_indices=batch_indices, loss=loss)
+    lip = lipschitz_along(
+        model, lr=lr, d=comp.d, M=ref_M, mu=ref_mu, M_c=Mc, mu_c=muc, batch_indices=batch_indices, loss=loss
+    )
     b = corollary3_bound(e, lip["L"], tail=comp.tail, lr=lr, map_L_steps=lip["map_L"])
-    out.update(error=float(e.max()), error_final=float(e[-1]), e0=b.e0, tail=comp.tail, L=b.L,
-               bound_final=float(b.bound[-1]), holds=b.holds, tightness=b.tightness(),
-               holds_sharpened=b.holds_sharpened, tightness_sharpened=b.tightness("sharpened"),
-               holds_stepwise=b.holds_stepwise, tightness_stepwise=b.tightness("stepwise"),
-               L_covers_realized=float(np.mean(lip["L"] >= lip["realized"] * (1 - 1e-12))))
+    out.update(
+        error=float(e.max()),
+        error_final=float(e[-1]),
+        e0=b.e0,
+        tail=comp.tail,
+        L=b.L,
+        bound_final=float(b.bound[-1]),
+        holds=b.holds,
+        tightness=b.tightness(),
+        holds_sharpened=b.holds_sharpened,
+        tightness_sharpened=b.tightness("sharpened"),
+        holds_stepwise=b.holds_stepwise,
+        tightness_stepwise=b.tightness("stepwise"),
+        L_covers_realized=float(np.mean(lip["L"] >= lip["realized"] * (1 - 1e-12))),
+    )
     return out

@@ -99,8 +99,9 @@ def samplewise_exponent(g1: float, g2: float) -> float:
     return (2.0 * g1 - 1.0) / g2
 
 
-def featurewise_limit(tau: Float[ArrayLike, " n"], zeta: Float[ArrayLike, " p"], V: Float[ArrayLike, " p"], *,
-                      a: float = 1.0) -> Float[np.ndarray, " n"]:
+def featurewise_limit(
+    tau: Float[ArrayLike, " n"], zeta: Float[ArrayLike, " p"], V: Float[ArrayLike, " p"], *, a: float = 1.0
+) -> Float[np.ndarray, " n"]:
     """The eps -> 0 limit of the excess loss in the proof of Theorem 9:
     E(tau) = sum_k V_k I(tau < 1/(a zeta_k)) at rescaled time tau = t / ln(1/eps)
     (a = 1 for Theorem 6, 2 for Theorem 7; modes with zeta_k <= 0 never ignite).
@@ -123,8 +124,9 @@ def _tail_sums(tau, tau_star, w) -> np.ndarray:
     return suffix[np.searchsorted(ts, tau, side="right")]
 
 
-def window_average(tstar: Float[ArrayLike, " p"], values: Float[ArrayLike, " p"], t_min: float, t_max: float,
-                   n: int = 200) -> float:
+def window_average(
+    tstar: Float[ArrayLike, " p"], values: Float[ArrayLike, " p"], t_min: float, t_max: float, n: int = 200
+) -> float:
     """Average of a per-mode quantity over a fit window, weighted like the fitter (log-uniform t).
 
     At `n` log-spaced times t in [t_min, t_max], the mode igniting at t is found by interpolating
@@ -145,8 +147,14 @@ def window_average(tstar: Float[ArrayLike, " p"], values: Float[ArrayLike, " p"]
     return float(np.mean(np.interp(kt, lk, values)))
 
 
-def ignition_window(tstar: Float[ArrayLike, " p"], a1: float, *, k_lo: int = 2, cutoff_fraction: float = 0.05,
-                    t_end: float | None = None) -> dict:
+def ignition_window(
+    tstar: Float[ArrayLike, " p"],
+    a1: float,
+    *,
+    k_lo: int = 2,
+    cutoff_fraction: float = 0.05,
+    t_end: float | None = None,
+) -> dict:
     """The fit window of a feature-wise (or sample-wise) power law: [t*_{k_lo}, t*_{k_hi}].
 
     Rule: start at the ignition of mode `k_lo` (default 2: after the first mode, which is an
@@ -172,10 +180,15 @@ def ignition_window(tstar: Float[ArrayLike, " p"], a1: float, *, k_lo: int = 2, 
     if t_end is not None:
         t_max = min(t_max, float(t_end))
     return {
-        "t_min": t_min, "t_max": t_max, "k_lo": int(k_lo), "k_hi": k_hi,
-        "rule": (f"[t*_{{k_lo}}, min(t*_{{k_hi}}, t_end)]: k_lo = {k_lo} (the first mode is an isolated "
-                 f"step), k_hi = floor(p {cutoff_fraction:g}^(1/(a1-1))) = {k_hi}, where the finite-size "
-                 "cutoff steepens the local slope by at most ~5%"),
+        "t_min": t_min,
+        "t_max": t_max,
+        "k_lo": int(k_lo),
+        "k_hi": k_hi,
+        "rule": (
+            f"[t*_{{k_lo}}, min(t*_{{k_hi}}, t_end)]: k_lo = {k_lo} (the first mode is an isolated "
+            f"step), k_hi = floor(p {cutoff_fraction:g}^(1/(a1-1))) = {k_hi}, where the finite-size "
+            "cutoff steepens the local slope by at most ~5%"
+        ),
     }
 
 
@@ -239,9 +252,18 @@ class PowerLawFit:
         return d
 
 
-def fit_power_law(t: Float[ArrayLike, " n"], L: Float[ArrayLike, " n"], t_min: float, t_max: float, *,
-                  n_grid: int = 200, min_decades: float = 1.0,
-                  max_rms: float = 0.25, max_drift: float = 0.3, min_exponent: float = 0.05) -> PowerLawFit:
+def fit_power_law(
+    t: Float[ArrayLike, " n"],
+    L: Float[ArrayLike, " n"],
+    t_min: float,
+    t_max: float,
+    *,
+    n_grid: int = 200,
+    min_decades: float = 1.0,
+    max_rms: float = 0.25,
+    max_drift: float = 0.3,
+    min_exponent: float = 0.05,
+) -> PowerLawFit:
     """Fit L ~ t^-gamma on [t_min, t_max] and decide whether the curve is a power law there.
 
     See the module docstring for the procedure and the criterion. The curve is given at times `t`
@@ -263,8 +285,9 @@ def fit_power_law(t: Float[ArrayLike, " n"], L: Float[ArrayLike, " n"], t_min: f
     if np.any(np.diff(t) <= 0):
         raise ValueError("`t` must be strictly increasing.")
     if t_min < t[0] or t_max > t[-1]:
-        raise ValueError(f"The window [{t_min:.4g}, {t_max:.4g}] must lie inside the data's time range "
-                         f"[{t[0]:.4g}, {t[-1]:.4g}].")
+        raise ValueError(
+            f"The window [{t_min:.4g}, {t_max:.4g}] must lie inside the data's time range [{t[0]:.4g}, {t[-1]:.4g}]."
+        )
     lo = max(int(np.searchsorted(t, t_min, side="right")) - 1, 0)
     hi = min(int(np.searchsorted(t, t_max, side="left")) + 1, t.size)
     tw, Lw = t[lo:hi], L[lo:hi]
@@ -291,9 +314,29 @@ def fit_power_law(t: Float[ArrayLike, " n"], L: Float[ArrayLike, " n"], t_min: f
     if not rms <= max_rms:
         reasons.append(f"log-residual rms {rms:.3g} > {max_rms:g}")
     if not drift <= max_drift:
-        reasons.append(f"half-window exponents {-s1:.3g} and {-s2:.3g} differ by {drift:.3g} > {max_drift:g} "
-                       "of the exponent")
-    criterion = {"min_decades": float(min_decades), "min_exponent": float(min_exponent),
-                 "max_rms": float(max_rms), "max_drift": float(max_drift)}
-    return PowerLawFit(gamma, float(icpt), t_min, t_max, decades, n_grid, rms, float(np.abs(res).max()),
-                       (-float(s1), -float(s2)), drift, not reasons, tuple(reasons), criterion, g, res)
+        reasons.append(
+            f"half-window exponents {-s1:.3g} and {-s2:.3g} differ by {drift:.3g} > {max_drift:g} of the exponent"
+        )
+    criterion = {
+        "min_decades": float(min_decades),
+        "min_exponent": float(min_exponent),
+        "max_rms": float(max_rms),
+        "max_drift": float(max_drift),
+    }
+    return PowerLawFit(
+        gamma,
+        float(icpt),
+        t_min,
+        t_max,
+        decades,
+        n_grid,
+        rms,
+        float(np.abs(res).max()),
+        (-float(s1), -float(s2)),
+        drift,
+        not reasons,
+        tuple(reasons),
+        criterion,
+        g,
+        res,
+    )

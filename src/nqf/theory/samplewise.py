@@ -43,8 +43,6 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.integrate
-import scipy.optimize
 
 from .._core._checks import any_traced, as_array, as_weights, check, check_assumption, check_positive, shape_str
 from .._core._config import require_x64
@@ -77,9 +75,11 @@ _TINY = np.finfo(float).tiny
 _FREEZE = 16 * np.finfo(float).eps  # |xi'| <= _FREEZE * scale: converged to rounding
 
 
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["ts", "z", "basis", "M_basis", "W", "xi", "outputs", "y"],
-                   meta_fields=["theorem"])
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["ts", "z", "basis", "M_basis", "W", "xi", "outputs", "y"],
+    meta_fields=["theorem"],
+)
 @dataclasses.dataclass(frozen=True, eq=False)
 class SampleOracleSolution(OracleSolution):
     """An exact solution of Theorem 4 or 5 at times `ts` (all of `OracleSolution`, plus):
@@ -101,8 +101,9 @@ class SampleOracleSolution(OracleSolution):
         """Order parameter M(t) in the standard basis, shape (n, p, p) (not available from a
         solve with ``matrices=False``)."""
         if self.M_basis is None:
-            raise ValueError("This solution was computed with matrices=False: only `z`, `xi` and the "
-                             "outputs are available.")
+            raise ValueError(
+                "This solution was computed with matrices=False: only `z`, `xi` and the outputs are available."
+            )
         return OracleSolution.M.func(self)
 
     @functools.cached_property
@@ -143,6 +144,8 @@ def _solve_scalar_odes(a, b, c, ts, rtol: float) -> np.ndarray:
     Absolute tolerance: rtol * 0.1 / max_j |b_ij| per component, so that the exponents b xi, and
     thus z = z0 exp(-b xi), carry relative errors of order rtol.
     """
+    import scipy.integrate  # on first use (~0.3 s at import)
+
     a = np.asarray(a, float)
     b = np.asarray(b, float)
     c = np.asarray(c, float)
@@ -184,7 +187,13 @@ def _solve_scalar_odes(a, b, c, ts, rtol: float) -> np.ndarray:
 
             t_req = np.unique(np.concatenate([t_eval, [t_b]]))
             sol = scipy.integrate.solve_ivp(
-                rhs, (t_a, t_b), xi[idx], method="DOP853", t_eval=t_req, rtol=rtol, atol=atol[idx],
+                rhs,
+                (t_a, t_b),
+                xi[idx],
+                method="DOP853",
+                t_eval=t_req,
+                rtol=rtol,
+                atol=atol[idx],
             )
             if not sol.success:
                 raise RuntimeError(f"scipy DOP853 failed on the xi ODE: {sol.message}")
@@ -234,10 +243,18 @@ def _solve_scalar_odes_traced(a, b, c, ts, rtol: float, max_steps: int = 100_000
         return jnp.sum(a * jnp.exp(-b * x[:, None]), axis=1) - c
 
     sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(rhs), diffrax.Kvaerno5(), 0.0, t_sorted[-1], None, jnp.zeros(n_c), args=(a, b, c),
+        diffrax.ODETerm(rhs),
+        diffrax.Kvaerno5(),
+        0.0,
+        t_sorted[-1],
+        None,
+        jnp.zeros(n_c),
+        args=(a, b, c),
         saveat=diffrax.SaveAt(ts=t_sorted),
         # steps land on the saved times (no interpolation error: 2e-12 -> 4e-15 against scipy)
-        stepsize_controller=diffrax.PIDController(rtol=0.1 * rtol, atol=0.1 * atol, norm=optx.max_norm, step_ts=t_sorted),
+        stepsize_controller=diffrax.PIDController(
+            rtol=0.1 * rtol, atol=0.1 * atol, norm=optx.max_norm, step_ts=t_sorted
+        ),
         max_steps=max_steps,
     )
     return jnp.zeros_like(sol.ys).at[order].set(sol.ys)
@@ -292,8 +309,12 @@ def _check_z0(z0, p: int, what: str = "to match the data"):
     z0 = as_array(z0, "z0", ndim=1, host=True)
     if z0.shape != (p,):
         raise ValueError(f"`z0` must have shape ({p},) {what}; found {shape_str(z0.shape)}.")
-    return check(z0, z0 < 0, lambda: ValueError(f"`z0` must be >= 0 (mode strengths); found min {z0.min():.3g}."),
-                 "`z0` must be >= 0 (mode strengths)")
+    return check(
+        z0,
+        z0 < 0,
+        lambda: ValueError(f"`z0` must be >= 0 (mode strengths); found min {z0.min():.3g}."),
+        "`z0` must be >= 0 (mode strengths)",
+    )
 
 
 def _check_rtol(rtol) -> float:
@@ -352,12 +373,18 @@ def _proportional(data: AbstractData):
         Amat = v.reshape(p, p)
         lam, P = jnp.linalg.eigh(0.5 * (Amat + Amat.T))
     zero = ~live  # all-zero data: c = 0, lam = 0, P = I, residual 0
-    return (jnp.where(zero, 0.0, c), jnp.where(zero, 0.0, lam), jnp.where(zero, jnp.eye(p), P),
-            jnp.where(zero, 0.0, res[worst]), jnp.where(zero, 0, worst))
+    return (
+        jnp.where(zero, 0.0, c),
+        jnp.where(zero, 0.0, lam),
+        jnp.where(zero, jnp.eye(p), P),
+        jnp.where(zero, 0.0, res[worst]),
+        jnp.where(zero, 0, worst),
+    )
 
 
-def theorem4(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10,
-             rtol: float = 1e-13) -> SampleOracleSolution:
+def theorem4(
+    data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10, rtol: float = 1e-13
+) -> SampleOracleSolution:
     """Theorem 4 (Eq. E14): exact MSE gradient flow for proportional samples A_mu = c_mu A.
 
     With A = P diag(lambda) P^T, alpha = (4/m) sum_mu c_mu^2, beta = (4/m) sum_mu c_mu y_mu and
@@ -396,9 +423,15 @@ def theorem4(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10,
     rtol = _check_rtol(rtol)
     with jax.ensure_compile_time_eval():  # concrete data inside someone's jit: decomposed on the host
         c, lam, P, res, worst = _proportional(data)
-    c = check_assumption(c, theorem, _THM4_COND, res, tol, where=lambda _: f"mu = {int(worst)}",
-                         detail="Residual: max_mu |A_mu - c_mu A|_F / max_mu |A_mu|_F for the "
-                                "best rank-1 fit of the stacked A_mu.")
+    c = check_assumption(
+        c,
+        theorem,
+        _THM4_COND,
+        res,
+        tol,
+        where=lambda _: f"mu = {int(worst)}",
+        detail="Residual: max_mu |A_mu - c_mu A|_F / max_mu |A_mu|_F for the best rank-1 fit of the stacked A_mu.",
+    )
     p, m = data.p, data.m
     ts = _times(ts)
     M0, W0 = _initial(data, M0, W0, p)
@@ -413,8 +446,9 @@ def theorem4(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10,
     xi = _xi(a, b, rhs_c, ts, rtol)[:, 0]  # (n,), Eq. E14
     z, Mb, W = _assemble(P, Mb0, xi[:, None] * lam[None, :], W0)
     outputs = jnp.outer(z @ lam, c)
-    return SampleOracleSolution(theorem, _host(ts), _host(z), _host(P), _host(Mb), _host(W), xi=_host(xi),
-                                outputs=_host(outputs), y=_host(y))
+    return SampleOracleSolution(
+        theorem, _host(ts), _host(z), _host(P), _host(Mb), _host(W), xi=_host(xi), outputs=_host(outputs), y=_host(y)
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -520,13 +554,16 @@ class _SampleModes:
         if sum(v is not None for v in (M0, W0, z0)) != 1:
             raise ValueError(
                 f"Give exactly one initial condition: `M0` ({self.p}, {self.p}), `W0` ({self.p}, d) or "
-                f"`z0` ({self.n_modes},).")
+                f"`z0` ({self.n_modes},)."
+            )
         Q = self.basis
         if z0 is not None:
             z0 = np.asarray(as_array(z0, "z0", ndim=1))
             if z0.shape != (self.n_modes,):
-                raise ValueError(f"`z0` must have shape ({self.n_modes},) (one strength per mode of the "
-                                 f"data); found {shape_str(z0.shape)}.")
+                raise ValueError(
+                    f"`z0` must have shape ({self.n_modes},) (one strength per mode of the "
+                    f"data); found {shape_str(z0.shape)}."
+                )
             if np.any(z0 < 0):
                 raise ValueError(f"`z0` must be >= 0 (mode strengths); found min {z0.min():.3g}.")
             return z0
@@ -567,8 +604,14 @@ def _sample_modes(data: AbstractData, theorem: str, tol: float) -> _SampleModes:
         lam, Q = _lowrank_eig(data)
         res, (a, b) = _lowrank_residual(lam, Q)
         if res > tol:
-            raise AssumptionError(theorem, _THM5_COND, res, tol, where=f"(mu, nu) = ({a}, {b})",
-                                  detail="Residual: |A_mu A_nu|_F / (|A_mu|_F |A_nu|_F).")
+            raise AssumptionError(
+                theorem,
+                _THM5_COND,
+                res,
+                tol,
+                where=f"(mu, nu) = ({a}, {b})",
+                detail="Residual: |A_mu A_nu|_F / (|A_mu|_F |A_nu|_F).",
+            )
         m, p, r = Q.shape
         basis = np.ascontiguousarray(Q.transpose(1, 0, 2).reshape(p, m * r))
         return _SampleModes(lam, np.arange(m * r).reshape(m, r), lam != 0, basis, m * r, y, p)
@@ -588,9 +631,11 @@ def _orthogonal_commuting(data: AbstractData, theorem: str, tol) -> CommutingDat
     detail = "Residual: |A_mu A_nu|_F / (|A_mu|_F |A_nu|_F)."
     if any_traced(data):
         if not isinstance(data, AbstractCommutingData):
-            raise ValueError(f"Under jit / vmap / grad with traced data `{theorem.lower().replace(' ', '')}` needs "
-                             "CommutingData or DiagonalData (dense data are diagonalized on the host); found "
-                             f"{type(data).__name__}.")
+            raise ValueError(
+                f"Under jit / vmap / grad with traced data `{theorem.lower().replace(' ', '')}` needs "
+                "CommutingData or DiagonalData (dense data are diagonalized on the host); found "
+                f"{type(data).__name__}."
+            )
         if isinstance(data, (DiagonalData, BlockData)) or data.m < 2:  # orthogonal by construction
             return data
         with jax.ensure_compile_time_eval():
@@ -621,8 +666,9 @@ def _blocks(Lam: np.ndarray):
     return owner, idx, mask
 
 
-def theorem5(data: AbstractData, ts, *, M0=None, W0=None, z0=None, matrices: bool = True,
-             tol: float = 1e-10, rtol: float = 1e-13) -> SampleOracleSolution:
+def theorem5(
+    data: AbstractData, ts, *, M0=None, W0=None, z0=None, matrices: bool = True, tol: float = 1e-10, rtol: float = 1e-13
+) -> SampleOracleSolution:
     """Theorem 5 (Eq. E15): exact MSE gradient flow for orthogonal samples A_mu A_nu = 0 (mu != nu).
 
     The A_mu then commute, A_mu = P diag(lambda_mu) P^T, with disjoint supports. With
@@ -702,8 +748,9 @@ def theorem5(data: AbstractData, ts, *, M0=None, W0=None, z0=None, matrices: boo
         z, Mb, W = z0[None, :] * jnp.exp(-2.0 * expo), None, None
     else:
         z, Mb, W = _assemble(P, Mb0, expo, W0, matrices)
-    return SampleOracleSolution(theorem, _host(ts), _host(z), _host(P), _host(Mb), _host(W), xi=_host(xi),
-                                outputs=_host(z @ Lam.T), y=_host(y))
+    return SampleOracleSolution(
+        theorem, _host(ts), _host(z), _host(P), _host(Mb), _host(W), xi=_host(xi), outputs=_host(z @ Lam.T), y=_host(y)
+    )
 
 
 def _theorem5_blocks(data, ts, M0, W0, z0, tol, rtol) -> SampleOracleSolution:
@@ -788,6 +835,8 @@ class SampleIgnition:
 
 def _beta_integral(r: float, w0: float, rho: float) -> float:
     """J = int_{w0}^{rho} w^(r-1) ((1 - w)^-2 - 1) dw (bounded integrand ~ 2 w^r near 0)."""
+    import scipy.integrate
+
     f = lambda w: w ** (r - 1.0) * ((1.0 - w) ** -2 - 1.0)  # noqa: E731
     val, _ = scipy.integrate.quad(f, w0, rho, epsabs=0.0, epsrel=1e-10, limit=200)
     return val
@@ -796,6 +845,9 @@ def _beta_integral(r: float, w0: float, rho: float) -> float:
 def _exact_ignition(lam, z0, y, m, rho):
     """Exact t* of one sample: f(xi) = sum_k lam_k z0_k exp(-(8/m) lam_k xi) reaches rho y along
     the path xi' = f(xi) - y from 0; t* = int_0^{xi*} ds / (f(s) - y)."""
+    import scipy.integrate
+    import scipy.optimize
+
     b = 8.0 / m * lam
 
     def f(xi):
@@ -817,14 +869,24 @@ def _exact_ignition(lam, z0, y, m, rho):
         lo, hi = hi, hi * 2.0
     else:
         return np.inf
-    xs = scipy.optimize.brentq(lambda x: f(x) - target, min(lo, hi), max(lo, hi), xtol=1e-300,
-                               rtol=4 * np.finfo(float).eps, maxiter=500)
+    xs = scipy.optimize.brentq(
+        lambda x: f(x) - target, min(lo, hi), max(lo, hi), xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=500
+    )
     val, _ = scipy.integrate.quad(lambda s: 1.0 / (f(s) - y), 0.0, xs, epsabs=0.0, epsrel=1e-12, limit=500)
     return val
 
 
-def sample_ignition_times(data: AbstractData, *, M0=None, W0=None, z0=None, rho: float = 0.5,
-                          eps: float | None = None, exact: bool = True, tol: float = 1e-10) -> SampleIgnition:
+def sample_ignition_times(
+    data: AbstractData,
+    *,
+    M0=None,
+    W0=None,
+    z0=None,
+    rho: float = 0.5,
+    eps: float | None = None,
+    exact: bool = True,
+    tol: float = 1e-10,
+) -> SampleIgnition:
     """Ignition times t*_mu of the samples under Theorem 5's assumption (Theorem 10, Eq. E23).
 
     t*_mu is when the output f_mu = Tr[M A_mu] first reaches rho y_mu. See `SampleIgnition` for
@@ -884,8 +946,11 @@ def sample_ignition_times(data: AbstractData, *, M0=None, W0=None, z0=None, rho:
             w0 = A[mu] / y[mu]
             J = _beta_integral(r, w0, rho)
             with np.errstate(over="ignore"):
-                shift += a_k / (zeta[mu] * y[mu]) * ((y[mu] / A[mu]) ** r * J + np.expm1(r * np.log(q)) / r
-                                                     - q**r / (rho * (1.0 - rho)))
+                shift += (
+                    a_k
+                    / (zeta[mu] * y[mu])
+                    * ((y[mu] / A[mu]) ** r * J + np.expm1(r * np.log(q)) / r - q**r / (rho * (1.0 - rho)))
+                )
         corrected[mu] = logistic[mu] + shift
     leading = correction = None
     if eps is not None:
@@ -934,8 +999,7 @@ def measure_sample_ignition_times(solution, *, rho: float = 0.5, xtol: float = 1
         return np.stack([np.asarray(data.traces(Mi)) for Mi in M])
 
     grid = solution.step_times
-    return _first_crossings(grid, outputs(grid), rho * y, direction=np.sign(y), at=outputs, how="brent",
-                            xtol=xtol)
+    return _first_crossings(grid, outputs(grid), rho * y, direction=np.sign(y), at=outputs, how="brent", xtol=xtol)
 
 
 def staircase_limit(tau, zeta, y) -> np.ndarray:

@@ -110,8 +110,13 @@ def _initial(data: AbstractData, M0, W0):
     return 0.5 * (M0 + M0.T)
 
 
-def linearized(data: AbstractData, t: Float[ArrayLike, "*times"], *, M0: Float[ArrayLike, "p p"] | None = None,
-               W0: Float[ArrayLike, "p d"] | None = None) -> Float[Array, "*times p p"]:
+def linearized(
+    data: AbstractData,
+    t: Float[ArrayLike, "*times"],
+    *,
+    M0: Float[ArrayLike, "p p"] | None = None,
+    W0: Float[ArrayLike, "p d"] | None = None,
+) -> Float[Array, "*times p p"]:
     """The early-time (linearized) flow M(t) = e^{tY} M0 e^{tY}, the exact solution of
     M' = Y M + M Y, the linear part of the MSE flow M' = Y M + M Y - K(M) M - M K(M)
     (THEORY Eq. E9; Y = (4/m) sum_mu y_mu A_mu, `data.Y()`).
@@ -152,8 +157,13 @@ def linearized(data: AbstractData, t: Float[ArrayLike, "*times"], *, M0: Float[A
     return out
 
 
-def linearized_horizon(data: AbstractData, *, M0: Float[ArrayLike, "p p"] | None = None,
-                       W0: Float[ArrayLike, "p d"] | None = None, delta: float = 0.1) -> float | Float[Array, ""]:
+def linearized_horizon(
+    data: AbstractData,
+    *,
+    M0: Float[ArrayLike, "p p"] | None = None,
+    W0: Float[ArrayLike, "p d"] | None = None,
+    delta: float = 0.1,
+) -> float | Float[Array, ""]:
     """Validity horizon t_h of `linearized`: the time at which the neglected term K(M) reaches
     a fraction `delta` of the top growth rate g_1 = lambda_max(Y) along the fastest mode,
 
@@ -235,8 +245,9 @@ def spike_variance_ratio(lam: Float[ArrayLike, " K"], *, sigma: float = 0.0) -> 
     return 1.0 + 8.0 * lam**2 / _s2(lam, sigma)
 
 
-def bbp_overlap(n: Float[ArrayLike, "*n"], lam: Float[ArrayLike, " K"], d: int, *,
-                sigma: float = 0.0, gaussian_row: bool = False) -> np.ndarray:
+def bbp_overlap(
+    n: Float[ArrayLike, "*n"], lam: Float[ArrayLike, " K"], d: int, *, sigma: float = 0.0, gaussian_row: bool = False
+) -> np.ndarray:
     """Predicted squared overlap cos^2 theta_i = (v_i^T a_i)^2 of the i-th top eigenvector of Y
     with a_i (module docstring): max(0, 1 - rho_i n_i / n), rho_i = `spike_variance_ratio`, to
     leading order in n_i / n; with ``gaussian_row=True`` the GOE (spiked Wigner) formula
@@ -310,21 +321,23 @@ def Y_operator(data: AbstractData):
             V2 = V.reshape(V.shape[0], -1)
             return (sc * (X.T @ (cw[:, None] * (X @ V2)) - csum * V2)).reshape(V.shape)
 
-        return LinearOperator((data.p, data.p), matvec=matmat, matmat=matmat, rmatvec=matmat,
-                              dtype=np.float64)
+        return LinearOperator((data.p, data.p), matvec=matmat, matmat=matmat, rmatvec=matmat, dtype=np.float64)
 
     def matmat(V):
         V = np.asarray(V, dtype=np.float64)
         V2 = V.reshape(V.shape[0], -1)
         return np.asarray(_apply(data, c, jnp.asarray(V2))).reshape(V.shape)
 
-    return LinearOperator((data.p, data.p), matvec=matmat, matmat=matmat, rmatvec=matmat,
-                          dtype=np.float64)
+    return LinearOperator((data.p, data.p), matvec=matmat, matmat=matmat, rmatvec=matmat, dtype=np.float64)
 
 
-def top_eigenpairs(Y: Float[ArrayLike, "p p"] | AbstractData | scipy.sparse.linalg.LinearOperator, k: int, *,
-                   tol: float = 1e-10, seed: int = 0
-                   ) -> tuple[Float[np.ndarray, " k"], Float[np.ndarray, "p k"]]:
+def top_eigenpairs(
+    Y: Float[ArrayLike, "p p"] | AbstractData | scipy.sparse.linalg.LinearOperator,
+    k: int,
+    *,
+    tol: float = 1e-10,
+    seed: int = 0,
+) -> tuple[Float[np.ndarray, " k"], Float[np.ndarray, "p k"]]:
     """The k algebraically largest eigenpairs of the symmetric Y by Lanczos (ARPACK,
     `scipy.sparse.linalg.eigsh(which="LA")`), never a full eigendecomposition.
 

@@ -150,8 +150,14 @@ def validate(eps_values=(1e-3, 1e-6, 1e-12), *, progress: Callable[[dict], None]
         try:
             recs = list(check(eps_values))
         except Exception as err:  # report, never hide the other checks
-            recs = [record(f"{getattr(check, '__name__', check)}: raised {type(err).__name__}: {err}",
-                           float("nan"), float("nan"), passed=False)]
+            recs = [
+                record(
+                    f"{getattr(check, '__name__', check)}: raised {type(err).__name__}: {err}",
+                    float("nan"),
+                    float("nan"),
+                    passed=False,
+                )
+            ]
         for rec in recs:
             results.append(rec)
             if progress is not None:

@@ -34,15 +34,21 @@ def check_theorem3(eps_values):
     300 minibatch SGD steps; max relative output error on the training inputs."""
     out = []
     rng = np.random.default_rng(0)
-    for name, data, lr in [("MLP", datasets.mlp_data(60, 8, rank=3), 0.05),
-                           ("phase retrieval", datasets.phase_retrieval_data(60, 9, rank=4), 1.0)]:
+    for name, data, lr in [
+        ("MLP", datasets.mlp_data(60, 8, rank=3), 0.05),
+        ("phase retrieval", datasets.phase_retrieval_data(60, 9, rank=4), 1.0),
+    ]:
         W0 = 0.3 * rng.standard_normal((data.p, 200)) / np.sqrt(200)
         comp = C.theorem3(data, lr=lr, W0=W0)
         ref = train_w(data, W0, lr=lr, steps=300, batch_size=10, key=1)
         small = train_w(comp.model, comp.W0, lr=comp.lr, steps=300, batch_size=10, key=1)
-        out.append(record(f"theorem3 {name} (k_V={comp.span.k}, d 200 -> {comp.d_prime}): "
-                           "max rel output error", _rel_outputs(small.outputs, ref.outputs),
-                           THEOREM3_BOUND))
+        out.append(
+            record(
+                f"theorem3 {name} (k_V={comp.span.k}, d 200 -> {comp.d_prime}): max rel output error",
+                _rel_outputs(small.outputs, ref.outputs),
+                THEOREM3_BOUND,
+            )
+        )
     return out
 
 
@@ -64,15 +70,18 @@ def check_corollary3(eps_values):
         small = closed_sgd(comp.model, W0=comp.W0, lr=comp.lr, steps=steps, batch_indices=idx)
         Mc, muc = comp.lift(small.M, small.mu)
         e = C.compression_error(ref.M, ref.mu, Mc, muc, 1.0)
-        lip = C.lipschitz_along(data, lr=0.02, d=d, M=ref.M, mu=ref.mu, M_c=Mc, mu_c=muc,
-                                batch_indices=idx)
+        lip = C.lipschitz_along(data, lr=0.02, d=d, M=ref.M, mu=ref.mu, M_c=Mc, mu_c=muc, batch_indices=idx)
         b = C.corollary3_bound(e, lip["L"], tail=comp.tail, lr=0.02, map_L_steps=lip["map_L"])
         with np.errstate(over="ignore", invalid="ignore"):
-            out.append(record(f"corollary3 d'={dp}: max_t measured / E24 bound",
-                               float(np.max(e / b.bound)), 1.0))
+            out.append(record(f"corollary3 d'={dp}: max_t measured / E24 bound", float(np.max(e / b.bound)), 1.0))
             # steps t >= 1: at t = 0 the sharpened bound is e_0 itself (ratio 1 by definition)
-            out.append(record(f"corollary3 d'={dp}: max_(t>=1) measured / sharpened bound",
-                               float(np.max(e[1:] / b.sharpened[1:])), 1.0 + 1e-12))
+            out.append(
+                record(
+                    f"corollary3 d'={dp}: max_(t>=1) measured / sharpened bound",
+                    float(np.max(e[1:] / b.sharpened[1:])),
+                    1.0 + 1e-12,
+                )
+            )
     return out
 
 
@@ -105,10 +114,12 @@ def check_theorem14(eps_values):
     a = ml.closed_deep_sgd(deep, W0, **kw)
     b = ml.train_deep_w(deep, W0, **kw)
     rel = lambda x, r: float(np.abs(x - r).max() / np.abs(r).max())  # noqa: E731
-    err = max([rel(a.M[l], b.M[l]) for l in range(2)] + [rel(a.mu[l], b.mu[l]) for l in range(2)]
-              + [rel(a.outputs, b.outputs)])
-    return [record("theorem14: closed deep map vs W-space, max rel error (M, mu, outputs)", err,
-                    THEOREM14_BOUND)]
+    err = max(
+        [rel(a.M[l], b.M[l]) for l in range(2)]
+        + [rel(a.mu[l], b.mu[l]) for l in range(2)]
+        + [rel(a.outputs, b.outputs)]
+    )
+    return [record("theorem14: closed deep map vs W-space, max rel error (M, mu, outputs)", err, THEOREM14_BOUND)]
 
 
 @register
@@ -118,12 +129,18 @@ def check_theorem15(eps_values):
     W-space; max relative output error."""
     rng = np.random.default_rng(3)
     X = rng.standard_normal((25, 2)) @ rng.standard_normal((2, 6))
-    deep = ml.DeepNQF([ml.feedforward_layer(6, 2), ml.feedforward_layer(2, 1, transform=jnp.tanh)],
-                      X, np.tanh(X[:, 0] - X[:, 1]))
+    deep = ml.DeepNQF(
+        [ml.feedforward_layer(6, 2), ml.feedforward_layer(2, 1, transform=jnp.tanh)], X, np.tanh(X[:, 0] - X[:, 1])
+    )
     W0 = [0.3 * rng.standard_normal((lay.p, w)) / np.sqrt(w) for lay, w in zip(deep.layers, (120, 80))]
     kw = dict(steps=150, batch_size=8, key=5)
     ref = ml.train_deep_w(deep, W0, lr=0.1, **kw)
     comp = ml.compress_deep(deep, W0, lr=0.1, spans=ml.layer_spans(deep, ref))
     small = ml.train_deep_w(comp.deep, comp.W0, lr=comp.lr, **kw)
-    return [record(f"theorem15: widths (120, 80) -> {comp.widths_compressed}, max rel output error",
-                    _rel_outputs(small.outputs[..., 0], ref.outputs[..., 0]), THEOREM3_BOUND)]
+    return [
+        record(
+            f"theorem15: widths (120, 80) -> {comp.widths_compressed}, max rel output error",
+            _rel_outputs(small.outputs[..., 0], ref.outputs[..., 0]),
+            THEOREM3_BOUND,
+        )
+    ]

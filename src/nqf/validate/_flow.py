@@ -2,7 +2,6 @@
 Proposition 7), the oracles' refusals, the NTK (Proposition 8, E25), the general model's (M, mu)
 flow (E10) and the architecture dictionary against the autodiff extractor."""
 
-
 from __future__ import annotations
 
 import jax
@@ -50,7 +49,9 @@ def check_theorem6(eps_values):
         out.append(record(f"theorem6 glv {_fmt(eps)}: max rel err z", relative_error(glv.z, orc.z), FLOW_BOUND))
         out.append(record(f"theorem6 glv {_fmt(eps)}: max rel err M", matrix_relative_error(glv.M, orc.M), FLOW_BOUND))
         Mf = solve_flow(data, M0=M0, t1=T, ts=ts, form="M", rtol=_RTOL, atol=_ATOL_TINY)
-        out.append(record(f"theorem6 M-form {_fmt(eps)}: max rel err M", matrix_relative_error(Mf.M, orc.M), FLOW_BOUND))
+        out.append(
+            record(f"theorem6 M-form {_fmt(eps)}: max rel err M", matrix_relative_error(Mf.M, orc.M), FLOW_BOUND)
+        )
     return out
 
 
@@ -66,19 +67,22 @@ def check_theorem7(eps_values):
         M0 = _random_psd(data.p, eps, seed=7)
         orc = theorem7(data, ts, M0=M0)
         Mf = solve_flow(data, M0=M0, t1=T, ts=ts, form="M", rtol=_RTOL, atol=_ATOL_TINY)
-        out.append(record(f"theorem7 M-form {_fmt(eps)}: max rel err |M|_F", norm_relative_error(Mf.M, orc.M), FLOW_BOUND))
+        out.append(
+            record(f"theorem7 M-form {_fmt(eps)}: max rel err |M|_F", norm_relative_error(Mf.M, orc.M), FLOW_BOUND)
+        )
         g = np.linalg.eigvalsh(np.asarray(data.Y()))
         zc = theorem7_commuting(g, 0.5, np.full(3, eps), ts)
         z7 = theorem7(data, ts, M0=eps * np.eye(3)).z
-        out.append(record(f"theorem7 E17 vs eigenvalue form {_fmt(eps)}: max rel err z", relative_error(z7, zc), FLOW_BOUND))
+        out.append(
+            record(f"theorem7 E17 vs eigenvalue form {_fmt(eps)}: max rel err z", relative_error(z7, zc), FLOW_BOUND)
+        )
     return out
 
 
 @register
 def check_theorem16(eps_values):
     """Theorem 16 on projector data (blocks 2, 1, 2: Theorem 6 does not apply)."""
-    data, Pi = datasets.projector_data((2, 1, 2), (1.0, 0.4, -0.2), (1.0, 2.0, 0.5), m=5, seed=2,
-                                       rotate_basis=False)
+    data, Pi = datasets.projector_data((2, 1, 2), (1.0, 0.4, -0.2), (1.0, 2.0, 0.5), m=5, seed=2, rotate_basis=False)
     blocks = np.repeat(np.arange(3), (2, 1, 2))
     T = 120.0
     ts = np.linspace(0.0, T, _NT)
@@ -87,9 +91,13 @@ def check_theorem16(eps_values):
         M0 = np.einsum("a,aij->ij", eps * np.array([1.0, 2.0, 0.5]), Pi)
         orc = theorem16(data, Pi, ts, M0=M0)
         glv = solve_flow(data, M0=M0, t1=T, ts=ts, form="glv", rtol=_RTOL)
-        out.append(record(f"theorem16 glv {_fmt(eps)}: max rel err z", relative_error(glv.z, orc.z[:, blocks]), FLOW_BOUND))
+        out.append(
+            record(f"theorem16 glv {_fmt(eps)}: max rel err z", relative_error(glv.z, orc.z[:, blocks]), FLOW_BOUND)
+        )
         Mf = solve_flow(data, M0=M0, t1=T, ts=ts, form="M", rtol=_RTOL, atol=_ATOL_TINY)
-        out.append(record(f"theorem16 M-form {_fmt(eps)}: max rel err M", matrix_relative_error(Mf.M, orc.M), FLOW_BOUND))
+        out.append(
+            record(f"theorem16 M-form {_fmt(eps)}: max rel err M", matrix_relative_error(Mf.M, orc.M), FLOW_BOUND)
+        )
     return out
 
 
@@ -105,7 +113,13 @@ def check_proposition7(eps_values):
         glv = solve_flow(data, M0=M0, t1=T, ts=ts, form="glv", rtol=_RTOL)
         Mp = proposition7(data, M0, glv.z)
         Mf = solve_flow(data, M0=M0, t1=T, ts=ts, form="M", rtol=_RTOL, atol=_ATOL_TINY)
-        out.append(record(f"proposition7 M-form vs slaved GLV {_fmt(eps)}: max rel err M", matrix_relative_error(Mf.M, Mp), FLOW_BOUND))
+        out.append(
+            record(
+                f"proposition7 M-form vs slaved GLV {_fmt(eps)}: max rel err M",
+                matrix_relative_error(Mf.M, Mp),
+                FLOW_BOUND,
+            )
+        )
     return out
 
 
@@ -120,16 +134,18 @@ def check_refusals(eps_values):
     P = np.asarray(proj.P)
     bad = np.stack([P[:, :3] @ P[:, :3].T, P[:, 3:] @ P[:, 3:].T])
     return [
-        _refusal("theorem6 refuses repeated features (projector data)",
-                 lambda: theorem6(proj, ts, M0=np.eye(5))),
-        _refusal("theorem7 refuses non-isotropic data (Fig. 3 data)",
-                 lambda: theorem7(fig3, ts, M0=np.eye(5))),
-        _refusal("theorem16 refuses projectors that are not invariant",
-                 lambda: theorem16(proj, bad, ts, M0=bad[0] + bad[1])),
-        _refusal("theorem16 refuses M0 outside the span of the projectors",
-                 lambda: theorem16(proj, Pi, ts, M0=np.eye(5) + 0.1 * np.ones((5, 5)))),
-        _refusal("proposition7 refuses non-commuting (isotropic) data",
-                 lambda: proposition7(iso, np.eye(3), np.ones((2, 3)))),
+        _refusal("theorem6 refuses repeated features (projector data)", lambda: theorem6(proj, ts, M0=np.eye(5))),
+        _refusal("theorem7 refuses non-isotropic data (Fig. 3 data)", lambda: theorem7(fig3, ts, M0=np.eye(5))),
+        _refusal(
+            "theorem16 refuses projectors that are not invariant", lambda: theorem16(proj, bad, ts, M0=bad[0] + bad[1])
+        ),
+        _refusal(
+            "theorem16 refuses M0 outside the span of the projectors",
+            lambda: theorem16(proj, Pi, ts, M0=np.eye(5) + 0.1 * np.ones((5, 5))),
+        ),
+        _refusal(
+            "proposition7 refuses non-commuting (isotropic) data", lambda: proposition7(iso, np.eye(3), np.ones((2, 3)))
+        ),
     ]
 
 
@@ -137,15 +153,20 @@ def _general_model(data, rng) -> NQFModel:
     """`data` with random g (m, p), symmetric B (m, p, p) and f0 (m,) (Eq. E2)."""
     m, p = data.m, data.p
     B = rng.standard_normal((m, p, p))
-    return NQFModel(data, g=rng.standard_normal((m, p)), B=0.25 * (B + np.swapaxes(B, 1, 2)),
-                    f0=0.3 * rng.standard_normal(m))
+    return NQFModel(
+        data, g=rng.standard_normal((m, p)), B=0.25 * (B + np.swapaxes(B, 1, 2)), f0=0.3 * rng.standard_normal(m)
+    )
 
 
 def _wspace_outputs(model: NQFModel, W):
     """f_x(W) = f0 + g^T W1 + (W1)^T B (W1) + Tr[W^T A W] from the dense A (Eq. E2), shape (m,)."""
     mu = W.sum(axis=1)
-    return (model.f0 + model.g @ mu + jnp.einsum("i,mij,j->m", mu, model.B, mu)
-            + jnp.einsum("mij,ia,ja->m", model.data.dense(), W, W))
+    return (
+        model.f0
+        + model.g @ mu
+        + jnp.einsum("i,mij,j->m", mu, model.B, mu)
+        + jnp.einsum("mij,ia,ja->m", model.data.dense(), W, W)
+    )
 
 
 _wspace_jacobian = jax.jit(jax.jacrev(lambda model, W: _wspace_outputs(model, W), argnums=1))
@@ -190,13 +211,19 @@ def check_flow_general(eps_values):
         return jnp.mean((f - model.y) ** 2) + gamma / 2 * jnp.sum(w**2)
 
     grad = jax.jit(jax.grad(loss))
-    ref = scipy.integrate.solve_ivp(lambda t, w: -np.asarray(grad(w)), (0.0, T), W0.ravel(), "DOP853",
-                                    t_eval=ts, rtol=1e-13, atol=1e-15 * np.abs(W0).max())
+    ref = scipy.integrate.solve_ivp(
+        lambda t, w: -np.asarray(grad(w)),
+        (0.0, T),
+        W0.ravel(),
+        "DOP853",
+        t_eval=ts,
+        rtol=1e-13,
+        atol=1e-15 * np.abs(W0).max(),
+    )
     if not ref.success:
         raise RuntimeError(f"scipy W-space reference failed: {ref.message}")
     Ws = ref.y.T.reshape(-1, p, d)
-    err = max(norm_relative_error(sol.M, Ws @ np.swapaxes(Ws, 1, 2)),
-              norm_relative_error(sol.mu, Ws.sum(axis=2)))
+    err = max(norm_relative_error(sol.M, Ws @ np.swapaxes(Ws, 1, 2)), norm_relative_error(sol.mu, Ws.sum(axis=2)))
     return [record("flow E10 vs W-space", err, FLOW_BOUND)]
 
 
@@ -222,8 +249,11 @@ def check_dictionary_vs_autodiff(eps_values):
     c = jnp.asarray(rng.standard_normal((D, 2)))
     cases = [
         ("MLP 5-3 tanh", MLP(5, 3), rng.standard_normal((m, 5))),
-        ("CNN 2x5x6, kernel 3x2, stride 2, pad 1", CNN((2, 5, 6), (3, 2), n_out=2, stride=2, padding=1),
-         rng.standard_normal((m, 2, 5, 6))),
+        (
+            "CNN 2x5x6, kernel 3x2, stride 2, pad 1",
+            CNN((2, 5, 6), (3, 2), n_out=2, stride=2, padding=1),
+            rng.standard_normal((m, 2, 5, 6)),
+        ),
         ("QK logits (rows as neurons)", QKAttention(D, 2, c), (xq, X)),
         ("QK-only heads", QKAttention(D, 2, c, heads=True), (xq, X)),
         ("MHA (d_k = d_v = 2)", MHA(D, 2, 2, n_out=2), (xq, X)),

@@ -68,15 +68,24 @@ def _flows_vs_sample_oracle(name, oracle, data, eps_values, seed, *, dense_input
         orc = oracle(data, ts, M0=M0)
         glv = solve_flow(data, M0=M0, t1=T, ts=ts, form="glv", rtol=_RTOL)
         out.append(record(f"{name} glv {_fmt(eps)}: max rel err z", relative_error(glv.z, orc.z), FLOW_BOUND))
-        out.append(record(f"{name} glv {_fmt(eps)}: max rel err |M|_F", norm_relative_error(glv.M, orc.M),
-                          FLOW_BOUND))
+        out.append(record(f"{name} glv {_fmt(eps)}: max rel err |M|_F", norm_relative_error(glv.M, orc.M), FLOW_BOUND))
         Mf = solve_flow(dense, M0=M0, t1=T, ts=ts, form="M", rtol=_RTOL, atol=_ATOL_TINY, dense=False)
-        out.append(record(f"{name} M-form (dense data) {_fmt(eps)}: max rel err |M|_F",
-                          norm_relative_error(Mf.M, orc.M), FLOW_BOUND))
+        out.append(
+            record(
+                f"{name} M-form (dense data) {_fmt(eps)}: max rel err |M|_F",
+                norm_relative_error(Mf.M, orc.M),
+                FLOW_BOUND,
+            )
+        )
         if dense_input_check:
             od = oracle(dense, ts, M0=M0)
-            out.append(record(f"{name} dense vs commuting input {_fmt(eps)}: max rel err |M|_F",
-                              norm_relative_error(od.M, orc.M), FLOW_BOUND))
+            out.append(
+                record(
+                    f"{name} dense vs commuting input {_fmt(eps)}: max rel err |M|_F",
+                    norm_relative_error(od.M, orc.M),
+                    FLOW_BOUND,
+                )
+            )
     return out, ts
 
 
@@ -85,8 +94,12 @@ def check_theorem4(eps_values):
     """Theorem 4 (E14) on rotated proportional data (p = m = 5), random non-diagonal M0: the GLV
     and M-form flows vs the oracle, the oracle on dense vs commuting input, and a refusal."""
     out, ts = _flows_vs_sample_oracle("theorem4", theorem4, thm4_data(), eps_values, 13, dense_input_check=True)
-    out.append(_refusal("theorem4 refuses non-proportional samples (Fig. 4 data)",
-                        lambda: theorem4(datasets.fig4_data(), ts[:3], M0=np.eye(12))))
+    out.append(
+        _refusal(
+            "theorem4 refuses non-proportional samples (Fig. 4 data)",
+            lambda: theorem4(datasets.fig4_data(), ts[:3], M0=np.eye(12)),
+        )
+    )
     return out
 
 
@@ -95,8 +108,12 @@ def check_theorem5(eps_values):
     """Theorem 5 (E15) on rotated orthogonal-samples data (m = 3, p = 6), random non-diagonal M0:
     the GLV and M-form flows vs the oracle, and a refusal."""
     out, ts = _flows_vs_sample_oracle("theorem5", theorem5, thm5_data(), eps_values, 17)
-    out.append(_refusal("theorem5 refuses samples that are not orthogonal (proportional data)",
-                        lambda: theorem5(thm4_data(), ts[:3], M0=np.eye(5))))
+    out.append(
+        _refusal(
+            "theorem5 refuses samples that are not orthogonal (proportional data)",
+            lambda: theorem5(thm4_data(), ts[:3], M0=np.eye(5)),
+        )
+    )
     return out
 
 
@@ -125,10 +142,19 @@ def check_samplewise_staircase(eps_values):
     L_flow = np.mean((glv.z_at(t_mid) @ np.asarray(data.Lambda).T - y) ** 2, axis=1)
     meas = measure_sample_ignition_times(glv)
     return [
-        record("samplewise staircase (Theorem 10) eps=1e-100: oracle, max |L(tau ln 1/eps) - staircase| / L(0)",
-               float(np.max(np.abs(orc.loss - S))) / L0, FLOW_BOUND),
-        record("samplewise staircase (Theorem 10) eps=1e-100: flow, max |L(tau ln 1/eps) - staircase| / L(0)",
-               float(np.max(np.abs(L_flow - S))) / L0, FLOW_BOUND),
-        record("samplewise ignition eps=1e-100: flow t*_mu vs ln(1/eps)/zeta + O(1) correction, max rel err",
-               float(np.max(np.abs(meas / ign.logistic - 1.0))), FLOW_BOUND),
+        record(
+            "samplewise staircase (Theorem 10) eps=1e-100: oracle, max |L(tau ln 1/eps) - staircase| / L(0)",
+            float(np.max(np.abs(orc.loss - S))) / L0,
+            FLOW_BOUND,
+        ),
+        record(
+            "samplewise staircase (Theorem 10) eps=1e-100: flow, max |L(tau ln 1/eps) - staircase| / L(0)",
+            float(np.max(np.abs(L_flow - S))) / L0,
+            FLOW_BOUND,
+        ),
+        record(
+            "samplewise ignition eps=1e-100: flow t*_mu vs ln(1/eps)/zeta + O(1) correction, max rel err",
+            float(np.max(np.abs(meas / ign.logistic - 1.0))),
+            FLOW_BOUND,
+        ),
     ]

@@ -45,12 +45,16 @@ _CASES = (
     ("full batch, general model (g, B, f0)", True, "sgd", {}, "factor"),
     ("full batch, general model, E5-E6 literal", True, "sgd", {}, "M"),
     ("minibatches (shared indices, b = 3), general model", True, "sgd", {"batches": True}, "factor"),
-    ("weight decay 0.1 + minibatches, general model", True, "sgd",
-     {"batches": True, "weight_decay": 0.1}, "factor"),
+    ("weight decay 0.1 + minibatches, general model", True, "sgd", {"batches": True, "weight_decay": 0.1}, "factor"),
     ("heavy-ball momentum 0.9 (Cor. 2), general model", True, "momentum", {}, "factor"),
     ("heavy-ball momentum 0.9, E7 literal (P, Q)", True, "momentum", {}, "M"),
-    ("Nesterov momentum 0.9 + minibatches + weight decay 0.1 (Cor. 2)", True, "nesterov",
-     {"batches": True, "weight_decay": 0.1}, "factor"),
+    (
+        "Nesterov momentum 0.9 + minibatches + weight decay 0.1 (Cor. 2)",
+        True,
+        "nesterov",
+        {"batches": True, "weight_decay": 0.1},
+        "factor",
+    ),
 )
 
 
@@ -60,8 +64,12 @@ def _models(seed: int = 0):
     A = rng.standard_normal((_M, _P, _P)) / np.sqrt(_P)
     data = DenseData(0.5 * (A + A.transpose(0, 2, 1)), rng.standard_normal(_M))
     B = rng.standard_normal((_M, _P, _P)) / (2 * _D * _P)
-    general = NQFModel(data, g=0.5 * rng.standard_normal((_M, _P)) / np.sqrt(_D),
-                       B=0.5 * (B + B.transpose(0, 2, 1)), f0=0.1 * rng.standard_normal(_M))
+    general = NQFModel(
+        data,
+        g=0.5 * rng.standard_normal((_M, _P)) / np.sqrt(_D),
+        B=0.5 * (B + B.transpose(0, 2, 1)),
+        f0=0.1 * rng.standard_normal(_M),
+    )
     W0 = 0.3 * rng.standard_normal((_P, _D)) / np.sqrt(_D)
     return NQFModel(data), general, W0
 
@@ -90,8 +98,12 @@ def check_theorem2(eps_values):
         kw = {"lr": _LR, "steps": _STEPS, "weight_decay": opts.get("weight_decay", 0.0)}
         if opts.get("batches"):
             kw["batch_indices"] = idx
-        err = closed_vs_wspace_error(general if is_general else plain, W0, optimizer=optimizer,
-                                     form=form, **kw)
-        out.append(record(f"theorem2 closed map vs W-space, {label} (d={_D}, {_STEPS} steps): "
-                          "max rel err M, mu", err, THEOREM2_BOUND))
+        err = closed_vs_wspace_error(general if is_general else plain, W0, optimizer=optimizer, form=form, **kw)
+        out.append(
+            record(
+                f"theorem2 closed map vs W-space, {label} (d={_D}, {_STEPS} steps): max rel err M, mu",
+                err,
+                THEOREM2_BOUND,
+            )
+        )
     return out
