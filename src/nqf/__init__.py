@@ -37,6 +37,7 @@ import importlib.abc as _abc
 import os as _os
 import sys as _sys
 import types as _types
+import typing as _typing
 
 # float64 before anything computes: set now if JAX is already imported, else at its import.
 if "jax" in _sys.modules:
@@ -53,7 +54,6 @@ AssumptionError.__module__ = NQFWarning.__module__ = __name__  # pickles name nq
 
 # name -> the module that defines or re-exports it; loaded on first use (PEP 562).
 _NAMES = {
-    "nqf._core": "io memory",
     "nqf._core._cache": "enable_compilation_cache",
     "nqf._core.io": "load save",
     "nqf.data": """AbstractCommutingData AbstractData BlockData CommutingData DenseData DiagonalData FeedForwardData
@@ -305,3 +305,6 @@ __all__ = [
     "theory",
     "network",
 ]
+
+if _typing.TYPE_CHECKING:  # for static readers (type checkers, the API reference's griffe): the lazy namespaces
+    from ._core import io, memory

@@ -126,3 +126,22 @@ def test_user_cache_directory_is_kept(tmp_path):
     mine = tmp_path / "mine"
     res = _run(CACHE, tmp_path, JAX_COMPILATION_CACHE_DIR=str(mine))
     assert res["dir"] == str(mine)  # and JAX's own thresholds (nqf sets nothing)
+
+
+def test_every_public_name_loads_in_a_fresh_process(tmp_path):
+    """Each name of nqf.__all__ resolves on first use in a fresh interpreter (the namespaces nqf.io and
+    nqf.memory included, which are importable as nqf.io / nqf.memory too)."""
+    res = _run(
+        """
+        import json, sys, nqf
+        bad = []
+        for name in nqf.__all__:
+            try:
+                getattr(nqf, name)
+            except Exception as e:
+                bad.append(f"{name}: {e!r}")
+        print(json.dumps({"bad": bad, "io": sys.modules.get("nqf.io") is nqf.io}))
+        """,
+        tmp_path,
+    )
+    assert res == {"bad": [], "io": True}

@@ -14,7 +14,7 @@ times read flow solutions). Private modules: `_oracles`, `_ignition`, `_asymptot
 """
 
 from .._core._exports import publish as _publish
-from .._core._errors import AssumptionError
+from .._core._errors import AssumptionError, NQFWarning
 from ._oracles import (
     OracleSolution,
     isotropy,
@@ -46,6 +46,7 @@ from . import compress, powerlaw, samplewise, spectral
 
 __all__ = [
     "AssumptionError",
+    "NQFWarning",
     "OracleSolution",
     "theorem6",
     "theorem6_rates",
