@@ -16,13 +16,13 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._core._checks import check_positive
+from .._core._checks import any_traced, check_positive
 from .._core._errors import AssumptionError
 from ..data._operators import CommutingData
 from ..dynamics._flow import _initial_y0
 from ..dynamics._glv import _THM6_COND
 from ._initial import _check_solve_memory, _time_grid
-from ._solution import _SUCCESS_CODE, FlowSolution, _host, _is_traced
+from ._solution import _SUCCESS_CODE, FlowSolution, _host
 
 __all__ = ["AbstractBackend", "Exact", "LSODA", "CVODE", "Problem"]
 
@@ -117,7 +117,7 @@ def _solve_exact(problem: Problem, call) -> FlowSolution:
             "closed form (drop them, or use method='ode')."
         )
     tol = 1e-10
-    res, (k, j) = (0.0, (0, 0)) if _is_traced(data) else orthogonal_features_residual(data)  # traced: unchecked
+    res, (k, j) = (0.0, (0, 0)) if any_traced(data) else orthogonal_features_residual(data)  # traced: unchecked
     if res > tol:
         raise AssumptionError(
             "Theorem 6",
@@ -135,7 +135,7 @@ def _solve_exact(problem: Problem, call) -> FlowSolution:
         _FlowArgs(data, problem.x0, _params(t0, t1, 0.0, gamma), ts), save, form, data, problem.model
     )
     out = _exact_jit(_ExactConfig(problem.kind, save, excess), dyn)
-    traced = _is_traced(out)
+    traced = any_traced(out)
     if not traced and not np.asarray(out["info"])[4]:
         raise FloatingPointError("Theorem 6's closed form produced non-finite values; check the data's scale.")
     return FlowSolution(
@@ -166,7 +166,7 @@ def _check_host(method: str, problem: Problem, call) -> None:
             f"(`nqf.dynamics.rhs_glv_reduced`); found {type(data).__name__} (m = {data.m}, p = {data.p}) with form={form!r}. "
             "Use stiff=True (Rodas5P) otherwise."
         )
-    if _is_traced(
+    if any_traced(
         (data, problem.model, problem.x0, problem.t0, problem.t1, call.ts, call.rtol, call.atol, problem.weight_decay)
     ):
         raise TypeError(

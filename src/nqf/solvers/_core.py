@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from .._core._checks import check_positive
+from .._core._checks import any_traced, check_positive
 from ..data._operators import AbstractCommutingData, AbstractData, CommutingData
 from ..dynamics._flow import _saved_losses, is_model, reduced_log_z
 from ..dynamics._glv import glv_equilibrium
@@ -24,7 +24,7 @@ from ._events import Stop, condition
 from ._events import direction as event_direction
 from ._forms import FORMS, ReducedGLVForm
 from ._initial import _state_size
-from ._solution import _SUCCESS_CODE, _host, _is_traced
+from ._solution import _SUCCESS_CODE, _host
 from .rosenbrock import Rodas5P
 from .stiff import glv_linear_solver, glv_root_finder, is_stiff
 
@@ -275,7 +275,7 @@ def _excess_loss_anchor(form: str, data: AbstractData, model):
 
 def _params(t0, t1, rtol, gamma):
     """[t0, t1, rtol, gamma] as one array (numpy for concrete values: one transfer)."""
-    if _is_traced((t0, t1, rtol, gamma)):
+    if any_traced((t0, t1, rtol, gamma)):
         return jnp.stack([jnp.asarray(v, dtype=jnp.float64) for v in (t0, t1, rtol, gamma)])
     return np.array([t0, t1, rtol, gamma], dtype=np.float64)
 
@@ -302,7 +302,7 @@ def _stop_target(stop: Stop, form: str, data: AbstractData, model):
         )
     static = eqx.tree_at(lambda s: s.value, stop, None, is_leaf=lambda x: x is None)
     if stop.kind == "loss_below":
-        if not _is_traced(stop.value):
+        if not any_traced(stop.value):
             check_positive(stop.value, "Stop.loss_below value")
         return static, stop.value
     if stop.kind == "ignition":
@@ -314,7 +314,7 @@ def _stop_target(stop: Stop, form: str, data: AbstractData, model):
         if stop.k >= data.p:
             raise ValueError(f"Stop.ignition: mode k = {stop.k} out of range for p = {data.p}.")
         z_inf = glv_equilibrium(data)
-        if not _is_traced(z_inf) and not z_inf[stop.k] > 0:
+        if not any_traced(z_inf) and not z_inf[stop.k] > 0:
             raise ValueError(
                 f"Stop.ignition({stop.k}): the mode's equilibrium z_inf = {z_inf[stop.k]:.3g} is not "
                 "positive, so it never ignites (Eq. E19 needs r_k > 0)."

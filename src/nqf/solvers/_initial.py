@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core._checks import (
+    any_traced,
     as_array,
     as_weights,
     check_psd,
@@ -20,7 +21,6 @@ from .._core._checks import (
 from ..data._operators import AbstractCommutingData, AbstractData, FeedForwardData, LowRankData
 from ..dynamics._flow import check_form
 from ._forms import FORMS
-from ._solution import _is_traced
 from .stiff import is_stiff
 
 
@@ -185,7 +185,7 @@ def _initial_state_mu(data: AbstractData, M0, W0, mu0, d):
 def _time_grid(t0, t1, ts):
     """Checked (t0, t1, ts) of a solve; ts defaults to 201 equally spaced times. Traced values
     (inside jit, vmap, grad) are shape-checked only."""
-    if _is_traced((t0, t1, ts)):
+    if any_traced((t0, t1, ts)):
         t0 = as_array(t0, "t0", ndim=0, host=True)
         t1 = as_array(t1, "t1", ndim=0, host=True)
         ts = jnp.linspace(t0, t1, 201) if ts is None else as_array(ts, "ts", ndim=1, host=True)

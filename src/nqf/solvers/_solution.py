@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core._checks import any_traced
 from .._core._config import require_x64
 from .._core.io import Saveable
 from ..data._model import NQFModel
@@ -53,14 +54,9 @@ def _evaluate(sol, t):
     return jax.vmap(sol.evaluate)(t)
 
 
-def _is_traced(tree) -> bool:
-    """True if any leaf of `tree` is a JAX tracer (inside jit, vmap, grad)."""
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
-
-
 def _host(x):
     """`x` as numpy arrays on the host, unless it is traced (then as it is)."""
-    if x is None or _is_traced(x):
+    if x is None or any_traced(x):
         return x
     return jax.tree.map(np.asarray, x)
 
@@ -156,7 +152,7 @@ class FlowSolution(Saveable):
         held before t1). Under tracing: the condition's name whenever one was given."""
         if self.stop_time is None or self._stop_name is None:
             return None
-        if _is_traced(self.stop_time):
+        if any_traced(self.stop_time):
             return self._stop_name
         return self._stop_name if np.isfinite(self.stop_time) else None
 
@@ -164,8 +160,8 @@ class FlowSolution(Saveable):
     def stats(self) -> dict:
         """{num_steps, num_accepted_steps, num_rejected_steps, max_steps} (ints; arrays under
         tracing)."""
-        info = self._info if _is_traced(self._info) else np.asarray(self._info)
-        out = {k: (v if _is_traced(v) else int(v)) for k, v in zip(_STAT_NAMES, info[1:4])}
+        info = self._info if any_traced(self._info) else np.asarray(self._info)
+        out = {k: (v if any_traced(v) else int(v)) for k, v in zip(_STAT_NAMES, info[1:4])}
         out["max_steps"] = self.max_steps
         out.update(self._extra_stats)
         return out
@@ -174,13 +170,13 @@ class FlowSolution(Saveable):
     def result(self):
         """diffrax's result message (a string; the integer result code under tracing)."""
         code = self._info[0]
-        return code if _is_traced(code) else _RESULT_STR[int(code)]
+        return code if any_traced(code) else _RESULT_STR[int(code)]
 
     @property
     def successful(self):
         """True if the solver reached t1 with finite saved values (a bool array under tracing)."""
         ok = (self._info[0] == _SUCCESS_CODE) & (self._info[4] != 0)
-        return ok if _is_traced(ok) else bool(ok)
+        return ok if any_traced(ok) else bool(ok)
 
     def _state(self):
         require_x64()
@@ -284,7 +280,7 @@ class FlowSolution(Saveable):
         if JAX's float64 was turned off after importing nqf."""
         require_x64()
         interp = self._interp
-        if _is_traced(t) or _is_traced(interp):
+        if any_traced(t) or any_traced(interp):
             return jax.vmap(interp.evaluate)(jnp.atleast_1d(jnp.asarray(t, dtype=jnp.float64)))
         tn = np.atleast_1d(np.asarray(t, dtype=np.float64))
         t0, t1 = float(interp.t0), float(interp.t1)
@@ -343,7 +339,7 @@ def _settings(form: str, call, t0, t1, max_steps, weight_decay, stop) -> tuple:
     recorded as unavailable."""
 
     def plain(x):
-        if _is_traced(x):
+        if any_traced(x):
             return None
         if x is None or isinstance(x, (bool, str, int)):
             return x

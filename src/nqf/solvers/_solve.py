@@ -32,7 +32,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._core._checks import check_positive
+from .._core._checks import any_traced, check_positive
 from ..data._model import NQFModel
 from ..data._operators import AbstractData, CommutingData
 from ..dynamics._flow import check_form, factor_linear_term
@@ -92,7 +92,6 @@ from ._solution import (  # noqa: F401
     _dense_by_resolving,
     _evaluate,
     _host,
-    _is_traced,
     _resolve_interp,
     _settings,
 )
@@ -314,7 +313,7 @@ def _ode_inputs(problem: Problem, call: Call):
     """(cfg, dyn, call, problem, implicit, traced) of a diffrax solve: the compiled core's static
     configuration and dynamic arguments, after the checks at the boundary."""
     data, model, form, x0, width = problem.data, problem.model, problem.form, problem.x0, problem.width
-    traced = _is_traced(
+    traced = any_traced(
         (data, model, x0, problem.t0, problem.t1, call.ts, call.rtol, call.atol, call.dt0, problem.weight_decay)
     )
     solver, reduced = _ode_solver(problem, call, traced)
