@@ -2,12 +2,14 @@
 
 Losses, minibatches, the vector fields of the closed flow on (M, mu) (THEORY sec. 4-5: the
 "M", "factor", "glv" and "M-mu" forms, Eqs. E8-E13), the GLV equilibrium and excess loss, the
-exact closed SGD maps (Theorem 2, Corollary 2), weight-space training (the reference they are
+exact closed SGD maps (Theorem 2, Corollary 2) and the same maps as a diffrax solver (`ExactMap`,
+`map_term`), the modified (finite learning rate) flow (`rhs_M_modified`, `rhs_M_mu_modified`,
+`solve_modified_flow`), weight-space training (the reference they are
 tested against), plain gradient descent on the GLV form, and multi-layer NQFs (`nqf.multilayer`,
 Theorems 14, 15). Time is gradient-flow time t = eta * steps.
 
 May import `nqf._core` and `nqf.data`. Private modules: `_losses`, `_batches`, `_flow`, `_glv`,
-`_maps`, `_wspace`, `_gd`, `_train_args`.
+`_maps`, `_map_solver`, `_modified`, `_wspace`, `_gd`, `_train_args`.
 """
 
 from .._core._exports import publish as _publish
@@ -27,6 +29,8 @@ from ._flow import (
 )
 from ._glv import excess_loss, glv_equilibrium, logistic_log_z, logistic_z, orthogonal_features_residual
 from ._maps import MapTrajectory, closed_map, closed_sgd, gradient_terms
+from ._map_solver import ExactMap, MapTerm, map_term
+from ._modified import modified_objective, rhs_M_modified, rhs_M_mu_modified, solve_modified_flow
 from ._wspace import WTrajectory, train_w, w_objective
 from ._gd import gradient_descent
 from . import multilayer
@@ -58,6 +62,13 @@ __all__ = [
     "closed_map",
     "closed_sgd",
     "gradient_terms",
+    "ExactMap",
+    "MapTerm",
+    "map_term",
+    "rhs_M_modified",
+    "rhs_M_mu_modified",
+    "modified_objective",
+    "solve_modified_flow",
     "WTrajectory",
     "train_w",
     "w_objective",

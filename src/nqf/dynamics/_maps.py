@@ -335,6 +335,21 @@ def _stepper(model: NQFModel, loss: PerSampleLoss, config, params, init):
     return _EMap(**common)
 
 
+def step_batch(model: NQFModel, idx, k):
+    """(model restricted to step k's batch, per-sample weights) for the steppers' `step`: the
+    full batch (w = 1/m) when the schedule `idx` (steps, b) is None, else row k of `idx`
+    (`restrict`; an unknown data representation weights all m samples by `batch_weights`).
+    Shared by `_simulate` and the diffrax solver `nqf.dynamics.ExactMap`."""
+    m = model.m
+    if idx is None:
+        return model, jnp.full(m, 1.0 / m)
+    rows = jax.lax.dynamic_index_in_dim(idx, k, keepdims=False)
+    sub = restrict(model, rows)
+    if sub is None:  # unknown data representation: weight all m samples
+        return model, batch_weights(rows, m)
+    return sub, jnp.full(rows.shape[0], 1.0 / rows.shape[0])
+
+
 def _simulate(model, loss, config, params, init, idx, n_saves: int, save_every, remainder, has_remainder: bool):
     """The one traceable core of `closed_sgd`, `closed_map` and `closed_sgd_sweep`: a pure
     function of JAX arrays (no host checks, no host values), so it runs under jit, vmap (the
@@ -349,22 +364,11 @@ def _simulate(model, loss, config, params, init, idx, n_saves: int, save_every, 
     TRACE_COUNT[0] += 1
     stepper = _stepper(model, loss, config, params, init)
     M0, mu0, L0 = init
-    m = model.m
-
-    def batch(k):
-        """(model restricted to step k's batch, per-sample weights)."""
-        if idx is None:
-            return model, jnp.full(m, 1.0 / m)
-        rows = jax.lax.dynamic_index_in_dim(idx, k, keepdims=False)
-        sub = restrict(model, rows)
-        if sub is None:  # unknown data representation: weight all m samples
-            return model, batch_weights(rows, m)
-        return sub, jnp.full(rows.shape[0], 1.0 / rows.shape[0])
 
     def block(carry, n):
         def body(_, carry):
             state, k = carry
-            return stepper.step(state, batch(k)), k + 1
+            return stepper.step(state, step_batch(model, idx, k)), k + 1
 
         return jax.lax.fori_loop(0, n, body, carry)
 

@@ -1,0 +1,307 @@
+"""The exact discrete training maps (Theorem 2, Corollary 2) as a diffrax solver.
+
+`closed_sgd` iterates Theorem 2's map in a `lax` loop. Here the same map is one step of a
+diffrax solver, so discrete training is an ordinary `diffrax.diffeqsolve` problem and `SaveAt`,
+`Event` (e.g. stop when the loss falls below a threshold), progress meters, `jax.vmap` and
+`jax.grad` work on it as on the flow:
+
+    term = nqf.dynamics.map_term(data, W0=W0, lr=lr)
+    sol = diffrax.diffeqsolve(term, nqf.dynamics.ExactMap(), t0=0.0, t1=lr * steps, dt0=lr,
+                              y0=term.y0, stepsize_controller=diffrax.ConstantStepSize(),
+                              saveat=diffrax.SaveAt(steps=True, fn=term.save_M),
+                              max_steps=steps)
+
+Time is gradient-flow time t = lr * (number of steps): a step of size dt = lr is one training
+step, and step n of the schedule is the step that starts at t = lr * n. The term (`MapTerm`)
+holds the problem (model, loss, lr, weight decay, momentum, batch schedule, form) and the solver
+(`ExactMap`) applies its map: the very stepper objects of `closed_sgd` (`_maps._stepper`, one
+`step` per call, batches by `_maps.step_batch`), so both give the same numbers.
+
+The state y is the stepper's state: ``form="factor"`` (default) (L, mu) with
+M = L L^T + mu mu^T / d, plus the velocities (VL, Vmu) with momentum; ``form="M"`` (M, mu), or
+(P, Q, VP, VQ) with momentum (Corollary 2, E7). `MapTerm.M`, `mu`, `outputs`, `loss` convert
+it; `MapTerm.y0` is the initial state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
+
+from .._core._checks import is_traced
+from .._core._config import require_x64
+from ..data._model import NQFModel, as_model
+from ..data._operators import AbstractData
+from ._batches import check_batch_indices
+from ._losses import PerSampleLoss, as_loss
+from ._maps import FORMS, _initial_order_params, _numeric, _stepper, step_batch
+from ._train_args import (
+    check_lr,
+    check_momentum,
+    check_nesterov,
+    check_weight_decay,
+    guard,
+    resolve_batches,
+)
+
+__all__ = ["MapTerm", "ExactMap", "map_term"]
+
+# |dt - lr| allowed, relative to lr: t accumulates one rounding per step (t_n = t_{n-1} + dt0),
+# so dt = t_{n+1} - t_n differs from lr by ~ n eps; 1e-8 allows 10^7 steps and refuses any
+# step size that is really different.
+DT_RTOL = 1e-8
+
+
+def _report_divergence(k, bad, lr) -> None:
+    """Host side of the divergence check: raise `FloatingPointError` naming the first step
+    whose map output is not finite (arrays carry a batch axis under `jax.vmap`)."""
+    k, bad, lr = np.broadcast_arrays(np.asarray(k), np.asarray(bad), np.asarray(lr))
+    if bad.any():
+        first = int(k[bad].min())
+        raise FloatingPointError(
+            f"The exact map diverged: non-finite state by step {first + 1} (t = {(first + 1) * float(lr[bad].flat[0]):g}, "
+            f"lr={float(lr[bad].flat[0]):g}). Gradient descent is stable only for lr < 2 / lambda_max of "
+            "the loss Hessian; reduce `lr`."
+        )
+
+
+class MapTerm(diffrax.AbstractTerm):
+    """One discrete training problem on the order parameters: model, loss, learning rate, weight
+    decay, momentum, batch schedule and form (Theorem 2; Corollary 2 for momentum). Build it with
+    `map_term`; solve it with `ExactMap` (dt0 = `lr`).
+
+    As a diffrax term its vector field is the map's difference quotient
+    (map(y) - y) / lr at step round(t / lr), so any diffrax solver of one explicit Euler step
+    would reproduce the map up to rounding; `ExactMap` applies the map itself.
+
+    **Attributes:** `stepper` (the map of `closed_sgd`, with `lr`, `d`, weight decay and momentum),
+    `batches` ((steps, b) int32 schedule or None: full batch), `y0` (the initial state), `form`
+    (``"factor"`` or ``"M"``), `momentum` (whether the state carries velocities).
+    """
+
+    stepper: eqx.Module
+    batches: Int[Array, "steps b"] | None
+    y0: PyTree
+    form: str = eqx.field(static=True)
+    momentum: bool = eqx.field(static=True)
+
+    @property
+    def lr(self) -> Float[Array, ""]:
+        """The learning rate eta (the step size dt of the solve)."""
+        return self.stepper.lr
+
+    @property
+    def model(self) -> NQFModel:
+        return self.stepper.model
+
+    def step_number(self, t: Float[ArrayLike, ""]) -> Int[Array, ""]:
+        """The step that starts at gradient-flow time t: round(t / lr) (int32)."""
+        return jnp.round(t / self.lr).astype(jnp.int32)
+
+    def apply(self, y: PyTree, k: Int[ArrayLike, ""]) -> PyTree:
+        """Step k of the map (Theorem 2 / Corollary 2) applied to the state y, on row k of the
+        batch schedule (full batch without one). Exact; no checks (`ExactMap.step` checks)."""
+        return self.stepper.step(y, step_batch(self.model, self.batches, k))
+
+    # -- diffrax.AbstractTerm --------------------------------------------------------------
+    def vf(self, t, y, args):
+        y1 = self.apply(y, self.step_number(t))
+        return jax.tree.map(lambda a, b: (a - b) / self.lr, y1, y)
+
+    def contr(self, t0, t1, **kwargs):
+        return t1 - t0
+
+    def prod(self, vf, control):
+        return jax.tree.map(lambda v: control * v, vf)
+
+    # -- observables of a state ------------------------------------------------------------
+    def M(self, y: PyTree) -> Float[Array, "p p"]:
+        """M = W W^T (p, p) of the state y."""
+        return self.stepper.order_params(y)[0]
+
+    def mu(self, y: PyTree) -> Float[Array, " p"]:
+        """mu = W 1 (p,) of the state y (zeros for a plain model started without `mu0`)."""
+        return self.stepper.order_params(y)[1]
+
+    def outputs(self, y: PyTree) -> Float[Array, " m"]:
+        """f_x on all m training inputs (m,) (Eq. E2)."""
+        return self.model.outputs(*self.stepper.order_params(y))
+
+    def loss(self, y: PyTree) -> Float[Array, ""]:
+        """Full-training-set loss (1/m) sum_x ell(f_x, y_x) of the state y, without the
+        weight-decay penalty (as `MapTrajectory.loss`)."""
+        return jnp.mean(self.stepper.loss.value(self.outputs(y), self.model.y))
+
+    def save_M(self, t, y, args) -> Float[Array, "p p"]:
+        """`diffrax.SaveAt(fn=term.save_M)`: save M (p, p) instead of the raw state."""
+        return self.M(y)
+
+    def save_loss(self, t, y, args) -> Float[Array, ""]:
+        """`diffrax.SaveAt(fn=term.save_loss)`: save the loss (scalar)."""
+        return self.loss(y)
+
+
+def _map_term(terms) -> MapTerm:
+    """The `MapTerm` inside diffrax's wrappers (`diffeqsolve` wraps terms for the time direction)."""
+    while not isinstance(terms, MapTerm) and hasattr(terms, "term"):
+        terms = terms.term
+    if not isinstance(terms, MapTerm):
+        raise TypeError(f"`ExactMap` solves a `MapTerm` (from `nqf.dynamics.map_term`); found {type(terms).__name__}.")
+    return terms
+
+
+class ExactMap(diffrax.AbstractSolver):
+    """Theorem 2's exact SGD map (Corollary 2 with momentum) as a diffrax solver.
+
+    One step of size dt = lr from (t0, y0) applies the training step round(t0 / lr) of the
+    `MapTerm` to the state y0: E5-E6 with H -> H + gamma I for (minibatch) SGD with weight decay
+    gamma, E7 for heavy-ball or Nesterov momentum, in the term's form (centered factor (L, mu) or
+    (M, mu)). Exact for every width d (the width enters only as a number); the same numbers as
+    `nqf.closed_sgd` (it calls the same step function). Use it with
+    ``diffrax.diffeqsolve(term, ExactMap(), t0=0, t1=lr * steps, dt0=lr, y0=term.y0,
+    stepsize_controller=diffrax.ConstantStepSize(), max_steps=>= steps)``.
+
+    Time is gradient-flow time t = lr * steps, so t1 = lr * steps runs `steps` steps and
+    `SaveAt(steps=True)` or `SaveAt(ts=lr * n)` saves the states after whole steps. Between
+    steps the dense output interpolates linearly (it is not a training state). Events: a boolean
+    `diffrax.Event` condition stops at the first step after which it holds (an exact integer
+    step: round(sol.ts[-1] / lr)); a real-valued one is root-found on the linear interpolant.
+
+    **Raises** (at trace time): `RuntimeError` if JAX's x64 mode is off (nqf needs float64);
+    `TypeError` if the time (t0, t1) is not float64 (step numbers are round(t / lr)) or the terms
+    are not a `MapTerm`; `ValueError` if `y0` does not have the structure of `term.y0` (diffrax
+    itself promotes a float32 `y0` to the float64 time dtype). At run time (`equinox.error_if`: an `EqxRuntimeError`, or NaN
+    with ``EQX_ON_ERROR=nan``): a step dt that is not the term's `lr` (relative 1e-8: a step-size
+    controller other than `ConstantStepSize`, dt0 != lr, or t1 - t0 not a multiple of lr), a
+    step beyond the rows of the batch schedule. Divergence (a non-finite state, e.g. lr above
+    2 / lambda_max of the loss Hessian) raises a `FloatingPointError` naming the step from a host
+    callback (`jax.debug.callback`; it surfaces as a `JaxRuntimeError` that contains that
+    message).
+    """
+
+    term_structure: ClassVar = diffrax.AbstractTerm
+    interpolation_cls: ClassVar[Callable[..., diffrax.LocalLinearInterpolation]] = diffrax.LocalLinearInterpolation
+
+    def order(self, terms):
+        return 1  # as an integrator of the gradient flow (E10), the map is first order in lr
+
+    def init(self, terms, t0, t1, y0, args):
+        require_x64()
+        terms = _map_term(terms)
+        ref = jax.tree.structure(terms.y0)
+        if jax.tree.structure(y0) != ref:
+            raise ValueError(f"`y0` must have the structure of `term.y0` ({ref}); found {jax.tree.structure(y0)}.")
+        for name, t in (("t0", t0), ("t1", t1)):
+            if jnp.result_type(t) != jnp.float64:
+                raise TypeError(f"`{name}` must be float64 (gradient-flow time); found dtype {jnp.result_type(t)}.")
+        return None
+
+    def step(self, terms: MapTerm, t0, t1, y0, args, solver_state, made_jump):
+        del args, solver_state, made_jump
+        terms = _map_term(terms)
+        lr = terms.lr
+        k = terms.step_number(t0)
+        y1 = terms.apply(y0, k)
+        bad = jnp.logical_not(jnp.all(jnp.isfinite(terms.M(y1))))  # closed_sgd's test: non-finite M
+        jax.lax.cond(bad, lambda: jax.debug.callback(_report_divergence, k, bad, lr), lambda: None)
+        y1 = guard(
+            y1,
+            jnp.abs((t1 - t0) - lr) > DT_RTOL * lr,
+            "ExactMap: every step dt must equal the term's learning rate `lr` (use dt0=lr, "
+            "diffrax.ConstantStepSize() and t1 - t0 a whole number of steps times lr)",
+        )
+        if terms.batches is not None:
+            rows = terms.batches.shape[0]
+            y1 = guard(
+                y1,
+                k >= rows,
+                f"ExactMap: the batch schedule `batch_indices` has {rows} rows (steps) but the solve "
+                f"asked for more; use t1 <= t0 + {rows} * lr",
+            )
+        dense_info = dict(y0=y0, y1=y1)
+        return y1, None, dense_info, None, diffrax.RESULTS.successful
+
+    def func(self, terms, t0, y0, args):
+        return _map_term(terms).vf(t0, y0, args)
+
+
+def map_term(
+    model: NQFModel | AbstractData,
+    *,
+    W0: Float[ArrayLike, "p d"] | None = None,
+    M0: Float[ArrayLike, "p p"] | None = None,
+    mu0: Float[ArrayLike, " p"] | None = None,
+    d: int | None = None,
+    lr: float | Float[Array, ""],
+    batch_indices: Int[ArrayLike, "steps b"] | None = None,
+    batch_size: int | None = None,
+    key: PRNGKeyArray | int | None = None,
+    steps: int | None = None,
+    weight_decay: float | Float[Array, ""] = 0.0,
+    momentum: float | Float[Array, ""] = 0.0,
+    nesterov: bool = False,
+    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
+    form: str = "factor",
+) -> MapTerm:
+    """The discrete training problem of `nqf.closed_sgd` as a diffrax term for `ExactMap`.
+
+    Validates its arguments as `closed_sgd` does (same checks, same messages) and builds the map
+    (Theorem 2: E5-E6 with weight decay; Corollary 2 / E7 with momentum) and the initial state
+    `MapTerm.y0`. Solve with ``diffrax.diffeqsolve(term, ExactMap(), t0=0.0, t1=lr * steps,
+    dt0=lr, y0=term.y0, stepsize_controller=diffrax.ConstantStepSize(), max_steps=steps)``.
+
+    **Arguments:** as `closed_sgd`: `model` (an `nqf.NQFModel` or a data set); the initial
+    condition `W0` (p, d), or `M0` (p, p) with `mu0` (p,) and `d`; `lr` > 0 (time t = lr * steps;
+    the solve's dt0 must be this lr); batches: full batch by default, or `batch_indices`
+    (steps, b) integer (step n uses row n), or `batch_size` with `key` and `steps` (the schedule
+    `nqf.batch_indices(key, m, batch_size, steps)`); `weight_decay` gamma >= 0; `momentum` beta in
+    [0, 1) and `nesterov`; `loss` (default ``"mse"``); `form` ``"factor"`` (default, the state
+    (L, mu)) or ``"M"`` (the state (M, mu); (P, Q, VP, VQ) with momentum).
+
+    **Returns:** a `MapTerm` (a pytree: it may be built inside `jax.jit`, `jax.vmap`, `jax.grad`
+    with traced `lr`, `W0`, `M0`, `mu0`, weight decay, momentum, labels; checks then move to run
+    time as in `closed_sgd`).
+
+    **Raises:** `ValueError` for lr <= 0 or not finite (naming `lr`), a `batch_indices` that is not
+    a 2-d integer array (steps, b) with 1 <= b <= m and entries in [0, m) (naming
+    `batch_indices`), `batch_size` without `steps`, and everything `closed_sgd` raises for the
+    initial condition, weight decay, momentum, form; `TypeError` for a bad model or loss.
+    """
+    model = as_model(model)
+    lr = check_lr(lr)
+    gamma = check_weight_decay(weight_decay)
+    beta = check_momentum(momentum)
+    nesterov = check_nesterov(nesterov, beta)
+    if form not in FORMS:
+        raise ValueError(f"`form` must be one of {FORMS}; found {form!r}.")
+    loss = as_loss(loss)
+    M0, mu0, d, L0 = _initial_order_params(model, M0, mu0, d, W0)
+    if batch_indices is not None:
+        shape = np.shape(batch_indices)
+        if len(shape) != 2:
+            raise ValueError(
+                f"`batch_indices` must be a 2-d integer array of shape (steps, batch_size) (row n: the "
+                f"inputs of step n); found shape {shape}."
+            )
+        if steps is not None and steps != shape[0]:
+            raise ValueError(f"`batch_indices` has {shape[0]} rows but `steps` = {steps}; they must agree.")
+        idx = check_batch_indices(batch_indices, model.m, shape[0])
+        if batch_size is not None or key is not None:
+            raise ValueError("Give either `batch_indices` or (`batch_size`, `key`, `steps`), not both.")
+    elif batch_size is not None:
+        if steps is None:
+            raise ValueError("`batch_size` draws a batch schedule of `steps` rows: give `steps` too.")
+        idx = resolve_batches(None, batch_size, key, model.m, steps)
+    else:
+        idx = resolve_batches(None, None, key, model.m, 1)
+    config = (form, is_traced(beta) or beta > 0.0, bool(nesterov))
+    params, init = _numeric(True, lr, d, gamma, beta, M0, mu0, L0)
+    stepper = _stepper(model, loss, config, params, init)
+    return MapTerm(stepper=stepper, batches=idx, y0=stepper.init(*init), form=form, momentum=config[1])

@@ -1,0 +1,165 @@
+"""The modified (finite learning rate) flow on the order parameters (backward error analysis).
+
+Gradient descent W+ = W - eta grad_W Phi with step eta follows, to O(eta^2) at fixed
+gradient-flow time t = eta * steps, the gradient flow of the modified objective (Barrett and
+Dherin 2021, "Implicit gradient regularization")
+
+    Phi_eta(W) = Phi(W) + (eta / 4) |grad_W Phi(W)|^2,   Phi = L + (gamma / 2) |W|^2,
+
+while the plain flow (Eq. E10) follows it only to O(eta). For the NQF the correction closes on
+(M, mu). With the package's conventions (L = (1/m) sum_x ell(f_x, y_x), l'_x = dL/df_x,
+H = sum_x 2 l'_x A_x + gamma I, v = sum_x l'_x u(x), Eq. E4) the weight gradient is
+grad_W Phi = v 1^T + H W, so
+
+    |grad_W Phi|^2 = d |v|^2 + 2 v^T H mu + Tr[H^2 M]          (= Tr[H^2 M] for f = Tr[M A]).
+
+(In the issue's notation H' = sum_x l'_x A_x = H / 2 this is 4 Tr[H'^2 M].) Any objective
+Phi(M, mu) of the order parameters gives the weight flow W' = -grad_W Phi = -(2 S W + r 1^T)
+with S = dPhi/dM (symmetric), r = dPhi/dmu, hence the closed flow
+
+    M' = -(2 S M + 2 M S + r mu^T + mu r^T),   mu' = -(2 S mu + d r).
+
+For Phi_eta on the plain model f = Tr[M A] with the MSE loss (l'_x = (2/m) Delta_x,
+ell'' = 2): dTr[H^2 M]/dM = H^2 + (8/m) sum_x c_x A_x with c_x = Tr[A_x H M] (H depends on M
+through the residuals), so 2 S = H~ with
+
+    H~ = H + (eta / 2) (H^2 + K),   K = (8/m) sum_x Tr[A_x H M] A_x,   M' = -(H~ M + M H~).  (*)
+
+At eta = 0 this is Eq. E9 (`rhs_M`). `rhs_M_modified` evaluates (*) through the data's `apply`
+and `traces` (no p x p matrix of the data is formed: H M, H (H M) and K M are applied). For a
+general model (g, B, f0; `rhs_M_mu_modified`) S and r are the derivatives of Phi_eta(M, mu)
+taken by `jax.grad` (the closed function above, through `gradient_terms`).
+
+Time is gradient-flow time t = eta * steps, as everywhere. Momentum is not covered (its
+modified equation has a different first-order term; not derived here).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import diffrax
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
+
+from ..data._model import NQFModel
+from ._flow import is_model
+from ._losses import PerSampleLoss, mse
+from ._maps import gradient_terms
+
+__all__ = ["rhs_M_modified", "rhs_M_mu_modified", "modified_objective", "solve_modified_flow"]
+
+_MSE = PerSampleLoss(mse)
+
+
+def rhs_M_modified(t: Float[ArrayLike, ""], M: Float[Array, "p p"], args: tuple[Any, ...]) -> Float[Array, "p p"]:
+    """The modified flow (*) of the module docstring on M for the MSE loss: M' = -(H~ M + M H~),
+    H~ = H + (eta/2)(H^2 + K), shape (p, p).
+
+    `args` = (data, gamma, eta): a data set (the plain model f = Tr[M A]), the weight decay
+    gamma >= 0 and the learning rate eta > 0 (eta = 0: `rhs_M`, Eq. E9). Source: backward error
+    analysis of GD (Barrett and Dherin 2021) closed on M; GD with step eta follows it to O(eta^2).
+    Cost: four `apply` and two `traces` of the data per evaluation.
+    """
+    data, gamma, eta = args
+    c = 4.0 / data.m
+    HM = data.apply(c * data.residual(M), M) + gamma * M
+    HHM = data.apply(c * data.residual(M), HM) + gamma * HM
+    cx = data.traces(0.5 * (HM + HM.T))  # Tr[A_x H M]
+    KM = data.apply(2.0 * c * cx, M)
+    X = HM + 0.5 * eta * (HHM + KM)
+    return -(X + X.T)
+
+
+def modified_objective(
+    model, M: Float[Array, "p p"], mu: Float[Array, " p"], gamma, d, eta, loss: PerSampleLoss | None = None
+) -> Float[Array, ""]:
+    """Phi_eta(M, mu) = L + (gamma/2) Tr M + (eta/4) (d |v|^2 + 2 v^T H mu + Tr[H^2 M]), the
+    modified objective as a function of the order parameters (module docstring), scalar. `model`:
+    an `NQFModel` or a data set; full batch, per-sample loss `loss` (default MSE)."""
+    loss = _MSE if loss is None else loss
+    model = model if is_model(model) else NQFModel(model)
+    m = model.m
+    w = jnp.full(m, 1.0 / m)
+    L = jnp.mean(loss.value(model.outputs(M, mu), model.y))
+    v, H = gradient_terms(model, w, loss, M, mu, gamma)
+    Hmu = H @ mu
+    G = d * (v @ v) + 2.0 * (v @ Hmu) + jnp.sum(H * (H @ M))  # Tr[H^2 M] = sum_ij H_ij (H M)_ij
+    return L + 0.5 * gamma * jnp.trace(M) + 0.25 * eta * G
+
+
+def rhs_M_mu_modified(
+    t: Float[ArrayLike, ""], state: tuple[Float[Array, "p p"], Float[Array, " p"]], args: tuple[Any, ...]
+) -> tuple[Float[Array, "p p"], Float[Array, " p"]]:
+    """The modified flow on (M, mu) of a general model (module docstring):
+    M' = -(2 S M + 2 M S + r mu^T + mu r^T), mu' = -(2 S mu + d r), with S = dPhi_eta/dM
+    (symmetrized), r = dPhi_eta/dmu of `modified_objective` (by `jax.grad`); shapes (p, p), (p,).
+
+    `args` = (model or data, gamma, d, eta): as `rhs_M_mu` (Eq. E10) plus the learning rate eta
+    (eta = 0: Eq. E10). MSE loss, full batch.
+    """
+    M, mu = state
+    model, gamma, d, eta = args
+    S, r = jax.grad(modified_objective, argnums=(1, 2))(model, M, mu, gamma, d, eta)
+    S = 0.5 * (S + S.T)
+    SM = S @ M
+    rmu = jnp.outer(r, mu)
+    return -2.0 * (SM + SM.T) - (rmu + rmu.T), -(2.0 * S @ mu + d * r)
+
+
+def solve_modified_flow(
+    model,
+    *,
+    M0: Float[ArrayLike, "p p"],
+    lr: float,
+    t1: float,
+    ts: Float[ArrayLike, " n"] | None = None,
+    mu0: Float[ArrayLike, " p"] | None = None,
+    d: int | None = None,
+    weight_decay: float = 0.0,
+    rtol: float = 1e-10,
+    atol: float | None = None,
+    max_steps: int = 100_000,
+) -> diffrax.Solution:
+    """Integrate the modified flow from t = 0 to `t1` (gradient-flow time) with diffrax (Tsit5,
+    PID controller; atol default rtol * max|state(0)|).
+
+    Plain data set (or a model without g, B, f0) and no `mu0`: the state is M (p, p)
+    (`rhs_M_modified`); otherwise (M, mu) (`rhs_M_mu_modified`; needs `mu0` and the width `d`).
+    `ts`: saved times (default: t1 only). Returns the `diffrax.Solution` (ys: M (n, p, p), or the
+    pair). **Raises:** `ValueError` for lr <= 0 or not finite, and a general model without
+    `mu0`/`d`.
+    """
+    from ._train_args import check_lr, check_weight_decay
+
+    lr = check_lr(lr)
+    gamma = check_weight_decay(weight_decay)
+    general = is_model(model) and (model.has_mean_field or model.f0 is not None)
+    M0 = jnp.asarray(M0, dtype=jnp.float64)
+    if general or mu0 is not None:
+        if mu0 is None or d is None:
+            raise ValueError("The (M, mu) modified flow needs `mu0` (p,) and the width `d`.")
+        y0 = (M0, jnp.asarray(mu0, dtype=jnp.float64))
+        term = diffrax.ODETerm(rhs_M_mu_modified)
+        args = (model, jnp.float64(gamma), jnp.float64(d), jnp.float64(lr))
+    else:
+        data = model.data if is_model(model) else model
+        y0 = M0
+        term = diffrax.ODETerm(rhs_M_modified)
+        args = (data, jnp.float64(gamma), jnp.float64(lr))
+    scale = max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(y0))
+    atol = rtol * (scale if scale > 0 else 1.0) if atol is None else atol
+    saveat = diffrax.SaveAt(t1=True) if ts is None else diffrax.SaveAt(ts=jnp.asarray(ts, dtype=jnp.float64))
+    return diffrax.diffeqsolve(
+        term,
+        diffrax.Tsit5(),
+        t0=0.0,
+        t1=float(t1),
+        dt0=None,
+        y0=y0,
+        args=args,
+        saveat=saveat,
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        max_steps=max_steps,
+    )
