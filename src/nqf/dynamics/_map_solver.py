@@ -25,6 +25,7 @@ it; `MapTerm.y0` is the initial state.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -33,7 +34,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from .._core._checks import is_traced
 from .._core._config import require_x64
@@ -47,7 +48,6 @@ from ._train_args import (
     check_momentum,
     check_nesterov,
     check_weight_decay,
-    guard,
     resolve_batches,
 )
 
@@ -59,16 +59,31 @@ __all__ = ["MapTerm", "ExactMap", "map_term"]
 DT_RTOL = 1e-8
 
 
-def _report_divergence(k, bad, lr) -> None:
-    """Host side of the divergence check: raise `FloatingPointError` naming the first step
-    whose map output is not finite (arrays carry a batch axis under `jax.vmap`)."""
-    k, bad, lr = np.broadcast_arrays(np.asarray(k), np.asarray(bad), np.asarray(lr))
-    if bad.any():
-        first = int(k[bad].min())
+def _report(k, diverged, bad_dt, dt, past_rows, lr, rows) -> None:
+    """Host side of `ExactMap.step`'s run-time checks (called only when one fails; arrays carry a
+    batch axis under `jax.vmap`): raise `ValueError` for a step dt that is not `lr` or a step past
+    the batch schedule, `FloatingPointError` naming the first step whose M is not finite."""
+    k, diverged, bad_dt, dt, past_rows, lr = np.broadcast_arrays(
+        *map(np.asarray, (k, diverged, bad_dt, dt, past_rows, lr))
+    )
+    if bad_dt.any():
+        i = np.argmax(bad_dt.ravel())
+        raise ValueError(
+            f"ExactMap: every step dt must equal the term's learning rate `lr` = {lr.flat[i]:g}; step {k.flat[i]} "
+            f"has dt = {dt.flat[i]:g}. Use dt0=lr, diffrax.ConstantStepSize() and t1 - t0 a whole number of steps "
+            "times lr."
+        )
+    if past_rows.any():
+        raise ValueError(
+            f"ExactMap: the batch schedule `batch_indices` has {rows} rows (steps) but the solve asked for step "
+            f"{int(k[past_rows].min())}; use t1 <= t0 + {rows} * lr."
+        )
+    if diverged.any():
+        first = int(k[diverged].min())
+        eta = float(lr[diverged].flat[0])
         raise FloatingPointError(
-            f"The exact map diverged: non-finite state by step {first + 1} (t = {(first + 1) * float(lr[bad].flat[0]):g}, "
-            f"lr={float(lr[bad].flat[0]):g}). Gradient descent is stable only for lr < 2 / lambda_max of "
-            "the loss Hessian; reduce `lr`."
+            f"The exact map diverged: non-finite M by step {first + 1} (t = {(first + 1) * eta:g}, lr={eta:g}). "
+            "Gradient descent is stable only for lr < 2 / lambda_max of the loss Hessian; reduce `lr`."
         )
 
 
@@ -139,6 +154,15 @@ class MapTerm(diffrax.AbstractTerm):
         weight-decay penalty (as `MapTrajectory.loss`)."""
         return jnp.mean(self.stepper.loss.value(self.outputs(y), self.model.y))
 
+    def finite(self, y: PyTree) -> Bool[Array, ""]:
+        """Whether M of the state y is finite (the divergence test of `closed_sgd`). Factor form:
+        from the diagonal M_ii = |L_i|^2 + mu_i^2 / d alone (O(p^2): M is PSD, so
+        |M_ij| <= sqrt(M_ii M_jj)), not M itself (a p x p product)."""
+        if self.form == "factor":
+            L, mu = y[0], y[1]
+            return jnp.all(jnp.isfinite(jnp.sum(L * L, axis=1) + mu * mu / self.stepper.d))
+        return jnp.all(jnp.isfinite(self.M(y)))
+
     def save_M(self, t, y, args) -> Float[Array, "p p"]:
         """`diffrax.SaveAt(fn=term.save_M)`: save M (p, p) instead of the raw state."""
         return self.M(y)
@@ -177,13 +201,13 @@ class ExactMap(diffrax.AbstractSolver):
     **Raises** (at trace time): `RuntimeError` if JAX's x64 mode is off (nqf needs float64);
     `TypeError` if the time (t0, t1) is not float64 (step numbers are round(t / lr)) or the terms
     are not a `MapTerm`; `ValueError` if `y0` does not have the structure of `term.y0` (diffrax
-    itself promotes a float32 `y0` to the float64 time dtype). At run time (`equinox.error_if`: an `EqxRuntimeError`, or NaN
-    with ``EQX_ON_ERROR=nan``): a step dt that is not the term's `lr` (relative 1e-8: a step-size
-    controller other than `ConstantStepSize`, dt0 != lr, or t1 - t0 not a multiple of lr), a
-    step beyond the rows of the batch schedule. Divergence (a non-finite state, e.g. lr above
-    2 / lambda_max of the loss Hessian) raises a `FloatingPointError` naming the step from a host
-    callback (`jax.debug.callback`; it surfaces as a `JaxRuntimeError` that contains that
-    message).
+    itself promotes a float32 `y0` to the float64 time dtype). At run time, from a host callback
+    (`jax.debug.callback`, run only when a check fails; the exception surfaces as a
+    `jax.errors.JaxRuntimeError` whose message contains it): `ValueError` for a step dt that is
+    not the term's `lr` (relative 1e-8: a step-size controller other than `ConstantStepSize`,
+    dt0 != lr, or t1 - t0 not a multiple of lr) or a step beyond the rows of the batch schedule;
+    `FloatingPointError` naming the step for divergence (M not finite, e.g. lr above
+    2 / lambda_max of the loss Hessian), the step `closed_sgd` reports.
     """
 
     term_structure: ClassVar = diffrax.AbstractTerm
@@ -209,22 +233,16 @@ class ExactMap(diffrax.AbstractSolver):
         lr = terms.lr
         k = terms.step_number(t0)
         y1 = terms.apply(y0, k)
-        bad = jnp.logical_not(jnp.all(jnp.isfinite(terms.M(y1))))  # closed_sgd's test: non-finite M
-        jax.lax.cond(bad, lambda: jax.debug.callback(_report_divergence, k, bad, lr), lambda: None)
-        y1 = guard(
-            y1,
-            jnp.abs((t1 - t0) - lr) > DT_RTOL * lr,
-            "ExactMap: every step dt must equal the term's learning rate `lr` (use dt0=lr, "
-            "diffrax.ConstantStepSize() and t1 - t0 a whole number of steps times lr)",
-        )
-        if terms.batches is not None:
-            rows = terms.batches.shape[0]
-            y1 = guard(
-                y1,
-                k >= rows,
-                f"ExactMap: the batch schedule `batch_indices` has {rows} rows (steps) but the solve "
-                f"asked for more; use t1 <= t0 + {rows} * lr",
-            )
+        # All run-time checks in ONE branch per step (a host callback only when one fails): the
+        # map of a small problem costs < 1 us per step, so separate `error_if`s would dominate.
+        diverged = jnp.logical_not(terms.finite(y1))
+        dt = t1 - t0
+        bad_dt = jnp.abs(dt - lr) > DT_RTOL * lr
+        rows = None if terms.batches is None else terms.batches.shape[0]
+        past_rows = jnp.asarray(False) if rows is None else k >= rows
+        fail = diverged | bad_dt | past_rows
+        report = functools.partial(_report, rows=rows)
+        jax.lax.cond(fail, lambda: jax.debug.callback(report, k, diverged, bad_dt, dt, past_rows, lr), lambda: None)
         dense_info = dict(y0=y0, y1=y1)
         return y1, None, dense_info, None, diffrax.RESULTS.successful
 
