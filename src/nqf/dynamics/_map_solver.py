@@ -31,6 +31,7 @@ from typing import ClassVar
 
 import diffrax
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,6 +86,31 @@ def _report(k, diverged, bad_dt, dt, past_rows, lr, rows) -> None:
             f"The exact map diverged: non-finite M by step {first + 1} (t = {(first + 1) * eta:g}, lr={eta:g}). "
             "Gradient descent is stable only for lr < 2 / lambda_max of the loss Hessian; reduce `lr`."
         )
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _checked(y1, fail, info, rows):
+    """`y1`, or (when `fail` holds) a host callback that raises `_report`'s error, in the manner
+    of `equinox.error_if`: the predicate is reduced over any vmapped axis (`unvmap_any`) so the
+    branch stays a branch under `jax.vmap`; the callback is a `pure_callback` whose output the
+    result depends on (not optimised out); AD sees the identity (custom JVP)."""
+    struct = jax.eval_shape(lambda: y1)
+
+    def raise_(info):
+        k, diverged, bad_dt, dt, past_rows, lr = np.asarray(info)
+        _report(int(k), bool(diverged), bool(bad_dt), dt, bool(past_rows), lr, rows=rows)  # raises if a check failed
+        return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), struct)
+
+    def handle():
+        return jax.pure_callback(raise_, struct, info, vmap_method="sequential")
+
+    return jax.lax.cond(eqxi.unvmap_any(fail), handle, lambda: y1)
+
+
+@_checked.defjvp
+def _checked_jvp(rows, primals, tangents):
+    y1, fail, info = primals
+    return _checked(y1, fail, info, rows), tangents[0]
 
 
 class MapTerm(diffrax.AbstractTerm):
@@ -202,7 +228,7 @@ class ExactMap(diffrax.AbstractSolver):
     `TypeError` if the time (t0, t1) is not float64 (step numbers are round(t / lr)) or the terms
     are not a `MapTerm`; `ValueError` if `y0` does not have the structure of `term.y0` (diffrax
     itself promotes a float32 `y0` to the float64 time dtype). At run time, from a host callback
-    (`jax.debug.callback`, run only when a check fails; the exception surfaces as a
+    (`jax.pure_callback`, run only when a check fails; the exception surfaces as a
     `jax.errors.JaxRuntimeError` whose message contains it): `ValueError` for a step dt that is
     not the term's `lr` (relative 1e-8: a step-size controller other than `ConstantStepSize`,
     dt0 != lr, or t1 - t0 not a multiple of lr) or a step beyond the rows of the batch schedule;
@@ -234,15 +260,15 @@ class ExactMap(diffrax.AbstractSolver):
         k = terms.step_number(t0)
         y1 = terms.apply(y0, k)
         # All run-time checks in ONE branch per step (a host callback only when one fails): the
-        # map of a small problem costs < 1 us per step, so separate `error_if`s would dominate.
+        # map of a small problem costs < 1 us per step, so the checks' cost matters.
         diverged = jnp.logical_not(terms.finite(y1))
         dt = t1 - t0
         bad_dt = jnp.abs(dt - lr) > DT_RTOL * lr
         rows = None if terms.batches is None else terms.batches.shape[0]
         past_rows = jnp.asarray(False) if rows is None else k >= rows
         fail = diverged | bad_dt | past_rows
-        report = functools.partial(_report, rows=rows)
-        jax.lax.cond(fail, lambda: jax.debug.callback(report, k, diverged, bad_dt, dt, past_rows, lr), lambda: None)
+        info = jnp.stack([k, diverged, bad_dt, dt, past_rows, lr], dtype=jnp.float64)  # one callback operand
+        y1 = _checked(y1, fail, info, rows)
         dense_info = dict(y0=y0, y1=y1)
         return y1, None, dense_info, None, diffrax.RESULTS.successful
 
