@@ -12,10 +12,14 @@ Compilation is excluded (`setup_cache` runs each once first); `track_ratio` is t
 closed_sgd time, best of 7 interleaved rounds in one process (less sensitive to load than the
 raw times). Target (issue 24): <= 1.5.
 
-Measured (2 CPU cores shared with two other jobs, load average ~6; best of 7 interleaved):
-see `setup_cache`'s stderr line per problem and the numbers in the issue-24 report. The fig3
-step is tiny (p = 5: < 1 us of arithmetic), so diffrax's per-step bookkeeping and the solver's
-one run-time check branch per step dominate there; at p = 65 the map's arithmetic dominates.
+Measured (2 CPU cores shared with two other jobs, load average 4-6; best of 7 interleaved
+rounds, two runs): fig3 25 000 steps: closed_sgd 6.5-9.3 ms, ExactMap 10.7-17.4 ms, ratio
+1.65-1.88 (ABOVE the 1.5 target); MLP 2 000 steps full batch: 42-44 ms vs 45-50 ms, ratio
+1.08-1.15; MLP 2 000 steps b = 64: 30-43 ms vs 33-49 ms, ratio 1.10-1.14. M agrees exactly
+(difference 0) in all three. Why fig3 misses: its map step is ~0.25 us (p = 5); diffrax's loop
+alone (the same map without run-time checks) measured 1.05-1.2x, and the one check branch per
+step (dt = lr, batch rows, divergence; `_map_solver._checked`) adds ~0.1-0.2 us per step. At
+p = 65 the map's arithmetic dominates both.
 
 Run: `asv run -E existing --quick --bench bench_map_solver`.
 """
