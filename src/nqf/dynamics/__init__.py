@@ -7,7 +7,8 @@ tested against), plain gradient descent on the GLV form, and multi-layer NQFs (`
 Theorems 14, 15). Time is gradient-flow time t = eta * steps.
 
 May import `nqf._core` and `nqf.data`. Private modules: `_losses`, `_batches`, `_flow`, `_glv`,
-`_maps`, `_wspace`, `_gd`, `_train_args`.
+`_maps`, `_wspace`, `_gd`, `_train_args`, `_sde`
+(minibatch SGD as a closed SDE on M: `sgd_sde`).
 """
 
 from .._core._exports import publish as _publish
@@ -29,6 +30,7 @@ from ._glv import excess_loss, glv_equilibrium, logistic_log_z, logistic_z, orth
 from ._maps import MapTrajectory, closed_map, closed_sgd, gradient_terms
 from ._wspace import WTrajectory, train_w, w_objective
 from ._gd import gradient_descent
+from ._sde import SDEPaths, batch_weight_covariance, sde_coefficients, sgd_sde
 from . import multilayer
 
 __all__ = [
@@ -62,6 +64,10 @@ __all__ = [
     "train_w",
     "w_objective",
     "gradient_descent",
+    "SDEPaths",
+    "sgd_sde",
+    "sde_coefficients",
+    "batch_weight_covariance",
     "multilayer",
 ]
 
