@@ -153,8 +153,6 @@ def test_bad_input():
         sgd_sde(dense, M, lr=0.01, form="log_z", **kw)
     with pytest.raises(ValueError, match="`M0`"):
         sgd_sde(dense, np.ones(P), lr=0.01, **kw)
-    with pytest.raises(NotImplementedError, match="`data`"):
-        sgd_sde(nqf.NQFModel(dense, g=np.ones((M_SAMPLES, P))), M, lr=0.01, **kw)
     with pytest.raises(ValueError, match="`ts`"):
         sgd_sde(data, z0, lr=0.01, batch_size=2, ts=[1.0, 0.5], key=0)
     with pytest.raises(ValueError, match="`form`"):
@@ -188,3 +186,46 @@ def test_weak_error_is_first_order_in_lr():
     assert np.all(errs > 4 * ses), (errs, ses)
     order = np.polyfit(np.log(etas), np.log(errs), 1)[0]
     assert abs(order - 1.0) < 0.2, (order, errs)
+
+
+def test_mean_field_model_one_step_moments_and_paths():
+    """S3 on (M, mu) for a model with g and B: one step vs enumerated `closed_sgd` batches (mean
+    exact up to E6's deterministic eta^2 term, covariance O(eta)), and a short ensemble."""
+    data, _ = _dense_problem(2)
+    rng = np.random.default_rng(3)
+    g = rng.standard_normal((M_SAMPLES, P))
+    Bm = rng.standard_normal((M_SAMPLES, P, P))
+    model = nqf.NQFModel(data, g=g, B=0.1 * (Bm + np.swapaxes(Bm, 1, 2)))
+    d = 4
+    W0 = 0.5 * rng.standard_normal((P, d))
+    M, mu = W0 @ W0.T, W0.sum(1)
+    errs = []
+    for lr in (1e-3, 5e-4):
+        incs = []
+        for b in _batches(False):
+            tr = nqf.closed_sgd(model, W0=W0, lr=lr, steps=1, batch_indices=b[None, :], form="M")
+            incs.append(np.concatenate([(tr.M[-1] - M).ravel(), tr.mu[-1] - mu]))
+        incs = np.array(incs)
+        drift, diffusion = sde_coefficients(model, lr=lr, batch_size=BATCH, form="M-mu", d=d)
+        dM, dmu = drift((jnp.asarray(M), jnp.asarray(mu)))
+        w = np.full(M_SAMPLES, 1.0 / M_SAMPLES)
+        v, H = nqf.dynamics.gradient_terms(model, jnp.asarray(w), nqf.dynamics.as_loss(None), M, mu, 0.0)
+        v, H = np.asarray(v), np.asarray(H)
+        second = d * np.outer(v, v) + np.outer(v, H @ mu) + np.outer(H @ mu, v) + H @ M @ H
+        mean = np.concatenate([(lr * np.asarray(dM) + lr**2 * second).ravel(), lr * np.asarray(dmu)])
+        np.testing.assert_allclose(incs.mean(0), mean, rtol=0, atol=1e-14 * np.abs(M).max())
+        G = []
+        for e in np.eye(M_SAMPLES):
+            gM, gmu = diffusion((jnp.asarray(M), jnp.asarray(mu)), e)
+            G.append(np.concatenate([np.asarray(gM).ravel(), np.asarray(gmu)]))
+        G = np.array(G)
+        cov_map = np.cov(incs.T, bias=True)
+        errs.append(np.abs(cov_map - lr * G.T @ G).max() / np.abs(cov_map).max())
+    assert errs[0] < 0.05 and 1.8 < errs[0] / errs[1] < 2.2
+    ens = sgd_sde(model, (M, mu, d), lr=0.01, batch_size=BATCH, ts=[0.0, 0.5, 1.0], key=1, n_paths=3)
+    assert ens.form == "M-mu" and ens.M.shape == (3, 3, P, P) and ens.mu.shape == (3, 3, P) and ens.z is None
+    np.testing.assert_allclose(ens.mu[:, 0], np.broadcast_to(mu, (3, P)))
+    with pytest.raises(ValueError, match="`M0`"):
+        sgd_sde(model, M, lr=0.01, batch_size=BATCH, ts=TS, key=0)
+    with pytest.raises(ValueError, match="`form`"):
+        sgd_sde(model, (M, mu, d), lr=0.01, batch_size=BATCH, ts=TS, key=0, form="M")

@@ -39,6 +39,17 @@ combines with the +eta s^2 sum_j h_j^2 of S1 to the -eta s^2 sum_j h_j^2 above (
 E[2 log(1 - eta h)] = -2 eta hbar - eta^2 (hbar^2 + Var h)). z stays positive for any step and
 relative accuracy is kept at z ~ eps (small init).
 
+**Models with a mean field (S3).** For f = f0 + g^T mu + mu^T B mu + Tr[M A] (`nqf.NQFModel`)
+the step's gradient is v 1^T + H W (E4), (v, H) linear in the batch weights, so with
+(v_j, H_j) the terms of the weights s Pi e_j the same Ito image of dW = -(vbar 1^T + Hbar W) dt
+- sqrt(eta) (v(Pi dB) 1^T + H(Pi dB) W) s reads
+
+    dmu = -(d vbar + Hbar mu) dt - sqrt(eta) (d v_xi + H_xi mu),
+    dM  = E10 dt + eta sum_j (d v_j v_j^T + v_j mu^T H_j + H_j mu v_j^T + H_j M H_j) dt
+          - sqrt(eta) (v_xi mu^T + mu v_xi^T + H_xi M + M H_xi),                              (S3)
+
+the Ito term being the noise part of E6's eta^2 term (mu is linear in W: none for mu).
+
 **Calculus and solvers.** The drifts above are Ito drifts. For a Stratonovich solver (the default
 `diffrax.Heun`, deterministic order 2, so that with a step dt0 >> eta the discretization error
 stays below the O(eta) modelling error; default dt0 = sqrt(eta) / 4, so dt0^2 << eta for rates
@@ -74,7 +85,7 @@ from ._train_args import check_lr
 
 __all__ = ["SDEPaths", "sgd_sde", "batch_weight_covariance", "sde_coefficients"]
 
-SDE_FORMS = ("auto", "M", "log_z")
+SDE_FORMS = ("auto", "M", "log_z", "M-mu")
 DT0_FACTOR = 0.25  # default step dt0 = DT0_FACTOR * sqrt(lr) (module docstring)
 TRACE_COUNT = [0]
 
@@ -189,6 +200,59 @@ class _Coeffs(eqx.Module):
         return self.diffusion_M(y, xi) if self.form == "M" else self.diffusion_u(y, xi)
 
 
+class _CoeffsMmu(eqx.Module):
+    """Drift and diffusion of S3 (``form="M-mu"``): a model with a mean field (g, B, f0), state
+    (M, mu), width d. The step's (v, H) are linear in the batch weights (`gradient_terms`), so
+    the noise columns are (v_j, H_j) = gradient_terms(s Pi e_j) and the Ito term of M is
+    eta sum_j (d v_j v_j^T + v_j mu^T H_j + H_j mu v_j^T + H_j M H_j), the noise part of E6's
+    eta^2 term (mu = W 1 is linear in W: no Ito term)."""
+
+    model: NQFModel
+    lr: Array
+    s2: Array
+    d: Array
+    stratonovich: bool = eqx.field(static=True)
+    form: str = eqx.field(static=True, default="M-mu")
+
+    @property
+    def m(self) -> int:
+        return self.model.m
+
+    def _terms(self, M, mu, w):
+        from ._losses import as_loss
+        from ._maps import gradient_terms
+
+        return gradient_terms(self.model, w, as_loss(None), M, mu, 0.0)
+
+    def _noise_vH(self, y, xi):
+        M, mu = y
+        return self._terms(M, mu, jnp.sqrt(self.s2) * (xi - jnp.mean(xi)))
+
+    def diffusion(self, y, xi):
+        M, mu = y
+        v, H = self._noise_vH(y, xi)
+        X = jnp.outer(v, mu) + H @ M
+        c = -jnp.sqrt(self.lr)
+        return (c * (X + X.T), c * (self.d * v + H @ mu))
+
+    def drift(self, y):
+        M, mu = y
+        v, H = self._terms(M, mu, jnp.full(self.m, 1.0 / self.m))
+        X = jnp.outer(v, mu) + H @ M
+        dM, dmu = -(X + X.T), -(self.d * v + H @ mu)
+
+        def ito(e):
+            vj, Hj = self._noise_vH(y, e)
+            Hmu = jnp.outer(Hj @ mu, vj)
+            return self.d * jnp.outer(vj, vj) + Hmu + Hmu.T + Hj @ M @ Hj
+
+        dM = dM + self.lr * jnp.sum(jax.vmap(ito)(jnp.eye(self.m)), axis=0)
+        if self.stratonovich:
+            cM, cmu = _strat_sum(self.diffusion, y, self.m)
+            dM, dmu = dM - 0.5 * cM, dmu - 0.5 * cmu
+        return (0.5 * (dM + dM.T), dmu)
+
+
 def _strat_sum(g, y, m):
     """sum_j D g(., e_j)[g(y, e_j)] by m Jacobian-vector products (g linear in its 2nd argument)."""
 
@@ -196,7 +260,7 @@ def _strat_sum(g, y, m):
         col = g(y, e)
         return jax.jvp(lambda x: g(x, e), (y,), (col,))[1]
 
-    return jnp.sum(jax.vmap(one)(jnp.eye(m)), axis=0)
+    return jax.tree.map(lambda x: jnp.sum(x, axis=0), jax.vmap(one)(jnp.eye(m)))
 
 
 def _pullback_sq(data, c):
@@ -221,29 +285,34 @@ def sde_coefficients(
     replace: bool = False,
     form: str = "M",
     stratonovich: bool = False,
+    d: float = 1.0,
 ) -> tuple[Callable[[Array], Array], Callable[[Array, Array], Array]]:
     """The drift b(y) and diffusion g(y, dB) of the SGD SDE (module docstring, S1 / S2), for checks.
 
     `form="M"`: y = M (p, p), b(M) (p, p), g(M, xi) (p, p) linear in xi (m,). `form="log_z"`
     (commuting data): y = u = log z (p,), all modes live. One step of size eta has mean
     ~ eta b(y) and covariance ~ eta Cov(g(y, xi)), xi ~ N(0, I_m). Ito drift unless
-    `stratonovich` (then with -(1/2) sum_j D g_j[g_j]).
+    `stratonovich` (then with -(1/2) sum_j D g_j[g_j]). For an `NQFModel` with g, B or f0
+    (``form="M-mu"``, width `d`): y = (M (p, p), mu (p,)), S3 of the module docstring.
 
     **Raises:** as `sgd_sde`.
     """
     lr = check_lr(lr)
-    _check_data(data, form)
+    data, model = _check_data(data, form)
     _, b = _check_m_b(data.m, batch_size, replace)
-    p = data.p
-    mask = jnp.ones(p, dtype=bool) if form == "log_z" else None
-    c = _Coeffs(data, jnp.asarray(lr), jnp.asarray(_kappa(data.m, b, replace) / (b * data.m)), mask, form, stratonovich)
+    s2 = jnp.asarray(_kappa(data.m, b, replace) / (b * data.m))
+    if model is not None:
+        c = _CoeffsMmu(model, jnp.asarray(lr), s2, jnp.asarray(float(d)), stratonovich)
+        return c.drift, c.diffusion
+    mask = jnp.ones(data.p, dtype=bool) if form == "log_z" else None
+    c = _Coeffs(data, jnp.asarray(lr), s2, mask, form, stratonovich)
     return c.drift, c.diffusion
 
 
 # ---- the result ----
 @functools.partial(
     jax.tree_util.register_dataclass,
-    data_fields=["ts", "M", "z", "loss", "lr"],
+    data_fields=["ts", "M", "mu", "z", "loss", "lr"],
     meta_fields=["batch_size", "replace", "form"],
 )
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -253,7 +322,8 @@ class SDEPaths(Saveable):
     **Attributes** (B the number of paths; no leading axis for a single path):
 
     - `ts`: saved gradient-flow times t = eta * steps, (n,).
-    - `M`: M(t) = W W^T, (B, n, p, p) (``form="M"``; None for ``"log_z"``).
+    - `M`: M(t) = W W^T, (B, n, p, p) (``"M"``, ``"M-mu"``; None for ``"log_z"``).
+    - `mu`: mu(t) = W 1, (B, n, p) (``"M-mu"``; None otherwise).
     - `z`: mode strengths z_k = (P^T M P)_kk, (B, n, p), for commuting data (both forms); None
       otherwise.
     - `loss`: full training loss (1/m) sum_x (f_x - y_x)^2, (B, n).
@@ -262,6 +332,7 @@ class SDEPaths(Saveable):
 
     ts: np.ndarray
     M: np.ndarray | None
+    mu: np.ndarray | None
     z: np.ndarray | None
     loss: np.ndarray
     lr: float
@@ -285,13 +356,13 @@ class _Noise(diffrax.AbstractTerm):
 
     def vf(self, t, y, args):
         cols = jax.vmap(lambda e: self.coeffs.diffusion(y, e))(jnp.eye(self.coeffs.m))
-        return jnp.moveaxis(cols, 0, -1)
+        return jax.tree.map(lambda c: jnp.moveaxis(c, 0, -1), cols)
 
     def contr(self, t0, t1, **kwargs):
         return self.path.evaluate(t0, t1, **kwargs)
 
     def prod(self, vf, control):
-        return vf @ control
+        return jax.tree.map(lambda v: v @ control, vf)
 
     def vf_prod(self, t, y, args, control):
         return self.coeffs.diffusion(y, control)
@@ -301,17 +372,14 @@ class _Noise(diffrax.AbstractTerm):
 
 
 def _check_data(data, form):
+    """(data set, model or None): the model when it has a mean field or f0 (the "M-mu" form)."""
+    model = None
     if isinstance(data, NQFModel):
         if data.g is not None or data.B is not None or data.f0 is not None:
-            raise NotImplementedError(
-                "`data`: the SGD SDE is implemented for the plain model f = Tr[M A] (a data set, or an "
-                "NQFModel without g, B, f0); the (M, mu) SDE of a model with a mean field is not."
-            )
+            model = data
         data = data.data
     if not isinstance(data, AbstractData):
-        raise TypeError(
-            f"`data` must be an nqf data set (AbstractData) or a plain NQFModel; found {type(data).__name__}."
-        )
+        raise TypeError(f"`data` must be an nqf data set (AbstractData) or an NQFModel; found {type(data).__name__}.")
     if form not in SDE_FORMS:
         raise ValueError(f"`form` must be one of {SDE_FORMS}; found {form!r}.")
     if form == "log_z" and not isinstance(data, AbstractCommutingData):
@@ -319,7 +387,11 @@ def _check_data(data, form):
             "`form='log_z'` needs commuting data (`CommutingData`, `DiagonalData`); found "
             f"{type(data).__name__}. Use form='M'."
         )
-    return data
+    if model is not None and form not in ("auto", "M-mu"):
+        raise ValueError(f"`form`: a model with g, B or f0 needs form='M-mu' (or 'auto'); found {form!r}.")
+    if model is None and form == "M-mu":
+        raise ValueError("`form='M-mu'` is for an NQFModel with g, B or f0; use form='M' for a plain model.")
+    return data, model
 
 
 def _check_float64(x, name):
@@ -380,9 +452,11 @@ def sgd_sde(
 
     **Arguments:**
 
-    - `data`: a data set (any `AbstractData`) or a plain `NQFModel` (no g, B, f0).
+    - `data`: a data set (any `AbstractData`) or an `NQFModel` (with g, B or f0: the (M, mu)
+      SDE S3, ``form="M-mu"``).
     - `M0`: initial M (p, p), symmetric PSD; or, for commuting data, the mode strengths z0 (p,)
-      (M0 = P diag(z0) P^T).
+      (M0 = P diag(z0) P^T); for a model with g or B the tuple (M0, mu0 (p,), d) with the
+      width d (an integer, as in `nqf.closed_sgd`).
     - `lr`: eta > 0 (the SDE's noise scale; time t = eta * steps).
     - `batch_size`: b, in [1, m] without replacement (`replace=False`, as `nqf.batch_indices`),
       >= 1 with replacement.
@@ -390,7 +464,8 @@ def sgd_sde(
     - `key`: PRNG key or int seed; with `n_paths` it is split into that many paths (vmapped
       ensemble); a 1-d array of keys or int seeds gives one path per entry.
     - `form`: ``"log_z"`` (commuting data with M0 diagonal in the data's basis; S2, small-init
-      safe), ``"M"`` (any data; S1), ``"auto"`` (``"log_z"`` where possible).
+      safe), ``"M"`` (any data; S1), ``"M-mu"`` (a model with g, B or f0; S3), ``"auto"``
+      (``"M-mu"`` for such a model, else ``"log_z"`` where possible, else ``"M"``).
     - `solver`: a diffrax SDE solver (default `diffrax.Heun()`, Stratonovich; Ito solvers such as
       `diffrax.Euler()` get the Ito drift); any solver of diffrax's SDE table that takes a
       `BrownianIncrement` (Euler, Heun, EulerHeun, Midpoint, ItoMilstein, ...). `dt0`: its
@@ -399,7 +474,8 @@ def sgd_sde(
     - `drift`: an extra drift term y -> dy added to the SDE's (in the state of the form: M, or
       u = log z), e.g. the finite-eta modified-flow correction.
 
-    **Returns:** `SDEPaths` (ts (n,), M (B, n, p, p) or None, z (B, n, p) or None, loss (B, n);
+    **Returns:** `SDEPaths` (ts (n,), M (B, n, p, p) or None, mu (B, n, p) or None, z (B, n, p)
+    or None, loss (B, n);
     no B axis without `n_paths` and with a single key).
 
     **Cost:** per step and path, two drift and diffusion evaluations: O(m p) in log space;
@@ -409,21 +485,25 @@ def sgd_sde(
     `form`, `n_paths`, `M0` of the wrong shape or not finite, ``"log_z"`` on non-commuting data
     or with M0 not diagonal in the data's basis; `TypeError` for float32 input, a bad key, a
     data argument that is not a data set, or a solver that is neither Ito nor Stratonovich;
-    `NotImplementedError` for a model with g, B or f0.
+    `ValueError` for a model with g or B without (M0, mu0, d), or a `form` that does not fit
+    the model.
     """
     require_x64()
     lr = check_lr(lr)
     if is_traced(lr):
         raise TypeError("`lr` must be concrete in `sgd_sde` (vmap over keys via `n_paths`).")
-    data = _check_data(data, form)
+    data, model = _check_data(data, form)
     m, b = _check_m_b(data.m, batch_size, bool(replace))
-    _check_float64(M0, "M0")
-    for leaf in jax.tree.leaves(data):
+    for leaf in jax.tree.leaves(model if model is not None else data):
         _check_float64(leaf, "data")
     ts = _check_ts(ts)
     p = data.p
+    mu0, d = _mean_field_init(model, M0, p)
+    if isinstance(M0, tuple):
+        M0 = M0[0]
+    _check_float64(M0, "M0")
     M0 = np.asarray(M0)
-    commuting = isinstance(data, AbstractCommutingData)
+    commuting = isinstance(data, AbstractCommutingData) and model is None
     if M0.ndim == 1:
         if not commuting:
             raise ValueError("`M0` of shape (p,) (mode strengths z0) needs commuting data; give M0 (p, p).")
@@ -438,7 +518,7 @@ def sgd_sde(
         z0 = None
     diag_ok = commuting and (Mfull is None or _is_diag_in_basis(data, Mfull))
     if form == "auto":
-        form = "log_z" if diag_ok else "M"
+        form = "M-mu" if model is not None else ("log_z" if diag_ok else "M")
     if form == "log_z" and not diag_ok:
         raise ValueError(
             "`form='log_z'` needs M0 = P diag(z0) P^T (diagonal in the data's eigenbasis P); "
@@ -468,19 +548,24 @@ def sgd_sde(
         mask = z0 > 0
         y0 = jnp.asarray(np.where(mask, np.log(np.where(mask, z0, 1.0)), 0.0))
         mask = jnp.asarray(mask)
+        coeffs = _Coeffs(data, jnp.asarray(lr), jnp.asarray(s2), mask, form, strat)
+    elif form == "M":
+        y0 = jnp.asarray(Mfull)
+        coeffs = _Coeffs(data, jnp.asarray(lr), jnp.asarray(s2), None, form, strat)
     else:
-        y0, mask = jnp.asarray(Mfull), None
-    coeffs = _Coeffs(data, jnp.asarray(lr), jnp.asarray(s2), mask, form, strat)
+        y0 = (jnp.asarray(Mfull), jnp.asarray(mu0))
+        coeffs = _CoeffsMmu(model, jnp.asarray(lr), jnp.asarray(s2), jnp.asarray(float(d)), strat)
     n_steps = max(1, int(np.ceil(ts[-1] / dt0 - 1e-9)))
     dt = jnp.asarray(ts[-1] / n_steps)  # traced: a new dt0 or horizon reuses the compiled program
     run = functools.partial(_solve, coeffs, y0, jnp.asarray(ts), dt, solver, drift, commuting)
     out = jax.vmap(run)(keys) if batched else run(keys)
-    Ms, zs, losses = jax.tree.map(np.asarray, out)
+    Ms, mus, zs, losses = jax.tree.map(np.asarray, out)
     if not np.all(np.isfinite(losses)):
         raise FloatingPointError("The SDE diverged (non-finite loss); reduce `dt0` or `lr`.")
     return SDEPaths(
         ts=ts,
-        M=Ms if form == "M" else None,
+        M=None if form == "log_z" else Ms,
+        mu=mus,
         z=zs if commuting else None,
         loss=losses,
         lr=lr,
@@ -488,6 +573,26 @@ def sgd_sde(
         replace=bool(replace),
         form=form,
     )
+
+
+def _mean_field_init(model, M0, p):
+    """(mu0 (p,), d) for the "M-mu" form from ``M0 = (M0, mu0, d)``; (None, None) otherwise."""
+    if model is None:
+        if isinstance(M0, tuple):
+            raise ValueError("`M0` as a tuple (M0, mu0, d) is for an NQFModel with g, B or f0; give M0 (p, p).")
+        return None, None
+    if not isinstance(M0, tuple):
+        if model.g is None and model.B is None:  # f0 only: mu does not enter
+            return np.zeros(p), 1
+        raise ValueError("`M0`: a model with g or B needs the tuple (M0 (p, p), mu0 (p,), d) (d the width).")
+    if len(M0) != 3:
+        raise ValueError(f"`M0` as a tuple must be (M0, mu0, d); found {len(M0)} entries.")
+    _, mu0, d = M0
+    _check_float64(mu0, "M0")
+    mu0 = np.asarray(as_array(mu0, "mu0", shape=(p,), host=True))
+    if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 1:
+        raise ValueError(f"`M0`: the width d in (M0, mu0, d) must be an integer >= 1; found {d!r}.")
+    return mu0, int(d)
 
 
 def _is_diag_in_basis(data, M):
@@ -524,11 +629,15 @@ def _solve(coeffs: _Coeffs, y0, ts, dt, solver, extra, commuting: bool, key):
         adjoint=diffrax.ForwardMode(),
     )
     ys = sol.ys
+    if coeffs.form == "M-mu":
+        model = coeffs.model
+        loss = jax.vmap(lambda M, mu: jnp.mean((model.outputs(M, mu) - model.y) ** 2))(*ys)
+        return ys[0], ys[1], None, loss
     data = coeffs.data
     if coeffs.form == "log_z":
         z = jax.vmap(lambda u: glv_z(u, coeffs.mask))(ys)
         loss = jnp.mean((data.outputs_z(z) - data.y) ** 2, axis=-1)
-        return None, z, loss
+        return None, None, z, loss
     loss = jax.vmap(lambda M: jnp.mean((data.traces(M) - data.y) ** 2))(ys)
     z = jax.vmap(data.z)(ys) if commuting else None
-    return ys, z, loss
+    return ys, None, z, loss
