@@ -75,6 +75,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
+from typing import Any, cast
 
 import diffrax
 import equinox as eqx
@@ -140,10 +141,10 @@ class _Coeffs(eqx.Module):
     """Drift and diffusion of S1 (``form="M"``, state M) or S2 (``form="log_z"``, state u =
     log z, with the live-mode `mask`), scaled by `lr` and s^2 = kappa / (b m)."""
 
-    data: AbstractData
+    data: Any  # AbstractData; AbstractCommutingData for form "log_z"
     lr: Array
     s2: Array
-    mask: Array | None
+    mask: Any  # bool (p,) live modes for "log_z", else None
     form: str = eqx.field(static=True)
     stratonovich: bool = eqx.field(static=True)
 
@@ -295,7 +296,7 @@ def sde_coefficients(
     form: str = "M",
     stratonovich: bool = False,
     d: float = 1.0,
-) -> tuple[Callable[[Array], Array], Callable[[Array, Array], Array]]:
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The drift b(y) and diffusion g(y, dB) of the SGD SDE (module docstring, S1 / S2), for checks.
 
     `form="M"`: y = M (p, p), b(M) (p, p), g(M, xi) (p, p) linear in xi (m,). `form="log_z"`
@@ -417,9 +418,9 @@ def _check_ts(ts):
 
 
 def _keys(key, n_paths):
-    if isinstance(key, (jax.Array, np.ndarray)) and not isinstance(key, jax.core.Tracer):
+    if isinstance(key, (jax.Array, np.ndarray)) and not is_traced(key):
         arr = key
-        if jax.dtypes.issubdtype(arr.dtype, jax.dtypes.prng_key) and arr.ndim == 1:
+        if jnp.issubdtype(arr.dtype, jax.dtypes.prng_key) and arr.ndim == 1:
             if n_paths is not None and n_paths != arr.shape[0]:
                 raise ValueError(f"`n_paths`={n_paths} disagrees with {arr.shape[0]} keys in `key`.")
             return arr, True
@@ -538,10 +539,12 @@ def sgd_sde(
             "`form='log_z'` needs M0 = P diag(z0) P^T (diagonal in the data's eigenbasis P); "
             "its off-diagonal part is not zero. Use form='M'."
         )
+    cdata = cast(Any, data)  # AbstractCommutingData where `commuting`
     if commuting and Mfull is not None:
-        z0 = np.asarray(data.z(jnp.asarray(Mfull)))
+        z0 = np.asarray(cdata.z(jnp.asarray(Mfull)))
     if Mfull is None:
-        Pm = data.P
+        assert z0 is not None
+        Pm = cdata.P
         Mfull = np.diag(z0) if Pm is None else np.asarray(Pm) @ np.diag(z0) @ np.asarray(Pm).T
     if solver is None:
         solver = diffrax.Heun()
@@ -553,12 +556,13 @@ def sgd_sde(
         raise TypeError(
             f"`solver` must be a diffrax SDE solver (AbstractItoSolver or AbstractStratonovichSolver); found {solver!r}."
         )
-    dt0 = DT0_FACTOR * np.sqrt(lr) if dt0 is None else float(dt0)
-    if not (np.isfinite(dt0) and dt0 > 0):
+    step = float(DT0_FACTOR * np.sqrt(lr)) if dt0 is None else float(dt0)
+    if not (np.isfinite(step) and step > 0):
         raise ValueError(f"`dt0` must be finite and > 0; found {dt0!r}.")
     keys, batched = _keys(key, n_paths)
     s2 = _kappa(m, b, bool(replace)) / (b * m)
     if form == "log_z":
+        assert z0 is not None
         mask = z0 > 0
         y0 = jnp.asarray(np.where(mask, np.log(np.where(mask, z0, 1.0)), 0.0))
         mask = jnp.asarray(mask)
@@ -567,9 +571,10 @@ def sgd_sde(
         y0 = jnp.asarray(Mfull)
         coeffs = _Coeffs(data, jnp.asarray(lr), jnp.asarray(s2), None, form, strat)
     else:
+        assert model is not None and mu0 is not None and d is not None
         y0 = (jnp.asarray(Mfull), jnp.asarray(mu0))
         coeffs = _CoeffsMmu(model, jnp.asarray(lr), jnp.asarray(s2), jnp.asarray(float(d)), strat)
-    n_steps = max(1, int(np.ceil(ts[-1] / dt0 - 1e-9)))
+    n_steps = max(1, int(np.ceil(ts[-1] / step - 1e-9)))
     dt = jnp.asarray(ts[-1] / n_steps)  # traced: a new dt0 or horizon reuses the compiled program
     run = functools.partial(_solve, coeffs, y0, jnp.asarray(ts), dt, solver, drift, commuting)
     out = jax.vmap(run)(keys) if batched else run(keys)
@@ -617,7 +622,7 @@ def _is_diag_in_basis(data, M):
 
 
 @functools.partial(jax.jit, static_argnums=(4, 5, 6))
-def _solve(coeffs: _Coeffs, y0, ts, dt, solver, extra, commuting: bool, key):
+def _solve(coeffs: Any, y0, ts, dt, solver, extra, commuting: bool, key):
     """One path: the SDE from y0 at t = 0 to ts[-1] in constant steps dt (dividing ts[-1]),
     saved at `ts`."""
     TRACE_COUNT[0] += 1
@@ -642,7 +647,7 @@ def _solve(coeffs: _Coeffs, y0, ts, dt, solver, extra, commuting: bool, key):
         max_steps=None,  # ForwardMode: a plain while loop, no per-step storage
         adjoint=diffrax.ForwardMode(),
     )
-    ys = sol.ys
+    ys = cast(Any, sol.ys)
     if coeffs.form == "M-mu":
         model = coeffs.model
         loss = jax.vmap(lambda M, mu: jnp.mean((model.outputs(M, mu) - model.y) ** 2))(*ys)
