@@ -20,7 +20,7 @@ import pytest
 import nqf
 from nqf.data.datasets import fig3_data
 from nqf.dynamics import batch_weight_covariance, sde_coefficients, sgd_sde
-from nqf.dynamics._sde import _Coeffs, _strat_sum
+from nqf.dynamics._sde import _Coeffs, _rate, _strat_sum
 
 P, M_SAMPLES, BATCH = 3, 4, 2
 
@@ -99,6 +99,10 @@ def test_log_space_coefficients_are_ito_image_of_M_space():
     np.testing.assert_allclose(
         c.drift_u(u) - c_ito.drift_u(u), -0.5 * _strat_sum(c.diffusion_u, u, data.m), rtol=1e-10, atol=1e-15
     )
+    # the default step's rate: at small init the fastest growth rate r_1 = 1 (Theorem 6), both forms
+    cM = _Coeffs(data, jnp.asarray(lr), jnp.asarray(0.03), None, "M", True)
+    assert abs(float(_rate(c, jnp.log(jnp.full(data.p, 1e-5)))) - 1.0) < 0.01
+    assert abs(float(_rate(cM, 1e-5 * jnp.eye(data.p))) - 1.0) < 0.01
 
 
 TS = np.linspace(0.0, 12.0, 7)
