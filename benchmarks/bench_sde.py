@@ -4,12 +4,18 @@ against the exact minibatch-map ensemble (`nqf.closed_sgd_sweep` with one batch 
 Problem: the Fig. 3 data (`fig3_data`, m = p = 5, commuting), M0 = 1e-5 I, batch size 2 without
 replacement, horizon t = 30 (two modes ignite), 1000 runs each, only the final state saved. The
 map takes t / eta steps; the SDE (log-space form, Heun, default step dt0 = sqrt(eta) / 4) takes
-4 t / sqrt(eta) steps. "Equal weak error": at that dt0 the SDE's discretization error is below
+4 t / sqrt(eta) steps (rate 1 here). "Equal weak error": at that dt0 the SDE's discretization error is below
 its O(eta) modelling error against the map (measured: E log z_1(8) moves by <= 0.004 between
 dt0 = 0.05 and 0.0125 at eta = 0.02-0.04, against a map-SDE bias of 0.033-0.067), so the
 ensemble's weak error is the SDE's own, O(eta) (`scripts/sde_weak_error.py`). Compilation is
 excluded (setup runs both once). `track_speedup` = map-ensemble time / SDE-ensemble time, best
 of 2 interleaved rounds in the same process.
+
+Measured (2 CPU cores shared with other jobs; `python -m benchmarks.bench_sde`): SDE 0.99 s vs
+maps 5.4 s at eta = 0.01 (5.5x), 2.3 s vs 28 s at eta = 0.002 (12x); an earlier, more loaded run
+gave 4.7x and 6.7x. The M-space SDE is slower per step (O(m) operator applications for the Ito
+term and the Stratonovich correction): on an MLP NQF with m = 16 it took 2.5-5.5x the time of
+the maps (`nqf.dynamics._sde` docstring).
 
 Run: `asv run -E existing --quick --bench bench_sde`.
 """

@@ -498,7 +498,7 @@ def sgd_sde(
     O(m) `apply`s in M space (the Ito term and the Stratonovich correction sum over samples), so
     there an SDE step costs ~m map steps: measured on an MLP NQF (m = 16) 2x10^4 SDE paths took
     2.5x (eta = 0.01) to 5.5x (eta = 0.04) the time of 2x10^4 maps; in log space (Fig. 3 data) the
-    SDE ensemble is 4.7x (eta = 0.01) and 6.7x (eta = 0.002) faster (`benchmarks/bench_sde.py`).
+    SDE ensemble is 4.7-5.5x (eta = 0.01) and 6.7-12x (eta = 0.002) faster (`benchmarks/bench_sde.py`).
 
     **Raises:** `ValueError` for lr <= 0 or not finite, `batch_size` out of range, bad `ts`,
     `form`, `n_paths`, `M0` of the wrong shape or not finite, ``"log_z"`` on non-commuting data
