@@ -4,12 +4,12 @@ Losses, minibatches, the vector fields of the closed flow on (M, mu) (THEORY sec
 "M", "factor", "glv" and "M-mu" forms, Eqs. E8-E13), the GLV equilibrium and excess loss, the
 exact closed SGD maps (Theorem 2, Corollary 2) and the same maps as a diffrax solver (`ExactMap`,
 `map_term`), the modified (finite learning rate) flow (`rhs_M_modified`, `rhs_M_mu_modified`,
-`solve_modified_flow`), weight-space training (the reference they are
+`solve_modified_flow`), minibatch SGD as a closed SDE on (M, mu) (`sgd_sde`), weight-space training (the reference they are
 tested against), plain gradient descent on the GLV form, and multi-layer NQFs (`nqf.multilayer`,
 Theorems 14, 15). Time is gradient-flow time t = eta * steps.
 
 May import `nqf._core` and `nqf.data`. Private modules: `_losses`, `_batches`, `_flow`, `_glv`,
-`_maps`, `_map_solver`, `_modified`, `_wspace`, `_gd`, `_train_args`.
+`_maps`, `_map_solver`, `_modified`, `_wspace`, `_gd`, `_train_args`, `_sde`.
 """
 
 from .._core._exports import publish as _publish
@@ -33,6 +33,7 @@ from ._map_solver import ExactMap, MapTerm, map_term
 from ._modified import modified_objective, rhs_M_modified, rhs_M_mu_modified, solve_modified_flow
 from ._wspace import WTrajectory, train_w, w_objective
 from ._gd import gradient_descent
+from ._sde import SDEPaths, batch_weight_covariance, sde_coefficients, sgd_sde
 from . import multilayer
 
 __all__ = [
@@ -73,6 +74,10 @@ __all__ = [
     "train_w",
     "w_objective",
     "gradient_descent",
+    "SDEPaths",
+    "sgd_sde",
+    "sde_coefficients",
+    "batch_weight_covariance",
     "multilayer",
 ]
 
