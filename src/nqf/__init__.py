@@ -61,7 +61,8 @@ _NAMES = {
         NormalizationError SmoothnessError SymmetryError ZGZWarning data_span extract extract_report k_V Network
         NeuronError PrecisionWarning""",
     "nqf.dynamics": """MapTrajectory PerSampleLoss WTrajectory batch_indices batch_weights closed_map closed_sgd
-        excess_loss glv_equilibrium mse train_w multilayer""",
+        excess_loss glv_equilibrium mse train_w multilayer ExactMap MapTerm map_term solve_modified_flow sgd_sde
+        SDEPaths""",
     "nqf.dynamics.multilayer": "DeepNQF closed_deep_sgd compress_deep train_deep_w",
     "nqf.solvers": """SOLVERS FlowSolution GLVTrajectory MapSweep MaxStepsReached Stop SweepSolution
         closed_sgd_sweep glv_gd glv_rhs solve_flow solve_sweep exact kernels rosenbrock stiff
@@ -202,6 +203,12 @@ __all__ = [
     "MapTrajectory",
     "closed_map",
     "closed_sgd",
+    "ExactMap",
+    "MapTerm",
+    "map_term",
+    "solve_modified_flow",
+    "sgd_sde",
+    "SDEPaths",
     "WTrajectory",
     "train_w",
     "DeepNQF",

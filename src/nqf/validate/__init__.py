@@ -22,6 +22,10 @@ registers the built-in checks in that order.
   training (`nqf.train_w`): full batch, minibatches with shared indices, weight decay, heavy-ball
   and Nesterov momentum, plain and general (g, B, f0) models (bound 1e-10,
   `nqf.validate._theorem2`);
+- check discrete training as diffrax problems: the exact map as a diffrax solver (`nqf.ExactMap`)
+  against `nqf.closed_sgd` step by step and at a Stop event, the orders in eta (1 and 2) of the
+  flow and of the finite-lr modified flow against GD, and the SGD SDE's one-step moments against
+  the enumerated minibatch map (`nqf.validate._discrete`);
 - check Theorems 4 and 5 (sample-wise oracles against the flow, and their refusals) and Theorem
   10's staircase limit (`nqf.validate._samplewise`);
 - check compression and multi-layer NQFs: Theorem 3 and Corollary 3 (compressed vs original
@@ -57,7 +61,7 @@ from ._common import (
     relative_error,
     validate,
 )
-from . import _flow, _theorem2, _samplewise, _compress  # register, in this order
+from . import _flow, _theorem2, _discrete, _samplewise, _compress  # register, in this order
 from ._compress import check_corollary3, check_theorem3, check_theorem14, check_theorem15
 from ._flow import (
     DICTIONARY_BOUND,
@@ -72,5 +76,6 @@ from ._flow import (
 )
 from ._samplewise import check_samplewise_staircase, check_theorem4, check_theorem5
 from ._theorem2 import check_theorem2
+from ._discrete import check_exact_map_solver, check_modified_flow, check_sgd_sde_moments
 
 __all__ = [*_common.__all__, "DICTIONARY_BOUND"]
