@@ -162,6 +162,7 @@ def _python_blocks(path: pathlib.Path) -> str:
         "docs/guides/simulate-a-layer.md",
         "docs/guides/validate-a-theorem.md",
         "docs/guides/map-sweeps.md",
+        "docs/guides/finite-lr-and-noise.md",
         "docs/guides/jax.md",
         "docs/guides/two-power-laws.md",
     ],
