@@ -41,8 +41,10 @@ from typing import Any
 import diffrax
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from .._core._checks import as_array
 from ..data._model import NQFModel
 from ._flow import is_model
 from ._losses import PerSampleLoss, mse
@@ -128,23 +130,47 @@ def solve_modified_flow(
     Plain data set (or a model without g, B, f0) and no `mu0`: the state is M (p, p)
     (`rhs_M_modified`); otherwise (M, mu) (`rhs_M_mu_modified`; needs `mu0` and the width `d`).
     `ts`: saved times (default: t1 only). Returns the `diffrax.Solution` (ys: M (n, p, p), or the
-    pair). **Raises:** `ValueError` for lr <= 0 or not finite, and a general model without
-    `mu0`/`d`.
+    pair). **Raises:** `ValueError` for lr <= 0 or not finite, lr above the stability edge at
+    M0 (lr x the spectral radius of H(M0) > 2: GD oscillates or diverges there and the O(eta)
+    expansion does not hold), `M0` of the wrong shape, not finite, not symmetric or not
+    realizable (M0 - mu0 mu0^T / d PSD), `t1` not finite and > 0, `ts` outside [0, t1] or
+    decreasing, a general model without `mu0`/`d`; `RuntimeError` if float64 is off.
     """
+    from ._maps import _check_realizable
     from ._train_args import check_lr, check_weight_decay
 
     lr = check_lr(lr)
     gamma = check_weight_decay(weight_decay)
+    data = model.data if is_model(model) else model
     general = is_model(model) and (model.has_mean_field or model.f0 is not None)
-    M0 = jnp.asarray(M0, dtype=jnp.float64)
+    M0 = as_array(M0, "M0", shape=(data.p, data.p), host=True)
+    if not np.allclose(M0, M0.T, rtol=0, atol=1e-12 * max(1.0, float(np.abs(M0).max()))):
+        raise ValueError("`M0` must be symmetric (M = W W^T).")
     if general or mu0 is not None:
         if mu0 is None or d is None:
             raise ValueError("The (M, mu) modified flow needs `mu0` (p,) and the width `d`.")
-        y0 = (M0, jnp.asarray(mu0, dtype=jnp.float64))
+        mu0 = as_array(mu0, "mu0", shape=(data.p,), host=True)
+    _check_realizable(M0, mu0, d)
+    t1 = float(t1)
+    if not (np.isfinite(t1) and t1 > 0):
+        raise ValueError(f"`t1` must be finite and > 0 (gradient-flow time); found {t1!r}.")
+    if ts is not None:
+        ts = np.asarray(as_array(ts, "ts", ndim=1, host=True))
+        if np.any(np.diff(ts) < 0) or ts[0] < 0 or ts[-1] > t1:
+            raise ValueError(f"`ts` must be non-decreasing times in [0, t1] = [0, {t1:g}]; found {ts!r}.")
+    rate = float(np.abs(np.linalg.eigvalsh(np.asarray(data.H(jnp.asarray(M0))))).max())
+    if lr * rate > 2.0:
+        raise ValueError(
+            f"`lr`={lr!r} is above the stability edge of GD at M0: lr x |H(M0)| = {lr * rate:.3g} > 2. GD "
+            "oscillates or diverges there and the modified flow (an expansion in small lr) does not describe "
+            "it; use nqf.closed_sgd."
+        )
+    M0 = jnp.asarray(M0)
+    if general or mu0 is not None:
+        y0 = (M0, jnp.asarray(mu0))
         term = diffrax.ODETerm(rhs_M_mu_modified)
         args = (model, jnp.float64(gamma), jnp.float64(d), jnp.float64(lr))
     else:
-        data = model.data if is_model(model) else model
         y0 = M0
         term = diffrax.ODETerm(rhs_M_modified)
         args = (data, jnp.float64(gamma), jnp.float64(lr))
@@ -155,7 +181,7 @@ def solve_modified_flow(
         term,
         diffrax.Tsit5(),
         t0=0.0,
-        t1=float(t1),
+        t1=t1,
         dt0=None,
         y0=y0,
         args=args,

@@ -93,6 +93,7 @@ from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData, DiagonalData
 from ._batches import _as_key
 from ._flow import glv_z, rhs_M
+from ._maps import _check_realizable
 from ._train_args import check_lr
 
 __all__ = ["SDEPaths", "sgd_sde", "batch_weight_covariance", "sde_coefficients"]
@@ -534,6 +535,7 @@ def sgd_sde(
         Mfull = np.asarray(as_array(M0, "M0", shape=(p, p), host=True))
         if not np.allclose(Mfull, Mfull.T, rtol=0, atol=1e-12 * max(1.0, np.abs(Mfull).max())):
             raise ValueError("`M0` must be symmetric.")
+        _check_realizable(Mfull, mu0, d)  # M0 = W W^T (PSD; with mu0: M0 - mu0 mu0^T / d PSD)
         z0 = None
     diag_ok = commuting and (Mfull is None or _is_diag_in_basis(data, Mfull))
     if form == "auto":
@@ -575,8 +577,14 @@ def sgd_sde(
         assert model is not None and mu0 is not None and d is not None
         y0 = (jnp.asarray(Mfull), jnp.asarray(mu0))
         coeffs = _CoeffsMmu(model, jnp.asarray(lr), jnp.asarray(s2), jnp.asarray(float(d)), strat)
+    rate = max(1.0, float(_rate(coeffs, y0)))
+    if lr * rate > 2.0:  # a linear step 1 - lr x rate leaves (-1, 1): the map is unstable
+        raise ValueError(
+            f"`lr`={lr!r} is above the stability edge of minibatch SGD at the initial state: lr x rate = "
+            f"{lr * rate:.3g} > 2 (rate = {rate:.3g}, the drift's fastest rate). The map oscillates or diverges "
+            "there, and the SDE (an expansion in small lr) does not describe it; use nqf.closed_sgd."
+        )
     if dt0 is None:
-        rate = max(1.0, float(_rate(coeffs, y0)))
         step = DT0_FACTOR * float(np.sqrt(lr / rate))
     else:
         step = float(dt0)
