@@ -530,6 +530,16 @@ def run(out_dir, quick: bool = False) -> dict:
     lrp_json = {k: v for k, v in lrp.items() if not k.startswith("_")}
     sde_json = {k: v for k, v in sde.items() if not k.startswith("_")}
     sde_json["resolved"] = resolved
+    sde_json["resolution_note"] = (
+        f"MC standard error of the fitted orders: {sde['order_logz1_se']:.3f} (E log z_1), "
+        f"{sde['order_loss_se']:.3f} (mean loss) with N = {N}; an order counts as resolved when its SE <= "
+        f"{SDE_ORDER_RESOLVED:g} (half the check's tolerance {SDE_ORDER_BOUND:g}); "
+        + (
+            "both are resolved."
+            if all(resolved.values())
+            else "NOT resolved at this N: the SDE order checks' verdicts are within Monte Carlo noise."
+        )
+    )
     summary = {
         "name": NAME,
         "title": TITLE,
