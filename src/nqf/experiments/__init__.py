@@ -33,6 +33,9 @@ reduces the work (coarser grids, smaller problems) but still runs every check.
   (`nqf.experiments.sample_scaling`).
 - ``predict``: users' own equinox / flax.nnx modules on sklearn's digits, predicted by `nqf.predict`
   and measured by `nqf.record` (issue 23; `nqf.experiments.predict`; needs the ``digits`` extra).
+- ``sgd-noise``: finite learning rates and minibatch noise (issue 24): the exact GD map (`nqf.ExactMap`) vs
+  the flow vs the modified flow (orders in eta), the SGD SDE vs minibatch maps (weak error, ignition-time
+  spread), on Fig. 3 data and an MLP's NQF (`nqf.experiments.sgd_noise`).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ _MODULES = {
     "fig8": "fig8",
     "sample-scaling": "sample_scaling",
     "predict": "predict",
+    "sgd-noise": "sgd_noise",
 }
 
 
