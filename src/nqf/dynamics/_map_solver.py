@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar, cast
 
 import diffrax
 import equinox as eqx
@@ -127,7 +127,7 @@ class MapTerm(diffrax.AbstractTerm):
     (``"factor"`` or ``"M"``), `momentum` (whether the state carries velocities).
     """
 
-    stepper: eqx.Module
+    stepper: Any  # an eqx.Module: the map of `closed_sgd` (_maps._stepper)
     batches: Int[Array, "steps b"] | None
     y0: PyTree
     form: str = eqx.field(static=True)
@@ -336,7 +336,7 @@ def map_term(
             )
         if steps is not None and steps != shape[0]:
             raise ValueError(f"`batch_indices` has {shape[0]} rows but `steps` = {steps}; they must agree.")
-        idx = check_batch_indices(batch_indices, model.m, shape[0])
+        idx = check_batch_indices(cast(Any, batch_indices), model.m, shape[0])
         if batch_size is not None or key is not None:
             raise ValueError("Give either `batch_indices` or (`batch_size`, `key`, `steps`), not both.")
     elif batch_size is not None:

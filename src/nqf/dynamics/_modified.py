@@ -150,7 +150,7 @@ def solve_modified_flow(
         if mu0 is None or d is None:
             raise ValueError("The (M, mu) modified flow needs `mu0` (p,) and the width `d`.")
         mu0 = as_array(mu0, "mu0", shape=(data.p,), host=True)
-    _check_realizable(M0, mu0, d)
+    _check_realizable(np.asarray(M0), None if mu0 is None else np.asarray(mu0), d)
     t1 = float(t1)
     if not (np.isfinite(t1) and t1 > 0):
         raise ValueError(f"`t1` must be finite and > 0 (gradient-flow time); found {t1!r}.")
