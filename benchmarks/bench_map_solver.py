@@ -52,23 +52,13 @@ def _runners(name: str):
     import jax
 
     import nqf
-    from nqf.dynamics import ExactMap, map_term
+    from nqf.dynamics import map_term
 
     data, W0, lr, steps, kw = _problem(name)
 
     @jax.jit
     def solve(term):
-        return diffrax.diffeqsolve(
-            term,
-            ExactMap(),
-            t0=0.0,
-            t1=term.lr * steps,
-            dt0=term.lr,
-            y0=term.y0,
-            stepsize_controller=diffrax.ConstantStepSize(),
-            saveat=diffrax.SaveAt(t1=True, fn=term.save_M),
-            max_steps=steps,
-        ).ys[-1]
+        return term.solve(steps, saveat=diffrax.SaveAt(t1=True, fn=term.save_M)).ys[-1]
 
     def closed():
         return nqf.closed_sgd(data, W0=W0, lr=lr, steps=steps, save_every=steps, **kw).M[-1]

@@ -20,19 +20,7 @@ LR = 0.01
 
 
 def solve(term, steps, *, saveat=None, **kw):
-    saveat = saveat or diffrax.SaveAt(t0=True, steps=True, fn=term.save_M)
-    return diffrax.diffeqsolve(
-        term,
-        ExactMap(),
-        t0=0.0,
-        t1=term.lr * steps,
-        dt0=term.lr,
-        y0=term.y0,
-        stepsize_controller=diffrax.ConstantStepSize(),
-        saveat=saveat,
-        max_steps=steps,
-        **kw,
-    )
+    return term.solve(steps, saveat=saveat, **kw)
 
 
 def save_all(t, y, term):

@@ -197,6 +197,44 @@ class MapTerm(diffrax.AbstractTerm):
         """`diffrax.SaveAt(fn=term.save_loss)`: save the loss (scalar)."""
         return self.loss(y)
 
+    # -- the solve -------------------------------------------------------------------------
+    def solve(
+        self,
+        steps: int,
+        *,
+        saveat: diffrax.SaveAt | None = None,
+        event: diffrax.Event | None = None,
+        **kwargs: Any,
+    ) -> diffrax.Solution:
+        """`steps` steps of the map: the `diffrax.diffeqsolve` call of `ExactMap` from t0 = 0 to
+        t1 = lr x steps with dt0 = lr, `y0`, constant steps and max_steps = steps.
+
+        **Arguments:** `steps` (a positive int); `saveat` (default: M (p, p) at t0 and after every
+        step, `SaveAt(t0=True, steps=True, fn=term.save_M)`); `event` (e.g. a `diffrax.Event` that
+        stops at a loss level); other keywords go to `diffeqsolve` (e.g. `throw`).
+
+        **Returns:** the `diffrax.Solution` (times in gradient-flow time t = lr x steps).
+
+        **Raises:** `ValueError` when `steps` is not a positive int.
+        """
+        if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 1:
+            raise ValueError(f"steps: expected a positive int, got {steps!r}")
+        if saveat is None:
+            saveat = diffrax.SaveAt(t0=True, steps=True, fn=self.save_M)
+        return diffrax.diffeqsolve(
+            self,
+            ExactMap(),
+            t0=0.0,
+            t1=self.lr * int(steps),
+            dt0=self.lr,
+            y0=self.y0,
+            stepsize_controller=diffrax.ConstantStepSize(),
+            saveat=saveat,
+            event=event,
+            max_steps=int(steps),
+            **kwargs,
+        )
+
 
 def _map_term(terms) -> MapTerm:
     """The `MapTerm` inside diffrax's wrappers (`diffeqsolve` wraps terms for the time direction)."""

@@ -50,7 +50,6 @@ import itertools
 import time
 from types import SimpleNamespace
 
-import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,7 +58,7 @@ from ..data import datasets
 from ..data._operators import feedforward_data
 from ..dynamics._batches import batch_indices
 from ..dynamics._glv import glv_equilibrium
-from ..dynamics._map_solver import ExactMap, map_term
+from ..dynamics._map_solver import map_term
 from ..dynamics._maps import closed_sgd
 from ..dynamics._modified import solve_modified_flow
 from ..dynamics._sde import sgd_sde
@@ -112,17 +111,7 @@ def _exact_vs_closed(data, M0, lr, steps, bi) -> float:
     """max over steps of the relative error of M: ExactMap (diffrax) vs closed_sgd, same batches."""
     ref = closed_sgd(data, M0=M0, lr=lr, steps=steps, batch_indices=bi).M
     term = map_term(data, M0=M0, lr=lr, batch_indices=bi)
-    sol = diffrax.diffeqsolve(
-        term,
-        ExactMap(),
-        t0=0.0,
-        t1=lr * steps,
-        dt0=lr,
-        y0=term.y0,
-        stepsize_controller=diffrax.ConstantStepSize(),
-        saveat=diffrax.SaveAt(t0=True, steps=True, fn=term.save_M),
-        max_steps=steps,
-    )
+    sol = term.solve(steps)
     return _rel_per_step(sol.ys, ref)
 
 

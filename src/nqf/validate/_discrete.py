@@ -33,7 +33,7 @@ import numpy as np
 from ..data import datasets
 from ..data._operators import DenseData
 from ..dynamics._batches import batch_indices
-from ..dynamics._map_solver import ExactMap, map_term
+from ..dynamics._map_solver import map_term
 from ..dynamics._maps import closed_sgd
 from ..dynamics._modified import solve_modified_flow
 from ..dynamics._sde import sde_coefficients
@@ -51,21 +51,6 @@ RATIO_BOUND = 0.2
 """Bound on |covariance error ratio (eta vs eta / 2) - 2| of the SDE's one-step covariance."""
 
 
-def _solve_map(term, steps: int, saveat: diffrax.SaveAt, event=None):
-    return diffrax.diffeqsolve(
-        term,
-        ExactMap(),
-        t0=0.0,
-        t1=term.lr * steps,
-        dt0=term.lr,
-        y0=term.y0,
-        stepsize_controller=diffrax.ConstantStepSize(),
-        saveat=saveat,
-        event=event,
-        max_steps=steps,
-    )
-
-
 def _rel_per_step(Ms, ref) -> float:
     Ms, ref = np.asarray(Ms), np.asarray(ref)
     n = ref.shape[0]
@@ -81,7 +66,7 @@ def check_exact_map_solver(eps_values):
     )
     ref = closed_sgd(general, steps=_STEPS, **kw)
     term = map_term(general, **kw)
-    sol = _solve_map(term, _STEPS, diffrax.SaveAt(t0=True, steps=True, fn=lambda t, y, args: term.M(y)))
+    sol = term.solve(_STEPS)
     out = [
         record(
             f"ExactMap (diffrax) vs closed_sgd, minibatches + weight decay + Nesterov ({_STEPS} steps): "
@@ -97,7 +82,7 @@ def check_exact_map_solver(eps_values):
     expected = int(np.argmax(losses < threshold))
     term = map_term(data, M0=M0, lr=lr)
     event = diffrax.Event(lambda t, y, args, **kw: term.loss(y) < threshold)
-    sol = _solve_map(term, steps, diffrax.SaveAt(t1=True), event)
+    sol = term.solve(steps, saveat=diffrax.SaveAt(t1=True), event=event)
     found = round(float(sol.ts[-1]) / lr)
     out.append(
         record(
