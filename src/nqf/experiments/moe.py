@@ -24,14 +24,24 @@ Checks (package correctness; they set the exit status):
 - the closed flow vs the NQF's GD loss is first order in lr: |L_flow(t) - L_GD(t)| at lr and lr/2
   on the same times, ratio in [1.8, 2.2] (value |ratio - 2|, bound 0.2), at sigma = 0.01.
 
+The teacher is not identifiable from the labels: the NQF's output x^T E_o x sees only the
+symmetric part of each n_in x n_in block E_o of the effective map, so neither model recovers
+s_k (final s_hat_k / s_k of the NQF: 0.87, 0.82, 0.72, 1.23 in the full run); sv_gap compares
+module and NQF with each other, which is what the claims need.
+
 Claims (criteria fixed before measuring):
 
 - "tracks" at sigma = 0.01: the closed flow predicts the module's loss curve,
   max_t |L_module(t) - L_flow(t)| / L(0) <= 0.05, and the recovered singular values agree,
   sv_gap = max_{t, k} |s_hat_k(E_module) - s_hat_k(E_NQF)| / s_k <= 0.05 (Fig. 2's metric);
+  (Full run: loss gap 0.043, of which 0.040 is the NQF's own GD at lr = 20 against its flow, the
+  O(lr) discretization; the module against the NQF's GD differs by 0.0038 of L(0). sv_gap 0.012.)
 - "departs" at sigma = 0.2: sv_gap >= 0.1 (Fig. 2's departure criterion), expected where the
   neglected term at init is larger than at the learned weights (measured before training: the
-  rms gate pre-activation r_i^T x at W0 vs at the teacher's balanced realization).
+  rms gate pre-activation r_i^T x at W0 vs at the teacher's balanced realization: 2.60 at
+  sigma = 0.2, 0.13 at 0.01). Full run: sv_gap 2.22, module vs NQF-GD loss gap 0.29 of L(0).
+
+Run time: full 57 s, quick 25 s (2 shared CPU cores; the flow's compilation is ~12 s of it).
 """
 
 from __future__ import annotations
