@@ -61,6 +61,9 @@ def test_validate_one_eps():
         assert any(key in r["name"] for r in deep), key
     assert all(r["bound"] <= 1e-8 for r in deep if "first order" not in r["name"])
     assert any(r["name"].startswith("deep linear: theorem16 refuses") for r in refusals)
+    moe = [r for r in results if r["name"].startswith("moe")]
+    for key in ("vs autodiff", "gap at init", "vs NQF closed map", "vs NQF closed flow"):
+        assert sum(key in r["name"] for r in moe) == 1, key
 
 
 def test_validate_registry_extensible():
