@@ -49,6 +49,21 @@ def test_validate_one_eps():
     assert flow and all(r["bound"] == 1e-8 and r["value"] <= 1e-8 for r in flow)
     refusals = [r for r in results if "refuse" in r["name"]]
     assert all(r["value"] > r["bound"] for r in refusals)
+    deep = [r for r in results if r["name"].startswith("deep linear") and "refuse" not in r["name"]]
+    for key in (
+        "Saxe Eq. 12, max rel err u",
+        "flow vs Theorem 16",
+        "W2 W1 vs Saxe",
+        "W-space gradient flow",
+        "vs closed map",
+        "first order",
+    ):
+        assert any(key in r["name"] for r in deep), key
+    assert all(r["bound"] <= 1e-8 for r in deep if "first order" not in r["name"])
+    assert any(r["name"].startswith("deep linear: theorem16 refuses") for r in refusals)
+    moe = [r for r in results if r["name"].startswith("moe")]
+    for key in ("vs autodiff", "gap at init", "vs NQF closed map", "vs NQF closed flow"):
+        assert sum(key in r["name"] for r in moe) == 1, key
 
 
 def test_validate_registry_extensible():

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import numpy as np
 from jaxtyping import ArrayLike, Float, Int
 
 from .._core._checks import as_array, is_traced
-from ._operators import CommutingData, DenseData, DiagonalData
+from ._operators import CommutingData, DenseData, DiagonalData, FeedForwardData
 
 __all__ = [
     "orthogonal_features_data",
@@ -612,3 +613,154 @@ def spiked_he2_data(
     X = rng.standard_normal((n, d))
     y = teacher.labels(X, rng)
     return He2Data(X, y), teacher
+
+
+# --------------------------------------------------------------------------------------------
+# Theorem 16's deep-linear-network instance (App. B.7; Saxe et al. 2014)
+# --------------------------------------------------------------------------------------------
+__all__ += ["DeepLinearData", "deep_linear_data"]
+
+
+class DeepLinearData(NamedTuple):
+    """A two-layer linear network's NQF (paper App. B.7) with its Theorem 16 projectors.
+
+    The network is F(x) = W2 W1 x (W2 (n_out, d), W1 (d, n_in)); neuron i is
+    w_i = [W2[:, i] (n_out); W1[i, :] (n_in)], so W (p, d) = [W2; W1^T], p = n_out + n_in, and
+    F_o(x) = Tr[W W^T A_o(x)] exactly with A_o(x) = 1/2 [[0, e_o x^T], [x e_o^T, 0]] (App. B.7
+    with S = e_o x^T). Data index mu = n n_out + o (input-major, as `nqf.structure`).
+
+    Fields:
+
+    - `data`: `FeedForwardData` (m = n_samples n_out, p = n_out + n_in), labels y[n, o].
+    - `projectors` (r, p, p): Pi_a = 1/2 [u_a; v_a][u_a; v_a]^T, one per nonzero singular value.
+    - `S` (n_out, n_in): the input-output correlation Sigma_yx = (1/N) sum_n y_n x_n^T (inputs
+      white: (1/N) sum_n x_n x_n^T = I exactly); `s` (r,), `U` (n_out, r), `V` (n_in, r): its
+      SVD S = U diag(s) V^T (nonzero part, s decreasing).
+    - `x` (N, n_in), `y` (N, n_out): the inputs and targets y_n = S x_n.
+    - `tau`: Saxe et al.'s time constant in nqf's time, n_out / 2 (see `deep_linear_data`).
+
+    Theorem 16 holds with g_a = 2 s_a / n_out, k_a = 1 / n_out (z_a' = 2 g_a z_a - 2 k_a z_a^2),
+    and the mode strength of Saxe et al. is u_a = z_a / 2: W2 W1 = sum_a (z_a / 2) u_a v_a^T for
+    M = sum_a z_a Pi_a.
+    """
+
+    data: FeedForwardData
+    projectors: np.ndarray
+    S: np.ndarray
+    s: np.ndarray
+    U: np.ndarray
+    V: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    tau: float
+
+    @property
+    def n_out(self) -> int:
+        return int(self.S.shape[0])
+
+    @property
+    def n_in(self) -> int:
+        return int(self.S.shape[1])
+
+    def balanced_init(self, u0: float | Float[ArrayLike, " r"], d: int | None = None, *, seed: int = 0) -> np.ndarray:
+        """W0 (p, d) of a balanced, aligned start with W2 W1 = sum_a u0_a u_a v_a^T and
+        W2^T W2 = W1 W1^T (Saxe et al.'s decoupled initial condition), i.e. M0 = sum_a 2 u0_a Pi_a
+        (App. B.7: M(0) = sum_a 2 rho_a(0) Pi_a): W0 = sum_a sqrt(2 u0_a) q_a o_a^T with
+        q_a = [u_a; v_a] / sqrt 2 and o_a (d,) orthonormal (random, from `seed`).
+
+        **Arguments:** `u0` scalar or (r,) initial mode strengths >= 0; `d` >= r the width
+        (default r).
+
+        **Raises:** `ValueError` for u0 < 0 or of the wrong shape, or d < r.
+        """
+        r = self.s.shape[0]
+        u = np.asarray(as_array(u0, "u0"), float)
+        if u.ndim == 0:
+            u = np.full(r, float(u))
+        if u.shape != (r,):
+            raise ValueError(f"`u0` must be a scalar or have shape ({r},) (one per mode); found {u.shape}.")
+        if np.any(u < 0):
+            raise ValueError(f"`u0` (initial mode strengths) must be >= 0; found min {u.min():.3g}.")
+        width = r if d is None else int(d)
+        if width < r:
+            raise ValueError(f"`d` (width) must be >= the number of modes r = {r}; found d = {width}.")
+        Q = np.concatenate([self.U, self.V], axis=0) / np.sqrt(2.0)  # (p, r) orthonormal
+        O = _random_orthogonal(width, np.random.default_rng(seed))[:r]  # (r, d) orthonormal rows
+        return (Q * np.sqrt(2.0 * u)) @ O
+
+
+@_on_host
+def deep_linear_data(
+    S: Float[ArrayLike, "n_out n_in"] | None = None,
+    *,
+    singular_values: Float[ArrayLike, " r"] | Sequence[float] | None = None,
+    n_out: int | None = None,
+    n_in: int | None = None,
+    n_samples: int | None = None,
+    seed: int = 0,
+) -> DeepLinearData:
+    """The NQF of a two-layer linear network F(x) = W2 W1 x on white inputs (paper App. B.7, the
+    instance of Theorem 16 that contains Saxe et al. 2014), with its projectors.
+
+    Inputs x_n = sqrt(N) q_n, q_n the rows of a random N x n_in matrix with orthonormal columns,
+    so (1/N) sum_n x_n x_n^T = I exactly; targets y_n = S x_n, so the input-output correlation is
+    Sigma_yx = (1/N) sum_n y_n x_n^T = S exactly. With S = sum_a s_a u_a v_a^T (SVD, s_a > 0) and
+    Pi_a = 1/2 [u_a; v_a][u_a; v_a]^T (App. B.7), Y = (2 / n_out) [[0, S], [S^T, 0]] and
+    K(Pi_b) = (1 / n_out) [[0, u_b v_b^T], [v_b u_b^T, 0]], so Theorem 16 holds with
+    g_a = 2 s_a / n_out and k_a = 1 / n_out.
+
+    **Time and scale (against Saxe et al. 2014, Eq. 12).** nqf's flow is gradient flow in
+    t (t = eta * GD steps) on L = (1/m) sum_mu (f_mu - y_mu)^2 = (2 / n_out) L_Saxe with
+    L_Saxe = 1/2 (1/N) sum_n |y_n - W2 W1 x_n|^2, whose flow Saxe write as
+    tau dW1/dt = W2^T (Sigma_yx - W2 W1 Sigma_xx); so tau = n_out / 2. Saxe's mode strength is
+    u_a = z_a / 2 (z_a the eigenvalue of M = W W^T on Pi_a), and Eq. 12,
+    u_a(t) = s_a e^{2 s_a t / tau} / (e^{2 s_a t / tau} - 1 + s_a / u_a(0)), is Theorem 16's
+    logistic z_a(t) for this data.
+
+    **Arguments:** either `S` (n_out, n_in), or `singular_values` (r,) > 0 with `n_out`,
+    `n_in` >= r (then S = U diag(s) V^T with random orthonormal U, V from `seed`); `n_samples`
+    N >= n_in (default n_in); `seed` (the inputs, and U, V).
+
+    **Returns:** `DeepLinearData` (data, projectors, S, s, U, V, x, y, tau).
+
+    **Raises:** `ValueError` if both or neither of `S` and `singular_values` are given, on bad
+    shapes, non-positive singular values, r > min(n_out, n_in), N < n_in, or S = 0.
+    """
+    rng = np.random.default_rng(seed)
+    if (S is None) == (singular_values is None):
+        raise ValueError("Give exactly one of `S` (n_out, n_in) and `singular_values` (with `n_out`, `n_in`).")
+    if S is not None:
+        S = np.asarray(as_array(S, "S", ndim=2))
+        if n_out is not None or n_in is not None:
+            raise ValueError("`n_out` and `n_in` are taken from `S`; do not pass them with `S`.")
+    else:
+        s_in = np.asarray(as_array(singular_values, "singular_values", ndim=1))
+        if s_in.size == 0 or np.any(s_in <= 0):
+            raise ValueError(f"`singular_values` must be a non-empty list of values > 0; found {s_in.tolist()}.")
+        for name, v in (("n_out", n_out), ("n_in", n_in)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < s_in.size:
+                raise ValueError(
+                    f"`{name}` must be an integer >= the number of singular values {s_in.size}; found {v!r}."
+                )
+        assert n_out is not None and n_in is not None  # checked above
+        U0 = _random_orthogonal(int(n_out), rng)[:, : s_in.size]
+        V0 = _random_orthogonal(int(n_in), rng)[:, : s_in.size]
+        S = (U0 * s_in) @ V0.T
+    no, ni = S.shape
+    N = ni if n_samples is None else n_samples
+    if isinstance(N, bool) or not isinstance(N, (int, np.integer)) or N < ni:
+        raise ValueError(f"`n_samples` must be an integer >= n_in = {ni} (white inputs); found {N!r}.")
+    N = int(N)
+    Uf, sf, Vtf = np.linalg.svd(S, full_matrices=False)
+    if sf[0] == 0.0:
+        raise ValueError("`S` is zero: the network has nothing to learn (no projector).")
+    keep = sf > 1e-12 * sf[0]
+    U, s, V = Uf[:, keep], sf[keep], Vtf[keep].T
+    x = np.sqrt(N) * _random_orthogonal(N, rng)[:, :ni]
+    y = x @ S.T
+    a = np.tile(np.eye(no)[:, :, None], (N, 1, 1))  # e_o, data index n * n_out + o
+    b = np.repeat(x[:, :, None], no, axis=0)  # x_n
+    data = FeedForwardData(a, b, y.reshape(-1))
+    q = np.concatenate([U, V], axis=0)  # (p, r), |q_a|^2 = 2
+    Pi = 0.5 * np.einsum("ia,ja->aij", q, q)
+    return DeepLinearData(data, Pi, S, s, U, V, x, y, no / 2.0)

@@ -1,5 +1,5 @@
 """Weight-space JAX implementations of the modules of the dictionary (MLP, CNN, QK attention,
-multi-head attention), to train side by side with their NQFs.
+multi-head attention, mixture of experts), to train side by side with their NQFs.
 
 Each module is a small frozen dataclass with
 
@@ -18,8 +18,8 @@ Nothing here uses the closed forms: `__call__` is the network itself (tanh, a co
 `jax.lax.conv_general_dilated`, softmax attention), so `nqf.extract` on it is an independent
 check of `nqf.structure` (tests/test_extract.py).
 
-Inputs: MLP x (n,); CNN x (H, W) or (C, H, W); attention x = (x_q (D,), X (D, N)) (a tuple;
-a batch is a tuple of arrays with leading axis m).
+Inputs: MLP and MoE x (n,); CNN x (H, W) or (C, H, W); attention x = (x_q (D,), X (D, N)) (a
+tuple; a batch is a tuple of arrays with leading axis m).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from jaxtyping import Array, ArrayLike, Float, PyTree
 from . import structure
 from ._operators import FeedForwardData
 
-__all__ = ["MLP", "CNN", "QKAttention", "MHA", "unvec"]
+__all__ = ["MLP", "CNN", "QKAttention", "MHA", "MoE", "unvec"]
 
 
 def unvec(v: Float[Array, " n"], rows: int, cols: int) -> Float[Array, "rows cols"]:
@@ -282,3 +282,81 @@ class MHA(_Module):
     def nqf_features(self, xs: PyTree[Float[ArrayLike, "m ..."]], d: int = 1) -> _Features:
         X = xs[1]
         return _Features(a=jnp.mean(jnp.asarray(X), axis=-1), b=_eye_b(X.shape[0], self.n_out), f0=None)
+
+
+def _grad0(fn: Callable) -> float:
+    with jax.ensure_compile_time_eval():  # a constant even when called under a trace
+        return float(jax.grad(fn)(0.0))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class MoE(_Module):
+    """Mixture of experts with independent gating (Proposition 5):
+    f_o(x) = sum_i psi(r_i^T x) E_o(x; Theta_i), with experts E_o(x; Theta_i) = phi(theta_io^T x),
+    Theta_i = [theta_i1 ... theta_ik] (n_in, n_out).
+
+    Neuron (expert) i is w_i = [r_i (n_in); vec Theta_i (n_in n_out)] (column-stacking vec:
+    w_i[n_in + o n_in + j] = Theta_i[j, o]), p = n_in (1 + n_out), the layout of
+    `nqf.structure.moe`. Proposition 5 needs psi(0) = 0 and E(x; 0) = 0, i.e. phi(0) = 0
+    (checked at construction); then A_o(x) = psi'(0)/2 [[0, x G_o^T], [G_o x^T, 0]] with
+    G_o = grad_Theta E_o(x; 0) = phi'(0) vec(x e_o^T), and the NQF is
+    f_o = psi'(0) phi'(0) x^T (sum_i r_i theta_io^T) x. For odd psi and phi (the default tanh)
+    the module - NQF gap is O(|W|^4).
+
+    **Raises:** `ValueError` for n_in, n_out < 1 or psi(0), phi(0) != 0.
+    """
+
+    n_in: int
+    n_out: int = 1
+    psi: Callable = jnp.tanh
+    phi: Callable = jnp.tanh
+
+    def __post_init__(self):
+        for name, v in (("n_in", self.n_in), ("n_out", self.n_out)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"MoE: `{name}` must be an integer >= 1; found {v!r}.")
+        for name, fn in (("psi", self.psi), ("phi", self.phi)):
+            with jax.ensure_compile_time_eval():
+                v0 = float(fn(0.0))
+            if v0 != 0.0:
+                raise ValueError(
+                    f"MoE: `{name}(0)` must be 0 (Proposition 5: gate psi(0) = 0 and expert E(x; 0) = 0); found {v0:.3g}."
+                )
+
+    @property
+    def p(self) -> int:
+        return self.n_in * (1 + self.n_out)
+
+    def __call__(self, W: Float[Array, "p d"], x: PyTree[Float[ArrayLike, " ..."]]) -> Float[Array, " k"]:
+        n = self.n_in
+        gate = self.psi(W[:n].T @ x)  # (d,)
+        Th = W[n:].T.reshape(W.shape[1], self.n_out, n)  # (d, k, n): Theta_i^T
+        return jnp.einsum("i,io->o", gate, self.phi(Th @ x))
+
+    def psi_prime0(self) -> float:
+        return _grad0(self.psi)
+
+    def phi_prime0(self) -> float:
+        return _grad0(self.phi)
+
+    def _G(self, xs) -> np.ndarray:
+        """G_o(x) = phi'(0) vec(x e_o^T), shape (m, n_out, n_in n_out)."""
+        xs = np.asarray(xs, dtype=float)
+        m, n, k = xs.shape[0], self.n_in, self.n_out
+        G = np.zeros((m, k, k, n))
+        G[:, np.arange(k), np.arange(k), :] = xs[:, None, :]
+        return self.phi_prime0() * G.reshape(m, k, k * n)
+
+    def structure(
+        self, xs: PyTree[Float[ArrayLike, "m ..."]], y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None
+    ) -> FeedForwardData:
+        return structure.moe(xs, y, G=self._G(xs), psi_prime0=self.psi_prime0())
+
+    def effective_map(self, W: Float[Array, "p d"]) -> Float[Array, "na nb"]:
+        """psi'(0) R Theta^T (n_in, n_in n_out), R = W[:n_in], Theta = W[n_in:]: the NQF is
+        F_o(x) = x^T E b_o(x) with b_o = G_o(x); its block o (columns o n_in .. (o+1) n_in) is
+        psi'(0) sum_i r_i theta_io^T."""
+        return self.psi_prime0() * W[: self.n_in] @ W[self.n_in :].T
+
+    def nqf_features(self, xs: PyTree[Float[ArrayLike, "m ..."]], d: int = 1) -> _Features:
+        return _Features(a=jnp.asarray(xs), b=jnp.asarray(np.swapaxes(self._G(xs), 1, 2)), f0=None)

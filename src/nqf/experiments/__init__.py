@@ -36,6 +36,9 @@ reduces the work (coarser grids, smaller problems) but still runs every check.
 - ``sgd-noise``: finite learning rates and minibatch noise (issue 24): the exact GD map (`nqf.ExactMap`) vs
   the flow vs the modified flow (orders in eta), the SGD SDE vs minibatch maps (weak error, ignition-time
   spread), on Fig. 3 data and an MLP's NQF (`nqf.experiments.sgd_noise`).
+- ``moe``: the mixture of experts (Proposition 5) in the style of Fig. 2: the NQF's flow prediction vs
+  the module trained by GD (loss over time, recovered singular values) at sigma = 0.01 / 0.2
+  (`nqf.experiments.moe`).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ _MODULES = {
     "sample-scaling": "sample_scaling",
     "predict": "predict",
     "sgd-noise": "sgd_noise",
+    "moe": "moe",
 }
 
 

@@ -30,7 +30,13 @@ registers the built-in checks in that order.
   10's staircase limit (`nqf.validate._samplewise`);
 - check compression and multi-layer NQFs: Theorem 3 and Corollary 3 (compressed vs original
   training), Theorems 14 and 15 (closed deep maps vs weight space, per-layer compression;
-  `nqf.validate._compress`).
+  `nqf.validate._compress`);
+- check Theorem 16's deep-linear-network instance (App. B.7): the flow, the Theorem 16 oracle,
+  Saxe et al. (2014) Eq. 12 and the two-layer linear network W2 W1 trained in weight space
+  (gradient flow and GD) (`nqf.validate._deeplinear`);
+- check the mixture of experts (Proposition 5): closed-form A vs autodiff, the module vs its NQF
+  near small initialization, the module's GD vs the NQF's closed map and closed flow
+  (`nqf.validate._moe`).
 
 Extending: append a function ``check(eps_values: tuple[float, ...]) -> list[dict]`` to `CHECKS`
 (or decorate it with `register`); build records with `record`. A check that raises is reported as
@@ -62,6 +68,7 @@ from ._common import (
     validate,
 )
 from . import _flow, _theorem2, _discrete, _samplewise, _compress  # register, in this order
+from . import _deeplinear, _moe  # register after the built-in checks above
 from ._compress import check_corollary3, check_theorem3, check_theorem14, check_theorem15
 from ._flow import (
     DICTIONARY_BOUND,
@@ -77,5 +84,7 @@ from ._flow import (
 from ._samplewise import check_samplewise_staircase, check_theorem4, check_theorem5
 from ._theorem2 import check_theorem2
 from ._discrete import check_exact_map_solver, check_modified_flow, check_sgd_sde_moments
+from ._deeplinear import check_deep_linear
+from ._moe import check_moe
 
 __all__ = [*_common.__all__, "DICTIONARY_BOUND"]
