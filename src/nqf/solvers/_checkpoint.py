@@ -115,7 +115,7 @@ def _feed(h, x) -> None:
     if x is None or isinstance(x, (bool, str, int, float, complex)):
         h.update(f"{type(x).__name__}:{x!r};".encode())
         return
-    if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+    if isinstance(x, jax.Array) and jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key):
         h.update(f"key<{jax.random.key_impl(x)}>".encode())
         x = jax.random.key_data(x)
     if isinstance(x, (np.ndarray, np.generic, jax.Array)):
@@ -354,7 +354,7 @@ def concat_sweeps(parts: list, datas: list, devices):
         init_is_z=p0.init_is_z,
         _y0=cat("_y0"),
         _mask=opt("_mask"),
-        _problem=None,  # chunks have their own problems: a member's dense output solves it again (as loaded)
+        # no `_problem`: chunks have their own; a member's dense output solves it again (as loaded)
         settings=p0.settings,
     )
 

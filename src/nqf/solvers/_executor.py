@@ -257,7 +257,6 @@ def _assemble(records: list, calls: list, kw: dict, atol_given, eps, datas, erro
         init_is_z=r0["init_is_z"],
         _y0=np.stack([r["y0"] for r in full]),
         _mask=None if r0["mask"] is None else np.stack([r["mask"] for r in full]),
-        _problem=None,
         settings=r0["settings"],
     )
 
@@ -416,7 +415,7 @@ def _run_executor(executor, todo: list, calls: list, timeout, finish) -> None:
 def chunked_sweep(solve_sweep, kw: dict, options: dict, *, checkpoint, chunk_size, fingerprint_args: dict):
     """`solve_sweep` over chunks of members (each one compiled sub-sweep), checkpointed."""
     from ._solution import _CODE_OF
-    from ._sweep import _raise_failures, _resolve_devices
+    from ._sweep import _Grid, _raise_failures, _resolve_devices
 
     progress = options.pop("progress", None)
     check_progress(progress)
@@ -457,14 +456,15 @@ def chunked_sweep(solve_sweep, kw: dict, options: dict, *, checkpoint, chunk_siz
         codes = np.array([_CODE_OF[r] for r in sol.results])
         ok = np.asarray(sol.successful)
         _raise_failures(
-            codes, ok, sol.ys, sol.results, sol.mode, implicit, _GridInfo(float(kw["t1"]), int(kw["max_steps"]))
+            codes,
+            ok,
+            sol.ys,
+            sol.results,
+            sol.mode,
+            implicit,
+            _Grid(0.0, 0.0, float(kw["t1"]), np.zeros(0), int(kw["max_steps"]), None),
         )
     return sol
-
-
-class _GridInfo:
-    def __init__(self, t1: float, max_steps: int):
-        self.t1, self.max_steps = t1, max_steps
 
 
 def _strip(sol):
@@ -493,7 +493,7 @@ def _whole_batch_mode(solve_sweep, kw: dict, options: dict) -> tuple[str, bool]:
     max_steps = kw["max_steps"]
     if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
         raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
-    grid = _Grid(gamma, t0, t1, ts, int(max_steps), call.memory_budget)
+    grid = _Grid(gamma, float(t0), float(t1), np.asarray(ts), int(max_steps), call.memory_budget)
     members = _members(datas, data_batched, (kw["eps"], kw["M0"], kw["W0"], kw["z0"]), form, grid)
     (_, _, atol), solver = _batch(members, call, grid)
     implicit = is_stiff(solver)
