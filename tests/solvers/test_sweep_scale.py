@@ -228,8 +228,12 @@ class _Stuck(cf.Executor):
 def test_host_sweep_timeout_and_broken_executor():
     with pytest.raises(TimeoutError, match=r"timed out .*members \[0, 1, 2, 3, 4, 5\] \(6 of 6\)"):
         nqf.solve_sweep(COUPLED, eps=HEPS, executor=_Stuck(), timeout=0.2, **HOST)
-    with pytest.raises(cf.BrokenExecutor, match="worker process died"):
-        nqf.solve_sweep(COUPLED, eps=HEPS, executor=_Stuck(fail=True), **HOST)
+    with pytest.raises(
+        SweepMemberError,
+        match=r"6 of 6 members failed: member 0: RuntimeError: its task .*BrokenExecutor: worker process died",
+    ) as info:
+        nqf.solve_sweep(COUPLED, eps=HEPS, executor=_Stuck(fail=True), chunk_size=3, **HOST)
+    assert isinstance(info.value.errors[5].__cause__, cf.BrokenExecutor)
     with pytest.raises(TypeError, match="executor"):
         nqf.solve_sweep(COUPLED, eps=HEPS, executor="pool", **HOST)
     with pytest.raises(ValueError, match="timeout"):
@@ -276,6 +280,9 @@ def test_checkpoint_survives_sigkill(fig3, chunked, tmp_path):
     same_sweeps(resumed, chunked)
     # against ONE call over all members: equal to tolerance, not bitwise (the joint mode shares
     # steps within a call, so chunks of 2 take other steps than the 4 members together)
-    one = nqf.solve_sweep(fig3, **KW)
+    events.clear()
+    one = nqf.solve_sweep(fig3, progress=events.append, **KW)  # progress alone: one chunk, all members
+    assert [e.members for e in events] == [range(4)]
+    same_sweeps(one, nqf.solve_sweep(fig3, **KW))
     assert one.mode == resumed.mode == "joint"
     assert 0 < np.abs(resumed.ys - one.ys).max() < 1e-6

@@ -13,13 +13,13 @@ come back as they finish: the result is the same loop's, bit for bit (each membe
 `solve_flow` call in another process), in member order.
 
 **Failures.** A member that raises does not stop the others: its exception is caught in the
-worker (or, if the task itself fails, e.g. a worker process died, every member of that task gets
-the task's exception). The finished sweep marks the failed members (``successful[i] = False``,
-``results[i] = "error: <type>: <message>"``, NaN states) and, with ``throw=True`` (default),
+worker (or, if the task itself fails, e.g. a worker process died, every member of that task
+gets a RuntimeError naming the task's exception as its cause). The finished sweep marks the
+failed members (``successful[i] = False``, ``results[i] = "error: <type>: <message>"``, NaN states) and, with ``throw=True`` (default),
 raises a `SweepMemberError` naming each failed member and its exception (`errors`: {i:
 exception}; `result`: the sweep with the other members); ``throw=False`` returns that sweep. If
-every member fails with the same exception type, that is a shared bad argument: the first
-member's exception is raised instead. ``timeout`` (seconds, for the whole sweep, executors
+every member raises the same exception type itself (no failed task), that is a shared bad
+argument: the first member's exception is raised instead. ``timeout`` (seconds, for the whole sweep, executors
 only) bounds the wait: on expiry the unfinished tasks are cancelled and a `TimeoutError` names
 the members that did not finish (finished ones are in the checkpoint, if any).
 
@@ -61,6 +61,10 @@ from ._checkpoint import (
     report,
     run_chunks,
 )
+from ._map_sweep import _FRONT_END as _MAP_FRONT_END
+from ._map_sweep import closed_sgd_sweep
+from ._sweep import _FRONT_END as _SWEEP_FRONT_END
+from ._sweep import solve_sweep
 
 __all__ = ["SweepMemberError"]
 
@@ -308,10 +312,13 @@ def host_sweep(kw: dict, options: dict, *, executor, checkpoint, chunk_size, fin
     ckpt = open_checkpoint(checkpoint, "solve_sweep", fingerprint_args, B, K)
     records: list[Any] = [None] * B
     errors: dict = {}
+    failed_tasks: list = []  # tasks that failed as a whole (worker died, submit refused)
     done = 0
 
-    def finish(i0: int, i1: int, out: list, fresh: bool) -> None:
+    def finish(i0: int, i1: int, out: list, fresh: bool, task_failed: bool = False) -> None:
         nonlocal done
+        if task_failed:
+            failed_tasks.append((i0, i1))
         bad = {}
         for j, r in enumerate(out):
             records[i0 + j] = r
@@ -349,7 +356,7 @@ def host_sweep(kw: dict, options: dict, *, executor, checkpoint, chunk_size, fin
         _run_executor(executor, todo, calls, timeout, finish)
     if not errors:
         return _assemble(records, calls, kw, options.get("atol"), kw["eps"], datas, {})
-    if len(errors) == B:
+    if len(errors) == B and not failed_tasks:  # every member raised the same way: a shared bad argument
         first = errors[0]
         if all(type(e) is type(first) for e in errors.values()):
             raise first
@@ -377,6 +384,13 @@ def _slice(x, slicer: SweepSlicer, i0: int, i1: int, name: str = "atol"):
     return np.asarray(x)[i0:i1] if slicer.batched[name] else np.broadcast_to(np.asarray(x, dtype=float), (i1 - i0,))
 
 
+def _task_error(err: BaseException, i0: int, i1: int, i: int) -> BaseException:
+    """Member i's error when its whole task [i0, i1) failed (not the member's own exception)."""
+    out = RuntimeError(f"its task (members {i0}..{i1 - 1}) failed in the executor: {type(err).__name__}: {err}")
+    out.__cause__ = err
+    return out
+
+
 def _run_executor(executor, todo: list, calls: list, timeout, finish) -> None:
     """Submit each task, collect them as they finish (up to `timeout` seconds in all)."""
     futures = {}
@@ -384,7 +398,7 @@ def _run_executor(executor, todo: list, calls: list, timeout, finish) -> None:
         try:
             futures[executor.submit(solve_members, calls[i0:i1], i0)] = (i0, i1)
         except Exception as err:  # e.g. a shut-down or broken executor: the task's members fail
-            finish(i0, i1, [_picklable(err, i) for i in range(i0, i1)], True)
+            finish(i0, i1, [_task_error(err, i0, i1, i) for i in range(i0, i1)], True, True)
     start = time.monotonic()
     pending = set(futures)
     try:
@@ -394,7 +408,8 @@ def _run_executor(executor, todo: list, calls: list, timeout, finish) -> None:
             try:
                 out = fut.result()
             except Exception as err:  # the task itself failed (worker died, pickling): all its members
-                out = [_picklable(err, i) for i in range(i0, i1)]
+                finish(i0, i1, [_task_error(err, i0, i1, i) for i in range(i0, i1)], True, True)
+                continue
             finish(i0, i1, out, True)
     except cf.TimeoutError:
         for fut in pending:
@@ -431,7 +446,7 @@ def chunked_sweep(solve_sweep, kw: dict, options: dict, *, checkpoint, chunk_siz
     slicer = SweepSlicer(kw["data"], kw["eps"], kw["M0"], kw["W0"], kw["z0"], atol)
     B = slicer.B
     mode, implicit = _whole_batch_mode(solve_sweep, kw, options)
-    K = check_chunk_size(-(-B // 16) if chunk_size is None else chunk_size, B)
+    K = check_chunk_size(_default_chunk(B, checkpoint) if chunk_size is None else chunk_size, B)
     ckpt = open_checkpoint(checkpoint, "solve_sweep", {**fingerprint_args, "mode (resolved)": mode}, B, K)
     devs = _resolve_devices(kw["devices"])
 
@@ -465,6 +480,12 @@ def chunked_sweep(solve_sweep, kw: dict, options: dict, *, checkpoint, chunk_siz
             _Grid(0.0, 0.0, float(kw["t1"]), np.zeros(0), int(kw["max_steps"]), None),
         )
     return sol
+
+
+def _default_chunk(B: int, checkpoint) -> int:
+    """Members per chunk when `chunk_size` is not given: B/16 rounded up with a checkpoint (at most
+    1/16 of the work lost to a kill), else B (``progress`` alone does not split the sweep)."""
+    return -(-B // 16) if checkpoint is not None else B
 
 
 def _strip(sol):
@@ -504,7 +525,7 @@ def _whole_batch_mode(solve_sweep, kw: dict, options: dict) -> tuple[str, bool]:
     return mode, implicit
 
 
-def chunked_map_sweep(closed_sgd_sweep, kw: dict, *, checkpoint, chunk_size, progress):
+def chunked_map_sweep(kw: dict, *, checkpoint, chunk_size, progress):
     """`closed_sgd_sweep` over chunks of members, checkpointed (`nqf.solvers._checkpoint`)."""
     from ._map_sweep import _MOMENTUM_MAP, _member_keys, _resolve_devices
 
@@ -530,7 +551,7 @@ def chunked_map_sweep(closed_sgd_sweep, kw: dict, *, checkpoint, chunk_size, pro
             "Members are paired element by element (for a grid, use np.meshgrid)."
         )
     B = next(iter(sizes.values()), 1)
-    K = check_chunk_size(-(-B // 16) if chunk_size is None else chunk_size, B)
+    K = check_chunk_size(_default_chunk(B, checkpoint) if chunk_size is None else chunk_size, B)
     momentum_map = bool(np.max(np.asarray(kw["momentum"], dtype=float)) > 0.0)
     fp = {k: v for k, v in kw.items() if k not in ("devices", "throw")}
     ckpt = open_checkpoint(checkpoint, "closed_sgd_sweep", {**fp, "momentum map": momentum_map}, B, K)
@@ -563,3 +584,28 @@ def chunked_map_sweep(closed_sgd_sweep, kw: dict, *, checkpoint, chunk_size, pro
             "Reduce their `lr`, or pass throw=False to keep the others."
         )
     return sol
+
+
+def sweep_front_end(args: dict):
+    """`solve_sweep` with a host solver, an executor, chunks or a checkpoint."""
+    from ._spec import resolve_call
+
+    options = dict(args.pop("options"))
+    executor, checkpoint, chunk_size = args.pop("executor"), args.pop("checkpoint"), args.pop("chunk_size")
+    fp = {k: v for k, v in args.items() if k != "devices"}
+    fp.update({k: v for k, v in options.items() if k not in ("throw", "progress", "timeout", "memory_budget")})
+    call = resolve_call(options, solver=args["solver"], stepsize_controller=None, saveat=None, adjoint="auto")
+    if call.backend != "ode":
+        return host_sweep(
+            args, options, executor=executor, checkpoint=checkpoint, chunk_size=chunk_size, fingerprint_args=fp
+        )
+    if executor is not None:
+        raise ValueError(
+            "`executor` runs host-solver sweeps (solver='lsoda' / 'cvode', method='exact'); a JAX sweep runs "
+            "as one compiled program: place it with `devices` (and `chunk_size` / `checkpoint` for chunks)."
+        )
+    return chunked_sweep(solve_sweep, args, options, checkpoint=checkpoint, chunk_size=chunk_size, fingerprint_args=fp)
+
+
+_SWEEP_FRONT_END["solve_sweep"] = sweep_front_end
+_MAP_FRONT_END["closed_sgd_sweep"] = chunked_map_sweep

@@ -70,6 +70,9 @@ __all__ = ["MapSweep", "closed_sgd_sweep"]
 # Set by a chunked sweep (`nqf.solvers._executor.chunked_map_sweep`) whose whole batch has momentum:
 # every chunk then runs the momentum map, as the one-call sweep does.
 _MOMENTUM_MAP = contextvars.ContextVar("nqf_momentum_map", default=False)
+# The chunked / checkpointed front end, registered by `nqf.solvers._executor` (which imports this
+# module; not the reverse).
+_FRONT_END: dict = {}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -426,9 +429,7 @@ def closed_sgd_sweep(
         kw = dict(locals())
         for k in ("checkpoint", "chunk_size", "progress"):
             kw.pop(k)
-        from ._executor import chunked_map_sweep
-
-        return chunked_map_sweep(closed_sgd_sweep, kw, checkpoint=checkpoint, chunk_size=chunk_size, progress=progress)
+        return _FRONT_END["closed_sgd_sweep"](kw, checkpoint=checkpoint, chunk_size=chunk_size, progress=progress)
     for name, value in (
         ("model", model),
         ("lr", lr),

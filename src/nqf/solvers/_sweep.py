@@ -707,11 +707,16 @@ def solve_sweep(
     batch sizes that do not agree, eps <= 0 or non-finite, bad shapes, non-symmetric / non-PSD
     M0, bad tolerances or `ts`, form ``"M-mu"``, unavailable devices; `NotImplementedError` for
     a stiff sweep sharded where it is not supported; `MaxStepsReached` (naming the members) if
-    a member runs out of steps; `FloatingPointError` if a member blows up.
+    a member runs out of steps; `FloatingPointError` if a member blows up. With a checkpoint:
+    `ValueError` naming the arguments that differ from the checkpoint's. Host solvers:
+    `nqf.solvers.SweepMemberError` naming each failed member and its exception (``throw=True``),
+    `TimeoutError` naming the unfinished members, `TypeError` for an `executor` without
+    ``submit``, `ValueError` for `executor` with a JAX solver or `devices` with a host solver.
     """
     check_options(options, SWEEP_OPTIONS, "solve_sweep")
     if _chunked(solver, options, executor, checkpoint, chunk_size):
-        return _sweep_front_end(dict(locals()))
+        _refuse_traced(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, atol=options.get("atol"))
+        return _FRONT_END["solve_sweep"](dict(locals()))
     form, _ = as_form(form)
     call = _sweep_call(options, solver, stepsize_controller, saveat)
     _refuse_traced(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, ts=call.ts, atol=call.atol)
@@ -743,25 +748,9 @@ def _chunked(solver, options: dict, executor, checkpoint, chunk_size) -> bool:
     return host or extra or executor is not None or checkpoint is not None or chunk_size is not None
 
 
-def _sweep_front_end(args: dict) -> SweepSolution:
-    """`solve_sweep` with a host solver, an executor, chunks or a checkpoint (`nqf.solvers._executor`)."""
-    from ._executor import chunked_sweep, host_sweep
-
-    options = dict(args.pop("options"))
-    executor, checkpoint, chunk_size = args.pop("executor"), args.pop("checkpoint"), args.pop("chunk_size")
-    fp = {k: v for k, v in args.items() if k != "devices"}
-    fp.update({k: v for k, v in options.items() if k not in ("throw", "progress", "timeout", "memory_budget")})
-    call = resolve_call(options, solver=args["solver"], stepsize_controller=None, saveat=None, adjoint="auto")
-    if call.backend != "ode":
-        return host_sweep(
-            args, options, executor=executor, checkpoint=checkpoint, chunk_size=chunk_size, fingerprint_args=fp
-        )
-    if executor is not None:
-        raise ValueError(
-            "`executor` runs host-solver sweeps (solver='lsoda' / 'cvode', method='exact'); a JAX sweep runs "
-            "as one compiled program: place it with `devices` (and `chunk_size` / `checkpoint` for chunks)."
-        )
-    return chunked_sweep(solve_sweep, args, options, checkpoint=checkpoint, chunk_size=chunk_size, fingerprint_args=fp)
+# The front end of host-solver, chunked and checkpointed sweeps, registered by
+# `nqf.solvers._executor` (which imports this module; not the reverse).
+_FRONT_END: dict = {}
 
 
 class _Grid(NamedTuple):
