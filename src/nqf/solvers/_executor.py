@@ -560,7 +560,7 @@ def chunked_map_sweep(kw: dict, *, checkpoint, chunk_size, progress):
     def compute(i0: int, i1: int):
         import dataclasses
 
-        sub = dict(kw, throw=False)
+        sub: dict[str, Any] = {**kw, "throw": False}
         for k, b in batched.items():
             if b:
                 sub[k] = kw[k][i0:i1]
