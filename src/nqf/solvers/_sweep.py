@@ -419,7 +419,9 @@ class SweepSolution(Members, Saveable):
       member, unless given).
     - `eps`: the eps values (B,) when the sweep was given `eps`, else None.
     - `devices`: the devices the batch was sharded over (None: not placed).
-    - `mode`: ``"joint"`` (shared steps: `stats`, `results` equal for all members) or ``"vmap"``.
+    - `mode`: ``"joint"`` (shared steps: `stats`, `results` equal for all members), ``"vmap"``,
+      or ``"host"`` (host solvers: each member its own `solve_flow` call; a member that raised
+      has ``results[i] = "error: <type>: <message>"`` and NaN states).
 
     Derived (computed on access, per member as in `FlowSolution`): `M` (B, n, p, p), `z`
     (B, n, p) for commuting data, `W` (B, n, p, r), `loss` (B, n). `sol[i]` (or `member(i)`) is
