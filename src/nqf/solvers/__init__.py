@@ -10,7 +10,8 @@ May import `nqf._core`, `nqf.data` and `nqf.dynamics`. Private modules: `_solve`
 `_lsoda`, `_sweep`, `_map_sweep`, and the pieces of one solve core (issue 25): `_forms` (the
 forms as strategy objects), `_spec` (controller, save specification, adjoint, keyword aliases),
 `_backends` (Exact, LSODA, CVODE), `_initial` (checks of the inputs), `_core` (the compiled
-solve), `_solution` (`FlowSolution`).
+solve), `_solution` (`FlowSolution`); issue 26: `_checkpoint` (chunked sweeps saved and resumed)
+and `_executor` (host-solver sweeps through a `concurrent.futures.Executor`).
 """
 
 from .._core._exports import publish as _publish
@@ -18,6 +19,8 @@ from ._solve import SOLVERS, FlowSolution, MaxStepsReached, solve_flow
 from ._events import Stop
 from ._sweep import SweepSolution, solve_sweep
 from ._map_sweep import MapSweep, closed_sgd_sweep
+from ._checkpoint import SweepProgress
+from ._executor import SweepMemberError
 from .kernels import GLVTrajectory, glv_gd, glv_rhs
 from ._forms import AbstractForm, FactorForm, GLVForm, MForm, MMuForm, ReducedGLVForm
 from ._backends import CVODE, LSODA, AbstractBackend, Exact
@@ -35,6 +38,8 @@ __all__ = [
     "SweepSolution",
     "closed_sgd_sweep",
     "MapSweep",
+    "SweepProgress",
+    "SweepMemberError",
     "GLVTrajectory",
     "glv_gd",
     "glv_rhs",

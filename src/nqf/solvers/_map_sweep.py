@@ -37,6 +37,7 @@ single calls to <= 1.3e-15 relative on M.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 
 import equinox as eqx
@@ -65,6 +66,13 @@ from ..dynamics._train_args import (
 from ._sweep import Members, _pad, _resolve_devices
 
 __all__ = ["MapSweep", "closed_sgd_sweep"]
+
+# Set by a chunked sweep (`nqf.solvers._executor.chunked_map_sweep`) whose whole batch has momentum:
+# every chunk then runs the momentum map, as the one-call sweep does.
+_MOMENTUM_MAP = contextvars.ContextVar("nqf_momentum_map", default=False)
+# The chunked / checkpointed front end, registered by `nqf.solvers._executor` (which imports this
+# module; not the reverse).
+_FRONT_END: dict = {}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -366,6 +374,9 @@ def closed_sgd_sweep(
     form: str = "factor",
     devices=None,
     throw: bool = True,
+    checkpoint=None,
+    chunk_size: int | None = None,
+    progress=None,
 ) -> MapSweep:
     """Run `nqf.closed_sgd` for a batch of members in one compiled call (Theorem 2, Corollary 2).
 
@@ -392,6 +403,13 @@ def closed_sgd_sweep(
       first n devices) or a list of devices: shard the members over them (module docstring).
     - `throw`: raise if a member diverges (default); with False, diverged members are marked in
       `successful` and keep their non-finite values.
+    - `checkpoint`: a directory; run the members in chunks of `chunk_size` (default B/16 rounded
+      up) and save each finished chunk there (`nqf.save` format) with a fingerprint of the
+      arguments; a rerun with the same arguments reads the finished chunks and runs the others,
+      a rerun with other arguments is refused (`ValueError` naming them). The result is bitwise
+      that of the same call without `checkpoint` (`nqf.solvers._checkpoint`). `chunk_size` alone
+      runs in chunks without saving; `progress` (True: a line per chunk on stderr, or a
+      callable taking an `nqf.solvers.SweepProgress`) reports each finished chunk.
 
     **Returns:** a `MapSweep` (arrays with a leading member axis B; `sweep[i]` is member i as a
     `MapTrajectory`; `sweep.to_dataframe()` a tidy table).
@@ -407,6 +425,11 @@ def closed_sgd_sweep(
     1-d, or for unavailable `devices`; `FloatingPointError` naming the members that diverged
     (with ``throw=True``).
     """
+    if checkpoint is not None or chunk_size is not None or progress not in (None, False):
+        kw = dict(locals())
+        for k in ("checkpoint", "chunk_size", "progress"):
+            kw.pop(k)
+        return _FRONT_END["closed_sgd_sweep"](kw, checkpoint=checkpoint, chunk_size=chunk_size, progress=progress)
     for name, value in (
         ("model", model),
         ("lr", lr),
@@ -456,7 +479,7 @@ def closed_sgd_sweep(
     check_nesterov(nesterov, betas, " for every member")
     saved, n_saves, remainder = save_schedule(steps, save_every)
 
-    config = (form, bool(betas.max() > 0.0), bool(nesterov))
+    config = (form, bool(betas.max() > 0.0) or _MOMENTUM_MAP.get(), bool(nesterov))
     (lr_a, d_a, gamma_a, beta_a), (M0_a, mu0_a, L0_a) = maps._numeric(False, lrs, d, gammas, betas, M0s, mu0s, L0s)
     mu0_a = np.broadcast_to(mu0_a, (B,) + mu0_a.shape[-1:])
     args = (lr_a, gamma_a, beta_a, (M0_a, mu0_a, L0_a), idx)

@@ -87,6 +87,7 @@ from .stiff import is_stiff, is_structured
 __all__ = ["solve_sweep", "SweepSolution"]
 
 _f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
+_FAILED_CODE = int(diffrax.RESULTS.internal_error._value)  # a host-sweep member that raised
 
 
 # ------------------------------------------------------------------------------------------
@@ -418,7 +419,9 @@ class SweepSolution(Members, Saveable):
       member, unless given).
     - `eps`: the eps values (B,) when the sweep was given `eps`, else None.
     - `devices`: the devices the batch was sharded over (None: not placed).
-    - `mode`: ``"joint"`` (shared steps: `stats`, `results` equal for all members) or ``"vmap"``.
+    - `mode`: ``"joint"`` (shared steps: `stats`, `results` equal for all members), ``"vmap"``,
+      or ``"host"`` (host solvers: each member its own `solve_flow` call; a member that raised
+      has ``results[i] = "error: <type>: <message>"`` and NaN states).
 
     Derived (computed on access, per member as in `FlowSolution`): `M` (B, n, p, p), `z`
     (B, n, p) for commuting data, `W` (B, n, p, r), `loss` (B, n). `sol[i]` (or `member(i)`) is
@@ -507,14 +510,16 @@ class SweepSolution(Members, Saveable):
         steps = int(self.stats["num_steps"][i])
         info = np.array(
             [
-                _CODE_OF[self.results[i]],
+                _CODE_OF.get(self.results[i], _FAILED_CODE),  # host sweeps: "error: ..." for a failed member
                 steps,
                 int(self.stats["num_accepted_steps"][i]),
                 int(self.stats["num_rejected_steps"][i]),
                 1,
             ]
         )
-        settings = tuple((k, float(self.atol[i]) if k == "atol" else v) for k, v in self.settings)
+        settings = tuple(
+            (k, float(self.atol[i]) if k == "atol" and self.atol is not None else v) for k, v in self.settings
+        )
         member = FlowSolution(
             ts=self.ts,
             form=self.form,
@@ -597,7 +602,21 @@ def _refuse_traced(**args) -> None:
             )
 
 
-SWEEP_OPTIONS = ("ts", "rtol", "atol", "pcoeff", "icoeff", "dt0", "stiff", "mode", "throw", "memory_budget")
+SWEEP_OPTIONS = (
+    "ts",
+    "rtol",
+    "atol",
+    "pcoeff",
+    "icoeff",
+    "dt0",
+    "stiff",
+    "mode",
+    "throw",
+    "memory_budget",
+    "method",
+    "progress",
+    "timeout",
+)
 
 
 def solve_sweep(
@@ -616,6 +635,9 @@ def solve_sweep(
     max_steps: int = 100_000,
     weight_decay: float = 0.0,
     devices=None,
+    executor=None,
+    checkpoint=None,
+    chunk_size: int | None = None,
     **options,
 ) -> SweepSolution:
     """Solve a batch of MSE gradient flows (Eq. E9 / E13) in one compiled call.
@@ -658,6 +680,24 @@ def solve_sweep(
       its own steps), see the module docstring; ``throw`` (default True: raise if any member
       fails; False: report in `results` / `successful`); ``memory_budget`` (bytes; B members'
       states are estimated first, `nqf.memory.MemoryBudgetError`).
+    - Host solvers (``solver="lsoda"`` / ``"cvode"``, ``method="exact"``): the members are
+      `solve_flow` calls (`nqf.solvers._executor`), run in order here or through `executor` (any
+      `concurrent.futures.Executor`: a spawn-started `ProcessPoolExecutor`, dask.distributed's
+      ``Client.get_executor()``), bitwise equal to the loop of those calls, members in tasks of
+      `chunk_size` (default 1); a member that raises does not stop the others (``throw=True``:
+      `SweepMemberError` naming each failed member and its exception, the others in its
+      `result`; ``throw=False``: marked in `successful` / `results`); option ``timeout``
+      (seconds, the whole sweep, with an executor) bounds the wait (`TimeoutError` naming the
+      unfinished members); ``mode="host"``.
+    - `checkpoint`: a directory: run the members in chunks of `chunk_size` (JAX sweeps: default
+      B/16 rounded up, each chunk one compiled sub-sweep) and save each finished chunk there
+      (`nqf.save` format) with a fingerprint of the arguments; a rerun with the same arguments
+      reads the finished chunks and runs the others (a killed sweep loses the chunks in flight),
+      a rerun with other arguments is refused (`ValueError` naming them). The result is bitwise
+      that of the same call without `checkpoint`; against one call over all members
+      (``chunk_size=None``) equal to the solver tolerance (`nqf.solvers._checkpoint`).
+      `chunk_size` alone runs in chunks without saving; option ``progress`` (True: a line per
+      chunk on stderr, or a callable taking an `nqf.solvers.SweepProgress`) reports each chunk.
 
     **Returns:** a `SweepSolution` (batched arrays; `sol[i]` is member i as a `FlowSolution`).
 
@@ -669,9 +709,16 @@ def solve_sweep(
     batch sizes that do not agree, eps <= 0 or non-finite, bad shapes, non-symmetric / non-PSD
     M0, bad tolerances or `ts`, form ``"M-mu"``, unavailable devices; `NotImplementedError` for
     a stiff sweep sharded where it is not supported; `MaxStepsReached` (naming the members) if
-    a member runs out of steps; `FloatingPointError` if a member blows up.
+    a member runs out of steps; `FloatingPointError` if a member blows up. With a checkpoint:
+    `ValueError` naming the arguments that differ from the checkpoint's. Host solvers:
+    `nqf.solvers.SweepMemberError` naming each failed member and its exception (``throw=True``),
+    `TimeoutError` naming the unfinished members, `TypeError` for an `executor` without
+    ``submit``, `ValueError` for `executor` with a JAX solver or `devices` with a host solver.
     """
     check_options(options, SWEEP_OPTIONS, "solve_sweep")
+    if _chunked(solver, options, executor, checkpoint, chunk_size):
+        _refuse_traced(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, atol=options.get("atol"))
+        return _FRONT_END["solve_sweep"](dict(locals()))
     form, _ = as_form(form)
     call = _sweep_call(options, solver, stepsize_controller, saveat)
     _refuse_traced(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, ts=call.ts, atol=call.atol)
@@ -693,6 +740,19 @@ def solve_sweep(
     batch, solver = _batch(members, call, grid)
     sol = _run(batch, solver, mode, devs, grid)
     return _report(sol, members, batch, call, grid, weight_decay, options.get("throw", True))
+
+
+def _chunked(solver, options: dict, executor, checkpoint, chunk_size) -> bool:
+    """Does the sweep go to the host-solver / chunked front end (`nqf.solvers._executor`)?"""
+    host = isinstance(solver, str) and solver.lower() in ("lsoda", "cvode") and options.get("method", "ode") == "ode"
+    host = host or options.get("method") == "exact" or getattr(solver, "name", None) in ("exact", "lsoda", "cvode")
+    extra = options.get("progress") not in (None, False) or options.get("timeout") is not None
+    return host or extra or executor is not None or checkpoint is not None or chunk_size is not None
+
+
+# The front end of host-solver, chunked and checkpointed sweeps, registered by
+# `nqf.solvers._executor` (which imports this module; not the reverse).
+_FRONT_END: dict = {}
 
 
 class _Grid(NamedTuple):
