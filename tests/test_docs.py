@@ -165,6 +165,7 @@ def _python_blocks(path: pathlib.Path) -> str:
         "docs/guides/finite-lr-and-noise.md",
         "docs/guides/jax.md",
         "docs/guides/two-power-laws.md",
+        "docs/guides/many-machines.md",
     ],
 )
 def test_page_code_runs(page, tmp_path):

@@ -66,7 +66,8 @@ _NAMES = {
     "nqf.dynamics.multilayer": "DeepNQF closed_deep_sgd compress_deep train_deep_w",
     "nqf.solvers": """SOLVERS FlowSolution GLVTrajectory MapSweep MaxStepsReached Stop SweepSolution
         closed_sgd_sweep glv_gd glv_rhs solve_flow solve_sweep exact kernels rosenbrock stiff
-        AbstractForm MForm FactorForm GLVForm ReducedGLVForm MMuForm AbstractBackend Exact LSODA CVODE PID Save""",
+        AbstractForm MForm FactorForm GLVForm ReducedGLVForm MMuForm AbstractBackend Exact LSODA CVODE PID Save
+        SweepProgress SweepMemberError""",
     "nqf.theory": """Asymptote Compression OracleSolution PowerLawFit SampleOracleSolution asymptote
         compression_report corollary3 drop_times fit_power_law learning_phase_end linearized linearized_horizon
         measure_ignition_times measure_sample_ignition_times ntk plateau_levels predicted_ignition_times
@@ -223,6 +224,8 @@ __all__ = [
     "Stop",
     "solve_sweep",
     "SweepSolution",
+    "SweepProgress",
+    "SweepMemberError",
     "closed_sgd_sweep",
     "MapSweep",
     "GLVTrajectory",

@@ -632,7 +632,7 @@ class DeepLinearData(NamedTuple):
     Fields:
 
     - `data`: `FeedForwardData` (m = n_samples n_out, p = n_out + n_in), labels y[n, o].
-    - `projectors` (r, p, p): Pi_a = 1/2 [u_a; v_a][u_a; v_a]^T, one per nonzero singular value.
+    - `projectors` (r, p, p): Pi_a = 1/2 `[u_a; v_a][u_a; v_a]^T`, one per nonzero singular value.
     - `S` (n_out, n_in): the input-output correlation Sigma_yx = (1/N) sum_n y_n x_n^T (inputs
       white: (1/N) sum_n x_n x_n^T = I exactly); `s` (r,), `U` (n_out, r), `V` (n_in, r): its
       SVD S = U diag(s) V^T (nonzero part, s decreasing).
@@ -666,7 +666,7 @@ class DeepLinearData(NamedTuple):
         """W0 (p, d) of a balanced, aligned start with W2 W1 = sum_a u0_a u_a v_a^T and
         W2^T W2 = W1 W1^T (Saxe et al.'s decoupled initial condition), i.e. M0 = sum_a 2 u0_a Pi_a
         (App. B.7: M(0) = sum_a 2 rho_a(0) Pi_a): W0 = sum_a sqrt(2 u0_a) q_a o_a^T with
-        q_a = [u_a; v_a] / sqrt 2 and o_a (d,) orthonormal (random, from `seed`).
+        q_a = `[u_a; v_a]` / sqrt 2 and o_a (d,) orthonormal (random, from `seed`).
 
         **Arguments:** `u0` scalar or (r,) initial mode strengths >= 0; `d` >= r the width
         (default r).
@@ -705,7 +705,7 @@ def deep_linear_data(
     Inputs x_n = sqrt(N) q_n, q_n the rows of a random N x n_in matrix with orthonormal columns,
     so (1/N) sum_n x_n x_n^T = I exactly; targets y_n = S x_n, so the input-output correlation is
     Sigma_yx = (1/N) sum_n y_n x_n^T = S exactly. With S = sum_a s_a u_a v_a^T (SVD, s_a > 0) and
-    Pi_a = 1/2 [u_a; v_a][u_a; v_a]^T (App. B.7), Y = (2 / n_out) [[0, S], [S^T, 0]] and
+    Pi_a = 1/2 `[u_a; v_a][u_a; v_a]^T` (App. B.7), Y = (2 / n_out) [[0, S], [S^T, 0]] and
     K(Pi_b) = (1 / n_out) [[0, u_b v_b^T], [v_b u_b^T, 0]], so Theorem 16 holds with
     g_a = 2 s_a / n_out and k_a = 1 / n_out.
 
