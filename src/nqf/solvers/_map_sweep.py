@@ -62,7 +62,8 @@ from ..dynamics._train_args import (
     resolve_batches,
     save_schedule,
 )
-from ._sweep import Members, _pad, _resolve_devices
+from . import _distributed as _dist
+from ._sweep import Members, _check_gather, _pad, _resolve_devices
 
 __all__ = ["MapSweep", "closed_sgd_sweep"]
 
@@ -336,9 +337,8 @@ def _place(args, devs, B: int, batched: tuple):
     n = -(-B // len(devs)) * len(devs)
     mesh = Mesh(np.array(devs), ("batch",))
     b_sh, rep_sh = NamedSharding(mesh, PartitionSpec("batch")), NamedSharding(mesh, PartitionSpec())
-    placed = tuple(
-        jax.device_put(_pad(a, n), b_sh) if is_b else jax.device_put(a, rep_sh) for a, is_b in zip(args, batched)
-    )
+    put = _dist.put if _dist.spans_processes(devs) else jax.device_put  # jax.distributed: own shards only
+    placed = tuple(put(_pad(a, n), b_sh) if is_b else put(a, rep_sh) for a, is_b in zip(args, batched))
     return placed, mesh
 
 
@@ -366,7 +366,8 @@ def closed_sgd_sweep(
     form: str = "factor",
     devices=None,
     throw: bool = True,
-) -> MapSweep:
+    gather: str = "all",
+) -> MapSweep | None:
     """Run `nqf.closed_sgd` for a batch of members in one compiled call (Theorem 2, Corollary 2).
 
     Member i is ``closed_sgd(model, lr=lr[i], momentum=momentum[i],
@@ -451,6 +452,14 @@ def closed_sgd_sweep(
         sizes["batch_indices" if batch_indices is not None else "key"] = n_idx
     B = _batch_size(sizes)
     devs = _resolve_devices(devices)
+    gather = _check_gather(gather)
+    distributed = _dist.spans_processes(devs)
+    if distributed:  # jax.distributed: the same call in every process, or a clear error
+        named = dict(model=model, lr=lr, steps=steps, W0=W0, M0=M0, mu0=mu0, d=d, momentum=momentum)
+        named.update(weight_decay=weight_decay, nesterov=nesterov, batch_indices=batch_indices)
+        named.update(batch_size=batch_size, key=key, loss=loss, save_every=save_every, form=form)
+        named.update(devices=[x.id for x in devs], throw=throw, gather=gather)
+        _dist.check_same_arguments("closed_sgd_sweep", named)
     M0s, mu0s, d, L0s = _initial_batch(model, W0, M0, mu0, d, B)
     lrs, betas, gammas = (np.broadcast_to(swept[k][0], (B,)) for k in ("lr", "momentum", "weight_decay"))
     check_nesterov(nesterov, betas, " for every member")
@@ -474,7 +483,8 @@ def closed_sgd_sweep(
         *loop_counts(save_every, remainder),
         mesh,
     )
-    Ms, mus, outputs, losses, extras = jax.tree.map(lambda x: np.asarray(x)[:B], out)
+    out = _dist.to_host(out, distributed)  # under jax.distributed: gathered from every process
+    Ms, mus, outputs, losses, extras = jax.tree.map(lambda x: x[:B], out)
 
     bad = [(i, first_nonfinite_step(saved, Ms[i])) for i in range(B)]
     bad = [(i, k) for i, k in bad if k is not None]
@@ -487,6 +497,8 @@ def closed_sgd_sweep(
         )
     successful = np.ones(B, dtype=bool)
     successful[[i for i, _ in bad]] = False
+    if gather == "process0" and distributed and jax.process_index() != 0:
+        return None
     return MapSweep(
         steps=saved,
         t=lrs[:, None] * saved[None, :],

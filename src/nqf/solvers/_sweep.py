@@ -77,6 +77,7 @@ from .._core.io import Saveable
 from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData, DiagonalData
 from ..dynamics._flow import check_form
+from . import _distributed as _dist
 from ._core import _FlowArgs, _FlowConfig, _make_solver, _partition_solver, _solve_core, _solve_filter_jit
 from ._forms import FORMS, AbstractForm, JointForm, _joint_rhs, _member_rms_max, as_form  # noqa: F401
 from ._initial import _check_mode_strengths, _check_solve_memory, _initial_state, _time_grid
@@ -286,6 +287,7 @@ def _resolve_devices(devices) -> list | None:
             raise ValueError(f"Device {d!r} is not available to JAX here; {hint}")
     if len(set(devs)) != len(devs):
         raise ValueError(f"`devices` lists a device twice: {devs}.")
+    _dist.check_devices_cover_processes(devs)
     return devs
 
 
@@ -597,7 +599,7 @@ def _refuse_traced(**args) -> None:
             )
 
 
-SWEEP_OPTIONS = ("ts", "rtol", "atol", "pcoeff", "icoeff", "dt0", "stiff", "mode", "throw", "memory_budget")
+SWEEP_OPTIONS = ("ts", "rtol", "atol", "pcoeff", "icoeff", "dt0", "stiff", "mode", "throw", "memory_budget", "gather")
 
 
 def solve_sweep(
@@ -680,6 +682,12 @@ def solve_sweep(
         raise ValueError(f"`mode` must be 'auto', 'joint' or 'vmap'; found {mode!r}.")
     datas, data_batched = _stack_data(data)
     devs = _resolve_devices(devices)
+    gather = _check_gather(options.get("gather", "all"))
+    if _dist.spans_processes(devs):  # jax.distributed: the same call in every process, or a clear error
+        named = dict(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, form=form, solver=solver)
+        named.update(stepsize_controller=stepsize_controller, saveat=saveat, max_steps=max_steps)
+        named.update(weight_decay=weight_decay, devices=[d.id for d in devs], **options)
+        _dist.check_same_arguments("solve_sweep", named)
     if form == "M-mu":
         raise ValueError("`solve_sweep` does not support form='M-mu' (Eq. E10); use `solve_flow` per member.")
     _make_solver(call.solver, call.stiff)  # validates the name before the data work below
@@ -692,7 +700,14 @@ def solve_sweep(
     members = _members(datas, data_batched, (eps, M0, W0, z0), form, grid)
     batch, solver = _batch(members, call, grid)
     sol = _run(batch, solver, mode, devs, grid)
-    return _report(sol, members, batch, call, grid, weight_decay, options.get("throw", True))
+    out = _report(sol, members, batch, call, grid, weight_decay, options.get("throw", True))
+    return None if gather == "process0" and jax.process_index() != 0 and _dist.spans_processes(devs) else out
+
+
+def _check_gather(gather) -> str:
+    if gather not in ("all", "process0"):
+        raise ValueError(f"`gather` must be 'all' or 'process0'; found {gather!r}.")
+    return gather
 
 
 class _Grid(NamedTuple):
@@ -892,16 +907,19 @@ def _run(batch, solver, mode: str, devs, grid: _Grid) -> dict:
     arrays, mesh = _place(arrays, m.data_batched, devs, B)
     if mode == "joint":
         ys, info = _solve_joint(problem, arrays[0], m.data_batched, *arrays[1:3], _f64(atol_ref), arrays[3], mesh)
-        info = np.broadcast_to(np.asarray(info), (B, 5))
     else:
         ys, info = _solve_batch(problem, arrays[0], m.data_batched, *arrays[1:], mesh)
-    info = np.asarray(info)[:B]
+    # Under jax.distributed the result spans processes: every process gathers all of it.
+    ys, info = _dist.to_host((ys, info), _dist.spans_processes(devs))
+    if mode == "joint":
+        info = np.broadcast_to(info, (B, 5))
+    info = info[:B]
     stats = {
         "max_steps": None,
         **{k: info[:, j + 1].astype(np.int64) for j, k in sorted(enumerate(_STAT_NAMES), key=lambda jk: jk[1])},
     }
     return {
-        "ys": np.asarray(ys)[:B],
+        "ys": ys[:B],
         "codes": info[:, 0],
         "stats": stats,
         "mode": mode,
@@ -919,9 +937,12 @@ def _place(arrays: tuple, data_batched: bool, devs, B: int):
     n = -(-B // len(devs)) * len(devs)
     mesh = Mesh(np.array(devs), ("batch",))
     b_sh, rep_sh = NamedSharding(mesh, PartitionSpec("batch")), NamedSharding(mesh, PartitionSpec())
+    # A mesh over the devices of several processes (jax.distributed): each process builds only its
+    # own shards from its host copy (`jax.make_array_from_callback`).
+    put = _dist.put if _dist.spans_processes(devs) else jax.device_put
     stacked = arrays[0]
-    d_in = jax.device_put(_pad(stacked, n), b_sh) if data_batched else jax.device_put(stacked, rep_sh)
-    return (d_in,) + tuple(jax.device_put(_pad(x, n), b_sh) for x in arrays[1:]), mesh
+    d_in = put(_pad(stacked, n), b_sh) if data_batched else put(stacked, rep_sh)
+    return (d_in,) + tuple(put(_pad(x, n), b_sh) for x in arrays[1:]), mesh
 
 
 def _report(sol: dict, m: _Members, batch, call, grid: _Grid, weight_decay, throw: bool) -> SweepSolution:

@@ -1,0 +1,207 @@
+"""Running nqf's sweeps on several processes or machines with JAX's own multi-process runtime
+(`jax.distributed`); no scheduler of nqf's own.
+
+The pattern (one script, started once per process by whatever starts processes: `launch_local`
+on one machine, ``srun`` / ``mpirun`` / a batch system on a cluster):
+
+```python
+import nqf
+nqf.distributed.initialize()          # before any other JAX work; reads the environment
+sw = nqf.solve_sweep(data, eps=eps, t1=t1, devices="all")   # the same call in every process
+```
+
+With ``devices="all"`` the members are sharded over the devices of all processes (a one-axis
+``"batch"`` mesh over `jax.devices()`), every process runs its shard of the one compiled program,
+and every process gets the full result (``gather="process0"``: process 0 only, the others get
+None). The numbers are those of the same sweep on as many devices in one process (bit for bit:
+the program is the same; and the sharded sweep equals the unsharded one bit for bit, see
+`nqf.solve_sweep`). With ``devices=None`` each process runs its own sweep on its own default
+device (no communication, no argument check): the way to run different sweeps per process.
+
+Before the sweep, every process publishes a hash of each argument in the coordination service
+and compares them (a bounded wait, `timeout` seconds): different arguments raise a `ValueError`
+naming the argument in every process, a process that does not arrive a `TimeoutError` naming it.
+
+**Dead peers.** `initialize`'s `initialization_timeout` bounds the wait for all processes to
+connect. Each process sends heartbeats to the coordination service (run by process 0); a process
+silent for `heartbeat_timeout` seconds is declared dead and the service tells the others, whose
+runtime then ends them with an error (JAX's coordination-service behaviour: the error poller
+terminates the process; a process of a collective whose peer's connection closed also fails).
+So a dead peer ends the others within about `heartbeat_timeout` seconds (measured: see the
+guide's section 'jax.distributed'), and an argument check waits at most `timeout` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+__all__ = ["initialize", "launch_local", "free_port", "ENV_COORDINATOR", "ENV_NUM_PROCESSES", "ENV_PROCESS_ID"]
+
+ENV_COORDINATOR = "NQF_COORDINATOR_ADDRESS"
+ENV_NUM_PROCESSES = "NQF_NUM_PROCESSES"
+ENV_PROCESS_ID = "NQF_PROCESS_ID"
+
+
+def _env_int(name: str) -> int | None:
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"The environment variable {name} must be an integer; found {v!r}.") from None
+
+
+def initialize(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    local_device_ids=None,
+    initialization_timeout: int = 60,
+    heartbeat_timeout: int = 30,
+    timeout: float = 300.0,
+    cpu_collectives: str | None = "gloo",
+) -> dict:
+    """Join this process to a `jax.distributed` cluster (call once, before any other JAX work).
+
+    Arguments not given are read from the environment: `coordinator_address` ("host:port" of
+    process 0) from ``NQF_COORDINATOR_ADDRESS`` (else JAX's ``JAX_COORDINATOR_ADDRESS``),
+    `num_processes` from ``NQF_NUM_PROCESSES``, `process_id` from ``NQF_PROCESS_ID``; whatever is
+    still missing is left to JAX's cluster detection (SLURM, Open MPI, ...), which
+    `jax.distributed.initialize` performs.
+
+    - `initialization_timeout` (s): bound on the wait for all processes to connect.
+    - `heartbeat_timeout` (s): a process silent this long is declared dead and the others are
+      ended with an error (module docstring).
+    - `timeout` (s): bound on the wait at a sweep's cross-process argument check.
+    - `cpu_collectives`: the CPU collectives implementation (``"gloo"``, default; None leaves
+      JAX's setting), needed for sweeps over CPU devices of several processes.
+
+    **Returns:** {process_id, num_processes, local_devices, devices} (device counts).
+
+    **Raises:** `ValueError` for a bad environment variable or argument; `RuntimeError` if JAX's
+    backends are already initialized (call this first) or the cluster cannot be joined within
+    `initialization_timeout` (JAX's error).
+    """
+    import jax
+
+    from .solvers import _distributed as _dist
+
+    coordinator_address = coordinator_address or os.environ.get(ENV_COORDINATOR) or None
+    num_processes = num_processes if num_processes is not None else _env_int(ENV_NUM_PROCESSES)
+    process_id = process_id if process_id is not None else _env_int(ENV_PROCESS_ID)
+    if num_processes is not None and num_processes < 1:
+        raise ValueError(f"`num_processes` must be >= 1; found {num_processes}.")
+    if process_id is not None and num_processes is not None and not 0 <= process_id < num_processes:
+        raise ValueError(f"`process_id` must be in [0, num_processes={num_processes}); found {process_id}.")
+    if not timeout > 0:
+        raise ValueError(f"`timeout` must be > 0 seconds; found {timeout!r}.")
+    if cpu_collectives is not None:
+        jax.config.update("jax_cpu_collectives_implementation", cpu_collectives)
+    jax.distributed.initialize(
+        coordinator_address=coordinator_address,
+        num_processes=num_processes,
+        process_id=process_id,
+        local_device_ids=local_device_ids,
+        initialization_timeout=int(initialization_timeout),
+        heartbeat_timeout_seconds=int(heartbeat_timeout),
+    )
+    _dist._state["timeout_s"] = float(timeout)
+    return {
+        "process_id": jax.process_index(),
+        "num_processes": jax.process_count(),
+        "local_devices": jax.local_device_count(),
+        "devices": jax.device_count(),
+    }
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on `host` now (for a local coordinator)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def launch_local(
+    script: str | os.PathLike,
+    num_processes: int = 2,
+    *,
+    args: Sequence[str] = (),
+    timeout: float = 600.0,
+    env: dict | None = None,
+    cwd=None,
+    check: bool = True,
+) -> list[subprocess.CompletedProcess]:
+    """Run `script` in `num_processes` local Python processes joined by `jax.distributed` (for
+    testing and for one multi-core machine): each gets ``NQF_COORDINATOR_ADDRESS``
+    (127.0.0.1 and a free port), ``NQF_NUM_PROCESSES`` and ``NQF_PROCESS_ID``, which
+    `initialize()` reads. Not a scheduler: it starts the processes and waits for them.
+
+    All processes are ended (killed) when one of them fails or when `timeout` seconds have
+    passed, so nothing is left running. `env` adds to (or overrides) the environment (e.g.
+    ``XLA_FLAGS``).
+
+    **Returns:** one `subprocess.CompletedProcess` per process (stdout, stderr as text).
+
+    **Raises:** `TimeoutError` after `timeout` s; with `check`, `RuntimeError` naming the first
+    process that exited with a non-zero status and the end of its stderr; `ValueError` for
+    `num_processes` < 1.
+    """
+    if not isinstance(num_processes, int) or num_processes < 1:
+        raise ValueError(f"`num_processes` must be an integer >= 1; found {num_processes!r}.")
+    port = free_port()
+    procs, files = [], []
+    try:
+        for i in range(num_processes):
+            e = dict(os.environ, **(env or {}))
+            e.update({ENV_COORDINATOR: f"127.0.0.1:{port}", ENV_NUM_PROCESSES: str(num_processes), ENV_PROCESS_ID: str(i)})
+            out, err = _tmpfile(), _tmpfile()
+            files += [out, err]
+            cmd = [sys.executable, os.fspath(script), *args]
+            procs.append(subprocess.Popen(cmd, env=e, cwd=cwd, stdout=out, stderr=err))
+        deadline = time.monotonic() + timeout
+        while True:
+            codes = [p.poll() for p in procs]
+            if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"launch_local: {sum(c is None for c in codes)} of {num_processes} processes of "
+                    f"{os.fspath(script)!r} still running after {timeout:g} s; all were ended."
+                )
+            time.sleep(0.05)
+        failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
+        if failed:  # give the others a moment to exit on their own (their peer's error), then end them
+            end = time.monotonic() + 5.0
+            while any(p.poll() is None for p in procs) and time.monotonic() < end:
+                time.sleep(0.05)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for p in procs:
+            p.wait()
+    results = []
+    for i, p in enumerate(procs):
+        out, err = files[2 * i], files[2 * i + 1]
+        out.seek(0), err.seek(0)
+        results.append(subprocess.CompletedProcess(p.args, p.returncode, out.read(), err.read()))
+        out.close(), err.close()
+    if check:
+        for i, r in enumerate(results):
+            if r.returncode != 0:
+                tail = "\n".join(r.stderr.strip().splitlines()[-15:])
+                raise RuntimeError(f"launch_local: process {i} exited with status {r.returncode}; its stderr ends:\n{tail}")
+    return results
+
+
+def _tmpfile():
+    import tempfile
+
+    return tempfile.TemporaryFile(mode="w+t")
