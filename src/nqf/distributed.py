@@ -137,14 +137,15 @@ def launch_local(
     env: dict | None = None,
     cwd=None,
     check: bool = True,
+    grace: float = 5.0,
 ) -> list[subprocess.CompletedProcess]:
     """Run `script` in `num_processes` local Python processes joined by `jax.distributed` (for
     testing and for one multi-core machine): each gets ``NQF_COORDINATOR_ADDRESS``
     (127.0.0.1 and a free port), ``NQF_NUM_PROCESSES`` and ``NQF_PROCESS_ID``, which
     `initialize()` reads. Not a scheduler: it starts the processes and waits for them.
 
-    All processes are ended (killed) when one of them fails or when `timeout` seconds have
-    passed, so nothing is left running. `env` adds to (or overrides) the environment (e.g.
+    All processes are ended (killed) when `timeout` seconds have passed, or `grace` seconds
+    after one of them exits with a non-zero status, so nothing is left running. `env` adds to (or overrides) the environment (e.g.
     ``XLA_FLAGS``).
 
     **Returns:** one `subprocess.CompletedProcess` per process (stdout, stderr as text).
@@ -155,12 +156,16 @@ def launch_local(
     """
     if not isinstance(num_processes, int) or num_processes < 1:
         raise ValueError(f"`num_processes` must be an integer >= 1; found {num_processes!r}.")
+    if not timeout > 0 or not grace >= 0:
+        raise ValueError(f"`timeout` must be > 0 and `grace` >= 0 seconds; found {timeout!r}, {grace!r}.")
     port = free_port()
-    procs, files = [], []
+    procs, files, killed = [], [], set()
     try:
         for i in range(num_processes):
             e = dict(os.environ, **(env or {}))
-            e.update({ENV_COORDINATOR: f"127.0.0.1:{port}", ENV_NUM_PROCESSES: str(num_processes), ENV_PROCESS_ID: str(i)})
+            e.update(
+                {ENV_COORDINATOR: f"127.0.0.1:{port}", ENV_NUM_PROCESSES: str(num_processes), ENV_PROCESS_ID: str(i)}
+            )
             out, err = _tmpfile(), _tmpfile()
             files += [out, err]
             cmd = [sys.executable, os.fspath(script), *args]
@@ -176,15 +181,15 @@ def launch_local(
                     f"{os.fspath(script)!r} still running after {timeout:g} s; all were ended."
                 )
             time.sleep(0.05)
-        failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
-        if failed:  # give the others a moment to exit on their own (their peer's error), then end them
-            end = time.monotonic() + 5.0
+        if any(c not in (None, 0) for c in codes):  # let the others exit on their own, then end them
+            end = min(time.monotonic() + grace, deadline)
             while any(p.poll() is None for p in procs) and time.monotonic() < end:
                 time.sleep(0.05)
     finally:
-        for p in procs:
+        for i, p in enumerate(procs):
             if p.poll() is None:
                 p.kill()
+                killed.add(i)
         for p in procs:
             p.wait()
     results = []
@@ -193,11 +198,13 @@ def launch_local(
         out.seek(0), err.seek(0)
         results.append(subprocess.CompletedProcess(p.args, p.returncode, out.read(), err.read()))
         out.close(), err.close()
-    if check:
-        for i, r in enumerate(results):
+    if check:  # name a process that failed on its own before one that launch_local ended
+        for i, r in sorted(enumerate(results), key=lambda ir: ir[0] in killed):
             if r.returncode != 0:
                 tail = "\n".join(r.stderr.strip().splitlines()[-15:])
-                raise RuntimeError(f"launch_local: process {i} exited with status {r.returncode}; its stderr ends:\n{tail}")
+                raise RuntimeError(
+                    f"launch_local: process {i} exited with status {r.returncode}; its stderr ends:\n{tail}"
+                )
     return results
 
 

@@ -1,0 +1,195 @@
+"""Sweeps under `jax.distributed` (issue 26): 2 local processes (127.0.0.1, a free port, CPU
+collectives over gloo) started by `nqf.distributed.launch_local`, which ends both processes on a
+failure or after its timeout. References: the same sweeps in this one process on one device
+(the programs differ in batch shape, so they agree to rounding: <= 1e-13 relative), and the
+cross-process argument check (a mismatch names the argument in every process; a peer that does
+not arrive gives a TimeoutError naming it; a dead peer ends the others through the heartbeat).
+"""
+
+import json
+import textwrap
+import time
+
+import jax
+import numpy as np
+import pytest
+
+import nqf
+from nqf import distributed as nd
+from nqf.solvers import _distributed as ndist
+
+# The problems, built the same way in this process and in the launched ones.
+SETUP = textwrap.dedent(
+    """
+    import numpy as np
+    import nqf
+    from nqf import datasets
+    FIG3 = datasets.fig3_data()
+    EPS = np.logspace(-9, -2, 5)          # 5 members on 2 devices: padded to 6
+    FLOW_KW = dict(eps=EPS, t1=250.0, ts=np.linspace(0.0, 250.0, 11), rtol=1e-10)
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((4, 3, 3))
+    MODEL = nqf.NQFModel(nqf.DenseData(0.5 * (A + A.transpose(0, 2, 1)), rng.standard_normal(4)))
+    MAP_KW = dict(W0=0.3 * rng.standard_normal((3, 3, 4)), lr=np.array([0.005, 0.01, 0.02]),
+                  momentum=np.array([0.0, 0.3, 0.6]), key=np.array([5, 6, 7]), batch_size=2, steps=15)
+    """
+)
+
+SCRIPT = (
+    textwrap.dedent(
+        """
+    import json, sys, time
+    import nqf.distributed as nd
+    info = nd.initialize(timeout=60, heartbeat_timeout=20, initialization_timeout=60)
+    import jax
+    """
+    )
+    + SETUP
+    + textwrap.dedent(
+        """
+    me = info["process_id"]
+    flow = nqf.solve_sweep(FIG3, devices="all", **FLOW_KW)
+    maps = nqf.closed_sgd_sweep(MODEL, devices="all", gather="process0", **MAP_KW)
+    assert (maps is None) == (me == 1), me   # gather="process0": the others get None
+    try:  # different arguments in process 1: the same error, naming the argument, in both
+        nqf.closed_sgd_sweep(MODEL, devices="all", **dict(MAP_KW, lr=MAP_KW["lr"] * (1 + me)))
+        mismatch = None
+    except ValueError as err:
+        mismatch = str(err)
+    if me == 0:  # process 1 never makes this call: a bounded wait, then a TimeoutError naming it
+        from nqf.solvers import _distributed
+        _distributed._state["timeout_s"] = 2.0
+        t = time.perf_counter()
+        try:
+            nqf.solve_sweep(FIG3, devices="all", **dict(FLOW_KW, rtol=1e-8))
+            stuck = None
+        except TimeoutError as err:
+            stuck = [str(err), time.perf_counter() - t]
+        np.savez(sys.argv[1], ys=flow.ys, steps=flow.stats["num_steps"], M=maps.M, loss=maps.loss)
+    else:
+        stuck = None
+        time.sleep(4.0)  # alive, but not calling
+    print("RESULT " + json.dumps({"info": info, "mismatch": mismatch, "stuck": stuck,
+                                  "devices": [str(d) for d in flow.devices]}))
+    """
+    )
+)
+
+
+def rel(a, b):
+    return float(np.abs(np.asarray(a) - np.asarray(b)).max() / np.abs(np.asarray(b)).max())
+
+
+def _result(proc) -> dict:
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT ") :])
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_process(tmp_path):
+    """solve_sweep (joint mode, 5 members padded to 6) and closed_sgd_sweep (3 members padded to
+    4) sharded over 2 processes x 1 CPU device equal the same sweeps in this process on one
+    device to rounding; every process gets the full result (gather='process0': only process 0)."""
+    script, out = tmp_path / "sweeps.py", tmp_path / "out.npz"
+    script.write_text(SCRIPT)
+    procs = nd.launch_local(script, 2, args=[str(out)], timeout=240, cwd=tmp_path)
+    res = [_result(p) for p in procs]
+    assert [r["info"]["process_id"] for r in res] == [0, 1]
+    assert all(r["info"]["num_processes"] == 2 and r["info"]["devices"] == 2 for r in res)
+    assert len(res[0]["devices"]) == 2
+    for r in res:
+        assert "`lr` differs between process 0 and process(es) [1]" in r["mismatch"], r["mismatch"]
+    msg, waited = res[0]["stuck"]
+    assert "process 1 did not reach the same call within 2 s" in msg and 1.9 < waited < 30, (msg, waited)
+    ns: dict = {}
+    exec(SETUP, ns)
+    got = np.load(out)
+    flow = nqf.solve_sweep(ns["FIG3"], **ns["FLOW_KW"])
+    np.testing.assert_array_equal(got["steps"], flow.stats["num_steps"])  # the same shared steps
+    assert rel(got["ys"], flow.ys) <= 1e-13
+    maps = nqf.closed_sgd_sweep(ns["MODEL"], **ns["MAP_KW"])
+    assert rel(got["M"], maps.M) <= 1e-13 and rel(got["loss"], maps.loss) <= 1e-13
+
+
+DEAD = textwrap.dedent(
+    """
+    import os, sys, time
+    import nqf.distributed as nd
+    info = nd.initialize(timeout=120, heartbeat_timeout=3, initialization_timeout=60)
+    if info["process_id"] == 1:
+        os._exit(3)  # a dead peer
+    from nqf.solvers import _distributed
+    t = time.time()
+    try:
+        _distributed.check_same_arguments("solve_sweep", {"eps": 1.0})  # waits for process 1
+    finally:
+        print("waited", time.time() - t, flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_dead_peer_ends_the_others_within_the_heartbeat_timeout(tmp_path):
+    """A peer that dies: the coordination service stops hearing its heartbeats and ends the
+    other process (non-zero status) within about heartbeat_timeout = 3 s, long before the
+    argument check's own 120 s bound."""
+    script = tmp_path / "dead.py"
+    script.write_text(DEAD)
+    t = time.perf_counter()
+    procs = nd.launch_local(script, 2, timeout=90, check=False, grace=60, cwd=tmp_path)
+    assert procs[1].returncode == 3
+    assert procs[0].returncode not in (0, None), procs[0].stderr[-2000:]
+    assert "stopped sending heartbeats" in procs[0].stderr or "another task died" in procs[0].stderr
+    assert time.perf_counter() - t < 60
+
+
+def test_argument_digest_is_canonical():
+    """Equal arguments hash equal (fresh copies, addresses in reprs ignored); a changed value,
+    dtype, shape or pytree structure changes the hash."""
+    a = np.arange(6.0).reshape(2, 3)
+    assert ndist.digest(a) == ndist.digest(a.copy()) == ndist.digest(jax.numpy.asarray(a))
+    for other in (a + np.eye(2, 3) * 1e-12, a.astype(np.float32), a.reshape(3, 2), [a], None, 1.0):
+        assert ndist.digest(other) != ndist.digest(a)
+    data = nqf.DenseData(np.stack([np.eye(2), np.ones((2, 2))]), np.array([1.0, 2.0]))
+    same = nqf.DenseData(np.stack([np.eye(2), np.ones((2, 2))]), np.array([1.0, 2.0]))
+    assert ndist.digest(data) == ndist.digest(same)
+    assert ndist.digest(data) != ndist.digest(nqf.DenseData(data.A, np.array([1.0, 2.5])))
+    f1, f2 = (lambda x: x), (lambda x: x)  # two objects whose reprs differ only by address
+    assert ndist.digest(f1) == ndist.digest(f2)
+    k = jax.random.key(1)
+    assert ndist.digest(k) == ndist.digest(jax.random.key(1)) != ndist.digest(jax.random.key(2))
+
+
+def test_one_process_runs_as_before_and_bad_options():
+    """In one process nothing is gathered or compared; bad `gather` values and bad launcher
+    arguments are refused by name."""
+    assert not ndist.spans_processes(jax.devices()) and not ndist.spans_processes(None)
+    ndist.check_devices_cover_processes(jax.devices())  # one process: nothing to check
+    with pytest.raises(ValueError, match="`gather` must be 'all' or 'process0'; found 'rank0'"):
+        nqf.solve_sweep(nqf.DiagonalData(np.array([1.0, 0.5]), np.array([1.0, 1.0])), eps=1e-3, t1=1.0, gather="rank0")
+    with pytest.raises(ValueError, match="`num_processes` must be an integer >= 1; found 0"):
+        nd.launch_local("x.py", 0)
+
+
+def test_launch_local_reports_failures_and_ends_processes(tmp_path):
+    """launch_local (no JAX in the scripts: cheap): the processes see their rank in the
+    environment; a failing process is named with its stderr and the others are ended; a run past
+    the timeout raises TimeoutError and ends all."""
+    ok = tmp_path / "ok.py"
+    ok.write_text("import os; print(os.environ['NQF_PROCESS_ID'], os.environ['NQF_NUM_PROCESSES'])\n")
+    procs = nd.launch_local(ok, 3, timeout=30)
+    assert [p.stdout.split() for p in procs] == [[str(i), "3"] for i in range(3)]
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import os, sys, time\nif os.environ['NQF_PROCESS_ID'] == '1': sys.exit('boom in 1')\ntime.sleep(60)\n"
+    )
+    t = time.perf_counter()
+    with pytest.raises(RuntimeError, match=r"process 1 exited with status 1; its stderr ends:\nboom in 1"):
+        nd.launch_local(bad, 2, timeout=30, grace=0.5)
+    assert time.perf_counter() - t < 10  # process 0 (sleeping 60 s) was ended
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time; time.sleep(60)\n")
+    t = time.perf_counter()
+    with pytest.raises(TimeoutError, match=r"2 of 2 processes of .*slow.py.* still running after 1 s; all were ended"):
+        nd.launch_local(slow, 2, timeout=1.0)
+    assert time.perf_counter() - t < 10
