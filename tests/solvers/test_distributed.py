@@ -1,5 +1,5 @@
 """Sweeps under `jax.distributed` (issue 26): 2 local processes (127.0.0.1, a free port, CPU
-collectives over gloo) started by `nqf.distributed.launch_local`, which ends both processes on a
+collectives over gloo) started by `nqf.solvers.distributed.launch_local`, which ends both processes on a
 failure or after its timeout. References: the same sweeps in this one process on one device
 (the programs differ in batch shape, so they agree to rounding: <= 1e-13 relative), and the
 cross-process argument check (a mismatch names the argument in every process; a peer that does
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import nqf
-from nqf import distributed as nd
 from nqf.solvers import _distributed as ndist
+from nqf.solvers import distributed as nd
 
 # The problems, built the same way in this process and in the launched ones.
 SETUP = textwrap.dedent(
@@ -39,7 +39,7 @@ SCRIPT = (
     textwrap.dedent(
         """
     import json, sys, time
-    import nqf.distributed as nd
+    from nqf.solvers import distributed as nd
     info = nd.initialize(timeout=60, heartbeat_timeout=20, initialization_timeout=60)
     import jax
     """
@@ -114,7 +114,7 @@ def test_two_processes_equal_one_process(tmp_path):
 DEAD = textwrap.dedent(
     """
     import os, sys, time
-    import nqf.distributed as nd
+    from nqf.solvers import distributed as nd
     info = nd.initialize(timeout=120, heartbeat_timeout=3, initialization_timeout=60)
     if info["process_id"] == 1:
         os._exit(3)  # a dead peer

@@ -86,7 +86,7 @@ def _feed(h, value) -> None:
     if value is None or isinstance(value, (bool, int, float, complex, str, np.generic)):
         h.update(f"{type(value).__name__}:{value!r};".encode())
         return
-    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+    if isinstance(value, jax.Array) and jax.numpy.issubdtype(value.dtype, jax.dtypes.prng_key):
         h.update(f"key:{value.dtype};".encode())
         value = jax.random.key_data(value)
     if isinstance(value, (np.ndarray, jax.Array)):

@@ -18,7 +18,11 @@ a one-axis `jax.sharding.Mesh` named ``"batch"`` exactly as `nqf.solve_sweep` do
 resolution and padding helpers): the batch is padded to a multiple of the device count with
 copies of the last member, each device runs its shard (`jax.shard_map`), and the padding is
 stripped. Members do not interact, so the result does not depend on the number of devices
-(tested on 2 host CPU devices).
+(tested on 2 host CPU devices). Under `jax.distributed` (after `nqf.distributed.initialize()`),
+the same call with ``devices="all"`` in every process shards the members over the devices of
+all processes and gathers the result in every process (``gather="process0"``: process 0 only),
+after checking that every process passed the same arguments (as `nqf.solve_sweep` does; tested
+with 2 local processes against one process, <= 1e-13).
 
 **Program choice.** The sweep runs one program for all members: if any member has
 momentum > 0, all run the momentum map (with beta = 0 the factor form's momentum map gives
@@ -393,6 +397,8 @@ def closed_sgd_sweep(
       first n devices) or a list of devices: shard the members over them (module docstring).
     - `throw`: raise if a member diverges (default); with False, diverged members are marked in
       `successful` and keep their non-finite values.
+    - `gather`: ``"all"`` (default) or ``"process0"``: under `jax.distributed` with devices of
+      several processes, only process 0 returns the result (the others return None).
 
     **Returns:** a `MapSweep` (arrays with a leading member axis B; `sweep[i]` is member i as a
     `MapTrajectory`; `sweep.to_dataframe()` a tidy table).
@@ -405,7 +411,9 @@ def closed_sgd_sweep(
     arguments (`ValueError` /
     `TypeError`, the message naming the member index for batched arguments); `ValueError` if the
     batched arguments have different numbers of members, or a swept value is not a scalar or
-    1-d, or for unavailable `devices`; `FloatingPointError` naming the members that diverged
+    1-d, or for unavailable `devices`, a bad `gather`, or arguments that differ between the
+    processes of a `jax.distributed` sweep (naming them); `TimeoutError` if another process does
+    not make the same call in time; `FloatingPointError` naming the members that diverged
     (with ``throw=True``).
     """
     for name, value in (
@@ -458,7 +466,7 @@ def closed_sgd_sweep(
         named = dict(model=model, lr=lr, steps=steps, W0=W0, M0=M0, mu0=mu0, d=d, momentum=momentum)
         named.update(weight_decay=weight_decay, nesterov=nesterov, batch_indices=batch_indices)
         named.update(batch_size=batch_size, key=key, loss=loss, save_every=save_every, form=form)
-        named.update(devices=[x.id for x in devs], throw=throw, gather=gather)
+        named.update(devices=[x.id for x in devs or ()], throw=throw, gather=gather)
         _dist.check_same_arguments("closed_sgd_sweep", named)
     M0s, mu0s, d, L0s = _initial_batch(model, W0, M0, mu0, d, B)
     lrs, betas, gammas = (np.broadcast_to(swept[k][0], (B,)) for k in ("lr", "momentum", "weight_decay"))

@@ -45,6 +45,20 @@ GPUs; results do not depend on the number of devices (checked bit for bit, both 
 host devices, for fig3 and for stiff `DiagonalData` sweeps; a sharded stiff Woodbury sweep
 differs from the unsharded one by rounding, 1.5e-10 measured).
 
+**Several processes (`jax.distributed`).** After `nqf.distributed.initialize()` in every process,
+the same `solve_sweep(..., devices="all")` call in every process shards the members over the
+devices of all processes (the mesh over `jax.devices()`): each process builds the members on the
+host, places only its own shards (`jax.make_array_from_callback`), runs its part of the one
+compiled program, and gathers the result (`jax.experimental.multihost_utils.process_allgather`);
+every process gets the full `SweepSolution` (option ``gather="process0"``: process 0 only, the
+others get None). The numbers equal those of the same sweep on as many devices in one process
+bit for bit (2 processes x 1 CPU device against 1 process x 2 forced devices, both modes,
+checked) and those of one device to rounding (3.2e-14 on log z, fig3, 5 members). Before any
+collective, the processes compare a hash of every argument (`nqf.solvers._distributed`):
+different arguments raise a `ValueError` naming the argument in every process; a process that
+does not make the call within `nqf.distributed.initialize`'s ``timeout`` a `TimeoutError`
+naming it. ``devices=None`` stays local: each process solves its own sweep, no communication.
+
 **Measured** (2 shared CPU cores, float64; `benchmarks/bench_sweep.py`, docs/performance.md):
 a 64-member eps sweep of the Fig. 3 problem (GLV form, eps = 1e-12 .. 1e-2, rtol 1e-10, 201
 saved times) in one call, against 64 calls of the compiled `solve_flow` (best of 7
@@ -619,7 +633,7 @@ def solve_sweep(
     weight_decay: float = 0.0,
     devices=None,
     **options,
-) -> SweepSolution:
+) -> SweepSolution | None:
     """Solve a batch of MSE gradient flows (Eq. E9 / E13) in one compiled call.
 
     Member i is the flow `solve_flow(data_i, M0=M0_i (or W0=W0_i), ...)` with the same solver,
@@ -653,15 +667,19 @@ def solve_sweep(
     - `devices`: None (default: JAX's default device, batch not placed), ``"all"``, an int n
       (the first n devices) or a list of devices: the batch is sharded over a ``"batch"`` mesh
       axis (padded to a multiple of the device count, the padding stripped). Stiff sweeps shard
-      for `DiagonalData` and for a shared `CommutingData` in the joint mode only.
+      for `DiagonalData` and for a shared `CommutingData` in the joint mode only. Under
+      `jax.distributed` ``"all"`` means the devices of every process (module docstring); a
+      list that spans processes must include a device of each process.
     - `**options`: the keyword aliases above and ``mode``: ``"auto"`` (default: ``"joint"``
       when all members have the same atol, else ``"vmap"``), ``"joint"`` (one ODE on the stacked
       state, shared steps; `stats` and `results` shared) or ``"vmap"`` (lockstep, each member
       its own steps), see the module docstring; ``throw`` (default True: raise if any member
       fails; False: report in `results` / `successful`); ``memory_budget`` (bytes; B members'
-      states are estimated first, `nqf.memory.MemoryBudgetError`).
+      states are estimated first, `nqf.memory.MemoryBudgetError`); ``gather``: ``"all"``
+      (default) or ``"process0"`` (under `jax.distributed` only process 0 gets the result).
 
-    **Returns:** a `SweepSolution` (batched arrays; `sol[i]` is member i as a `FlowSolution`).
+    **Returns:** a `SweepSolution` (batched arrays; `sol[i]` is member i as a `FlowSolution`);
+    None in processes other than 0 with ``gather="process0"`` under `jax.distributed`.
 
     Not transformable: a host-side driver of one compiled batch; a traced argument raises
     `TypeError` (inside JAX code use ``jax.vmap`` over `nqf.solve_flow`).
@@ -669,7 +687,9 @@ def solve_sweep(
     **Raises:** `TypeError` for a traced argument, a non-data `data` (an `NQFModel` included) or
     an unknown keyword; `ValueError` for data sets of different types, structures or shapes,
     batch sizes that do not agree, eps <= 0 or non-finite, bad shapes, non-symmetric / non-PSD
-    M0, bad tolerances or `ts`, form ``"M-mu"``, unavailable devices; `NotImplementedError` for
+    M0, bad tolerances or `ts`, form ``"M-mu"``, unavailable devices, a bad ``gather``, or
+    arguments that differ between processes (naming them); `TimeoutError` if another process of
+    a `jax.distributed` sweep does not make the same call in time; `NotImplementedError` for
     a stiff sweep sharded where it is not supported; `MaxStepsReached` (naming the members) if
     a member runs out of steps; `FloatingPointError` if a member blows up.
     """
@@ -686,7 +706,7 @@ def solve_sweep(
     if _dist.spans_processes(devs):  # jax.distributed: the same call in every process, or a clear error
         named = dict(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, form=form, solver=solver)
         named.update(stepsize_controller=stepsize_controller, saveat=saveat, max_steps=max_steps)
-        named.update(weight_decay=weight_decay, devices=[d.id for d in devs], **options)
+        named.update(weight_decay=weight_decay, devices=[d.id for d in devs or ()], **options)
         _dist.check_same_arguments("solve_sweep", named)
     if form == "M-mu":
         raise ValueError("`solve_sweep` does not support form='M-mu' (Eq. E10); use `solve_flow` per member.")

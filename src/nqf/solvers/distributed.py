@@ -6,7 +6,8 @@ on one machine, ``srun`` / ``mpirun`` / a batch system on a cluster):
 
 ```python
 import nqf
-nqf.distributed.initialize()          # before any other JAX work; reads the environment
+from nqf.solvers import distributed   # nqf.distributed once wired at the top level
+distributed.initialize()              # before any other JAX work; reads the environment
 sw = nqf.solve_sweep(data, eps=eps, t1=t1, devices="all")   # the same call in every process
 ```
 
@@ -91,7 +92,7 @@ def initialize(
     """
     import jax
 
-    from .solvers import _distributed as _dist
+    from . import _distributed as _dist
 
     coordinator_address = coordinator_address or os.environ.get(ENV_COORDINATOR) or None
     num_processes = num_processes if num_processes is not None else _env_int(ENV_NUM_PROCESSES)
@@ -195,9 +196,11 @@ def launch_local(
     results = []
     for i, p in enumerate(procs):
         out, err = files[2 * i], files[2 * i + 1]
-        out.seek(0), err.seek(0)
+        out.seek(0)
+        err.seek(0)
         results.append(subprocess.CompletedProcess(p.args, p.returncode, out.read(), err.read()))
-        out.close(), err.close()
+        out.close()
+        err.close()
     if check:  # name a process that failed on its own before one that launch_local ended
         for i, r in sorted(enumerate(results), key=lambda ir: ir[0] in killed):
             if r.returncode != 0:
