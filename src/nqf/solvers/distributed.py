@@ -41,7 +41,15 @@ import sys
 import time
 from collections.abc import Sequence
 
-__all__ = ["initialize", "launch_local", "free_port", "ENV_COORDINATOR", "ENV_NUM_PROCESSES", "ENV_PROCESS_ID"]
+__all__ = [
+    "initialize",
+    "launch_local",
+    "free_port",
+    "shard_modes",
+    "ENV_COORDINATOR",
+    "ENV_NUM_PROCESSES",
+    "ENV_PROCESS_ID",
+]
 
 ENV_COORDINATOR = "NQF_COORDINATOR_ADDRESS"
 ENV_NUM_PROCESSES = "NQF_NUM_PROCESSES"
@@ -215,3 +223,61 @@ def _tmpfile():
     import tempfile
 
     return tempfile.TemporaryFile(mode="w+t")
+
+
+def shard_modes(data, devices="all"):
+    """Commuting data with its mode axis p sharded over a one-axis ``"p"`` mesh of `devices`
+    (``"all"``, an int n, or a list; under `jax.distributed` the devices of every process).
+
+    `CommutingData`: Lambda (m, p) split by columns (``PartitionSpec(None, "p")``), the basis P
+    (p, p), if any, by its mode columns, y (m,) replicated. `DiagonalData`: lam and y (p,) split.
+    p must be a multiple of the device count. Nothing else changes: `nqf.solve_flow` and the GLV
+    right-hand sides run on the result as on the unsharded data, and XLA partitions them (GSPMD):
+    each device does the work of its p / n modes (z_k = exp(u_k), Lambda^T G and its share of
+    Lambda z), and the reduced GLV right-hand side (`nqf.dynamics.rhs_glv_reduced`, m < p,
+    G' = -(8/m)(Lambda z - y)) costs one all-reduce of the m partial outputs per evaluation
+    (checked on the compiled program in the tests). Lambda of size m x p / n per device: a
+    problem too large for one device's memory can be solved on several.
+
+    **Returns:** the data set, of the same type, with sharded arrays.
+
+    **Raises:** `TypeError` for data that is not `CommutingData` / `DiagonalData`; `ValueError`
+    if p is not a multiple of the number of devices, or for unavailable devices.
+    """
+    import equinox as eqx
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from ..data._operators import CommutingData, DiagonalData
+    from . import _distributed as _dist
+    from ._sweep import _resolve_devices
+
+    if not isinstance(data, (CommutingData, DiagonalData)):
+        raise TypeError(
+            f"`shard_modes` takes `CommutingData` or `DiagonalData` (data with a mode axis p); found {type(data).__name__}."
+        )
+    devs = _resolve_devices(devices)
+    assert devs is not None
+    n = len(devs)
+    if data.p % n:
+        raise ValueError(
+            f"`shard_modes`: p = {data.p} modes must be a multiple of the number of devices ({n}); pad the "
+            "data with zero modes (lambda = 0 columns) or use fewer devices."
+        )
+    mesh = Mesh(np.array(devs), ("p",))
+    put = _dist.put if _dist.spans_processes(devs) else jax.device_put
+
+    def on(x, spec):
+        return put(x, NamedSharding(mesh, spec))
+
+    if isinstance(data, DiagonalData):
+        return eqx.tree_at(
+            lambda d: (d.lam, d.y), data, (on(data.lam, PartitionSpec("p")), on(data.y, PartitionSpec("p")))
+        )
+    out = eqx.tree_at(
+        lambda d: (d.Lambda, d.y), data, (on(data.Lambda, PartitionSpec(None, "p")), on(data.y, PartitionSpec()))
+    )
+    if data.P is not None:
+        out = eqx.tree_at(lambda d: d.P, out, on(data.P, PartitionSpec(None, "p")))
+    return out
