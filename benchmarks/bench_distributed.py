@@ -13,7 +13,10 @@ compiles once, then times `REPEAT` calls (best; in the 2-process case after a ba
 0); the result is checked against the baseline (equal to <= 1e-13 relative).
 
 Plain script: ``PYTHONPATH=src python benchmarks/bench_distributed.py [--repeat N]`` prints a
-table and writes ``benchmarks/results/distributed.json``. asv: `DistributedSweep` runs the same
+table and writes ``benchmarks/results/distributed.json``; with ``--rhs`` it times the reduced GLV
+right-hand side of coupled CommutingData at m = 100, p = 1e6 (Lambda 800 MB) on one device,
+sharded over 4 forced host devices (`nqf.solvers.distributed.shard_modes`), and one shard's work
+alone, and writes ``benchmarks/results/distributed_rhs.json``. asv: `DistributedSweep` runs the same
 measurement (one `track_` per configuration and mode, the speed-up baseline / configuration).
 """
 
@@ -73,6 +76,59 @@ def _worker(out_path: str, repeat: int, distributed: bool) -> None:
     if jax.process_index() == 0:
         with open(out_path, "w") as f:
             json.dump(res, f)
+
+
+RHS_M, RHS_P = 100, 1_000_000  # the coupled problem of the issue: Lambda 800 MB
+
+
+def _rhs_worker(out_path: str, repeat: int) -> None:
+    """The reduced GLV right-hand side (`nqf.dynamics.rhs_glv_reduced`) at m = RHS_M, p = RHS_P:
+    on one device, on all devices of this process with Lambda split by `shard_modes`, and one
+    shard's work alone (p / n modes on one device)."""
+    import jax
+
+    import nqf
+    from nqf.dynamics import rhs_glv_reduced
+    from nqf.solvers.distributed import shard_modes
+
+    rng = np.random.default_rng(0)
+    n = jax.device_count()
+    Lam = rng.standard_normal((RHS_M, RHS_P)) / np.sqrt(RHS_P)
+    d = nqf.CommutingData(Lam, rng.standard_normal(RHS_M))
+    u0, mask, G = -3.0 + 0.1 * rng.standard_normal(RHS_P), np.ones(RHS_P, bool), 0.1 * rng.standard_normal(RHS_M)
+    f = jax.jit(rhs_glv_reduced)
+
+    def best(args):
+        f(0.5, G, args).block_until_ready()
+        ts = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            f(0.5, G, args).block_until_ready()
+            ts.append(time.perf_counter() - t)
+        return min(ts), np.asarray(f(0.5, G, args))
+
+    one_dev = jax.devices()[0]
+    one, r1 = best(jax.device_put((d, 0.0, mask, u0, 0.0), one_dev))
+    k = RHS_P // n
+    part = nqf.CommutingData(Lam[:, :k], d.y)
+    shard, _ = best(jax.device_put((part, 0.0, mask[:k], u0[:k], 0.0), one_dev))
+    ds = shard_modes(d)
+    sh = jax.sharding.NamedSharding(ds.Lambda.sharding.mesh, jax.sharding.PartitionSpec("p"))
+    sharded, rn = best((ds, 0.0, jax.device_put(mask, sh), jax.device_put(u0, sh), 0.0))
+    res = {"devices": n, "m": RHS_M, "p": RHS_P, "one_device_s": one, "one_shard_s": shard, "sharded_s": sharded}
+    res["rel_diff"] = float(np.abs(rn - r1).max() / np.abs(r1).max())
+    with open(out_path, "w") as fh:
+        json.dump(res, fh)
+
+
+def measure_rhs(devices: int = 4, repeat: int = REPEAT) -> dict:
+    """`_rhs_worker` in a fresh process with `devices` forced host devices."""
+    out = os.path.join(tempfile.mkdtemp(), "rhs.json")
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    cmd = [sys.executable, os.path.abspath(__file__), "--rhs-worker", out, str(repeat)]
+    subprocess.run(cmd, env=env, check=True, timeout=900, capture_output=True)
+    with open(out) as fh:
+        return json.load(fh)
 
 
 def measure(config: str, repeat: int = REPEAT, tmp: str | None = None) -> dict:
@@ -138,6 +194,16 @@ def _main() -> None:
     args = sys.argv[1:]
     if args and args[0] == "--worker":
         _worker(args[1], int(args[2]), args[3] == "1")
+        return
+    if args and args[0] == "--rhs-worker":
+        _rhs_worker(args[1], int(args[2]))
+        return
+    if "--rhs" in args:  # the sharded coupled right-hand side only
+        r = measure_rhs(4, int(args[args.index("--repeat") + 1]) if "--repeat" in args else REPEAT)
+        print(json.dumps(r))
+        out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "distributed_rhs.json")
+        with open(out, "w") as fh:
+            json.dump(dict(r, loadavg_before=os.getloadavg()), fh, indent=1)
         return
     repeat = int(args[args.index("--repeat") + 1]) if "--repeat" in args else REPEAT
     load = os.getloadavg()

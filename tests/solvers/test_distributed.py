@@ -35,6 +35,9 @@ SETUP = textwrap.dedent(
     MODEL = nqf.NQFModel(nqf.DenseData(0.5 * (A + A.transpose(0, 2, 1)), rng.standard_normal(4)))
     MAP_KW = dict(W0=0.3 * rng.standard_normal((3, 3, 4)), lr=np.array([0.005, 0.01, 0.02]),
                   momentum=np.array([0.0, 0.3, 0.6]), key=np.array([5, 6, 7]), batch_size=2, steps=15)
+    LAM = rng.standard_normal((6, 48)) / np.sqrt(48)     # coupled commuting data, m = 6 < p = 48
+    COUPLED = nqf.CommutingData(LAM, rng.standard_normal(6))
+    COUPLED_KW = dict(z0=np.full(48, 1e-3), t1=60.0, ts=np.linspace(0.0, 60.0, 7), stiff=True, rtol=1e-10)
     """
 )
 
@@ -54,6 +57,8 @@ SCRIPT = (
     flow = nqf.solve_sweep(FIG3, devices="all", **FLOW_KW)
     maps = nqf.closed_sgd_sweep(MODEL, devices="all", gather="process0", **MAP_KW)
     assert (maps is None) == (me == 1), me   # gather="process0": the others get None
+    from nqf.solvers.distributed import shard_modes
+    coupled = nqf.solve_flow(shard_modes(COUPLED), **COUPLED_KW)   # Lambda split by columns over both processes
     try:  # different arguments in process 1: the same error, naming the argument, in both
         nqf.closed_sgd_sweep(MODEL, devices="all", **dict(MAP_KW, lr=MAP_KW["lr"] * (1 + me)))
         mismatch = None
@@ -68,7 +73,8 @@ SCRIPT = (
             stuck = None
         except TimeoutError as err:
             stuck = [str(err), time.perf_counter() - t]
-        np.savez(sys.argv[1], ys=flow.ys, steps=flow.stats["num_steps"], M=maps.M, loss=maps.loss)
+        np.savez(sys.argv[1], ys=flow.ys, steps=flow.stats["num_steps"], M=maps.M, loss=maps.loss,
+                 coupled=coupled.ys, coupled_steps=coupled.stats["num_steps"])
     else:
         stuck = None
         time.sleep(4.0)  # alive, but not calling
@@ -92,7 +98,9 @@ def _result(proc) -> dict:
 def test_two_processes_equal_one_process(tmp_path):
     """solve_sweep (joint mode, 5 members padded to 6) and closed_sgd_sweep (3 members padded to
     4) sharded over 2 processes x 1 CPU device equal the same sweeps in this process on one
-    device to rounding; every process gets the full result (gather='process0': only process 0)."""
+    device to rounding; every process gets the full result (gather='process0': only process 0).
+    A stiff reduced solve of coupled CommutingData with Lambda split by columns over the two
+    processes (`shard_modes`) takes the same steps as one device and agrees to rounding."""
     script, out = tmp_path / "sweeps.py", tmp_path / "out.npz"
     script.write_text(SCRIPT)
     procs = nd.launch_local(script, 2, args=[str(out)], timeout=240, cwd=tmp_path)
@@ -112,6 +120,8 @@ def test_two_processes_equal_one_process(tmp_path):
     assert rel(got["ys"], flow.ys) <= 1e-13
     maps = nqf.closed_sgd_sweep(ns["MODEL"], **ns["MAP_KW"])
     assert rel(got["M"], maps.M) <= 1e-13 and rel(got["loss"], maps.loss) <= 1e-13
+    coupled = nqf.solve_flow(ns["COUPLED"], **ns["COUPLED_KW"])  # item 3: Lambda sharded over 2 processes
+    assert int(got["coupled_steps"]) == coupled.stats["num_steps"] and rel(got["coupled"], coupled.ys) <= 1e-13
 
 
 DEAD = textwrap.dedent(

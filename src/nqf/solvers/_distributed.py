@@ -80,6 +80,16 @@ def to_host(tree, distributed: bool):
     return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
 
 
+def host(x) -> np.ndarray:
+    """One array as numpy: `np.asarray`, or gathered from every process when it spans processes
+    (e.g. a solve of data sharded by `nqf.solvers.distributed.shard_modes` over all processes)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
 def _feed(h, value) -> None:
     """Feed a canonical encoding of `value` into the hash `h` (arrays by bytes, dtype and shape;
     pytrees by structure and leaves; anything else by its repr without memory addresses)."""
