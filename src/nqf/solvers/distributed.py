@@ -15,8 +15,8 @@ With ``devices="all"`` the members are sharded over the devices of all processes
 ``"batch"`` mesh over `jax.devices()`), every process runs its shard of the one compiled program,
 and every process gets the full result (``gather="process0"``: process 0 only, the others get
 None). The numbers are those of the same sweep on as many devices in one process (bit for bit:
-the program is the same; and the sharded sweep equals the unsharded one bit for bit, see
-`nqf.solve_sweep`). With ``devices=None`` each process runs its own sweep on its own default
+the program is the same) and those of one device to rounding (measured: 3.2e-14 on log z for 5
+fig3 members on 2 devices; bit for bit for the 64-member fig3 sweep on 2 and 4 devices). With ``devices=None`` each process runs its own sweep on its own default
 device (no communication, no argument check): the way to run different sweeps per process.
 
 Before the sweep, every process publishes a hash of each argument in the coordination service
@@ -26,10 +26,13 @@ naming the argument in every process, a process that does not arrive a `TimeoutE
 **Dead peers.** `initialize`'s `initialization_timeout` bounds the wait for all processes to
 connect. Each process sends heartbeats to the coordination service (run by process 0); a process
 silent for `heartbeat_timeout` seconds is declared dead and the service tells the others, whose
-runtime then ends them with an error (JAX's coordination-service behaviour: the error poller
-terminates the process; a process of a collective whose peer's connection closed also fails).
-So a dead peer ends the others within about `heartbeat_timeout` seconds (measured: see the
-guide's section 'jax.distributed'), and an argument check waits at most `timeout` seconds.
+runtime then ends them with a fatal error (JAX's coordination-service behaviour: its error
+poller terminates the process, exit status 134; not a Python exception).
+So a dead peer ends the others within about `heartbeat_timeout` seconds (measured with 5 s: the
+survivor ended 3-6 s after its peer died), and an argument check waits at most `timeout` seconds.
+
+`shard_modes` splits the mode axis p of commuting data over the devices (coupled problems
+larger than one device's memory).
 """
 
 from __future__ import annotations
