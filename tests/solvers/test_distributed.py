@@ -180,6 +180,9 @@ def test_one_process_runs_as_before_and_bad_options():
     ndist.check_devices_cover_processes(jax.devices())  # one process: nothing to check
     with pytest.raises(ValueError, match="`gather` must be 'all' or 'process0'; found 'rank0'"):
         nqf.solve_sweep(nqf.DiagonalData(np.array([1.0, 0.5]), np.array([1.0, 1.0])), eps=1e-3, t1=1.0, gather="rank0")
+    model = nqf.NQFModel(nqf.DenseData(np.stack([np.eye(2)] * 2), np.ones(2)))
+    with pytest.raises(ValueError, match="`gather` must be 'all' or 'process0'; found 0"):
+        nqf.closed_sgd_sweep(model, W0=np.eye(2), lr=0.1, steps=2, gather=0)
     with pytest.raises(ValueError, match="`num_processes` must be an integer >= 1; found 0"):
         nd.launch_local("x.py", 0)
 
