@@ -58,6 +58,9 @@ collective, the processes compare a hash of every argument (`nqf.solvers._distri
 different arguments raise a `ValueError` naming the argument in every process; a process that
 does not make the call within `nqf.distributed.initialize`'s ``timeout`` a `TimeoutError`
 naming it. ``devices=None`` stays local: each process solves its own sweep, no communication.
+The joint mode's per-step max is a collective between processes (gloo over TCP for CPUs), so
+across processes prefer ``mode="vmap"`` (64-member fig3 sweep, 2 processes on 2 shared cores:
+joint 0.28x, vmap 1.05x the one-process time; `benchmarks/bench_distributed.py`).
 
 **Measured** (2 shared CPU cores, float64; `benchmarks/bench_sweep.py`, docs/performance.md):
 a 64-member eps sweep of the Fig. 3 problem (GLV form, eps = 1e-12 .. 1e-2, rtol 1e-10, 201
