@@ -10,8 +10,10 @@ May import `nqf._core`, `nqf.data` and `nqf.dynamics`. Private modules: `_solve`
 `_lsoda`, `_sweep`, `_map_sweep`, and the pieces of one solve core (issue 25): `_forms` (the
 forms as strategy objects), `_spec` (controller, save specification, adjoint, keyword aliases),
 `_backends` (Exact, LSODA, CVODE), `_initial` (checks of the inputs), `_core` (the compiled
-solve), `_solution` (`FlowSolution`); issue 26: `_checkpoint` (chunked sweeps saved and resumed)
+solve), `_solution` (`FlowSolution`); issue 26: `_distributed` (sweeps across the processes of a `jax.distributed` cluster:
+placement, gathering, the argument check), `_checkpoint` (chunked sweeps saved and resumed)
 and `_executor` (host-solver sweeps through a `concurrent.futures.Executor`).
+Public module `distributed`: `initialize`, `launch_local`, `free_port`, `shard_modes`.
 """
 
 from .._core._exports import publish as _publish

@@ -64,7 +64,7 @@ from ._checkpoint import (
 from ._map_sweep import _FRONT_END as _MAP_FRONT_END
 from ._map_sweep import closed_sgd_sweep
 from ._sweep import _FRONT_END as _SWEEP_FRONT_END
-from ._sweep import solve_sweep
+from ._sweep import _check_gather, solve_sweep
 
 __all__ = ["SweepMemberError"]
 
@@ -439,6 +439,7 @@ def chunked_sweep(solve_sweep, kw: dict, options: dict, *, checkpoint, chunk_siz
     throw = options.pop("throw", True)
     if not isinstance(throw, (bool, np.bool_)):
         raise TypeError(f"`throw` must be True or False; found {throw!r}.")
+    gather = _check_gather(options.pop("gather", "all"))  # every chunk gathers to all processes
     atol = options.get("atol")
     pid = kw["stepsize_controller"]
     if atol is None and pid is not None:
@@ -479,7 +480,16 @@ def chunked_sweep(solve_sweep, kw: dict, options: dict, *, checkpoint, chunk_siz
             implicit,
             _Grid(0.0, 0.0, float(kw["t1"]), np.zeros(0), int(kw["max_steps"]), None),
         )
-    return sol
+    return _gathered(sol, gather, devs)
+
+
+def _gathered(sol, gather: str, devs):
+    """The result, or None outside process 0 with ``gather="process0"`` under jax.distributed."""
+    import jax
+
+    from ._distributed import spans_processes
+
+    return None if gather == "process0" and jax.process_index() != 0 and spans_processes(devs) else sol
 
 
 def _default_chunk(B: int, checkpoint) -> int:
@@ -530,6 +540,8 @@ def chunked_map_sweep(kw: dict, *, checkpoint, chunk_size, progress):
     from ._map_sweep import _MOMENTUM_MAP, _member_keys, _resolve_devices
 
     check_progress(progress)
+    kw = dict(kw)
+    gather = _check_gather(kw.pop("gather", "all"))  # every chunk gathers to all processes
     throw = kw["throw"]
     if not isinstance(throw, (bool, np.bool_)):
         raise TypeError(f"`throw` must be True or False; found {throw!r}.")
@@ -583,7 +595,7 @@ def chunked_map_sweep(kw: dict, *, checkpoint, chunk_size, progress):
             f"The closed map diverged (non-finite M) for {len(bad)} of {B} members: {listed}{more}. "
             "Reduce their `lr`, or pass throw=False to keep the others."
         )
-    return sol
+    return _gathered(sol, gather, devs)
 
 
 def sweep_front_end(args: dict):
@@ -593,7 +605,9 @@ def sweep_front_end(args: dict):
     options = dict(args.pop("options"))
     executor, checkpoint, chunk_size = args.pop("executor"), args.pop("checkpoint"), args.pop("chunk_size")
     fp = {k: v for k, v in args.items() if k != "devices"}
-    fp.update({k: v for k, v in options.items() if k not in ("throw", "progress", "timeout", "memory_budget")})
+    fp.update(
+        {k: v for k, v in options.items() if k not in ("throw", "progress", "timeout", "memory_budget", "gather")}
+    )
     call = resolve_call(options, solver=args["solver"], stepsize_controller=None, saveat=None, adjoint="auto")
     if call.backend != "ode":
         return host_sweep(

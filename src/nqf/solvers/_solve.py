@@ -36,6 +36,7 @@ from .._core._checks import any_traced, check_positive
 from ..data._model import NQFModel
 from ..data._operators import AbstractData, CommutingData
 from ..dynamics._flow import check_form, factor_linear_term
+from . import _distributed as _dist
 from ._backends import BACKENDS, CVODE, LSODA, AbstractBackend, Exact, Problem  # noqa: F401  (Exact, ...: old home)
 from ._core import (  # noqa: F401  (re-exported: the names of this module before the split)
     SOLVERS,
@@ -406,10 +407,10 @@ def _solve_ode(problem: Problem, call: Call) -> FlowSolution:
             _stop_name=stop_name,
             **fields,
         )
-    info = np.asarray(out["info"])  # one small transfer; y0 and mask stay on the device
+    info = _dist.host(out["info"])  # one small transfer; y0 and mask stay on the device
     _check_result(info, out, call.ts, problem, fields, implicit)
     ts = call.ts
-    ys = np.asarray(out["ys"]) if isinstance(out["ys"], jax.Array) else jax.tree.map(np.asarray, out["ys"])
+    ys = jax.tree.map(_dist.host, out["ys"])  # gathered from every process if sharded across processes
     stop_time = None
     if problem.stop is not None:  # keep the saved times reached before the stop
         stop_time = float(out["stop_time"])

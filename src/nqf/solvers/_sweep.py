@@ -45,6 +45,23 @@ GPUs; results do not depend on the number of devices (checked bit for bit, both 
 host devices, for fig3 and for stiff `DiagonalData` sweeps; a sharded stiff Woodbury sweep
 differs from the unsharded one by rounding, 1.5e-10 measured).
 
+**Several processes (`jax.distributed`).** After `nqf.distributed.initialize()` in every process,
+the same `solve_sweep(..., devices="all")` call in every process shards the members over the
+devices of all processes (the mesh over `jax.devices()`): each process builds the members on the
+host, places only its own shards (`jax.make_array_from_callback`), runs its part of the one
+compiled program, and gathers the result (`jax.experimental.multihost_utils.process_allgather`);
+every process gets the full `SweepSolution` (option ``gather="process0"``: process 0 only, the
+others get None). The numbers equal those of the same sweep on as many devices in one process
+bit for bit (2 processes x 1 CPU device against 1 process x 2 forced devices, both modes,
+checked) and those of one device to rounding (3.2e-14 on log z, fig3, 5 members). Before any
+collective, the processes compare a hash of every argument (`nqf.solvers._distributed`):
+different arguments raise a `ValueError` naming the argument in every process; a process that
+does not make the call within `nqf.distributed.initialize`'s ``timeout`` a `TimeoutError`
+naming it. ``devices=None`` stays local: each process solves its own sweep, no communication.
+The joint mode's per-step max is a collective between processes (gloo over TCP for CPUs), so
+across processes prefer ``mode="vmap"`` (64-member fig3 sweep, 2 processes on 2 shared cores:
+joint 0.28x, vmap 1.05x the one-process time; `benchmarks/bench_distributed.py`).
+
 **Measured** (2 shared CPU cores, float64; `benchmarks/bench_sweep.py`, docs/performance.md):
 a 64-member eps sweep of the Fig. 3 problem (GLV form, eps = 1e-12 .. 1e-2, rtol 1e-10, 201
 saved times) in one call, against 64 calls of the compiled `solve_flow` (best of 7
@@ -77,6 +94,7 @@ from .._core.io import Saveable
 from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData, DiagonalData
 from ..dynamics._flow import check_form
+from . import _distributed as _dist
 from ._core import _FlowArgs, _FlowConfig, _make_solver, _partition_solver, _solve_core, _solve_filter_jit
 from ._forms import FORMS, AbstractForm, JointForm, _joint_rhs, _member_rms_max, as_form  # noqa: F401
 from ._initial import _check_mode_strengths, _check_solve_memory, _initial_state, _time_grid
@@ -287,6 +305,7 @@ def _resolve_devices(devices) -> list | None:
             raise ValueError(f"Device {d!r} is not available to JAX here; {hint}")
     if len(set(devs)) != len(devs):
         raise ValueError(f"`devices` lists a device twice: {devs}.")
+    _dist.check_devices_cover_processes(devs)
     return devs
 
 
@@ -616,6 +635,7 @@ SWEEP_OPTIONS = (
     "method",
     "progress",
     "timeout",
+    "gather",
 )
 
 
@@ -639,7 +659,7 @@ def solve_sweep(
     checkpoint=None,
     chunk_size: int | None = None,
     **options,
-) -> SweepSolution:
+) -> SweepSolution | None:
     """Solve a batch of MSE gradient flows (Eq. E9 / E13) in one compiled call.
 
     Member i is the flow `solve_flow(data_i, M0=M0_i (or W0=W0_i), ...)` with the same solver,
@@ -673,13 +693,16 @@ def solve_sweep(
     - `devices`: None (default: JAX's default device, batch not placed), ``"all"``, an int n
       (the first n devices) or a list of devices: the batch is sharded over a ``"batch"`` mesh
       axis (padded to a multiple of the device count, the padding stripped). Stiff sweeps shard
-      for `DiagonalData` and for a shared `CommutingData` in the joint mode only.
+      for `DiagonalData` and for a shared `CommutingData` in the joint mode only. Under
+      `jax.distributed` ``"all"`` means the devices of every process (module docstring); a
+      list that spans processes must include a device of each process.
     - `**options`: the keyword aliases above and ``mode``: ``"auto"`` (default: ``"joint"``
       when all members have the same atol, else ``"vmap"``), ``"joint"`` (one ODE on the stacked
       state, shared steps; `stats` and `results` shared) or ``"vmap"`` (lockstep, each member
       its own steps), see the module docstring; ``throw`` (default True: raise if any member
       fails; False: report in `results` / `successful`); ``memory_budget`` (bytes; B members'
-      states are estimated first, `nqf.memory.MemoryBudgetError`).
+      states are estimated first, `nqf.memory.MemoryBudgetError`); ``gather``: ``"all"``
+      (default) or ``"process0"`` (under `jax.distributed` only process 0 gets the result).
     - Host solvers (``solver="lsoda"`` / ``"cvode"``, ``method="exact"``): the members are
       `solve_flow` calls (`nqf.solvers._executor`), run in order here or through `executor` (any
       `concurrent.futures.Executor`: a spawn-started `ProcessPoolExecutor`, dask.distributed's
@@ -699,7 +722,8 @@ def solve_sweep(
       `chunk_size` alone runs in chunks without saving; option ``progress`` (True: a line per
       chunk on stderr, or a callable taking an `nqf.solvers.SweepProgress`) reports each chunk.
 
-    **Returns:** a `SweepSolution` (batched arrays; `sol[i]` is member i as a `FlowSolution`).
+    **Returns:** a `SweepSolution` (batched arrays; `sol[i]` is member i as a `FlowSolution`);
+    None in processes other than 0 with ``gather="process0"`` under `jax.distributed`.
 
     Not transformable: a host-side driver of one compiled batch; a traced argument raises
     `TypeError` (inside JAX code use ``jax.vmap`` over `nqf.solve_flow`).
@@ -707,7 +731,9 @@ def solve_sweep(
     **Raises:** `TypeError` for a traced argument, a non-data `data` (an `NQFModel` included) or
     an unknown keyword; `ValueError` for data sets of different types, structures or shapes,
     batch sizes that do not agree, eps <= 0 or non-finite, bad shapes, non-symmetric / non-PSD
-    M0, bad tolerances or `ts`, form ``"M-mu"``, unavailable devices; `NotImplementedError` for
+    M0, bad tolerances or `ts`, form ``"M-mu"``, unavailable devices, a bad ``gather``, or
+    arguments that differ between processes (naming them); `TimeoutError` if another process of
+    a `jax.distributed` sweep does not make the same call in time; `NotImplementedError` for
     a stiff sweep sharded where it is not supported; `MaxStepsReached` (naming the members) if
     a member runs out of steps; `FloatingPointError` if a member blows up. With a checkpoint:
     `ValueError` naming the arguments that differ from the checkpoint's. Host solvers:
@@ -727,6 +753,12 @@ def solve_sweep(
         raise ValueError(f"`mode` must be 'auto', 'joint' or 'vmap'; found {mode!r}.")
     datas, data_batched = _stack_data(data)
     devs = _resolve_devices(devices)
+    gather = _check_gather(options.get("gather", "all"))
+    if _dist.spans_processes(devs):  # jax.distributed: the same call in every process, or a clear error
+        named = dict(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, form=form, solver=solver)
+        named.update(stepsize_controller=stepsize_controller, saveat=saveat, max_steps=max_steps)
+        named.update(weight_decay=weight_decay, devices=[d.id for d in devs or ()], **options)
+        _dist.check_same_arguments("solve_sweep", named)
     if form == "M-mu":
         raise ValueError("`solve_sweep` does not support form='M-mu' (Eq. E10); use `solve_flow` per member.")
     _make_solver(call.solver, call.stiff)  # validates the name before the data work below
@@ -739,7 +771,14 @@ def solve_sweep(
     members = _members(datas, data_batched, (eps, M0, W0, z0), form, grid)
     batch, solver = _batch(members, call, grid)
     sol = _run(batch, solver, mode, devs, grid)
-    return _report(sol, members, batch, call, grid, weight_decay, options.get("throw", True))
+    out = _report(sol, members, batch, call, grid, weight_decay, options.get("throw", True))
+    return None if gather == "process0" and jax.process_index() != 0 and _dist.spans_processes(devs) else out
+
+
+def _check_gather(gather) -> str:
+    if gather not in ("all", "process0"):
+        raise ValueError(f"`gather` must be 'all' or 'process0'; found {gather!r}.")
+    return gather
 
 
 def _chunked(solver, options: dict, executor, checkpoint, chunk_size) -> bool:
@@ -952,16 +991,19 @@ def _run(batch, solver, mode: str, devs, grid: _Grid) -> dict:
     arrays, mesh = _place(arrays, m.data_batched, devs, B)
     if mode == "joint":
         ys, info = _solve_joint(problem, arrays[0], m.data_batched, *arrays[1:3], _f64(atol_ref), arrays[3], mesh)
-        info = np.broadcast_to(np.asarray(info), (B, 5))
     else:
         ys, info = _solve_batch(problem, arrays[0], m.data_batched, *arrays[1:], mesh)
-    info = np.asarray(info)[:B]
+    # Under jax.distributed the result spans processes: every process gathers all of it.
+    ys, info = _dist.to_host((ys, info), _dist.spans_processes(devs))
+    if mode == "joint":
+        info = np.broadcast_to(info, (B, 5))
+    info = info[:B]
     stats = {
         "max_steps": None,
         **{k: info[:, j + 1].astype(np.int64) for j, k in sorted(enumerate(_STAT_NAMES), key=lambda jk: jk[1])},
     }
     return {
-        "ys": np.asarray(ys)[:B],
+        "ys": ys[:B],
         "codes": info[:, 0],
         "stats": stats,
         "mode": mode,
@@ -979,9 +1021,12 @@ def _place(arrays: tuple, data_batched: bool, devs, B: int):
     n = -(-B // len(devs)) * len(devs)
     mesh = Mesh(np.array(devs), ("batch",))
     b_sh, rep_sh = NamedSharding(mesh, PartitionSpec("batch")), NamedSharding(mesh, PartitionSpec())
+    # A mesh over the devices of several processes (jax.distributed): each process builds only its
+    # own shards from its host copy (`jax.make_array_from_callback`).
+    put = _dist.put if _dist.spans_processes(devs) else jax.device_put
     stacked = arrays[0]
-    d_in = jax.device_put(_pad(stacked, n), b_sh) if data_batched else jax.device_put(stacked, rep_sh)
-    return (d_in,) + tuple(jax.device_put(_pad(x, n), b_sh) for x in arrays[1:]), mesh
+    d_in = put(_pad(stacked, n), b_sh) if data_batched else put(stacked, rep_sh)
+    return (d_in,) + tuple(put(_pad(x, n), b_sh) for x in arrays[1:]), mesh
 
 
 def _report(sol: dict, m: _Members, batch, call, grid: _Grid, weight_decay, throw: bool) -> SweepSolution:
