@@ -3,7 +3,8 @@
 May import every lower layer (`nqf.data`, `nqf.dynamics`, `nqf.solvers`, `nqf.theory`); imported
 by `nqf.experiments` and the CLI. One private module per family of checks: `_flow` (flow vs the
 exact solutions, refusals, NTK, general model, dictionary), `_theorem2` (closed maps vs weight
-space), `_samplewise` (Theorems 4, 5, 10), `_compress` (Theorems 3, 14, 15, Corollary 3); the
+space), `_samplewise` (Theorems 4, 5, 10), `_weight_decay` (the
+weight-decay threshold), `_compress` (Theorems 3, 14, 15, Corollary 3); the
 registry, records, error measures and the runner live in `_common`. Importing this package
 registers the built-in checks in that order.
 
@@ -28,6 +29,9 @@ registers the built-in checks in that order.
   the enumerated minibatch map (`nqf.validate._discrete`);
 - check Theorems 4 and 5 (sample-wise oracles against the flow, and their refusals) and Theorem
   10's staircase limit (`nqf.validate._samplewise`);
+- check weight decay's stability threshold (nqf's penalty gamma/2 |W|^2: modes with
+  r_k < 2 gamma never ignite, those above do; GD and the flow against Theorem 6 and E19 with
+  weight decay; `nqf.validate._weight_decay`);
 - check compression and multi-layer NQFs: Theorem 3 and Corollary 3 (compressed vs original
   training), Theorems 14 and 15 (closed deep maps vs weight space, per-layer compression;
   `nqf.validate._compress`).
@@ -61,7 +65,7 @@ from ._common import (
     relative_error,
     validate,
 )
-from . import _flow, _theorem2, _discrete, _samplewise, _compress  # register, in this order
+from . import _flow, _theorem2, _discrete, _samplewise, _weight_decay, _compress  # register, in this order
 from ._compress import check_corollary3, check_theorem3, check_theorem14, check_theorem15
 from ._flow import (
     DICTIONARY_BOUND,
@@ -76,6 +80,7 @@ from ._flow import (
 )
 from ._samplewise import check_samplewise_staircase, check_theorem4, check_theorem5
 from ._theorem2 import check_theorem2
+from ._weight_decay import check_weight_decay_threshold
 from ._discrete import check_exact_map_solver, check_modified_flow, check_sgd_sde_moments
 
 __all__ = [*_common.__all__, "DICTIONARY_BOUND"]
