@@ -17,7 +17,7 @@ from nqf.theory._oracles import proposition7, theorem6, theorem6_rates, theorem7
 from nqf.theory.samplewise import theorem4, theorem5
 from nqf.validate import THM6_C, THM6_R, generic_commuting_data, norm_relative_error, relative_error
 from nqf.validate._samplewise import thm4_data, thm5_data
-from nqf.validate._weight_decay import WD_GAMMA, check_weight_decay_threshold, gd_weight_decay
+from nqf.validate._weight_decay import WD_GAMMA, gd_weight_decay
 
 BOUND = 1e-8
 RTOL = 1e-11
@@ -182,10 +182,3 @@ def test_weight_decay_threshold_gd():
     np.testing.assert_allclose(z[-1, ~below], r[~below] - 2 * WD_GAMMA, rtol=1e-4)
     with pytest.raises(ValueError, match="weight_decay"):
         theorem6(data, [0.0, 1.0], M0=np.eye(5), weight_decay=-1.0)
-
-
-@pytest.mark.slow
-def test_validate_weight_decay_threshold_check():
-    recs = check_weight_decay_threshold((1e-6,))
-    assert len(recs) == 4
-    assert all(r["passed"] for r in recs), recs

@@ -49,6 +49,19 @@ def test_validate_one_eps():
     assert flow and all(r["bound"] == 1e-8 and r["value"] <= 1e-8 for r in flow)
     refusals = [r for r in results if "refuse" in r["name"]]
     assert all(r["value"] > r["bound"] for r in refusals)
+    # issue 27: the weight-decay threshold, the staircase at eps = 1e-3..1e-12 with a flow, the
+    # sample-wise power law with a flow, Eq. 40's diverging gaps
+    for key, count in (
+        ("weight decay threshold", 2),
+        ("weight decay gamma=", 2),
+        ("samplewise staircase (Theorem 10) eps=1e-12", 2),
+        ("samplewise ignition eps=1e-03", 3),
+        ("samplewise power law (Theorem 11)", 3),
+        ("Eq. 40 gaps", 7),
+        ("Eq. 40: gaps grow", 1),
+    ):
+        assert sum(key in r["name"] for r in results) == count, key
+    assert not any("1e-100" in r["name"] for r in results)
 
 
 def test_validate_registry_extensible():
