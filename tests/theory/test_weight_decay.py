@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import scipy.integrate
 
-import nqf
 from nqf import datasets
+from nqf.solvers import solve_flow
 from nqf.theory._ignition import predicted_ignition_times
 from nqf.theory._oracles import proposition7, theorem6, theorem6_rates, theorem7, theorem7_commuting, theorem16
 from nqf.theory.samplewise import theorem4, theorem5
@@ -25,7 +25,7 @@ RTOL = 1e-11
 
 def flow(data, form, T, ts, gamma, **init):
     kw = {} if form == "glv" else {"atol": 1e-250}
-    return nqf.solve_flow(data, t1=T, ts=ts, form=form, rtol=RTOL, weight_decay=gamma, **kw, **init)
+    return solve_flow(data, t1=T, ts=ts, form=form, rtol=RTOL, weight_decay=gamma, **kw, **init)
 
 
 def scipy_flow(data, M0, ts, gamma):
@@ -62,6 +62,7 @@ def test_theorem6_weight_decay():
     W0 = np.sqrt(1e-6) * np.random.default_rng(3).standard_normal((5, 5))
     orc = theorem6(data, ts, W0=W0, weight_decay=gamma)
     assert norm_relative_error(scipy_flow(data, W0 @ W0.T, ts, gamma), orc.M) <= BOUND
+    assert orc.W is not None
     assert norm_relative_error(np.einsum("nid,njd->nij", orc.W, orc.W), orc.M) <= 1e-12
     r, C = (np.asarray(v) for v in theorem6_rates(data))
     up = r > 2 * gamma

@@ -293,7 +293,7 @@ def _xi(a, b, c, ts, rtol: float, gamma=0.0):
     if any_traced(a, b, c, ts, gamma):
         a, b, c, ts = (jnp.asarray(v, dtype=jnp.float64) for v in (a, b, c, ts))
         return _solve_scalar_odes_traced(a, b, c, ts, rtol, gamma)
-    return _solve_scalar_odes(*(np.asarray(v) for v in (a, b, c, ts)), rtol, float(gamma))
+    return _solve_scalar_odes(np.asarray(a), np.asarray(b), np.asarray(c), np.asarray(ts), rtol, float(gamma))
 
 
 # --------------------------------------------------------------------------------------------

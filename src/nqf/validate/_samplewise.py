@@ -227,13 +227,13 @@ def check_samplewise_staircase(eps_values):
                 eps ** (2.0 * (1.0 - r_sub)),
             ),
         ]
-    steps = np.diff(np.asarray(ratios))
+    steps = np.diff(np.asarray(ratios, dtype=float))
     out.append(
         record(
             "samplewise staircase: max |D/D_0 - 1| shrinks as eps decreases (largest increase over "
             + ", ".join(_fmt(e) for e in STAIRCASE_EPS)
             + f"; values {', '.join(f'{v:.3g}' for v in ratios)})",
-            float(np.max(steps)),
+            float(steps.max()),
             0.0,
         )
     )
