@@ -1,6 +1,6 @@
-"""`nqf validate` check of Eq. 40 of the paper (Theorem 8): the gaps between successive ignition
-times diverge as eps -> 0, lim (t*_{k+1} - t*_k) = inf, growing like
-(1/(a zeta_{k+1}) - 1/(a zeta_k)) ln(1/eps) (E19).
+"""`nqf validate` check of Theorem 8's diverging gaps (Appendix A.17; Eq. 40 in the numbering of
+papers/nqf-paper-summary-zh.md): the gaps between successive ignition times diverge as eps -> 0,
+lim (t*_{k+1} - t*_k) = inf, growing like (1/(a zeta_{k+1}) - 1/(a zeta_k)) ln(1/eps) (E19).
 
 Measured on the flow (`nqf.solve_flow`, GLV form, dense output; `measure_ignition_times`) of the
 Fig. 3 data (Theorem 6, a = 1, zeta = r = (1, .5, .25, .125, .0625), C_kk = 1), W0 = sqrt(eps) I,

@@ -150,7 +150,7 @@ def staircase_leading_deviation(tau, zeta, y, lam_star, c_star, eps) -> np.ndarr
 
 @register
 def check_samplewise_staircase(eps_values):
-    """Theorem 10 (E23, the paper's Eq. 45) on the Fig. 4 data (m = 4, zeta = (4, 2, 1, 0.5),
+    """Theorem 10 (E23: the eps -> 0 staircase) on the Fig. 4 data (m = 4, zeta = (4, 2, 1, 0.5),
     eigenvalue ratios 1/2, 3/4, 1 within each sample), W0 = sqrt(eps) I, at the initial scales
     `STAIRCASE_EPS` = 1e-3, 1e-6, 1e-9, 1e-12 (independent of `eps_values`), each with a GLV flow
     (`solve_flow`, dense output). Criteria, stated before measuring:
@@ -251,7 +251,7 @@ POWERLAW_E23_BOUND = 0.10
 
 @register
 def check_samplewise_powerlaw_flow(eps_values):
-    """Theorem 11 (E23, the paper's Eq. 47) with a flow run: m = 200 orthogonal samples
+    """Theorem 11 (E23: L(tau) = Theta(tau^-(2 g1 - 1)/g2)) with a flow run: m = 200 orthogonal samples
     (`samplewise_powerlaw_data(200, g1=1, g2=1.5)`, 3 modes per sample, p = 600), z(0) = 1e-12
     (independent of `eps_values`), the GLV flow (`solve_flow`) on 201 log-spaced times. Criteria,
     stated before measuring (the bounds of `nqf reproduce fig4-powerlaw`):
