@@ -183,3 +183,19 @@ def test_weight_decay_threshold_gd():
     np.testing.assert_allclose(z[-1, ~below], r[~below] - 2 * WD_GAMMA, rtol=1e-4)
     with pytest.raises(ValueError, match="weight_decay"):
         theorem6(data, [0.0, 1.0], M0=np.eye(5), weight_decay=-1.0)
+
+
+def test_weight_decay_traced():
+    """Under jit the traced gamma gives the concrete result; d z_k(T) / d gamma = -2 / C_kk for a
+    saturated mode (z(inf) = (r - 2 gamma)/C); a traced negative gamma is refused at run time."""
+    import jax
+
+    data = datasets.fig3_data()
+    ts = np.linspace(0.0, 100.0, 5)
+    M0 = 1e-6 * np.eye(5)
+    z = jax.jit(lambda g: theorem6(data, ts, M0=M0, weight_decay=g).z)(0.1)
+    assert relative_error(np.asarray(z), theorem6(data, ts, M0=M0, weight_decay=0.1).z) <= 1e-13
+    dz = jax.grad(lambda g: theorem6(data, ts, M0=M0, weight_decay=g).z[-1, 0])(0.1)
+    assert float(dz) == pytest.approx(-2.0, rel=1e-9)
+    with pytest.raises(Exception, match="weight_decay"):
+        jax.jit(lambda g: theorem6(data, ts, M0=M0, weight_decay=g).z)(-0.1)
