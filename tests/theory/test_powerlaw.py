@@ -65,7 +65,7 @@ def test_featurewise_limit_has_E21_exponent(a1, a2):
 
 def test_samplewise_staircase_is_featurewise_limit_and_E23():
     """Theorem 10's staircase is the feature-wise limit with V = y^2/m; with zeta ~ mu^-g2,
-    y ~ mu^-g1 it decays as tau^-(2 g1 - 1)/g2 (E23)."""
+    y ~ mu^-g1 it decays as tau^-(2 g1 - 1)/g2 (Theorem 11, E23)."""
     m, g1, g2 = 100_000, 1.0, 1.5
     mu = np.arange(1, m + 1, dtype=float)
     zeta, y = mu**-g2, mu**-g1

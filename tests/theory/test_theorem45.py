@@ -30,7 +30,7 @@ from nqf.samplewise import (
 )
 from nqf.theory._oracles import AssumptionError
 from nqf.validate import matrix_relative_error, norm_relative_error, relative_error
-from nqf.validate._samplewise import thm4_data, thm5_data
+from nqf.validate._samplewise import staircase_leading_deviation, thm4_data, thm5_data
 
 BOUND = 1e-8
 RTOL = 1e-11
@@ -275,12 +275,19 @@ def test_staircase_limit():
     np.testing.assert_allclose(S, levels, rtol=1e-15)
     # zeta <= 0: never learned
     np.testing.assert_allclose(staircase_limit([1e9], [1.0, -1.0], [1.0, 2.0]), [2.0], rtol=1e-15)
-    # at eps = 1e-100 the oracle's loss sits on the staircase between the jumps
-    eps = 1e-100
+    # between the jumps the oracle's loss approaches the staircase as its leading-order deviation
+    # predicts (nqf.validate's formula, vanishing as eps^(1 - 1/sqrt 2) here): D / D_0 -> 1
     data = datasets.fig4_data()
-    tau = np.array([0.125, 0.35, 0.7, 1.4, 4.0])
-    orc = theorem5(data, tau * np.log(1 / eps), W0=np.sqrt(eps) * np.eye(12))
-    assert np.max(np.abs(orc.loss - staircase_limit(tau, zeta, y))) <= 1e-20
+    tau = np.array([0.125, 0.25 * 2**0.5, 0.5 * 2**0.5, 2**0.5])
+    lam_star = np.asarray(data.Lambda).max(axis=1)
+    gaps = []
+    for eps in (1e-6, 1e-9, 1e-12):
+        orc = theorem5(data, tau * np.log(1 / eps), W0=np.sqrt(eps) * np.eye(12))
+        D = np.abs(orc.loss - staircase_limit(tau, zeta, y)) / np.mean(y**2)
+        D0 = staircase_leading_deviation(tau, zeta, y, lam_star, 1.0, eps)
+        assert np.all((D0 > 0) & (D >= 0.5 * D0) & (D <= 2.0 * D0))
+        gaps.append(np.max(np.abs(D / D0 - 1.0)))
+    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 0.05
 
 
 def test_crossing_times():

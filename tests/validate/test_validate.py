@@ -64,6 +64,19 @@ def test_validate_one_eps():
     moe = [r for r in results if r["name"].startswith("moe")]
     for key in ("vs autodiff", "gap at init", "vs NQF closed map", "vs NQF closed flow"):
         assert sum(key in r["name"] for r in moe) == 1, key
+    # issue 27: the weight-decay threshold, the staircase at eps = 1e-3..1e-12 with a flow, the
+    # sample-wise power law with a flow, Eq. 40's diverging gaps
+    for key, count in (
+        ("weight decay threshold", 2),
+        ("weight decay gamma=", 2),
+        ("samplewise staircase (Theorem 10) eps=1e-12", 2),
+        ("samplewise ignition eps=1e-03", 3),
+        ("samplewise power law (Theorem 11)", 3),
+        ("Eq. 40 gaps", 7),
+        ("Eq. 40: gaps grow", 1),
+    ):
+        assert sum(key in r["name"] for r in results) == count, key
+    assert not any("1e-100" in r["name"] for r in results)
 
 
 def test_validate_registry_extensible():

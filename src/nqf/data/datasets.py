@@ -425,7 +425,7 @@ def fig4_data(y: Sequence[float] | Float[ArrayLike, " m"] = FIG4_Y) -> Commuting
 def samplewise_powerlaw_data(
     m: int, g1: float, g2: float, *, ratios: tuple[float, ...] = (0.5, 0.75, 1.0), c_zeta: float = 1.0
 ) -> CommutingData:
-    """Orthogonal samples with power-law growth rates and labels (Theorem 10, Eq. E23).
+    """Orthogonal samples with power-law growth rates and labels (Theorem 11, Eq. E23).
 
     y_mu = mu^-g1 and zeta_mu = (8/m) lambda*_mu y_mu = c_zeta mu^-g2 (mu = 1..m), so
     lambda*_mu = m c_zeta mu^-g2 / (8 y_mu); sample mu owns K = len(ratios) diagonal modes with

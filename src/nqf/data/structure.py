@@ -304,7 +304,7 @@ def attention_logits(
     *,
     d_k: int,
 ) -> FeedForwardData:
-    """Single-head attention logits with the rows of W^Q, W^K as neurons (THEORY sec. 2).
+    """Single-head attention logits with the rows of W^Q, W^K as neurons (Proposition 4, THEORY sec. 2).
 
     f_o = c_o^T X softmax(X^T W^K^T W^Q x / sqrt d_k), w_i = [q_i (D); k_i (D)] (row i of W^Q and
     of W^K; d = d_k neurons): A_o = 1/(2 sqrt d_k) [[0, x u_o^T], [u_o x^T, 0]], u_o = Sigma_X c_o.
@@ -340,7 +340,7 @@ def moe(
     psi_prime0: float = 1.0,
 ) -> FeedForwardData:
     """Mixture of experts with independent gating f = sum_i psi(r_i^T x) E(x; Theta_i),
-    psi(0) = 0, E(x; 0) = 0 (Proposition 4, THEORY sec. 2).
+    psi(0) = 0, E(x; 0) = 0 (Proposition 5, THEORY sec. 2).
 
     A_o(x) = psi'(0)/2 [[0, x G_o^T], [G_o x^T, 0]], G_o = grad_Theta E_o(x; 0), on
     w_i = [r_i (n); Theta_i (P)].

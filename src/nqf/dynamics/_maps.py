@@ -585,7 +585,8 @@ def closed_sgd(
       `nqf.train_w`; or `batch_size` b with a `key` (PRNG key or int seed, default 0), drawn by
       `nqf.batch_indices` (identical to what `train_w` draws from the same key). The step loss
       is L = (1/b) sum_{j} ell(f_{idx_j}, y_{idx_j}).
-    - `weight_decay`: gamma >= 0, penalty gamma/2 |W|^2 (H -> H + gamma I; v unchanged).
+    - `weight_decay`: gamma >= 0, penalty gamma/2 |W|^2 (H -> H + gamma I; v unchanged; the
+      paper's "-gamma M" of Sec. 4 / Appendix B.3 is -2 gamma M in this convention).
     - `momentum`: beta in [0, 1) (heavy ball, `torch.optim.SGD` convention); `nesterov`: Nesterov
       momentum instead.
     - `loss`: per-sample loss, ``"mse"`` (default, (f - y)^2) or a callable ell(f, y) -> scalar

@@ -247,7 +247,8 @@ def train_w(
       arguments (a loss value, ...) are not supported. Compiled once per optax object and shape:
       reuse the object to reuse the compilation.
     - `weight_decay`: gamma >= 0 (penalty gamma/2 |W|^2, added to the gradient: coupled L2, for
-      every optimizer including optax ones). Decoupled decay (AdamW) belongs in the optax chain,
+      every optimizer including optax ones; the paper's "-gamma M", Sec. 4, is -2 gamma M with this
+      gamma). Decoupled decay (AdamW) belongs in the optax chain,
       e.g. ``optax.adamw(1e-3, weight_decay=1e-4)`` or ``optax.add_decayed_weights``.
     - Batches: `batch_indices` (steps, b), or `batch_size` with `key` (default seed 0) drawn by
       `nqf.batch_indices`; full batch if neither.

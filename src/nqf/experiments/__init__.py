@@ -19,7 +19,7 @@ reduces the work (coarser grids, smaller problems) but still runs every check.
   (`nqf.experiments.fig3_powerlaw`).
 - ``fig4``: Fig. 4, sample-wise sudden learning, flow vs Theorem 5 vs GD, t*_mu
   (`nqf.experiments.fig4`).
-- ``fig4-powerlaw``: the sample-wise power law of Theorem 10 (E23) (`nqf.experiments.fig4_powerlaw`).
+- ``fig4-powerlaw``: the sample-wise power law of Theorem 11 (E23) (`nqf.experiments.fig4_powerlaw`).
 - ``fig5``: Fig. 5, power law of the Fourier MLP and its NQF vs (2 beta - 1)/(theta + beta), raw-input
   MLP baseline (`nqf.experiments.fig5`).
 - ``fig6``: Fig. 6, online SGD teacher-student (MLP 20-100-1, QK attention) vs their NQFs: the step at

@@ -1,4 +1,4 @@
-"""Sample-wise power law (Theorem 10, Eq. E23): the loss of many orthogonal samples whose growth
+"""Sample-wise power law (Theorem 11, Eq. E23): the loss of many orthogonal samples whose growth
 rates and labels follow power laws.
 
 The paper states E23 without an experiment; this is the sample-wise counterpart of Fig. 3
@@ -41,7 +41,7 @@ from ..theory.samplewise import sample_ignition_times, staircase_limit, theorem5
 from ._common import check, chosen, claim, new_figure, prepare_out_dir, sensitivity, write_outputs
 
 NAME = "fig4-powerlaw"
-TITLE = "Sample-wise power law (Theorem 10, E23): m = 1000 orthogonal samples, exponent vs (2 g1 - 1)/g2"
+TITLE = "Sample-wise power law (Theorem 11, E23): m = 1000 orthogonal samples, exponent vs (2 g1 - 1)/g2"
 
 M = 1000
 G1 = 1.0
@@ -119,7 +119,7 @@ def run(out_dir, quick: bool = False) -> dict:
             "fig4-powerlaw: exponent (2 g1 - 1)/g2",
             "Sample-wise descent with zeta_mu = c mu^-g2, y_mu = c mu^-g1 gives "
             "L(tau) = Theta(tau^-(2 g1 - 1)/g2) (E23).",
-            "Sec. 6, Theorem 10",
+            "Sec. 6, Theorem 11",
             metric=(
                 "|gamma - (2 g1 - 1)/g2| / ((2 g1 - 1)/g2), gamma fitted on the window (sample 5 to the 5% finite-m "
                 "cutoff)"

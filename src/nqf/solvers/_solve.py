@@ -146,7 +146,9 @@ def solve_flow(
 
     Time is gradient-flow time t = eta * (GD steps); the loss is L = (1/m) sum_x (f_x - y_x)^2.
     Weight decay gamma (penalty gamma/2 |W|^2) adds -2 gamma M (H -> H + gamma I, THEORY sec. 4;
-    in Eq. E10 also mu' gets -gamma mu). In diffrax's style the solve takes objects: a form, a
+    in Eq. E10 also mu' gets -gamma mu); the paper's "-gamma M" (Sec. 4, Appendix B.3) and its
+    threshold r_k - gamma (Sec. 9) use a gamma twice as large (here: -2 gamma M, r_k - 2 gamma;
+    the oracles take the same `weight_decay`). In diffrax's style the solve takes objects: a form, a
     solver or backend, a step-size controller, a save specification and an adjoint; the scalar
     keywords of earlier versions are aliases of them (`**options`).
 

@@ -53,24 +53,37 @@ def predicted_ignition_times(
     *,
     rho: float = 0.5,
     a: float = 1.0,
+    weight_decay: float = 0.0,
 ) -> Float[np.ndarray, " p"]:
     """t*_k = 1/(a zeta_k) ln( (zeta_k - C_k z_k(0)) rho / (C_k z_k(0) (1 - rho)) ) (Eq. E19).
 
     With z_k(0) = c_k eps this is E19's (1/(a zeta)) ln(1/eps) - (1/(a zeta)) ln(C c /(zeta - C c
-    eps) (1 - rho)/rho). Exact for the logistic solutions of Theorems 6, 7 and 16.
+    eps) (1 - rho)/rho). Exact for the logistic solutions of Theorems 6, 7 and 16 (the mode
+    z' = a (zeta z - C z^2) reaches rho z(inf), z(inf) = zeta / C).
+
+    Weight decay gamma (penalty gamma/2 |W|^2, nqf's convention, as in `nqf.solve_flow`) adds
+    -2 gamma z to z', i.e. zeta_k -> zeta_k - 2 gamma / a in the formula above and in z(inf):
+    r_k - 2 gamma for Theorem 6 (a = 1), g_k - gamma for Theorem 7 (a = 2). Modes with
+    a zeta_k <= 2 gamma never ignite (`inf`). The paper's "-gamma M" (Sec. 4, Appendix B.3) and
+    its threshold r_k - gamma (Sec. 9) are -2 gamma M and r_k - 2 gamma here: its gamma is twice
+    nqf's.
 
     **Arguments:** `zeta` (p,) growth rates, `C` (p,) self-competition, `z0` (p,) initial mode
-    strengths (broadcastable); `rho` in (0, 1); `a` = 1 (Theorem 6) or 2 (Theorem 7).
+    strengths (broadcastable); `rho` in (0, 1); `a` = 1 (Theorem 6) or 2 (Theorem 7);
+    `weight_decay` gamma >= 0.
 
     **Returns:** times of shape (p,) in gradient-flow time: `inf` for modes that never ignite
-    (zeta <= 0 or C = 0, or z0 = 0) and 0 for modes already at or above rho z(inf).
+    (zeta - 2 gamma / a <= 0 or C = 0, or z0 = 0) and 0 for modes already at or above rho z(inf).
 
-    **Raises:** `ValueError` for rho outside (0, 1), a <= 0, negative C or z0, non-finite input.
+    **Raises:** `ValueError` for rho outside (0, 1), a <= 0, negative C, z0 or `weight_decay`,
+    non-finite input.
     """
     zeta, C, z0 = np.broadcast_arrays(*(np.asarray(as_array(v, n)) for v, n in ((zeta, "zeta"), (C, "C"), (z0, "z0"))))
     _check_rho(rho)
     if not a > 0:
         raise ValueError(f"`a` must be > 0 (1 for Theorem 6, 2 for Theorem 7); found {a!r}.")
+    gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
+    zeta = zeta - 2.0 * gamma / a  # weight decay: z' = (a zeta - 2 gamma) z - a C z^2
     for v, n, what in ((C, "C", "self-competition"), (z0, "z0", "initial mode strength")):
         if np.any(v < 0):
             raise ValueError(f"`{n}` ({what}) must be >= 0; found minimum {v.min():.3g}.")

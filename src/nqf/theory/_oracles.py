@@ -11,6 +11,14 @@ t = eta * (number of GD steps), the same time as `nqf.solve_flow`.
 - `proposition7`: the off-diagonal slaving of commuting data (Proposition 7, Eq. E12), given any
   trajectory of the mode strengths z.
 
+Weight decay (`weight_decay` = gamma >= 0 in every oracle) follows nqf's convention, the penalty
+gamma/2 |W|^2 of `nqf.solve_flow`: W' = -(H + gamma I) W, M' = ... - 2 gamma M. The paper
+(Sec. 4 and Appendix B.3) writes the decay term as "-gamma M" and the stability threshold of a mode
+as r_k - gamma (Sec. 9); in nqf's convention these read -2 gamma M and r_k - 2 gamma (Theorem 6),
+g_k - gamma (Theorem 7, whose z_k grow at 2 g_k) and g_a - gamma (Theorem 16). The paper's gamma is
+twice nqf's. Every closed form keeps its shape with the shifted rate: a mode whose rate falls
+below the threshold decays (its logistic has a negative rate) and never ignites.
+
 All closed forms are evaluated so that no two large terms cancel (`expm1`, positive sums only), so
 their relative accuracy holds for initial scales z(0) ~ 1e-12 and large growth r t.
 
@@ -42,6 +50,7 @@ from .._core.io import Saveable
 from ..data._isotropic import _check_data, _initial_M, _isotropy, _riccati_isotropic, _times, isotropy, sym_basis
 from ..data._operators import AbstractCommutingData, AbstractData, CommutingData, DiagonalData
 from ..dynamics._glv import _THM6_COND, _logistic_terms, features_cosines
+from ..dynamics._train_args import check_weight_decay
 
 __all__ = [
     "AssumptionError",
@@ -205,7 +214,9 @@ def _rates(data):
     return 8.0 / data.m * data.pullback(data.y), 8.0 / data.m * data.feature_norms()
 
 
-def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) -> OracleSolution:
+def theorem6(
+    data: AbstractData, ts, *, M0=None, W0=None, weight_decay: float = 0.0, tol: float = 1e-10
+) -> OracleSolution:
     """Theorem 6 (Eq. E16): exact flow for commuting data with orthogonal features.
 
     With A_mu = P diag(lambda_mu) P^T and sum_mu lambda_{mu,k} lambda_{mu,j} = 0 for k != j, every
@@ -215,12 +226,19 @@ def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) ->
     W(t) = Q(t) W(0), M(t) = Q(t) M(0) Q(t), Q = P diag(sqrt(z(t)/z(0))) P^T (for any PSD M(0),
     off-diagonals included: Proposition 7). Modes with z_k(0) = 0 stay at 0.
 
+    Weight decay gamma (penalty gamma/2 |W|^2, as in `nqf.solve_flow`) replaces r_k by
+    r_k - 2 gamma everywhere above (z_k' = (r_k - 2 gamma - C_kk z_k) z_k): modes with
+    r_k < 2 gamma decay to 0 and never ignite, modes with r_k > 2 gamma saturate at
+    (r_k - 2 gamma) / C_kk. The paper writes this threshold r_k - gamma (Sec. 9), with the decay
+    term "-gamma M" (Sec. 4, Appendix B.3): its gamma is twice nqf's.
+
     **Arguments:**
 
     - `data`: a `CommutingData`, or any data set whose matrices commute (converted with
       `CommutingData.from_dense`; then `z` is in that conversion's basis, returned as `basis`).
     - `ts`: gradient-flow times t = eta * steps, shape (n,), >= 0.
     - `M0` (p, p) symmetric PSD, or `W0` (p, d) with M0 = W0 W0^T (exactly one).
+    - `weight_decay`: gamma >= 0 (penalty gamma/2 |W|^2, nqf's convention; see above).
     - `tol`: tolerance of the assumption checks (relative residuals).
 
     **Returns:** `OracleSolution` with `z` (n, p), `basis` = P, `M` (n, p, p) and, given `W0`,
@@ -234,9 +252,11 @@ def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) ->
     **Raises:** `AssumptionError` if the data does not commute (residual
     max|[A_mu, A_nu]| / max|A|^2) or the features are not orthogonal (residual: the largest cosine
     |sum_mu lambda_{mu,k} lambda_{mu,j}| / (|lambda_k| |lambda_j|), k != j); `ValueError` for bad
-    shapes, non-finite input, a non-PSD `M0`, negative times.
+    shapes, non-finite input, a non-PSD `M0`, negative times, a negative or non-finite
+    `weight_decay`.
     """
     tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
+    gamma = check_weight_decay(weight_decay)
     theorem = "Theorem 6"
     cdata = _as_commuting(data, theorem, tol, "theorem6")
     if not isinstance(cdata, DiagonalData):  # DiagonalData: one feature per sample, orthogonal
@@ -264,7 +284,7 @@ def theorem6(data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10) ->
     Mb0 = P.T @ M0 @ P
     z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
     r, C = _rates(cdata)
-    ratio = _logistic_ratio(r, C, z0, ts[:, None])  # (n, p): z(t)/z(0), Eq. E16
+    ratio = _logistic_ratio(r - 2.0 * gamma, C, z0, ts[:, None])  # (n, p): z(t)/z(0), Eq. E16
     s = jnp.sqrt(ratio)
     z = z0 * ratio
     Mb = s[:, :, None] * Mb0[None] * s[:, None, :]
@@ -332,7 +352,7 @@ def _riccati_traced(g, c, X, ts):
     return 0.5 * (Mb + jnp.swapaxes(Mb, 1, 2))
 
 
-def theorem7(data: AbstractData, ts, *, M0, tol: float = 1e-10) -> OracleSolution:
+def theorem7(data: AbstractData, ts, *, M0, weight_decay: float = 0.0, tol: float = 1e-10) -> OracleSolution:
     """Theorem 7 (Eq. E17): exact flow for isotropic samples, K(X) = 4 c X.
 
     M(t) = exp(Y t) M0 [I + 8 c Phi(t) M0]^{-1} exp(Y t), Phi(t) = int_0^t exp(2 Y s) ds,
@@ -342,8 +362,13 @@ def theorem7(data: AbstractData, ts, *, M0, tol: float = 1e-10) -> OracleSolutio
     ~1e-15 of the largest are treated as zero), no overflow, and the small modes keep their
     relative accuracy for z(0) down to 1e-12 and large |g| t.
 
+    Weight decay gamma (penalty gamma/2 |W|^2, as in `nqf.solve_flow`) adds -2 gamma M, i.e.
+    Y -> Y - gamma I in E17 (same eigenvectors, eigenvalues g_k - gamma): modes with g_k < gamma
+    never ignite. (The paper's "-gamma M", Sec. 4 / Appendix B.3, is -2 gamma M here: its gamma
+    is twice nqf's.)
+
     **Arguments:** `data` (any representation), `ts` gradient-flow times (n,) >= 0, `M0` (p, p)
-    symmetric PSD, `tol` for the isotropy check.
+    symmetric PSD, `weight_decay` gamma >= 0 (see above), `tol` for the isotropy check.
 
     **Returns:** `OracleSolution` with `basis` = V (eigenvectors of Y, ascending eigenvalues),
     `M_basis` = V^T M(t) V, `z` = its diagonal (n, p) (the z_k of `theorem7_commuting` when M0
@@ -366,10 +391,11 @@ def theorem7(data: AbstractData, ts, *, M0, tol: float = 1e-10) -> OracleSolutio
     derivative).
 
     **Raises:** `AssumptionError` if K is not 4 c I on Sym(p) (which needs m >= p(p+1)/2);
-    `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times;
-    `FloatingPointError` if exp(g t) overflows.
+    `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times, a negative or
+    non-finite `weight_decay`; `FloatingPointError` if exp(g t) overflows.
     """
     tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
+    gamma = check_weight_decay(weight_decay)
     theorem = "Theorem 7"
     _check_data(data)
     p = data.p
@@ -378,6 +404,7 @@ def theorem7(data: AbstractData, ts, *, M0, tol: float = 1e-10) -> OracleSolutio
     M0 = _initial_M(M0, p)
     with jax.ensure_compile_time_eval():  # concrete parts inside someone's jit: evaluated at once
         g, V = jnp.linalg.eigh(data.Y())
+        g = g - gamma  # weight decay: Y -> Y - gamma I (same eigenvectors, same order)
         Mb0 = V.T @ M0 @ V
         Mb0 = 0.5 * (Mb0 + Mb0.T)
     if any_traced(g, c, Mb0, ts):  # one p x p solve per time (differentiable)
@@ -401,22 +428,25 @@ def theorem7(data: AbstractData, ts, *, M0, tol: float = 1e-10) -> OracleSolutio
     return OracleSolution(theorem, _host(ts), _host(z), _host(V), _host(Mb))
 
 
-def theorem7_commuting(g, c, z0, ts) -> np.ndarray:
+def theorem7_commuting(g, c, z0, ts, *, weight_decay: float = 0.0) -> np.ndarray:
     """Theorem 7 when M0 commutes with Y (Eq. E17, eigenvalue form).
 
     z_k(t) = g_k z_k(0) / (4 c z_k(0) + (g_k - 4 c z_k(0)) exp(-2 g_k t)); g_k = 0:
     z_k(0) / (1 + 8 c z_k(0) t). This is the logistic z' = 2 g z - 8 c z^2, evaluated with
-    `logistic` (relative accuracy for any z0 and g t).
+    `logistic` (relative accuracy for any z0 and g t). Weight decay gamma (penalty gamma/2 |W|^2,
+    nqf's convention; the paper's "-gamma M" is -2 gamma M here) replaces g_k by g_k - gamma:
+    z' = 2 (g - gamma) z - 8 c z^2.
 
     **Arguments:** `g` eigenvalues of Y (p,), `c` >= 0 the isotropy constant, `z0` (p,) >= 0 the
-    eigenvalues of M0 in Y's eigenbasis, `ts` gradient-flow times (n,).
+    eigenvalues of M0 in Y's eigenbasis, `ts` gradient-flow times (n,), `weight_decay` gamma >= 0.
 
     **Returns:** z(t), shape (n, p).
 
     Runs under jit / vmap / grad (the sign checks of c, z0 and times at run time for traced input).
 
-    **Raises:** `ValueError` for negative c, z0 or times, or non-finite input.
+    **Raises:** `ValueError` for negative c, z0, times or `weight_decay`, or non-finite input.
     """
+    gamma = check_weight_decay(weight_decay)
     g = as_array(g, "g", ndim=1, host=True)
     z0 = as_array(z0, "z0", host=True)
     c = as_array(c, "c", ndim=0, host=True)
@@ -424,7 +454,7 @@ def theorem7_commuting(g, c, z0, ts) -> np.ndarray:
         bad = (c < 0) | jnp.any(z0 < 0)
     z0 = check(z0, bad, lambda: ValueError("`c` and `z0` must be >= 0."), "`c` and `z0` must be >= 0")
     ts = _times(ts)
-    return logistic(2.0 * g, 8.0 * c, jnp.broadcast_to(z0, g.shape), ts)
+    return logistic(2.0 * (g - gamma), 8.0 * c, jnp.broadcast_to(z0, g.shape), ts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -435,7 +465,9 @@ def _spec(X):
     return jnp.abs(jnp.linalg.eigvalsh(0.5 * (X + jnp.swapaxes(X, -1, -2)))).max(axis=-1, initial=0.0)
 
 
-def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> OracleSolution:
+def theorem16(
+    data: AbstractData, projectors, ts, *, M0, weight_decay: float = 0.0, tol: float = 1e-10
+) -> OracleSolution:
     """Theorem 16 (Eq. E18): exact flow in the span of invariant orthogonal projectors.
 
     Assumptions (each measured as a relative residual and checked against `tol`):
@@ -452,8 +484,13 @@ def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> 
     z_a(t) = g_a z_a(0) / (k_a z_a(0) + (g_a - k_a z_a(0)) exp(-2 g_a t));
     g_a = 0: z_a(0) / (1 + 2 k_a z_a(0) t).
 
+    Weight decay gamma (penalty gamma/2 |W|^2, as in `nqf.solve_flow`) adds -2 gamma M, which
+    stays in the span of the projectors: g_a -> g_a - gamma in the logistic above (projectors
+    with g_a < gamma decay and never ignite). The paper's "-gamma M" (Sec. 4, Appendix B.3) is
+    -2 gamma M here: its gamma is twice nqf's.
+
     **Arguments:** `data` (any representation), `projectors` (n_a, p, p), `ts` gradient-flow times
-    (n,) >= 0, `M0` (p, p) symmetric PSD, `tol`.
+    (n,) >= 0, `M0` (p, p) symmetric PSD, `weight_decay` gamma >= 0 (see above), `tol`.
 
     **Returns:** `OracleSolution` with `z` (n, n_a), `M` (n, p, p) (standard basis).
 
@@ -464,9 +501,11 @@ def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> 
     projectors, M0 finite, symmetric and PSD, t >= 0); shapes always at trace time.
 
     **Raises:** `AssumptionError` naming the first violated condition above (and (a, b));
-    `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, a zero projector, negative times.
+    `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, a zero projector, negative times,
+    a negative or non-finite `weight_decay`.
     """
     tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
+    gamma = check_weight_decay(weight_decay)
     theorem = "Theorem 16"
     _check_data(data)
     p = data.p
@@ -483,7 +522,7 @@ def theorem16(data: AbstractData, projectors, ts, *, M0, tol: float = 1e-10) -> 
     g = jnp.einsum("ij,aji->a", Y, Pi) / tr
     k = jnp.einsum("aij,aji->a", KP, Pi) / tr
     z0 = jnp.maximum(jnp.einsum("ij,aji->a", M0, Pi) / tr, 0.0)
-    z = z0 * _logistic_ratio(2.0 * g, 2.0 * k, z0, ts[:, None])  # (n, n_a), Eq. E18
+    z = z0 * _logistic_ratio(2.0 * (g - gamma), 2.0 * k, z0, ts[:, None])  # (n, n_a), Eq. E18
     M = jnp.einsum("na,aij->nij", z, Pi)
     return OracleSolution(theorem, _host(ts), _host(z), None, _host(M))
 
@@ -544,6 +583,10 @@ def proposition7(data: CommutingData, M0, z, *, tol: float = 1e-10) -> np.ndarra
     In the shared eigenbasis P, M~ = P^T M P obeys M~_ij(t) = M~_ij(0) sqrt(z_i z_j / (z_i0 z_j0))
     for any trajectory z(t) of the mode strengths z_k = M~_kk (from a GLV solve, `theorem6`, ...),
     with z_0 = diag(P^T M0 P); the diagonal is z itself. Rows with z_i0 = 0 are zero (M0 PSD).
+    The relation holds unchanged with weight decay gamma (penalty gamma/2 |W|^2, the paper's
+    "-gamma M" being -2 gamma M in this convention): the decay multiplies M~_ij by e^{-2 gamma t}
+    and z_i, z_j each by the same factor, so it cancels; pass the z of a flow with weight decay
+    (e.g. `theorem6(..., weight_decay=gamma).z`).
 
     **Arguments:** `data` a `CommutingData` (z is indexed in its basis P), `M0` (p, p) symmetric
     PSD, `z` (n, p) >= 0, `tol` for the commutativity check of non-`CommutingData` input.

@@ -9,7 +9,7 @@ Predictions:
 - `featurewise_exponent` (E21, Theorem 9): zeta_k ~ k^-a2, V_k ~ k^-a1 give (a1 - 1)/a2.
 - `finite_eps_exponent` (E22): the local exponent at mode k for finite eps,
   (a1 - 1) / (a2 - (a1 - a2)/ln(zeta_k/(C_k eps))); it tends to E21 as eps -> 0.
-- `samplewise_exponent` (E23, Theorem 10): zeta_mu ~ mu^-g2, y_mu ~ mu^-g1 give (2 g1 - 1)/g2.
+- `samplewise_exponent` (E23, Theorem 11): zeta_mu ~ mu^-g2, y_mu ~ mu^-g1 give (2 g1 - 1)/g2.
   (Its finite-eps form is E22 with a1 = 2 g1, a2 = g2 and the log of the sample's ignition,
   ln(rho y_mu / ((1 - rho) lambda*_mu c_mu eps)); see `nqf.samplewise`.)
 - `featurewise_limit` / `nqf.samplewise.staircase_limit`: the eps -> 0 staircases whose tails are
@@ -88,14 +88,14 @@ def finite_eps_exponent(a1: float, a2: float, log_ratio: Float[ArrayLike, "*shap
 
 
 def samplewise_exponent(g1: float, g2: float) -> float:
-    """Theorem 10 (Eq. E23): L(tau) = Theta(tau^-(2 g1 - 1)/g2) for zeta_mu ~ mu^-g2,
+    """Theorem 11 (Eq. E23): L(tau) = Theta(tau^-(2 g1 - 1)/g2) for zeta_mu ~ mu^-g2,
     y_mu ~ mu^-g1 (g1 > 1/2, g2 > 0). Returns (2 g1 - 1)/g2.
 
     **Raises:** `ValueError` unless g1 > 1/2 and g2 > 0.
     """
     g1, g2 = float(g1), float(g2)
     if not (g1 > 0.5 and g2 > 0):
-        raise ValueError(f"Theorem 10 needs g1 > 1/2 and g2 > 0; found g1={g1}, g2={g2}.")
+        raise ValueError(f"Theorem 11 needs g1 > 1/2 and g2 > 0; found g1={g1}, g2={g2}.")
     return (2.0 * g1 - 1.0) / g2
 
 

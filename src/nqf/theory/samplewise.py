@@ -14,6 +14,12 @@ comparison with `nqf.solve_flow` is a comparison of two independent computations
 Each first measures its assumption on the data as a relative residual and refuses with an
 `nqf.AssumptionError` if the residual exceeds `tol`.
 
+Weight decay (`weight_decay` = gamma >= 0, nqf's convention: penalty gamma/2 |W|^2 as in
+`nqf.solve_flow`, W' = -(H + gamma I) W, M' = ... - 2 gamma M; the paper's "-gamma M" of Sec. 4 /
+Appendix B.3 is -2 gamma M here, its gamma twice nqf's) multiplies W(t) by e^{-gamma t}, so every
+z_k(t) gets the factor e^{-2 gamma t} and the scalar ODEs become non-autonomous:
+xi' = sum_j a_j exp(-b_j xi - 2 gamma t) - c.
+
 Sample-wise sudden learning (Theorem 10): with zeta_mu = (8/m) lambda*_mu y_mu, where lambda*_mu is
 the eigenvalue of A_mu that maximizes lambda y_mu (the largest for y_mu > 0), sample mu is learned
 at t*_mu ~ ln(1/eps) / zeta_mu, and as eps -> 0 the loss at rescaled time tau = t / ln(1/eps)
@@ -54,6 +60,7 @@ from ..data._operators import (
     DiagonalData,
     LowRankData,
 )
+from ..dynamics._train_args import check_weight_decay
 from ._ignition import _check_rho, _first_crossings
 from ._oracles import AssumptionError, OracleSolution, _as_commuting, _check_data, _host, _initial_M, _times
 
@@ -131,15 +138,17 @@ def _exp_sum(a, b, xi):
     return np.sum(a * e, axis=1), np.sum(np.abs(a) * e, axis=1)
 
 
-def _solve_scalar_odes(a, b, c, ts, rtol: float) -> np.ndarray:
-    """Integrate n_c independent ODEs xi_i' = sum_j a_ij exp(-b_ij xi_i) - c_i, xi_i(0) = 0, with
-    scipy DOP853 and return xi at the times `ts` (any order, >= 0), shape (len(ts), n_c).
+def _solve_scalar_odes(a, b, c, ts, rtol: float, gamma: float = 0.0) -> np.ndarray:
+    """Integrate n_c independent ODEs xi_i' = sum_j a_ij exp(-b_ij xi_i - 2 gamma t) - c_i,
+    xi_i(0) = 0 (gamma: weight decay, 0 by default), with scipy DOP853 and return xi at the times
+    `ts` (any order, >= 0), shape (len(ts), n_c).
 
     The time axis is cut into segments of doubling length (the first one 1/rate_max, the fastest
     rate in the problem); after each segment, components whose derivative has fallen to rounding
     level (|xi'| <= 16 ulp of the terms it is made of: a converged, stable fixed point of a scalar
     autonomous ODE) are frozen, so that fast components do not force tiny steps on the slow ones
-    for the rest of the run. Their further motion is O(16 ulp) relative.
+    for the rest of the run. Their further motion is O(16 ulp) relative. With gamma > 0 the ODEs
+    are non-autonomous (no fixed point to freeze at): nothing is frozen.
 
     Absolute tolerance: rtol * 0.1 / max_j |b_ij| per component, so that the exponents b xi, and
     thus z = z0 exp(-b xi), carry relative errors of order rtol.
@@ -183,7 +192,7 @@ def _solve_scalar_odes(a, b, c, ts, rtol: float) -> np.ndarray:
             ai, bi, ci = a[idx], b[idx], c[idx]
 
             def rhs(t, x, ai=ai, bi=bi, ci=ci):
-                return np.sum(ai * np.exp(-bi * x[:, None]), axis=1) - ci
+                return np.sum(ai * np.exp(-bi * x[:, None] - 2.0 * gamma * t), axis=1) - ci
 
             t_req = np.unique(np.concatenate([t_eval, [t_b]]))
             sol = scipy.integrate.solve_ivp(
@@ -203,9 +212,10 @@ def _solve_scalar_odes(a, b, c, ts, rtol: float) -> np.ndarray:
             block[:, idx] = vals[where]
             out[order[pos:stop]] = block
             xi[idx] = vals[-1]
-            f, s = _exp_sum(ai, bi, xi[idx])
-            done = np.abs(f - ci) <= _FREEZE * (s + np.abs(ci))
-            active[idx[done]] = False
+            if gamma == 0.0:
+                f, s = _exp_sum(ai, bi, xi[idx])
+                done = np.abs(f - ci) <= _FREEZE * (s + np.abs(ci))
+                active[idx[done]] = False
         else:
             out[order[pos:stop]] = xi
         pos = stop
@@ -214,9 +224,9 @@ def _solve_scalar_odes(a, b, c, ts, rtol: float) -> np.ndarray:
     return out
 
 
-def _solve_scalar_odes_traced(a, b, c, ts, rtol: float, max_steps: int = 100_000):
+def _solve_scalar_odes_traced(a, b, c, ts, rtol: float, gamma=0.0, max_steps: int = 100_000):
     """`_solve_scalar_odes` for traced input (inside jit / vmap / grad): the same ODEs
-    xi_i' = sum_j a_ij exp(-b_ij xi_i) - c_i, xi_i(0) = 0, and tolerances (`rtol`, atol =
+    xi_i' = sum_j a_ij exp(-b_ij xi_i - 2 gamma t) - c_i, xi_i(0) = 0, and tolerances (`rtol`, atol =
     rtol * 0.1 / max_j |b_ij| per component), integrated together by diffrax's Kvaerno5 at a
     tenth of those tolerances (to match the concrete path to ~1e-12) with a max-norm error
     control, stepping onto the sorted saved times; differentiable (diffrax's default
@@ -239,8 +249,8 @@ def _solve_scalar_odes_traced(a, b, c, ts, rtol: float, max_steps: int = 100_000
     t_sorted = ts[order]
 
     def rhs(t, x, args):
-        a, b, c = args
-        return jnp.sum(a * jnp.exp(-b * x[:, None]), axis=1) - c
+        a, b, c, gamma = args
+        return jnp.sum(a * jnp.exp(-b * x[:, None] - 2.0 * gamma * t), axis=1) - c
 
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(rhs),
@@ -249,7 +259,7 @@ def _solve_scalar_odes_traced(a, b, c, ts, rtol: float, max_steps: int = 100_000
         t_sorted[-1],
         None,
         jnp.zeros(n_c),
-        args=(a, b, c),
+        args=(a, b, c, jnp.asarray(gamma, dtype=jnp.float64)),
         saveat=diffrax.SaveAt(ts=t_sorted),
         # steps land on the saved times (no interpolation error: 2e-12 -> 4e-15 against scipy)
         stepsize_controller=diffrax.PIDController(
@@ -274,16 +284,16 @@ def _assemble(P, Mb0, expo, W0, matrices: bool = True):
     return z, Mb, W
 
 
-def _xi(a, b, c, ts, rtol: float):
-    """xi of the scalar ODEs xi_i' = sum_j a_ij exp(-b_ij xi_i) - c_i, xi_i(0) = 0, at `ts`,
+def _xi(a, b, c, ts, rtol: float, gamma=0.0):
+    """xi of the scalar ODEs xi_i' = sum_j a_ij exp(-b_ij xi_i - 2 gamma t) - c_i, xi_i(0) = 0, at `ts`,
     shape (n, n_c): by scipy DOP853 for concrete input (`_solve_scalar_odes`, independent of
     diffrax and of the package's flow), by diffrax's Kvaerno5 for traced input
     (`_solve_scalar_odes_traced`, differentiable). The only part of Theorems 4 and 5 that is not
     one JAX code: a numerical integration has to run somewhere."""
-    if any_traced(a, b, c, ts):
+    if any_traced(a, b, c, ts, gamma):
         a, b, c, ts = (jnp.asarray(v, dtype=jnp.float64) for v in (a, b, c, ts))
-        return _solve_scalar_odes_traced(a, b, c, ts, rtol)
-    return _solve_scalar_odes(*(np.asarray(v) for v in (a, b, c, ts)), rtol)
+        return _solve_scalar_odes_traced(a, b, c, ts, rtol, gamma)
+    return _solve_scalar_odes(np.asarray(a), np.asarray(b), np.asarray(c), np.asarray(ts), rtol, float(gamma))
 
 
 # --------------------------------------------------------------------------------------------
@@ -383,7 +393,14 @@ def _proportional(data: AbstractData):
 
 
 def theorem4(
-    data: AbstractData, ts, *, M0=None, W0=None, tol: float = 1e-10, rtol: float = 1e-13
+    data: AbstractData,
+    ts,
+    *,
+    M0=None,
+    W0=None,
+    weight_decay: float = 0.0,
+    tol: float = 1e-10,
+    rtol: float = 1e-13,
 ) -> SampleOracleSolution:
     """Theorem 4 (Eq. E14): exact MSE gradient flow for proportional samples A_mu = c_mu A.
 
@@ -398,9 +415,14 @@ def theorem4(
     of the p x p flow. The split A_mu = c_mu A is fixed by |A|_F = 1 (`proportional_decomposition`);
     xi Lambda does not depend on it.
 
+    Weight decay gamma (penalty gamma/2 |W|^2, as in `nqf.solve_flow`; the paper's "-gamma M" of
+    Sec. 4 / Appendix B.3 is -2 gamma M here): W' = -(h(t) A + gamma I) W gives
+    W(t) = e^{-gamma t} P exp(-xi(t) Lambda) P^T W(0) with
+    xi' = alpha sum_j lambda_j z_j(0) exp(-2 lambda_j xi - 2 gamma t) - beta (non-autonomous).
+
     **Arguments:** `data` (any representation); `ts` gradient-flow times t = eta * steps, shape
-    (n,), >= 0; `M0` (p, p) symmetric PSD or `W0` (p, d) (exactly one); `tol` for the assumption
-    check; `rtol` of the xi integration (>= 100 ulp).
+    (n,), >= 0; `M0` (p, p) symmetric PSD or `W0` (p, d) (exactly one); `weight_decay` gamma >= 0
+    (see above); `tol` for the assumption check; `rtol` of the xi integration (>= 100 ulp).
 
     **Returns:** `SampleOracleSolution` with `xi` (n,), `z` (n, p) in the eigenbasis `basis` = P of
     A, `M` (n, p, p), `outputs` f_mu = c_mu Tr[M A] (n, m), `loss`, and `W` (n, p, d) given `W0`.
@@ -415,9 +437,11 @@ def theorem4(
     eigenvalues of A (eigh's derivative).
 
     **Raises:** `AssumptionError` if max_mu |A_mu - c_mu A|_F / max_mu |A_mu|_F > tol;
-    `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times, bad `rtol`.
+    `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times, bad `rtol`,
+    a negative or non-finite `weight_decay`.
     """
     tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
+    gamma = check_weight_decay(weight_decay)
     theorem = "Theorem 4"
     _check_data(data)
     rtol = _check_rtol(rtol)
@@ -443,8 +467,8 @@ def theorem4(
         alpha = 4.0 / m * (c @ c)
         beta = 4.0 / m * (c @ y)
         a, b, rhs_c = (alpha * lam * z0)[None], (2.0 * lam)[None], beta[None]
-    xi = _xi(a, b, rhs_c, ts, rtol)[:, 0]  # (n,), Eq. E14
-    z, Mb, W = _assemble(P, Mb0, xi[:, None] * lam[None, :], W0)
+    xi = _xi(a, b, rhs_c, ts, rtol, gamma)[:, 0]  # (n,), Eq. E14
+    z, Mb, W = _assemble(P, Mb0, xi[:, None] * lam[None, :] + gamma * ts[:, None], W0)
     outputs = jnp.outer(z @ lam, c)
     return SampleOracleSolution(
         theorem, _host(ts), _host(z), _host(P), _host(Mb), _host(W), xi=_host(xi), outputs=_host(outputs), y=_host(y)
@@ -667,7 +691,16 @@ def _blocks(Lam: np.ndarray):
 
 
 def theorem5(
-    data: AbstractData, ts, *, M0=None, W0=None, z0=None, matrices: bool = True, tol: float = 1e-10, rtol: float = 1e-13
+    data: AbstractData,
+    ts,
+    *,
+    M0=None,
+    W0=None,
+    z0=None,
+    matrices: bool = True,
+    weight_decay: float = 0.0,
+    tol: float = 1e-10,
+    rtol: float = 1e-13,
 ) -> SampleOracleSolution:
     """Theorem 5 (Eq. E15): exact MSE gradient flow for orthogonal samples A_mu A_nu = 0 (mu != nu).
 
@@ -680,12 +713,16 @@ def theorem5(
     W(t) = P exp(-Sigma(t)) P^T W(0), Sigma = (4/m) sum_mu xi_mu Lambda_mu;
     M~(t) = exp(-Sigma) M~(0) exp(-Sigma) (off-diagonals included), f_mu = sum_k lambda_{mu,k} z_k.
 
+    Weight decay gamma (penalty gamma/2 |W|^2, as in `nqf.solve_flow`; the paper's "-gamma M" of
+    Sec. 4 / Appendix B.3 is -2 gamma M here): Sigma -> Sigma + gamma t I and
+    xi_mu' = sum_k lambda_{mu,k} z_k(0) exp(-(8/m) lambda_{mu,k} xi_mu - 2 gamma t) - y_mu.
+
     **Arguments:** `data` (any representation: dense data is jointly diagonalized, then `z` is in
     that basis, returned as `basis`); `ts` gradient-flow times (n,) >= 0; `M0` (p, p) symmetric PSD
     or `W0` (p, d) or `z0` (p,) (mode strengths in the basis of the data; M0 = P diag(z0) P^T),
     exactly one; `matrices`: also form M~(t) (n, p, p) and W(t) (False for large p: then only
-    `xi`, `z`, `outputs` and the losses); `tol` for the assumption check; `rtol` of the xi
-    integration.
+    `xi`, `z`, `outputs` and the losses); `weight_decay` gamma >= 0 (see above); `tol` for the
+    assumption check; `rtol` of the xi integration.
 
     With ``matrices=False`` the samples are read in block form (each sample's own modes and
     eigenvalues, O(m K) plus the basis): `DiagonalData` (K = 1) and `BlockData` never form an
@@ -708,14 +745,16 @@ def theorem5(
     on the host). ``matrices=False`` on concrete input uses the block form above.
 
     **Raises:** `AssumptionError` if max_{mu != nu} |A_mu A_nu|_F / (|A_mu|_F |A_nu|_F) > tol;
-    `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times, bad `rtol`.
+    `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times, bad `rtol`,
+    a negative or non-finite `weight_decay`.
     """
     tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
+    gamma = check_weight_decay(weight_decay)
     theorem = "Theorem 5"
     _check_data(data)
     rtol = _check_rtol(rtol)
-    if not (matrices or any_traced(data, ts, M0, W0, z0)):  # block form on the host (see above)
-        return _theorem5_blocks(data, ts, M0, W0, z0, tol, rtol)
+    if not (matrices or any_traced(data, ts, M0, W0, z0, gamma)):  # block form on the host (see above)
+        return _theorem5_blocks(data, ts, M0, W0, z0, tol, rtol, gamma)
     cdata = _orthogonal_commuting(data, theorem, tol)
     with jax.ensure_compile_time_eval():  # concrete input inside someone's jit: xi by scipy, as outside
         Lam = jnp.asarray(cdata.Lambda)
@@ -742,8 +781,8 @@ def theorem5(
         own = jnp.arange(m)[:, None] == jnp.argmax(jnp.abs(jax.lax.stop_gradient(Lam)), axis=0)[None, :]
         Lown = jnp.where(own, Lam, 0.0)
         a, b = Lown * z0[None, :], 8.0 / m * Lown
-    xi = _xi(a, b, y, ts, rtol)  # (n, m), Eq. E15
-    expo = 4.0 / m * xi @ Lam  # Sigma_kk, (n, p)
+    xi = _xi(a, b, y, ts, rtol, gamma)  # (n, m), Eq. E15
+    expo = 4.0 / m * xi @ Lam + gamma * ts[:, None]  # Sigma_kk + gamma t, (n, p)
     if Mb0 is None:
         z, Mb, W = z0[None, :] * jnp.exp(-2.0 * expo), None, None
     else:
@@ -753,14 +792,14 @@ def theorem5(
     )
 
 
-def _theorem5_blocks(data, ts, M0, W0, z0, tol, rtol) -> SampleOracleSolution:
+def _theorem5_blocks(data, ts, M0, W0, z0, tol, rtol, gamma=0.0) -> SampleOracleSolution:
     """`theorem5` with ``matrices=False`` on concrete input: the block form (O(m K) plus the
     basis, structural for every data class; a layout of the same E15, on the host)."""
     ts = _times(ts)
     sm = _sample_modes(data, "Theorem 5", tol)
     z0 = sm.z_initial(M0, W0, z0)
-    xi = _solve_scalar_odes(sm.lam * sm.blockwise(z0), 8.0 / sm.m * sm.lam, sm.y, ts, rtol)  # (n, m)
-    expo = sm.scatter(4.0 / sm.m * xi[:, :, None] * sm.lam[None])  # Sigma_kk, (n, n_modes)
+    xi = _solve_scalar_odes(sm.lam * sm.blockwise(z0), 8.0 / sm.m * sm.lam, sm.y, ts, rtol, gamma)  # (n, m)
+    expo = sm.scatter(4.0 / sm.m * xi[:, :, None] * sm.lam[None]) + gamma * np.asarray(ts)[:, None]  # + gamma t
     z = z0[None, :] * np.exp(-2.0 * expo)
     outputs = np.sum(sm.lam * sm.blockwise(z), axis=-1)  # f_mu = sum_k lambda_{mu,k} z_k
     return SampleOracleSolution("Theorem 5", ts, z, sm.basis, None, None, xi=xi, outputs=outputs, y=sm.y)

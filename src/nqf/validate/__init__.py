@@ -3,7 +3,8 @@
 May import every lower layer (`nqf.data`, `nqf.dynamics`, `nqf.solvers`, `nqf.theory`); imported
 by `nqf.experiments` and the CLI. One private module per family of checks: `_flow` (flow vs the
 exact solutions, refusals, NTK, general model, dictionary), `_theorem2` (closed maps vs weight
-space), `_samplewise` (Theorems 4, 5, 10), `_compress` (Theorems 3, 14, 15, Corollary 3); the
+space), `_samplewise` (Theorems 4, 5, 10, 11), `_gaps` (Eq. 40),
+`_weight_decay` (the weight-decay threshold), `_compress` (Theorems 3, 14, 15, Corollary 3); the
 registry, records, error measures and the runner live in `_common`. Importing this package
 registers the built-in checks in that order.
 
@@ -26,8 +27,14 @@ registers the built-in checks in that order.
   against `nqf.closed_sgd` step by step and at a Stop event, the orders in eta (1 and 2) of the
   flow and of the finite-lr modified flow against GD, and the SGD SDE's one-step moments against
   the enumerated minibatch map (`nqf.validate._discrete`);
-- check Theorems 4 and 5 (sample-wise oracles against the flow, and their refusals) and Theorem
-  10's staircase limit (`nqf.validate._samplewise`);
+- check Theorems 4 and 5 (sample-wise oracles against the flow, and their refusals), Theorem
+  10's staircase limit at eps = 1e-3..1e-12 with a flow (distance within 2x its leading order)
+  and Theorem 11's sample-wise power law with a flow (m = 200; `nqf.validate._samplewise`);
+- check Eq. 40, the diverging gaps between ignition times, on flows at eps = 1e-3..1e-12
+  (`nqf.validate._gaps`);
+- check weight decay's stability threshold (nqf's penalty gamma/2 |W|^2: modes with
+  r_k < 2 gamma never ignite, those above do; GD and the flow against Theorem 6 and E19 with
+  weight decay; `nqf.validate._weight_decay`);
 - check compression and multi-layer NQFs: Theorem 3 and Corollary 3 (compressed vs original
   training), Theorems 14 and 15 (closed deep maps vs weight space, per-layer compression;
   `nqf.validate._compress`);
@@ -67,7 +74,7 @@ from ._common import (
     relative_error,
     validate,
 )
-from . import _flow, _theorem2, _discrete, _samplewise, _compress  # register, in this order
+from . import _flow, _theorem2, _discrete, _samplewise, _gaps, _weight_decay, _compress  # register, in this order
 from . import _deeplinear, _moe  # register after the built-in checks above
 from ._compress import check_corollary3, check_theorem3, check_theorem14, check_theorem15
 from ._flow import (
@@ -81,8 +88,10 @@ from ._flow import (
     check_theorem7,
     check_theorem16,
 )
-from ._samplewise import check_samplewise_staircase, check_theorem4, check_theorem5
+from ._samplewise import check_samplewise_powerlaw_flow, check_samplewise_staircase, check_theorem4, check_theorem5
+from ._gaps import check_diverging_gaps
 from ._theorem2 import check_theorem2
+from ._weight_decay import check_weight_decay_threshold
 from ._discrete import check_exact_map_solver, check_modified_flow, check_sgd_sde_moments
 from ._deeplinear import check_deep_linear
 from ._moe import check_moe
