@@ -4,7 +4,8 @@ May import every lower layer (`nqf.data`, `nqf.dynamics`, `nqf.solvers`, `nqf.th
 by `nqf.experiments` and the CLI. One private module per family of checks: `_flow` (flow vs the
 exact solutions, refusals, NTK, general model, dictionary), `_theorem2` (closed maps vs weight
 space), `_samplewise` (Theorems 4, 5, 10), `_compress` (Theorems 3, 14, 15, Corollary 3),
-`_regime` (Proposition 9); the registry, records, error measures and the runner live in
+`_regime` (Proposition 9), `_isotropic` (Theorem 7's ignition and power law, approximately
+isotropic data); the registry, records, error measures and the runner live in
 `_common`. Importing this package registers the built-in checks in that order.
 
 `validate` runs every check in the registry `CHECKS` and returns one record per measurement:
@@ -32,7 +33,11 @@ space), `_samplewise` (Theorems 4, 5, 10), `_compress` (Theorems 3, 14, 15, Coro
   training), Theorems 14 and 15 (closed deep maps vs weight space, per-layer compression;
   `nqf.validate._compress`);
 - check Proposition 9: the NTK drift of the (M, mu) flow over widths d = 10..10^4 against the
-  exponent of the width scaling (`nqf.validate._regime`).
+  exponent of the width scaling (`nqf.validate._regime`);
+- check Theorem 7's sudden-learning branch (a = 2, C_k = 4 c, V_k = g_k^2 / (16 c)) on isotropic
+  data: ignition times vs E19 (0.1 %), the excess-loss formula, the power-law exponent vs E22,
+  and the oracle's error on approximately isotropic data against the isotropy residual
+  (`nqf.validate._isotropic`).
 
 Extending: append a function ``check(eps_values: tuple[float, ...]) -> list[dict]`` to `CHECKS`
 (or decorate it with `register`); build records with `record`. A check that raises is reported as
@@ -63,7 +68,7 @@ from ._common import (
     relative_error,
     validate,
 )
-from . import _flow, _theorem2, _discrete, _samplewise, _compress, _regime  # register, in this order
+from . import _flow, _theorem2, _discrete, _samplewise, _compress, _regime, _isotropic  # register, in this order
 from ._compress import check_corollary3, check_theorem3, check_theorem14, check_theorem15
 from ._flow import (
     DICTIONARY_BOUND,
@@ -79,6 +84,7 @@ from ._flow import (
 from ._samplewise import check_samplewise_staircase, check_theorem4, check_theorem5
 from ._theorem2 import check_theorem2
 from ._regime import check_proposition9
+from ._isotropic import check_isotropic_approximate, check_isotropic_ignition, check_isotropic_powerlaw
 from ._discrete import check_exact_map_solver, check_modified_flow, check_sgd_sde_moments
 
 __all__ = [*_common.__all__, "DICTIONARY_BOUND"]
