@@ -36,6 +36,9 @@ reduces the work (coarser grids, smaller problems) but still runs every check.
 - ``sgd-noise``: finite learning rates and minibatch noise (issue 24): the exact GD map (`nqf.ExactMap`) vs
   the flow vs the modified flow (orders in eta), the SGD SDE vs minibatch maps (weak error, ignition-time
   spread), on Fig. 3 data and an MLP's NQF (`nqf.experiments.sgd_noise`).
+- ``isotropic``: Theorem 7's sudden-learning branch (a = 2, C_k = 4c, V_k = g_k^2/(16c)) on isotropic
+  data: ignition times vs E19, the power law, approximately isotropic data (issue 27;
+  `nqf.experiments.isotropic`).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ _MODULES = {
     "sample-scaling": "sample_scaling",
     "predict": "predict",
     "sgd-noise": "sgd_noise",
+    "isotropic": "isotropic",
 }
 
 
