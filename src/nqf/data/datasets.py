@@ -21,6 +21,7 @@ __all__ = [
     "fig3_data",
     "powerlaw_data",
     "isotropic_data",
+    "sampled_isotropic_data",
     "projector_data",
 ]
 
@@ -180,6 +181,61 @@ def isotropic_data(
     if res > 1e-12:
         raise RuntimeError(f"isotropic_data: construction not isotropic (residual {res:.3g}).")
     return data
+
+
+@_on_host
+def sampled_isotropic_data(
+    p: int,
+    m: int,
+    c: float = 0.25,
+    *,
+    M_star: Float[ArrayLike, "p p"] | None = None,
+    repeat: int = 1,
+    seed: int = 0,
+) -> DenseData:
+    """Approximately isotropic data: m samples of an isotropic distribution (Theorem 7 holds for
+    the population, only approximately for the sample).
+
+    A_mu = (G_mu + G_mu^T) / sqrt 2 with G_mu (p, p) i.i.d. N(0, c / 2), so that
+    E[A_ij A_kl] = (c / 2)(d_ik d_jl + d_il d_jk), Theorem 7's condition in expectation
+    (K(X) = 4 c X for the population); the sample's K deviates from 4 c I on Sym(p) by a relative
+    residual of order sqrt(p^2 / m) (measure it with `nqf.theory.isotropy`; isotropy needs
+    m >= p (p + 1) / 2 even then). Labels from a teacher: y_mu = Tr[A_mu M*], so
+    Y = K(M*) ~ 4 c M*.
+
+    **Arguments:**
+
+    - `p`: neuron dimension (>= 1); `m`: number of distinct samples (>= 1); `c` > 0 the population
+      isotropy constant.
+    - `M_star` (p, p) symmetric: the teacher; default R diag(1, 1/2, ..., 2^-(p-1)) R^T with R a
+      random orthogonal matrix (drawn from `seed` after the samples).
+    - `repeat`: every sample is repeated this many times (m * repeat matrices in all): K, Y and
+      the flow are those of the m distinct samples, so data sets of different m but equal
+      m * repeat share their shapes (one compiled flow).
+    - `seed`: seed of every random choice.
+
+    **Returns:** a `DenseData` with A of shape (m * repeat, p, p).
+
+    **Raises:** `ValueError` for p, m or repeat < 1, c <= 0, or an `M_star` of the wrong shape
+    or not symmetric.
+    """
+    p, m, repeat = int(p), int(m), int(repeat)
+    if p < 1 or m < 1 or repeat < 1:
+        raise ValueError(f"`p`, `m` and `repeat` must be >= 1; found p={p}, m={m}, repeat={repeat}.")
+    c = float(as_array(c, "c", ndim=0))
+    if not c > 0:
+        raise ValueError(f"`c` must be > 0; found {c}.")
+    rng = np.random.default_rng(seed)
+    G = rng.standard_normal((m, p, p)) * np.sqrt(c / 2.0)
+    A = (G + np.swapaxes(G, 1, 2)) / np.sqrt(2.0)
+    if M_star is None:
+        R = _random_orthogonal(p, rng)
+        M_star = (R * 2.0 ** -np.arange(p)) @ R.T
+    Ms = np.asarray(as_array(M_star, "M_star", shape=(p, p)))
+    if not np.allclose(Ms, Ms.T, rtol=1e-12, atol=1e-14 * max(np.abs(Ms).max(), 1e-300)):
+        raise ValueError("`M_star` must be symmetric.")
+    A = np.tile(A, (repeat, 1, 1))
+    return DenseData(A, np.einsum("mij,ij->m", A, 0.5 * (Ms + Ms.T)))
 
 
 @_on_host

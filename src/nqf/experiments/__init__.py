@@ -39,6 +39,9 @@ reduces the work (coarser grids, smaller problems) but still runs every check.
 - ``moe``: the mixture of experts (Proposition 5) in the style of Fig. 2: the NQF's flow prediction vs
   the module trained by GD (loss over time, recovered singular values) at sigma = 0.01 / 0.2
   (`nqf.experiments.moe`).
+- ``isotropic``: Theorem 7's sudden-learning branch (a = 2, C_k = 4c, V_k = g_k^2/(16c)) on isotropic
+  data: ignition times vs E19, the power law, approximately isotropic data (issue 27;
+  `nqf.experiments.isotropic`).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ _MODULES = {
     "predict": "predict",
     "sgd-noise": "sgd_noise",
     "moe": "moe",
+    "isotropic": "isotropic",
 }
 
 

@@ -4,7 +4,9 @@ May import every lower layer (`nqf.data`, `nqf.dynamics`, `nqf.solvers`, `nqf.th
 by `nqf.experiments` and the CLI. One private module per family of checks: `_flow` (flow vs the
 exact solutions, refusals, NTK, general model, dictionary), `_theorem2` (closed maps vs weight
 space), `_samplewise` (Theorems 4, 5, 10, 11), `_gaps` (Eq. 40),
-`_weight_decay` (the weight-decay threshold), `_compress` (Theorems 3, 14, 15, Corollary 3); the
+`_weight_decay` (the weight-decay threshold), `_compress` (Theorems 3, 14, 15, Corollary 3),
+`_regime` (Proposition 9), `_isotropic` (Theorem 7's ignition and power law, approximately
+isotropic data), `_deeplinear` (Theorem 16, App. B.7), `_moe` (Proposition 5); the
 registry, records, error measures and the runner live in `_common`. Importing this package
 registers the built-in checks in that order.
 
@@ -43,7 +45,13 @@ registers the built-in checks in that order.
   (gradient flow and GD) (`nqf.validate._deeplinear`);
 - check the mixture of experts (Proposition 5): closed-form A vs autodiff, the module vs its NQF
   near small initialization, the module's GD vs the NQF's closed map and closed flow
-  (`nqf.validate._moe`).
+  (`nqf.validate._moe`);
+- check Proposition 9: the NTK drift of the (M, mu) flow over widths d = 10..10^4 against the
+  exponent of the width scaling (`nqf.validate._regime`);
+- check Theorem 7's sudden-learning branch (a = 2, C_k = 4 c, V_k = g_k^2 / (16 c)) on isotropic
+  data: ignition times vs E19 (0.1 %), the excess-loss formula, the power-law exponent vs E22,
+  and the oracle's error on approximately isotropic data against the isotropy residual
+  (`nqf.validate._isotropic`).
 
 Extending: append a function ``check(eps_values: tuple[float, ...]) -> list[dict]`` to `CHECKS`
 (or decorate it with `register`); build records with `record`. A check that raises is reported as
@@ -75,7 +83,7 @@ from ._common import (
     validate,
 )
 from . import _flow, _theorem2, _discrete, _samplewise, _gaps, _weight_decay, _compress  # register, in this order
-from . import _deeplinear, _moe  # register after the built-in checks above
+from . import _regime, _isotropic, _deeplinear, _moe  # register after the built-in checks above
 from ._compress import check_corollary3, check_theorem3, check_theorem14, check_theorem15
 from ._flow import (
     DICTIONARY_BOUND,
@@ -92,6 +100,8 @@ from ._samplewise import check_samplewise_powerlaw_flow, check_samplewise_stairc
 from ._gaps import check_diverging_gaps
 from ._theorem2 import check_theorem2
 from ._weight_decay import check_weight_decay_threshold
+from ._regime import check_proposition9
+from ._isotropic import check_isotropic_approximate, check_isotropic_ignition, check_isotropic_powerlaw
 from ._discrete import check_exact_map_solver, check_modified_flow, check_sgd_sde_moments
 from ._deeplinear import check_deep_linear
 from ._moe import check_moe
