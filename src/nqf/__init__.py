@@ -65,14 +65,15 @@ _NAMES = {
         SDEPaths""",
     "nqf.dynamics.multilayer": "DeepNQF closed_deep_sgd compress_deep train_deep_w",
     "nqf.solvers": """SOLVERS FlowSolution GLVTrajectory MapSweep MaxStepsReached Stop SweepSolution
-        closed_sgd_sweep glv_gd glv_rhs solve_flow solve_sweep exact kernels rosenbrock stiff
+        closed_sgd_sweep glv_gd glv_rhs solve_flow solve_sweep distributed exact kernels rosenbrock stiff
         AbstractForm MForm FactorForm GLVForm ReducedGLVForm MMuForm AbstractBackend Exact LSODA CVODE PID Save
         SweepProgress SweepMemberError""",
     "nqf.theory": """Asymptote Compression OracleSolution PowerLawFit SampleOracleSolution asymptote
         compression_report corollary3 drop_times fit_power_law learning_phase_end linearized linearized_horizon
         measure_ignition_times measure_sample_ignition_times ntk plateau_levels predicted_ignition_times
         proposition7 sample_ignition_times samplewise_rates staircase_limit theorem3 theorem4 theorem5 theorem6
-        theorem6_rates theorem7 theorem7_commuting theorem16 compress powerlaw samplewise spectral""",
+        theorem6_rates theorem7 theorem7_commuting theorem16 compress powerlaw samplewise spectral
+        WidthRegime width_regime width_scaled_model ntk_drift""",
     "nqf.network": "Comparison FrozenParameterWarning HorizonWarning Prediction Recording compare predict record",
 }
 _HOME = {name: module for module, names in _NAMES.items() for name in names.split()}
@@ -253,6 +254,10 @@ __all__ = [
     "theorem7",
     "theorem7_commuting",
     "theorem16",
+    "WidthRegime",
+    "width_regime",
+    "width_scaled_model",
+    "ntk_drift",
     "proposition7",
     "SampleOracleSolution",
     "theorem4",
@@ -297,6 +302,7 @@ __all__ = [
     "structure",
     "modules",
     "multilayer",
+    "distributed",
     "exact",
     "kernels",
     "rosenbrock",

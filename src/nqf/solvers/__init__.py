@@ -28,7 +28,7 @@ from ._forms import AbstractForm, FactorForm, GLVForm, MForm, MMuForm, ReducedGL
 from ._backends import CVODE, LSODA, AbstractBackend, Exact
 from ._spec import PID, Save
 from .rosenbrock import Rodas5P
-from . import exact, kernels, rosenbrock, stiff
+from . import distributed, exact, kernels, rosenbrock, stiff
 
 __all__ = [
     "solve_flow",
@@ -46,6 +46,7 @@ __all__ = [
     "glv_gd",
     "glv_rhs",
     "Rodas5P",
+    "distributed",
     "exact",
     "kernels",
     "rosenbrock",
