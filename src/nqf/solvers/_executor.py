@@ -603,7 +603,7 @@ def sweep_front_end(args: dict):
     from ._spec import resolve_call
 
     options = dict(args.pop("options"))
-    executor, checkpoint, chunk_size = args.pop("executor"), args.pop("checkpoint"), args.pop("chunk_size")
+    executor, checkpoint, chunk_size = (options.pop(k, None) for k in ("executor", "checkpoint", "chunk_size"))
     fp = {k: v for k, v in args.items() if k != "devices"}
     fp.update(
         {k: v for k, v in options.items() if k not in ("throw", "progress", "timeout", "memory_budget", "gather")}

@@ -636,6 +636,9 @@ SWEEP_OPTIONS = (
     "progress",
     "timeout",
     "gather",
+    "executor",
+    "checkpoint",
+    "chunk_size",
 )
 
 
@@ -655,9 +658,6 @@ def solve_sweep(
     max_steps: int = 100_000,
     weight_decay: float = 0.0,
     devices=None,
-    executor=None,
-    checkpoint=None,
-    chunk_size: int | None = None,
     **options,
 ) -> SweepSolution | None:
     """Solve a batch of MSE gradient flows (Eq. E9 / E13) in one compiled call.
@@ -704,7 +704,8 @@ def solve_sweep(
       states are estimated first, `nqf.memory.MemoryBudgetError`); ``gather``: ``"all"``
       (default) or ``"process0"`` (under `jax.distributed` only process 0 gets the result).
     - Host solvers (``solver="lsoda"`` / ``"cvode"``, ``method="exact"``): the members are
-      `solve_flow` calls (`nqf.solvers._executor`), run in order here or through `executor` (any
+      `solve_flow` calls (`nqf.solvers._executor`), run in order here or through option
+      ``executor`` (any
       `concurrent.futures.Executor`: a spawn-started `ProcessPoolExecutor`, dask.distributed's
       ``Client.get_executor()``), bitwise equal to the loop of those calls, members in tasks of
       `chunk_size` (default 1); a member that raises does not stop the others (``throw=True``:
@@ -712,7 +713,7 @@ def solve_sweep(
       `result`; ``throw=False``: marked in `successful` / `results`); option ``timeout``
       (seconds, the whole sweep, with an executor) bounds the wait (`TimeoutError` naming the
       unfinished members); ``mode="host"``.
-    - `checkpoint`: a directory: run the members in chunks of `chunk_size` (JAX sweeps: default
+    - Option ``checkpoint``: a directory: run the members in chunks of `chunk_size` (JAX sweeps: default
       B/16 rounded up, each chunk one compiled sub-sweep) and save each finished chunk there
       (`nqf.save` format) with a fingerprint of the arguments; a rerun with the same arguments
       reads the finished chunks and runs the others (a killed sweep loses the chunks in flight),
@@ -742,7 +743,7 @@ def solve_sweep(
     ``submit``, `ValueError` for `executor` with a JAX solver or `devices` with a host solver.
     """
     check_options(options, SWEEP_OPTIONS, "solve_sweep")
-    if _chunked(solver, options, executor, checkpoint, chunk_size):
+    if _chunked(solver, options):
         _refuse_traced(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, atol=options.get("atol"))
         return _FRONT_END["solve_sweep"](dict(locals()))
     form, _ = as_form(form)
@@ -781,12 +782,12 @@ def _check_gather(gather) -> str:
     return gather
 
 
-def _chunked(solver, options: dict, executor, checkpoint, chunk_size) -> bool:
+def _chunked(solver, options: dict) -> bool:
     """Does the sweep go to the host-solver / chunked front end (`nqf.solvers._executor`)?"""
     host = isinstance(solver, str) and solver.lower() in ("lsoda", "cvode") and options.get("method", "ode") == "ode"
     host = host or options.get("method") == "exact" or getattr(solver, "name", None) in ("exact", "lsoda", "cvode")
     extra = options.get("progress") not in (None, False) or options.get("timeout") is not None
-    return host or extra or executor is not None or checkpoint is not None or chunk_size is not None
+    return host or extra or any(options.get(k) is not None for k in ("executor", "checkpoint", "chunk_size"))
 
 
 # The front end of host-solver, chunked and checkpointed sweeps, registered by
