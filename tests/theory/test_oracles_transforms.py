@@ -212,3 +212,93 @@ def test_traced_checks_run_at_run_time():
         jax.block_until_ready(f16(-Pi.sum(0)))
     with pytest.raises(AssumptionError, match=r"Theorem 16.*initial condition"):  # concrete inside jit: at once
         jax.jit(lambda t: theorem16(d16, Pi, t, M0=np.eye(5) + 0.1 * np.ones((5, 5))).z)(ts)
+
+
+# ------------------------------------------------------------------------------------------
+# Theorem 7 under tracing at long times (information form: no e^{+|g| t} is formed)
+# ------------------------------------------------------------------------------------------
+LONG = np.array([0.0, 1.0, 5.0, 20.0, 50.0, 75.0, 200.0, 750.0, 2000.0])  # |g| t up to 2000
+TRACED_TOL = 1e-10  # traced vs concrete, normwise relative, at every time
+SCIPY_TOL = 1e-9  # vs the flow by DOP853 at rtol 1e-12 (its own error ~3e-11 here)
+
+
+def scipy_flow(data, M0, ts, gamma=0.0):
+    """The MSE flow M' = -(H M + M H) - 2 gamma M, H = (4/m) sum (Tr[A M] - y) A, by scipy."""
+    import scipy.integrate
+
+    A, y = np.asarray(data.A), np.asarray(data.y)
+    m, p, _ = A.shape
+
+    def rhs(t, v):
+        M = v.reshape(p, p)
+        H = 4.0 / m * np.einsum("m,mij->ij", np.einsum("mij,ij->m", A, M) - y, A)
+        return (-(H @ M + M @ H) - 2.0 * gamma * M).ravel()
+
+    sol = scipy.integrate.solve_ivp(rhs, (0, ts[-1]), M0.ravel(), method="DOP853", t_eval=ts, rtol=1e-12, atol=1e-22)
+    assert sol.success
+    return sol.y.T.reshape(-1, p, p)
+
+
+@pytest.mark.parametrize(
+    "g, gamma, M0",
+    [
+        ((1.0, 0.5, -0.4), 0.0, 1e-6 * np.eye(3)),  # the reported case (traced M ~3e18 at t = 75)
+        ((1.0, 0.5, -0.4), 0.3, 1e-6 * np.eye(3)),  # with weight decay (5 % off at t = 75)
+        ((-1.0, -0.5, 0.3), 0.0, random_psd(3, 0.3, seed=4)),  # mostly negative g, O(1) M0
+        ((1.0, 0.5, -0.4), 0.0, random_psd(3, 1e-12, seed=5)),  # tiny full-rank M0
+    ],
+    ids=["reported", "weight_decay", "negative_g", "tiny_M0"],
+)
+def test_theorem7_traced_long_times(g, gamma, M0):
+    """jit(theorem7) with traced times and M0 equals the concrete graded form (1e-10 normwise at
+    every time, |g| t up to 2000, where the old solve returned ~1e18 or overflowed) and both equal
+    a tight scipy solve of the flow (t <= 200)."""
+    data = datasets.isotropic_data(3, 0.5, g=g, seed=1)
+    ref = theorem7(data, LONG, M0=M0, weight_decay=gamma)
+    out = jax.jit(lambda t, M: theorem7(data, t, M0=M, weight_decay=gamma).M)(LONG, M0)
+    for i in range(LONG.size):
+        assert rel(out[i], ref.M[i]) <= TRACED_TOL, LONG[i]
+    flow = scipy_flow(data, M0, LONG[:7], gamma)
+    for i in range(7):
+        assert rel(out[i], flow[i]) <= SCIPY_TOL and rel(ref.M[i], flow[i]) <= SCIPY_TOL, LONG[i]
+
+
+def test_theorem7_traced_long_time_gradients(iso):
+    """jax.grad at t = 75 (through the information form) against central differences of the
+    concrete oracle: with respect to the scale of M0 (before saturation, t = 5) and the labels
+    (saturated, t = 75); vmap over M0 scales at long times equals the plain calls."""
+    M0 = random_psd(3, 1e-6, seed=6)
+    A, y = np.asarray(iso.A), np.asarray(iso.y)
+    ts = np.array([0.0, 5.0, 75.0])
+
+    def loss(e, y, k):
+        d = DenseData(A, y)
+        return jnp.mean((d.traces(theorem7(d, ts, M0=e * M0).M[k]) - d.y) ** 2)
+
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
+    ge, _ = grad(1.0, y, 1)
+    assert abs(ge / central(lambda e: loss(e, y, 1), 1.0, 1e-4) - 1) <= GTOL
+    _, gy = grad(1.0, y, 2)
+    for k in range(iso.m):
+        fd = central(lambda v: loss(1.0, v, 2), y, np.eye(iso.m)[k] * 1e-6)
+        assert abs(gy[k] - fd) <= GTOL * np.abs(gy).max()
+    scales = np.array([1.0, 1e-3])
+    batch = jax.jit(jax.vmap(lambda e: theorem7(iso, LONG, M0=e * M0).M))(scales)
+    for e, Mb in zip(scales, batch):
+        assert rel(Mb, theorem7(iso, LONG, M0=e * M0).M) <= TRACED_TOL
+
+
+def test_theorem7_traced_singular_M0(iso):
+    """Singular M0 under tracing: the linear solve, accurate while its condition number is
+    <= 1e6 (1e-10 against the concrete graded form), refused at run time beyond (rank-one M0,
+    t = 75: it returned garbage before), also when the singular M0 is one lane of a vmap."""
+    w = np.array([0.3, -0.2, 0.5])
+    M0 = np.outer(w, w)
+    f = jax.jit(lambda t, M: theorem7(iso, t, M0=M).M)
+    short = np.array([0.0, 0.5, 2.0])
+    assert rel(f(short, M0), theorem7(iso, short, M0=M0).M) <= TRACED_TOL
+    with pytest.raises(Exception, match=r"singular or ill-conditioned.*cond > 1e\+06.*checked at run time"):
+        jax.block_until_ready(f(np.array([0.0, 75.0]), M0))
+    fv = jax.jit(jax.vmap(lambda M: theorem7(iso, np.array([0.0, 75.0]), M0=M).M))
+    with pytest.raises(Exception, match=r"singular or ill-conditioned.*checked at run time"):
+        jax.block_until_ready(fv(np.stack([1e-6 * np.eye(3), M0])))
