@@ -212,3 +212,100 @@ def test_traced_checks_run_at_run_time():
         jax.block_until_ready(f16(-Pi.sum(0)))
     with pytest.raises(AssumptionError, match=r"Theorem 16.*initial condition"):  # concrete inside jit: at once
         jax.jit(lambda t: theorem16(d16, Pi, t, M0=np.eye(5) + 0.1 * np.ones((5, 5))).z)(ts)
+
+
+# ------------------------------------------------------------------------------------------
+# Theorem 7 under tracing at long times (information form: no e^{+|g| t} is formed)
+# ------------------------------------------------------------------------------------------
+LONG = np.array([0.0, 1.0, 5.0, 20.0, 50.0, 75.0, 200.0, 750.0, 2000.0])  # |g| t up to 2000
+TRACED_TOL = 1e-10  # traced vs concrete, normwise relative, at every time
+SCIPY_TOL = 1e-9  # vs the flow by DOP853 at rtol 1e-12 (its own error ~3e-11 here)
+
+
+def scipy_flow(data, M0, ts, gamma=0.0):
+    """The MSE flow M' = -(H M + M H) - 2 gamma M, H = (4/m) sum (Tr[A M] - y) A, by scipy."""
+    import scipy.integrate
+
+    A, y = np.asarray(data.A), np.asarray(data.y)
+    m, p, _ = A.shape
+
+    def rhs(t, v):
+        M = v.reshape(p, p)
+        H = 4.0 / m * np.einsum("m,mij->ij", np.einsum("mij,ij->m", A, M) - y, A)
+        return (-(H @ M + M @ H) - 2.0 * gamma * M).ravel()
+
+    sol = scipy.integrate.solve_ivp(rhs, (0, ts[-1]), M0.ravel(), method="DOP853", t_eval=ts, rtol=1e-12, atol=1e-22)
+    assert sol.success
+    return sol.y.T.reshape(-1, p, p)
+
+
+@pytest.mark.parametrize(
+    "g, gamma, M0",
+    [
+        ((1.0, 0.5, -0.4), 0.0, 1e-6 * np.eye(3)),  # the reported case (traced M ~3e18 at t = 75)
+        ((1.0, 0.5, -0.4), 0.3, 1e-6 * np.eye(3)),  # with weight decay (5 % off at t = 75)
+        ((-1.0, -0.5, 0.3), 0.0, random_psd(3, 0.3, seed=4)),  # mostly negative g, O(1) M0
+    ],
+    ids=["reported", "weight_decay", "negative_g"],
+)
+def test_theorem7_traced_long_times(g, gamma, M0):
+    """jit(theorem7) with traced times equals the concrete graded form (1e-10 normwise at every
+    time, |g| t up to 2000, where the old solve returned ~1e18 or overflowed), both equal a tight
+    scipy solve of the flow (t <= 200), and at t = 2000 it is the exact limit
+    V diag(max(g - gamma, 0) / (4 c)) V^T to 1e-14."""
+    data = datasets.isotropic_data(3, 0.5, g=g, seed=1)
+    ref = theorem7(data, LONG, M0=M0, weight_decay=gamma)
+    out = jax.jit(lambda t: theorem7(data, t, M0=M0, weight_decay=gamma).M)(LONG)
+    for i in range(LONG.size):
+        assert rel(out[i], ref.M[i]) <= TRACED_TOL, LONG[i]
+    flow = scipy_flow(data, M0, LONG[:7], gamma)
+    for i in range(7):
+        assert rel(out[i], flow[i]) <= SCIPY_TOL and rel(ref.M[i], flow[i]) <= SCIPY_TOL, LONG[i]
+    Y = 4.0 / data.m * np.einsum("m,mij->ij", np.asarray(data.y), np.asarray(data.A)) - gamma * np.eye(3)
+    rates, V = np.linalg.eigh(Y)
+    limit = (V * np.maximum(rates, 0.0) / (4 * 0.5)) @ V.T  # t -> inf for full-rank M0 (e^{-2 |g| t} = 0)
+    assert rel(out[-1], limit) <= 1e-14
+
+
+@pytest.mark.slow
+def test_theorem7_traced_label_gradient_long_times(iso):
+    """jax.grad with respect to the labels (so through eigh(Y) and the rates g - gamma) at t = 5
+    and t = 200 (saturated: the loss depends on the labels through the limit, the derivatives in
+    M0 and t are ~e^{-|g| t} there), with weight decay gamma = 0.5 so that one rate g_k - gamma
+    is 0 to rounding (the g > 0 / g <= 0 branch of the information form), against central
+    differences of the concrete oracle along a random direction of the labels. (The gradient with
+    respect to M0 through the information form: `test_theorem7_under_transforms`, whose random
+    M0 is positive definite.)"""
+    M0 = random_psd(3, 1e-6, seed=6)
+    A, y = np.asarray(iso.A), np.asarray(iso.y)
+    ts = np.array([0.0, 5.0, 200.0])
+
+    def loss(y):
+        d = DenseData(A, y)
+        M = theorem7(d, ts, M0=M0, weight_decay=0.5).M
+        return mse(d, M[1:2]) + mse(d, M)
+
+    gy = jax.jit(jax.grad(loss))(y)
+    v = np.random.default_rng(7).standard_normal(iso.m)
+    assert abs(gy @ v / central(lambda s: loss(y + s * v), 0.0, 1e-6) - 1) <= GTOL
+
+
+def test_theorem7_traced_singular_M0(iso):
+    """One compiled jit(vmap) over M0. Positive definite M0 (1e-6 I, random of scale 1e-12): the
+    information form, 1e-10 from the concrete graded form at |g| t up to 2000. Singular M0
+    (rank one): the linear solve, accurate while its condition number is <= 1e6 (t <= 4 here),
+    refused at run time beyond (t = 75: it returned garbage before), also when it is one lane of
+    the vmap; with concrete M0 (the solve branch alone) likewise."""
+    w = np.array([0.3, -0.2, 0.5])
+    rank1, pd, tiny = np.outer(w, w), 1e-6 * np.eye(3), random_psd(3, 1e-12, seed=5)
+    short = np.linspace(0.0, 4.0, LONG.size)
+    fv = jax.jit(jax.vmap(lambda t, M: theorem7(iso, t, M0=M).M, in_axes=(None, 0)))
+    for ts, Ms in [(short, [rank1, pd]), (LONG, [pd, tiny])]:
+        for M, out in zip(Ms, fv(ts, np.stack(Ms))):
+            assert rel(out, theorem7(iso, ts, M0=M).M) <= TRACED_TOL
+    with pytest.raises(Exception, match=r"singular or ill-conditioned.*cond > 1e\+06.*checked at run time"):
+        jax.block_until_ready(fv(LONG, np.stack([pd, rank1])))
+    f = jax.jit(lambda t: theorem7(iso, t, M0=rank1).M)  # concrete M0: the solve branch alone
+    assert rel(f(short), theorem7(iso, short, M0=rank1).M) <= TRACED_TOL
+    with pytest.raises(Exception, match=r"singular or ill-conditioned.*checked at run time"):
+        jax.block_until_ready(f(LONG))

@@ -30,9 +30,10 @@ measured values; a check on a traced value becomes `equinox.error_if`, raised at
 called inside `ensure_compile_time_eval`, where its error branch would run at trace time). Host
 algorithms (scipy's ODE solver, Theorem 7's graded form) run where their inputs are concrete,
 also inside someone's jit.
-Concrete input gives numpy arrays (converted at the boundary, `_host`). Theorem 7 keeps two
-evaluations of E17: the graded form (concrete M0, needs its rank) and one linear solve per time
-(traced), see `theorem7`.
+Concrete input gives numpy arrays (converted at the boundary, `_host`). Theorem 7 keeps three
+evaluations of E17: the graded form (concrete M0, needs its rank), the information form (traced,
+M0 positive definite) and one linear solve per time (traced, singular M0, refused where
+ill-conditioned), see `theorem7`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._checks import any_traced, as_array, as_weights, check, check_assumption, check_positive
+from .._core._checks import (
+    any_traced,
+    as_array,
+    as_weights,
+    check,
+    check_assumption,
+    check_positive,
+    is_traced,
+)
 from .._core._errors import AssumptionError
 from .._core.io import Saveable
 from ..data._isotropic import _check_data, _initial_M, _isotropy, _riccati_isotropic, _times, isotropy, sym_basis
@@ -336,20 +345,112 @@ def _t_sinhc(g, t):
     return t * jnp.where(small, poly, jnp.sinh(xb) / xb)
 
 
-def _riccati_traced(g, c, X, ts):
+def _t_expm1c(a, t):
+    """(1 - e^{-2 a t}) / (2 a) = e^{-a t} sinh(a t) / a (= t at a = 0), traceable for any real
+    a (the Taylor branch covers |a t| < 1/2 on both sides of 0, so it is smooth at a = 0), bounded
+    by t and by 1 / (2 a) for a > 0, no overflow for a t >= -1/2."""
+    x = a * t
+    small = jnp.abs(x) < 0.5
+    xs = jnp.where(small, x, 0.0)
+    poly = _SINHC[-1]
+    for c in _SINHC[-2::-1]:
+        poly = poly * xs**2 + c
+    xb = jnp.where(small, 1.0, x)
+    return t * jnp.where(small, jnp.exp(-xs) * poly, -jnp.expm1(-2.0 * xb) / (2.0 * xb))
+
+
+# the information form needs lambda_min(M0) >= _PD_RATIO lambda_max(M0) (relative error <~ eps / ratio)
+_PD_RATIO = 1e-6
+# the fallback solve of `_riccati_traced` refuses when cond(I + 8 c Z Psi) exceeds this (error <~ eps cond)
+_SOLVE_COND = 1e6
+
+
+def _riccati_info(g, c, X, ts):
+    """Eq. E17 in Y's eigenbasis for positive definite M~0 = X, in information form with every
+    exponential <= 1: with l = e^{-max(g, 0) t}, h = e^{-max(-g, 0) t} (so e^{g t} = h / l) and
+    phi~ = (1 - e^{-2 |g| t}) / (2 |g|) (t at g = 0; so Phi = diag(phi~) / l^2),
+
+        M~(t) = E (X^{-1} + 8 c Phi)^{-1} E = H J^{-1} H,  J = L X^{-1} L + 8 c diag(phi~),
+
+    L = diag(l), H = diag(h). J is SPD with bounded entries (L X^{-1} L decays on the growing
+    modes, where 8 c phi~ -> 4 c / g takes over), so one Cholesky solve per time is accurate to
+    ~eps cond(X) relative, for any t (no overflow, no e^{+|g| t}). The branch g > 0 / g <= 0 is
+    one boolean per mode, and each branch is analytic in g, so gradients are right at g = 0.
+    Shapes: g (p,), X (p, p) SPD, ts (n,) -> (n, p, p)."""
+    t = ts[:, None]
+    pos = g > 0
+    a = jnp.where(pos, g, -g)[None, :]  # |g|, branch-consistent
+    l = jnp.where(pos, jnp.exp(-a * t), 1.0)  # (n, p)
+    h = jnp.where(pos, 1.0, jnp.exp(-a * t))
+    phi = _t_expm1c(a, t)
+    p = g.shape[0]
+    cho = jax.scipy.linalg.cho_factor(X, lower=True)
+    Xi = jax.scipy.linalg.cho_solve(cho, jnp.eye(p))
+    Xi = 0.5 * (Xi + Xi.T)
+    J = l[:, :, None] * Xi[None] * l[:, None, :] + 8.0 * c * jax.vmap(jnp.diag)(phi)
+    Ji = jax.vmap(lambda A: jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(A, lower=True), jnp.eye(p)))(J)
+    Mb = h[:, :, None] * Ji * h[:, None, :]
+    return 0.5 * (Mb + jnp.swapaxes(Mb, 1, 2))
+
+
+def _riccati_solve(g, c, X, ts):
     """Eq. E17 in Y's eigenbasis as one linear solve per time, for traced input:
     M~(t) = (I + 8 c Z Psi)^{-1} Z with Z = E X E, E = diag(e^{g t}) and
     (Z Psi)_ij = e^{g_i t} X_ij sinh(g_j t) / g_j (Psi = E^{-1} Phi E^{-1}, Phi = int_0^t e^{2 g s} ds).
     I + 8 c Z Psi is similar to an SPD matrix with eigenvalues >= 1, so the solve is stable in
     norm; entries much smaller than |M~| carry absolute (not relative) error ~ 1e-16 |M~|, and
-    e^{g t} must not overflow (|g| t < ~700). Shapes: g (p,), X (p, p), ts (n,) -> (n, p, p)."""
+    e^{g t} must not overflow (|g| t < ~350). The error grows like eps cond(I + 8 c Z Psi), which
+    reaches 1/eps within tens of 1/|g| when modes of different sign or scale mix (e.g.
+    g = (1, 0.5, -0.4), M0 = 1e-6 I, t = 75: entries ~3e18 instead of ~0.47), so it is only the
+    fallback for singular or ill-conditioned M~0, guarded by that condition number (see
+    `_riccati_traced`). Returns (M~ (n, p, p), cond (n,) of the solved matrices, not differentiated)."""
     t = ts[:, None]
     E = jnp.exp(g[None, :] * t)  # (n, p)
     S = _t_sinhc(g[None, :], t)  # (n, p)
     Z = E[:, :, None] * X[None] * E[:, None, :]
     A = jnp.eye(g.shape[0]) + 8.0 * c * (E[:, :, None] * X[None] * S[:, None, :])
     Mb = jnp.linalg.solve(A, Z)
-    return 0.5 * (Mb + jnp.swapaxes(Mb, 1, 2))
+    cond = jnp.linalg.cond(jax.lax.stop_gradient(A))
+    return 0.5 * (Mb + jnp.swapaxes(Mb, 1, 2)), cond
+
+
+def _riccati_traced(g, c, X, ts):
+    """Eq. E17 in Y's eigenbasis for traced input (jit / vmap / grad): the information form
+    (`_riccati_info`, accurate at every t) when M~0 = X is positive definite with
+    lambda_min >= 1e-6 lambda_max; otherwise (singular or ill-conditioned M0) the linear solve
+    `_riccati_solve`, refused at run time (`check`: `FloatingPointError`) once the condition
+    number of its matrix exceeds 1e6 (relative error bound ~eps 1e6 = 1e-10), since a solution on
+    the range of a singular M0 needs its rank (the concrete graded form). The choice is made on
+    the values (both branches are evaluated, sanitized, when X is traced). Shapes: g (p,),
+    X (p, p), ts (n,) -> (n, p, p)."""
+    p = g.shape[0]
+    with jax.ensure_compile_time_eval():
+        lam = jnp.linalg.eigvalsh(jax.lax.stop_gradient(X))
+        pd = lam[0] > _PD_RATIO * lam[-1]
+    if not is_traced(pd):
+        if bool(pd):
+            return _riccati_info(g, c, X, ts)
+        Mi, ts_s = None, ts
+    else:
+        Mi = _riccati_info(g, c, jnp.where(pd, X, jnp.eye(p)), ts)  # sanitized: finite when unused
+        ts_s = jnp.where(pd, 0.0, ts)
+    Ms, cond = _riccati_solve(g, c, X, ts_s)
+    with jax.ensure_compile_time_eval():
+        bad = ~pd & jnp.any(cond > _SOLVE_COND)
+    Ms = check(
+        Ms,
+        bad,
+        lambda: FloatingPointError(
+            "Theorem 7 under jit / vmap / grad: M0 is singular or ill-conditioned (lambda_min / lambda_max = "
+            f"{float(lam[0] / lam[-1]) if float(lam[-1]) > 0 else 0.0:.3g} < {_PD_RATIO:g}) and the linear solve is "
+            f"ill-conditioned at these times (cond {float(jnp.max(cond)):.3g} > {_SOLVE_COND:g}); call theorem7 "
+            "with concrete M0 and ts (the graded form is accurate there) or use smaller times."
+        ),
+        "Theorem 7 under jit / vmap / grad: M0 is singular or ill-conditioned (lambda_min / lambda_max < "
+        f"{_PD_RATIO:g}) and the linear solve is ill-conditioned at these times (cond > {_SOLVE_COND:g}); call "
+        "theorem7 with concrete M0 and ts or use smaller times",
+    )
+    return Ms if Mi is None else jnp.where(pd, Mi, Ms)
 
 
 def theorem7(data: AbstractData, ts, *, M0, weight_decay: float = 0.0, tol: float = 1e-10) -> OracleSolution:
@@ -375,24 +476,35 @@ def theorem7(data: AbstractData, ts, *, M0, weight_decay: float = 0.0, tol: floa
     commutes with Y), and `M` (n, p, p).
 
     **Under jit / vmap / grad** (traced `ts`, `M0`, labels or data values): the graded form
-    needs the rank of M0 and data-dependent orderings, so a traced call evaluates E17 as
-    M~(t) = (I + 8 c Z Psi)^{-1} Z, Z = e^{Gt} M~0 e^{Gt} (`_riccati_traced`: one p x p solve per
-    time, matrices differentiable). It agrees with the concrete path to ~1e-14 relative for
-    moderate data (measured on `isotropic_data(3, 0.5, g=(1, 0.5, -0.4))`, M0 random PSD of
-    scale 0.3, t <= 3: M normwise 2.1e-15, z elementwise 5.7e-15), but entries much smaller
-    than |M(t)| carry an absolute error ~1e-16 |M(t)| instead of a relative one (same data,
-    M0 of scale 1e-12, t <= 20: M normwise 1.0e-11, z elementwise 2.4e-6, so the small modes
-    lose their relative accuracy: use concrete input for those), and
-    e^{g t} must not overflow (|g| t < ~700; an overflow is an error at run time there). The
-    checks are the same for concrete and traced input (`check_assumption` / `check`): on
+    needs the rank of M0 and data-dependent orderings, so a traced call evaluates E17 in
+    information form with every exponential <= 1 (`_riccati_info`):
+    M~(t) = H (L M~0^{-1} L + 8 c diag(phi~))^{-1} H, L = diag(e^{-max(g, 0) t}),
+    H = diag(e^{-max(-g, 0) t}), phi~ = (1 - e^{-2|g| t}) / (2|g|): one p x p Cholesky solve per
+    time, differentiable, no overflow and accurate at every t (|g| t up to 2000 and beyond), for
+    M0 positive definite with lambda_min >= 1e-6 lambda_max (relative error ~eps / that ratio).
+    Measured against the concrete path, normwise, on `isotropic_data(3, 0.5, g=(1, 0.5, -0.4))`
+    with M0 = 1e-6 I, with and without weight decay 0.3: <= 1.1e-14 for 0 <= t <= 200, 5.5e-14 at
+    t = 750 and 2.8e-13 at t = 2000, where the traced result equals the exact limit
+    V diag(max(g, 0) / (4 c)) V^T to 5e-16 and the concrete one carries ~eps |g| t from its log
+    space scaling (the former solve gave 7e18 instead of 0.47 at t = 75, was 5 % off with weight
+    decay, and overflowed beyond |g| t ~ 350); <= 1e-14 for M0 of scale 1e-12 or 0.3, negative g.
+    A singular or ill-conditioned M0 (lambda_min < 1e-6 lambda_max) needs its rank, so there a
+    traced call keeps one linear solve per time, M~(t) = (I + 8 c Z Psi)^{-1} Z,
+    Z = e^{Gt} M~0 e^{Gt} (`_riccati_solve`), whose error grows like eps cond(I + 8 c Z Psi):
+    it is refused at run time (`FloatingPointError` via `equinox.error_if`) once that condition
+    number exceeds 1e6 (error bound ~1e-10), which for a rank-one M0 of scale 0.4 on the data
+    above happens between t = 6 and 8 (use concrete M0 and `ts` there: the graded form is accurate).
+    The checks are the same for concrete and traced input (`check_assumption` / `check`): on
     concrete values at once, on traced ones at run time (`equinox.error_if`: isotropy of traced
-    data, t >= 0, M0 finite, symmetric and PSD, no overflow); c = Tr K / (4 dim Sym(p)).
+    data, t >= 0, M0 finite, symmetric and PSD, no overflow, the condition bound above);
+    c = Tr K / (4 dim Sym(p)).
     Gradients with respect to labels or data values need distinct eigenvalues of Y (eigh's
     derivative).
 
     **Raises:** `AssumptionError` if K is not 4 c I on Sym(p) (which needs m >= p(p+1)/2);
     `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times, a negative or
-    non-finite `weight_decay`; `FloatingPointError` if exp(g t) overflows.
+    non-finite `weight_decay`; `FloatingPointError` if the result overflows (c = 0 only) or,
+    under tracing, for a singular / ill-conditioned `M0` at times where the solve is inaccurate.
     """
     tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
     gamma = check_weight_decay(weight_decay)
