@@ -91,7 +91,7 @@ def run(out_dir, quick: bool = False) -> dict:
     Writes `out_dir/isotropic.png` (eigenvalues of M(t) with the E19 times; the loss on log-log
     axes with the fit; oracle error against isotropy residual) and `out_dir/isotropic.json`, and
     returns the JSON dict. `quick`: one eps (1e-6) instead of three, p = 24 instead of 30 for the
-    power law, one seed instead of two for the approximately isotropic data.
+    power law (the approximately isotropic data keep both seeds).
     """
     t_start = time.perf_counter()
     out = prepare_out_dir(out_dir)
@@ -100,7 +100,7 @@ def run(out_dir, quick: bool = False) -> dict:
     p_pl = 24 if quick else 30
     pl = isotropic_powerlaw_run(p=p_pl)
     fit = pl["fit"]
-    mult, seeds = (1, 4, 16, 64, 256), ((0,) if quick else (0, 1))
+    mult, seeds = (1, 4, 16, 64, 256), (0, 1)  # both seeds in quick mode too: one seed's slope scatters by 0.35
     re = approximate_isotropy_errors(multiples=mult, seeds=seeds)
     slope = float(np.polyfit(np.log(re[:, 0]), np.log(re[:, 1]), 1)[0])
 
