@@ -581,6 +581,7 @@ def chunked_map_sweep(kw: dict, *, checkpoint, chunk_size, progress):
             sol = closed_sgd_sweep(**sub)
         finally:
             _MOMENTUM_MAP.reset(token)
+        assert sol is not None  # each chunk gathers to every process (gather="all")
         return dataclasses.replace(sol, devices=None)
 
     parts = run_chunks(chunks(B, K), ckpt, compute, progress, B)
