@@ -199,3 +199,28 @@ def test_weight_decay_traced():
     assert float(dz) == pytest.approx(-2.0, rel=1e-9)
     with pytest.raises(Exception, match="weight_decay"):
         jax.jit(lambda g: theorem6(data, ts, M0=M0, weight_decay=g).z)(-0.1)
+
+
+def test_flow_solution_z_inf_and_measured_ignition_times_with_weight_decay():
+    """A weight-decayed flow's z_inf is the decayed equilibrium max((r - 2 gamma)/C, 0) (the flow's
+    own end value, independently), and measure_ignition_times' default target uses it: the
+    measured times equal predicted_ignition_times(weight_decay=gamma) (a new-user trial found the
+    gamma = 0 equilibrium used, 0.3-10 % off); a coupled CommutingData gives None (not known)."""
+    from nqf.theory import measure_ignition_times
+
+    data, gamma = datasets.fig3_data(), 0.05
+    sol = solve_flow(data, M0=1e-6 * np.eye(5), t1=2000.0, weight_decay=gamma)
+    assert np.abs(sol.z_inf - sol.z[-1]).max() <= 1e-8
+    assert sol.z_inf[-1] == 0.0  # r_5 = 1/16 < 2 gamma: never grows
+    r, C = theorem6_rates(data)
+    pred = predicted_ignition_times(r, C, z0=np.full(5, 1e-6), weight_decay=gamma)
+    meas = measure_ignition_times(sol)
+    assert relative_error(meas[:4], pred[:4]) <= 1e-6 and np.isinf(pred[4]) and not np.isfinite(meas[4])
+    import nqf
+
+    stopped = solve_flow(data, M0=1e-6 * np.eye(5), t1=2000.0, weight_decay=gamma, stop=nqf.Stop.ignition(2))
+    assert abs(stopped.stop_time / pred[2] - 1) <= 1e-6  # the event's target is the decayed z_inf too
+    coupled = solve_flow(
+        generic_commuting_data(), M0=1e-6 * np.eye(generic_commuting_data().p), t1=1.0, weight_decay=gamma
+    )
+    assert coupled.z_inf is None

@@ -293,7 +293,7 @@ def _with_saved_losses(dyn: _FlowArgs, save: str, form: str, data, model) -> tup
     return dyn._replace(z_star=z_star, grad=grad), True
 
 
-def _stop_target(stop: Stop, form: str, data: AbstractData, model):
+def _stop_target(stop: Stop, form: str, data: AbstractData, model, gamma=0.0):
     """Check a `stop` condition against the problem; return (its static part, its threshold)."""
     if not isinstance(stop, Stop):
         raise TypeError(
@@ -314,6 +314,16 @@ def _stop_target(stop: Stop, form: str, data: AbstractData, model):
         if stop.k >= data.p:
             raise ValueError(f"Stop.ignition: mode k = {stop.k} out of range for p = {data.p}.")
         z_inf = glv_equilibrium(data)
+        if any_traced(gamma) or float(gamma) > 0.0:  # weight decay moves the equilibrium
+            from ._solution import _decayed_equilibrium
+
+            z_inf = None if any_traced(gamma) or any_traced(data) else _decayed_equilibrium(data, float(gamma))
+            if z_inf is None:
+                raise ValueError(
+                    "Stop.ignition with weight decay needs concrete orthogonal features (DiagonalData, or "
+                    "CommutingData with a diagonal Lambda^T Lambda) and a concrete `weight_decay`: the equilibrium "
+                    "max((r_k - 2 gamma) / C_kk, 0) is not known otherwise. Use Stop.when(fn)."
+                )
         if not any_traced(z_inf) and not z_inf[stop.k] > 0:
             raise ValueError(
                 f"Stop.ignition({stop.k}): the mode's equilibrium z_inf = {z_inf[stop.k]:.3g} is not "

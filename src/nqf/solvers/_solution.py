@@ -256,10 +256,16 @@ class FlowSolution(Saveable):
     @functools.cached_property
     def z_inf(self):
         """z(inf), the GLV equilibrium (`nqf.glv_equilibrium`), for commuting data without g, B,
-        f0; else None."""
+        f0; else None. With weight decay gamma > 0 (nqf's penalty gamma/2 |W|^2: z' gains
+        -2 gamma z) the limit is max((r_k - 2 gamma) / C_kk, 0) for orthogonal features
+        (`DiagonalData`, or `CommutingData` whose Lambda^T Lambda is diagonal, checked for
+        p <= 4096); for other commuting data it is not computed (None)."""
         if not isinstance(self.data, AbstractCommutingData) or self._general:
             return None
-        return glv_equilibrium(self.data)
+        gamma = float(dict(self.settings).get("weight_decay", 0.0) or 0.0)
+        if gamma == 0.0:
+            return glv_equilibrium(self.data)
+        return _decayed_equilibrium(self.data, gamma)
 
     @functools.cached_property
     def excess_loss(self):
@@ -330,6 +336,25 @@ class FlowSolution(Saveable):
             return self._interp.step_ts
         ts = np.asarray(self._interp.interpolation.ts)
         return ts[np.isfinite(ts)]
+
+
+def _decayed_equilibrium(data: AbstractCommutingData, gamma: float):
+    """z(inf) of the GLV flow with weight decay gamma (z' = (r - 2 gamma) z - C z^2 per mode) for
+    orthogonal features; None where the features are not (known to be) orthogonal."""
+    from ..data._operators import DiagonalData
+
+    if not isinstance(data, DiagonalData):
+        Lam = getattr(data, "Lambda", None)
+        if Lam is None or Lam.shape[1] > 4096:
+            return None
+        G = np.asarray(Lam).T @ np.asarray(Lam)
+        off = G - np.diag(np.diag(G))
+        if np.abs(off).max(initial=0.0) > 1e-10 * max(np.abs(np.diag(G)).max(initial=0.0), 1e-300):
+            return None
+    r = 8.0 / data.m * np.asarray(data.pullback(data.y))
+    C = 8.0 / data.m * np.asarray(data.feature_norms())
+    safe = np.where(C > 0, C, 1.0)
+    return np.where(C > 0, np.maximum((r - 2.0 * gamma) / safe, 0.0), 0.0)
 
 
 def _settings(form: str, call, t0, t1, max_steps, weight_decay, stop) -> tuple:

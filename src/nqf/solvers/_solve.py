@@ -350,7 +350,7 @@ def _ode_inputs(problem: Problem, call: Call):
     dyn, excess = _with_saved_losses(dyn, call.save, form, data, model)
     stop = problem.stop
     if stop is not None:
-        stop, target = _stop_target(stop, form, data, model)
+        stop, target = _stop_target(stop, form, data, model, gamma)
         dyn = dyn._replace(stop_target=target)
     adjoint = ("reverse" if traced else "forward") if call.adjoint == "auto" else call.adjoint
     cfg = _FlowConfig(
