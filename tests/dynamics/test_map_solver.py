@@ -168,6 +168,11 @@ def test_bad_input_names_the_argument(fig3, general):
     with pytest.raises(ValueError, match="`batch_indices`"):
         map_term(model, W0=Wg, lr=LR, batch_indices=np.full((10, 2), model.m, dtype=int))
     term = map_term(data, W0=W0, lr=LR)
+    for steps in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="`steps`"):
+            term.solve(steps)
+    with pytest.raises(ValueError, match="`steps` = 11 is more than the batch schedule's 10 rows"):
+        map_term(model, W0=Wg, lr=LR, batch_size=2, key=0, steps=10).solve(11)
     f32 = jnp.float32
     with pytest.raises(TypeError, match="`t0`"):
         diffrax.diffeqsolve(term, ExactMap(), t0=f32(0.0), t1=f32(5 * LR), dt0=f32(LR), y0=term.y0)

@@ -54,3 +54,9 @@ def test_isotropic_ignition_and_approximate_isotropy():
     assert err[-1] < 0.25 * err[0]
     slope = np.polyfit(np.log(res), np.log(err), 1)[0]
     assert abs(slope - 1) <= I.APPROX_SLOPE_BOUND, re
+
+
+def test_sampled_isotropic_data_refuses_non_integer_sizes():
+    for kw in (dict(p=2.5, m=5), dict(p=2, m=5.7), dict(p=2, m=5, repeat=1.5), dict(p=True, m=5)):
+        with pytest.raises(TypeError, match="must be an int"):
+            datasets.sampled_isotropic_data(**kw)

@@ -216,9 +216,13 @@ def sampled_isotropic_data(
 
     **Returns:** a `DenseData` with A of shape (m * repeat, p, p).
 
-    **Raises:** `ValueError` for p, m or repeat < 1, c <= 0, or an `M_star` of the wrong shape
+    **Raises:** `TypeError` for a p, m or repeat that is not an int; `ValueError` for p, m or
+    repeat < 1, c <= 0, or an `M_star` of the wrong shape
     or not symmetric.
     """
+    for name, v in (("p", p), ("m", m), ("repeat", repeat)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise TypeError(f"`{name}` must be an int; found {v!r} ({type(v).__name__}).")
     p, m, repeat = int(p), int(m), int(repeat)
     if p < 1 or m < 1 or repeat < 1:
         raise ValueError(f"`p`, `m` and `repeat` must be >= 1; found p={p}, m={m}, repeat={repeat}.")

@@ -215,10 +215,21 @@ class MapTerm(diffrax.AbstractTerm):
 
         **Returns:** the `diffrax.Solution` (times in gradient-flow time t = lr x steps).
 
-        **Raises:** `ValueError` when `steps` is not a positive int.
+        A `saveat` at times between steps (``SaveAt(ts=...)`` off the grid lr x k) gets diffrax's
+        linear interpolation of the state between two steps, which the discrete map never takes:
+        save at ``t0``, ``steps`` or ``t1``, or at ``ts`` on the grid. A `saveat` without ``fn``
+        saves the raw state (the factor (L, mu) in the factor form), not M.
+
+        **Raises:** `ValueError` when `steps` is not a positive int or exceeds the rows of the
+        term's batch schedule.
         """
         if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 1:
-            raise ValueError(f"steps: expected a positive int, got {steps!r}")
+            raise ValueError(f"`steps` must be a positive int; found {steps!r}.")
+        if self.batches is not None and steps > self.batches.shape[0]:
+            raise ValueError(
+                f"`steps` = {steps} is more than the batch schedule's {self.batches.shape[0]} rows; build the term "
+                f"with steps >= {steps} (or a longer `batch_indices`)."
+            )
         if saveat is None:
             saveat = diffrax.SaveAt(t0=True, steps=True, fn=self.save_M)
         return diffrax.diffeqsolve(
