@@ -40,8 +40,9 @@ def test_width_regime_refuses_bad_exponents():
         width_regime(0.5, 2.0, alpha_g=1.0)
     with pytest.raises(ValueError, match="alpha_A"):
         width_regime(float("nan"), 2.0)
-    with pytest.raises(TypeError, match="alpha_B"):
-        width_regime(0.5, "x")  # type: ignore[arg-type]
+    for bad in ("x", "1", True):  # strings that parse as numbers and bools too (a new-user trial)
+        with pytest.raises(TypeError, match="alpha_B"):
+            width_regime(0.5, bad)  # type: ignore[arg-type]
 
 
 def test_width_scaled_model_scales_each_coefficient():

@@ -70,6 +70,9 @@ class WidthRegime:
 
 
 def _exponent(x, name: str, minimum: float, why: str) -> float:
+    real = isinstance(x, int | float | np.integer | np.floating) or (isinstance(x, np.ndarray) and x.shape == ())
+    if isinstance(x, bool | np.bool_) or not real:
+        raise TypeError(f"`{name}` must be a real number; found {x!r} ({type(x).__name__}).")
     try:
         x = float(x)
     except (TypeError, ValueError):
