@@ -91,7 +91,10 @@ def width_regime(alpha_A: float, alpha_B: float = math.inf, *, alpha_g: float = 
     -alpha_A) (the two conditions of the proposition's proof). Lazy if e < 0 (alpha_A > 0 and
     alpha_B > 1), feature learning otherwise (alpha_A = 0 or 1/2 <= alpha_B <= 1). For
     alpha_B < 1 the predicted drift grows as d^{1 - alpha_B} (the paper's text says O(1); the
-    measured exponent follows e, see `nqf validate`'s ``proposition9`` records).
+    measured exponent follows e, see `nqf validate`'s ``proposition9`` records). e is the
+    exponent as d -> inf: at finite width the local slope of the drift depends on the model and
+    the time window (a new-user trial, alpha_B = 3/4, a random p = 4 model to t = 1: local slopes
+    0.41 and 0.29 over d = 1e2..1e4, 0.25 only at 1e4..1e6; to t = 0.1 still 0.38 at 1e6).
 
     **Arguments:**
 
