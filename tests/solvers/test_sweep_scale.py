@@ -8,6 +8,7 @@ must equal the loop of `solve_flow` calls bit for bit (each member is the same c
 """
 
 import concurrent.futures as cf
+import functools
 import json
 import multiprocessing
 import os
@@ -138,6 +139,40 @@ def test_closed_sgd_sweep_checkpoint_resume(tmp_path):
         np.testing.assert_array_equal(getattr(resumed, name), getattr(one, name), err_msg=name)
     with pytest.raises(ValueError, match="lr differ"):
         nqf.closed_sgd_sweep(MODEL, chunk_size=2, checkpoint=tmp_path, **dict(MAP_KW, lr=MAP_KW["lr"] * 1.01))
+
+
+def _scaled_loss(a):
+    return lambda f, y: a * (f - y) ** 2
+
+
+@pytest.fixture(scope="module")
+def map_ck(tmp_path_factory):
+    """A finished closed_sgd_sweep checkpoint (2 chunks) with a closure loss, a = 1."""
+    path = tmp_path_factory.mktemp("map_ck")
+    kw = dict(MAP_KW, momentum=0.0)
+    sol = nqf.closed_sgd_sweep(MODEL, chunk_size=2, checkpoint=path, loss=_scaled_loss(1.0), **kw)
+    return path, kw, sol
+
+
+def test_checkpoint_fingerprints_functions_by_code_and_closure(map_ck):
+    """Issue 26: a loss with other code, or a closure over another value, is another sweep."""
+    path, kw, sol = map_ck
+    for loss in (lambda f, y: 2 * (f - y) ** 2, _scaled_loss(3.0)):
+        with pytest.raises(ValueError, match=r"different arguments: loss differ"):
+            nqf.closed_sgd_sweep(MODEL, chunk_size=2, checkpoint=path, loss=loss, **kw)
+    # the same code over the same value (a new closure object) resumes: every chunk read back
+    events = []
+    again = nqf.closed_sgd_sweep(
+        MODEL, chunk_size=2, checkpoint=path, loss=_scaled_loss(1.0), progress=events.append, **kw
+    )
+    assert [e.from_checkpoint for e in events] == [True, True]
+    np.testing.assert_array_equal(again.loss, sol.loss)
+    # the same encoding in the jax.distributed same-arguments check
+    from nqf.solvers import _distributed as ndist
+
+    assert ndist.digest(_scaled_loss(1.0)) == ndist.digest(_scaled_loss(1.0)) != ndist.digest(_scaled_loss(3.0))
+    assert ndist.digest(functools.partial(_scaled_loss, 1.0)) != ndist.digest(functools.partial(_scaled_loss, 3.0))
+    assert ndist.digest(lambda f, y: (f - y) ** 2) != ndist.digest(lambda f, y: 2 * (f - y) ** 2)
 
 
 # ------------------------------------------------------------------------------------------
