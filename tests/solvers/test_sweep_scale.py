@@ -247,6 +247,19 @@ def test_host_sweep_reports_failed_members_and_keeps_the_others(host_loop, tmp_p
         nqf.solve_sweep(COUPLED, eps=HEPS, atol=-1.0, **HOST)
 
 
+def test_checkpoint_part_of_another_sweep_is_refused(tmp_path):
+    """Issue 26: a part copied from another sweep with the same layout is not used silently."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    nqf.solve_sweep(COUPLED, eps=HEPS[:2], checkpoint=a, **HOST)
+    mine = nqf.solve_sweep(COUPLED, eps=HEPS[2:4], checkpoint=b, **HOST)
+    part = "part-0000000-0000001.npz"
+    os.replace(a / part, b / part)
+    with pytest.raises(ValueError, match=rf"part .*{part}' belongs to another sweep.*Delete it to recompute"):
+        nqf.solve_sweep(COUPLED, eps=HEPS[2:4], checkpoint=b, **HOST)
+    (b / part).unlink()  # as the error says: the chunk is computed again, the same numbers
+    same_sweeps(nqf.solve_sweep(COUPLED, eps=HEPS[2:4], checkpoint=b, **HOST), mine)
+
+
 class _Stuck(cf.Executor):
     """An executor whose tasks never finish (a lost cluster) or whose tasks fail (a dead worker)."""
 

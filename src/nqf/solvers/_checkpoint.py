@@ -7,7 +7,10 @@ compiled sub-sweep; for the host solvers, one task of `nqf.solvers._executor`), 
 results are concatenated along the member axis. With `checkpoint`, every finished chunk is
 written at once to the directory PATH in `nqf.save`'s format (``part-<i0>-<i1>.npz``, written
 to a temporary name and renamed, so a killed sweep never leaves a half-written part), next to a
-``manifest.json`` holding a fingerprint of the arguments. A rerun with the same arguments reads
+``manifest.json`` holding a fingerprint of the arguments; each part holds that fingerprint and
+its member range too, and a part whose fingerprint or range is not the manifest's (copied from
+another sweep) is refused with a `ValueError`
+naming the file (delete it to recompute that chunk). A rerun with the same arguments reads
 the finished chunks and runs only the others: killing a sweep loses at most the chunks in
 flight. A rerun whose arguments differ (any of them, including `chunk_size`, or the nqf / JAX
 version) is refused with a `ValueError` naming the arguments that differ, so a checkpoint never
@@ -60,7 +63,7 @@ from .._core.io import load, save
 
 __all__ = ["SweepProgress"]
 
-FORMAT, VERSION = "nqf-checkpoint", 1
+FORMAT, VERSION = "nqf-checkpoint", 2  # 2: parts carry the fingerprint
 
 
 class SweepProgress(NamedTuple):
@@ -272,6 +275,7 @@ class Checkpoint:
         self.function, self.B, self.K = function, B, K
         prints = fingerprints(args)
         overall = hashlib.sha256(json.dumps(prints, sort_keys=True).encode()).hexdigest()
+        self.fingerprint = overall
         manifest = {
             "format": FORMAT,
             "version": VERSION,
@@ -326,15 +330,32 @@ class Checkpoint:
         return os.path.join(self.path, f"part-{i0:07d}-{i1:07d}.npz")
 
     def load(self, i0: int, i1: int):
-        """The saved chunk [i0, i1), or None if it is not there."""
+        """The saved chunk [i0, i1), or None if it is not there. `ValueError` naming the part
+        file if it belongs to another sweep (its fingerprint is not this manifest's)."""
         p = self.part_path(i0, i1)
-        return load(p) if os.path.exists(p) else None
+        if not os.path.exists(p):
+            return None
+        stored = load(p)
+        if not (isinstance(stored, dict) and set(stored) == {"fingerprint", "members", "part"}):
+            raise ValueError(
+                f"`checkpoint` part {p!r} (members {i0}..{i1 - 1}) is not a part of an nqf checkpoint "
+                "(no fingerprint); delete it to recompute that chunk."
+            )
+        if stored["fingerprint"] != self.fingerprint or list(stored["members"]) != [i0, i1]:
+            raise ValueError(
+                f"`checkpoint` part {p!r} belongs to another sweep: its fingerprint "
+                f"{str(stored['fingerprint'])[:12]} (members {stored['members']}) is not this checkpoint's "
+                f"{self.fingerprint[:12]} (members [{i0}, {i1}]); it was copied or moved here from another "
+                "checkpoint directory. Delete it to recompute that chunk."
+            )
+        return stored["part"]
 
     def save(self, i0: int, i1: int, obj) -> None:
-        """Write the chunk atomically (a temporary file, then a rename)."""
+        """Write the chunk atomically (a temporary file, then a rename), with the manifest's
+        fingerprint and the member range, checked on `load`."""
         final = self.part_path(i0, i1)
         tmp = final[: -len(".npz")] + f".tmp-{os.getpid()}.npz"
-        save(obj, tmp)
+        save({"fingerprint": self.fingerprint, "members": [i0, i1], "part": obj}, tmp)
         os.replace(tmp, final)
 
 
