@@ -260,6 +260,21 @@ def test_checkpoint_part_of_another_sweep_is_refused(tmp_path):
     same_sweeps(nqf.solve_sweep(COUPLED, eps=HEPS[2:4], checkpoint=b, **HOST), mine)
 
 
+def test_checkpoint_corrupted_part_names_the_file(tmp_path):
+    """Issue 26: a truncated or garbled part raises a ValueError naming it, not numpy's error."""
+    mine = nqf.solve_sweep(COUPLED, eps=HEPS[:2], checkpoint=tmp_path, **HOST)
+    part = tmp_path / "part-0000001-0000002.npz"
+    with open(part, "r+b") as f:
+        f.truncate(100)  # a truncated write (zipfile.BadZipFile)
+    with pytest.raises(ValueError, match=rf"{part.name}' \(members 1..1\) cannot be read: BadZipFile.*delete it"):
+        nqf.solve_sweep(COUPLED, eps=HEPS[:2], checkpoint=tmp_path, **HOST)
+    np.savez(part, __nqf__=np.array([None], dtype=object))  # a zip whose header needs pickle
+    with pytest.raises(ValueError, match=r"cannot be read: ValueError: .*allow_pickle.*delete it to recompute"):
+        nqf.solve_sweep(COUPLED, eps=HEPS[:2], checkpoint=tmp_path, **HOST)
+    part.unlink()
+    same_sweeps(nqf.solve_sweep(COUPLED, eps=HEPS[:2], checkpoint=tmp_path, **HOST), mine)
+
+
 class _Stuck(cf.Executor):
     """An executor whose tasks never finish (a lost cluster) or whose tasks fail (a dead worker)."""
 

@@ -9,7 +9,7 @@ written at once to the directory PATH in `nqf.save`'s format (``part-<i0>-<i1>.n
 to a temporary name and renamed, so a killed sweep never leaves a half-written part), next to a
 ``manifest.json`` holding a fingerprint of the arguments; each part holds that fingerprint and
 its member range too, and a part whose fingerprint or range is not the manifest's (copied from
-another sweep) is refused with a `ValueError`
+another sweep), or that cannot be read (truncated, corrupted), is refused with a `ValueError`
 naming the file (delete it to recompute that chunk). A rerun with the same arguments reads
 the finished chunks and runs only the others: killing a sweep loses at most the chunks in
 flight. A rerun whose arguments differ (any of them, including `chunk_size`, or the nqf / JAX
@@ -331,11 +331,18 @@ class Checkpoint:
 
     def load(self, i0: int, i1: int):
         """The saved chunk [i0, i1), or None if it is not there. `ValueError` naming the part
-        file if it belongs to another sweep (its fingerprint is not this manifest's)."""
+        file if it cannot be read (truncated, corrupted) or belongs to another sweep (its
+        fingerprint is not this manifest's)."""
         p = self.part_path(i0, i1)
         if not os.path.exists(p):
             return None
-        stored = load(p)
+        try:
+            stored = load(p)
+        except Exception as err:  # noqa: BLE001 - BadZipFile, numpy's allow_pickle ValueError, OSError, ...
+            raise ValueError(
+                f"`checkpoint` part {p!r} (members {i0}..{i1 - 1}) cannot be read: {type(err).__name__}: {err}. "
+                "It is truncated or corrupted; delete it to recompute that chunk."
+            ) from err
         if not (isinstance(stored, dict) and set(stored) == {"fingerprint", "members", "part"}):
             raise ValueError(
                 f"`checkpoint` part {p!r} (members {i0}..{i1 - 1}) is not a part of an nqf checkpoint "
