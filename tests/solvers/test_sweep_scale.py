@@ -303,6 +303,12 @@ def test_host_sweep_timeout_and_broken_executor():
         nqf.solve_sweep(COUPLED, eps=HEPS, executor=_Stuck(), timeout=-1, **HOST)
     with pytest.raises(ValueError, match="devices"):
         nqf.solve_sweep(COUPLED, eps=HEPS, devices=1, **HOST)
+    # empty batches: the JAX path's ValueError, with or without an executor (issue 26)
+    for ex in (None, _Stuck()):
+        with pytest.raises(ValueError, match=r"`eps` is empty; give at least one value"):
+            nqf.solve_sweep(COUPLED, eps=np.array([]), executor=ex, **HOST)
+        with pytest.raises(ValueError, match=r"`z0` is an empty batch"):
+            nqf.solve_sweep(COUPLED, z0=np.ones((0, 40)), executor=ex, **HOST)
 
 
 @pytest.mark.slow

@@ -64,7 +64,7 @@ from ._checkpoint import (
 from ._map_sweep import _FRONT_END as _MAP_FRONT_END
 from ._map_sweep import closed_sgd_sweep
 from ._sweep import _FRONT_END as _SWEEP_FRONT_END
-from ._sweep import _check_gather, solve_sweep
+from ._sweep import _check_eps, _check_gather, solve_sweep
 
 __all__ = ["SweepMemberError"]
 
@@ -302,8 +302,13 @@ def host_sweep(kw: dict, options: dict, *, executor, checkpoint, chunk_size, fin
     timeout = _check_timeout(options.pop("timeout", None))
     throw = options.pop("throw", True)
     datas, _ = _stack_data(kw["data"])
+    if kw["eps"] is not None:
+        _check_eps(kw["eps"])  # the JAX path's errors (empty, not 1-d, not finite and > 0)
     slicer = SweepSlicer(kw["data"], kw["eps"], kw["M0"], kw["W0"], kw["z0"], options.get("atol"))
     B = slicer.B
+    for name in ("z0", "M0", "W0", "atol"):
+        if slicer.batched[name] and np.shape(slicer.values[name])[0] == 0:
+            raise ValueError(f"`{name}` is an empty batch; give at least one member.")
     calls = member_calls(kw, options, slicer)
     if not slicer.data_batched:
         datas = datas * B
