@@ -303,6 +303,11 @@ def test_host_sweep_timeout_and_broken_executor():
         nqf.solve_sweep(COUPLED, eps=HEPS, executor=_Stuck(), timeout=-1, **HOST)
     with pytest.raises(ValueError, match="devices"):
         nqf.solve_sweep(COUPLED, eps=HEPS, devices=1, **HOST)
+    # timeout without an executor: refused as in the JAX path, not ignored (issue 26)
+    with pytest.raises(ValueError, match=r"`timeout` needs an `executor`"):
+        nqf.solve_sweep(COUPLED, eps=HEPS, timeout=0.001, **HOST)
+    with pytest.raises(ValueError, match=r"does not take \['gather'\].*'executor', 'chunk_size', 'checkpoint'\]"):
+        nqf.solve_sweep(COUPLED, eps=HEPS, gather="all", **HOST)
     # empty batches: the JAX path's ValueError, with or without an executor (issue 26)
     for ex in (None, _Stuck()):
         with pytest.raises(ValueError, match=r"`eps` is empty; give at least one value"):
