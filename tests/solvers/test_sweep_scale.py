@@ -135,8 +135,9 @@ def test_closed_sgd_sweep_checkpoint_resume(tmp_path):
     assert resumed.P is not None and resumed.P.shape == one.P.shape
     for name in ("M", "P", "Q", "loss", "outputs", "t", "lr", "momentum", "seed", "successful"):
         np.testing.assert_array_equal(getattr(resumed, name), getattr(plain, name), err_msg=name)
-        # vmap over members of a map: the same numbers at any batch size (measured bitwise here)
-        np.testing.assert_array_equal(getattr(resumed, name), getattr(one, name), err_msg=name)
+        # against ONE call: to rounding, not bitwise (a vmap at another batch size may round
+        # differently; a trial measured 5.6e-17 on M; this problem happens to match exactly here)
+        np.testing.assert_allclose(getattr(resumed, name), getattr(one, name), rtol=1e-12, atol=1e-14, err_msg=name)
     with pytest.raises(ValueError, match="lr differ"):
         nqf.closed_sgd_sweep(MODEL, chunk_size=2, checkpoint=tmp_path, **dict(MAP_KW, lr=MAP_KW["lr"] * 1.01))
 
