@@ -158,6 +158,9 @@ def _feed(h, x, seen: set | None = None) -> None:
             _feed(h, x[k], seen)
         h.update(b");")
         return
+    if isinstance(x, jax.Device):
+        h.update(f"device:{x.id};".encode())
+        return
     leaves, treedef = jax.tree_util.tree_flatten(x)
     if not (len(leaves) == 1 and leaves[0] is x):  # a pytree (data sets, models, solvers): structure + leaves
         h.update(f"{type(x).__module__}.{type(x).__qualname__}:".encode())
@@ -171,9 +174,6 @@ def _feed(h, x, seen: set | None = None) -> None:
             h.update(f"{f.name}=".encode())
             _feed(h, getattr(x, f.name), seen)
         h.update(b");")
-        return
-    if isinstance(x, jax.Device):
-        h.update(f"device:{x.id};".encode())
         return
     if callable(x) and _feed_callable(h, x, seen):
         return
