@@ -8,8 +8,10 @@ same call; each one builds the members on the host (the same arrays), puts its o
 own devices (`jax.make_array_from_callback`), runs its part of the one compiled program, and
 gets the full result back by `jax.experimental.multihost_utils.process_allgather`.
 
-The argument check: each process hashes every named argument (array bytes, dtypes and shapes;
-pytree structures; other values by their repr with memory addresses removed) and publishes the
+The argument check: each process hashes every named argument with the checkpoint fingerprint's
+encoding (`nqf.solvers._checkpoint._feed`: array bytes, dtypes and shapes; pytree structures;
+Python functions by their code, defaults, closure cells and data globals; other values by their
+repr with memory addresses removed) and publishes the
 digests in the `jax.distributed` coordination service's key-value store; each process then
 reads every other process's digests (a bounded wait: `timeout_s`) and compares them with
 process 0's. A mismatch raises the same `ValueError`, naming the argument and the processes, in
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 
 import jax
 import numpy as np
@@ -33,8 +34,6 @@ __all__: list[str] = []
 #: `nqf.distributed.initialize(timeout=...)` changes it.
 DEFAULT_TIMEOUT_S = 300.0
 _state = {"timeout_s": DEFAULT_TIMEOUT_S, "calls": {}}
-
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def spans_processes(devs) -> bool:
@@ -90,34 +89,10 @@ def host(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def _feed(h, value) -> None:
-    """Feed a canonical encoding of `value` into the hash `h` (arrays by bytes, dtype and shape;
-    pytrees by structure and leaves; anything else by its repr without memory addresses)."""
-    if value is None or isinstance(value, (bool, int, float, complex, str, np.generic)):
-        h.update(f"{type(value).__name__}:{value!r};".encode())
-        return
-    if isinstance(value, jax.Array) and jax.numpy.issubdtype(value.dtype, jax.dtypes.prng_key):
-        h.update(f"key:{value.dtype};".encode())
-        value = jax.random.key_data(value)
-    if isinstance(value, (np.ndarray, jax.Array)):
-        a = np.ascontiguousarray(np.asarray(value))
-        h.update(f"array:{a.dtype.str}:{a.shape};".encode())
-        h.update(a.tobytes())
-        return
-    if isinstance(value, jax.Device):
-        h.update(f"device:{value.id};".encode())
-        return
-    leaves, treedef = jax.tree_util.tree_flatten(value)
-    if len(leaves) == 1 and leaves[0] is value:  # an opaque object
-        h.update(f"obj:{type(value).__qualname__}:{_ADDRESS.sub('', repr(value))};".encode())
-        return
-    h.update(f"tree:{_ADDRESS.sub('', str(treedef))};".encode())
-    for leaf in leaves:
-        _feed(h, leaf)
-
-
 def digest(value) -> str:
     """A hex digest of `value` that is equal across processes for equal arguments."""
+    from ._checkpoint import _feed  # one encoding for this check and the checkpoint fingerprint
+
     h = hashlib.sha256()
     _feed(h, value)
     return h.hexdigest()[:32]

@@ -19,8 +19,8 @@ failed members (``successful[i] = False``, ``results[i] = "error: <type>: <messa
 raises a `SweepMemberError` naming each failed member and its exception (`errors`: {i:
 exception}; `result`: the sweep with the other members); ``throw=False`` returns that sweep. If
 every member raises the same exception type itself (no failed task), that is a shared bad
-argument: the first member's exception is raised instead. ``timeout`` (seconds, for the whole sweep, executors
-only) bounds the wait: on expiry the unfinished tasks are cancelled and a `TimeoutError` names
+argument: the first member's exception is raised instead. ``timeout`` (seconds, for the whole sweep; without an
+executor a `ValueError`, as in the JAX path) bounds the wait: on expiry the unfinished tasks are cancelled and a `TimeoutError` names
 the members that did not finish (finished ones are in the checkpoint, if any).
 
 **Progress.** ``progress=True`` prints one line per finished task on stderr; a callable gets an
@@ -64,7 +64,7 @@ from ._checkpoint import (
 from ._map_sweep import _FRONT_END as _MAP_FRONT_END
 from ._map_sweep import closed_sgd_sweep
 from ._sweep import _FRONT_END as _SWEEP_FRONT_END
-from ._sweep import _check_gather, solve_sweep
+from ._sweep import _check_eps, _check_gather, solve_sweep
 
 __all__ = ["SweepMemberError"]
 
@@ -289,7 +289,7 @@ def host_sweep(kw: dict, options: dict, *, executor, checkpoint, chunk_size, fin
     if unknown:
         raise ValueError(
             f"`solve_sweep` with a host solver (lsoda, cvode, method='exact') does not take {unknown}; "
-            f"its options are {list(HOST_OPTIONS)}."
+            f"its options are {[*HOST_OPTIONS, 'executor', 'chunk_size', 'checkpoint']}."
         )
     if kw["devices"] is not None:
         raise ValueError(
@@ -300,10 +300,20 @@ def host_sweep(kw: dict, options: dict, *, executor, checkpoint, chunk_size, fin
     progress = options.pop("progress", None)
     check_progress(progress)
     timeout = _check_timeout(options.pop("timeout", None))
+    if timeout is not None and executor is None:  # as the JAX path: a timeout is an executor's
+        raise ValueError(
+            "`timeout` needs an `executor`: it bounds the wait for the executor's tasks; a sweep without "
+            "one runs its members here, in order, and is not interrupted (pass executor=... or drop timeout)."
+        )
     throw = options.pop("throw", True)
     datas, _ = _stack_data(kw["data"])
+    if kw["eps"] is not None:
+        _check_eps(kw["eps"])  # the JAX path's errors (empty, not 1-d, not finite and > 0)
     slicer = SweepSlicer(kw["data"], kw["eps"], kw["M0"], kw["W0"], kw["z0"], options.get("atol"))
     B = slicer.B
+    for name in ("z0", "M0", "W0", "atol"):
+        if slicer.batched[name] and np.shape(slicer.values[name])[0] == 0:
+            raise ValueError(f"`{name}` is an empty batch; give at least one member.")
     calls = member_calls(kw, options, slicer)
     if not slicer.data_batched:
         datas = datas * B
