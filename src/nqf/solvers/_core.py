@@ -317,7 +317,9 @@ def _stop_target(stop: Stop, form: str, data: AbstractData, model, gamma=0.0):
         if any_traced(gamma) or float(gamma) > 0.0:  # weight decay moves the equilibrium
             from ._solution import _decayed_equilibrium
 
-            z_inf = None if any_traced(gamma) or any_traced(data) else _decayed_equilibrium(data, float(gamma))
+            z_inf = None
+            if isinstance(data, AbstractCommutingData) and not (any_traced(gamma) or any_traced(data)):
+                z_inf = _decayed_equilibrium(data, float(gamma))
             if z_inf is None:
                 raise ValueError(
                     "Stop.ignition with weight decay needs concrete orthogonal features (DiagonalData, or "
