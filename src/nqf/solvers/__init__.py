@@ -7,7 +7,7 @@ form, and Theorem 6's exact solution as a solve path (`nqf.exact`)), stopping co
 kernels for very large p (`nqf.kernels`). Times are gradient-flow times t = eta * steps.
 
 May import `nqf._core`, `nqf.data` and `nqf.dynamics`. Private modules: `_solve`, `_events`,
-`_lsoda`, `_sweep`, `_map_sweep`, and the pieces of one solve core (issue 25): `_forms` (the
+`_lsoda`, `_sweep`, `_map_sweep`, `_digest` (one argument encoding for hashing), and the pieces of one solve core (issue 25): `_forms` (the
 forms as strategy objects), `_spec` (controller, save specification, adjoint, keyword aliases),
 `_backends` (Exact, LSODA, CVODE), `_initial` (checks of the inputs), `_core` (the compiled
 solve), `_solution` (`FlowSolution`); issue 26: `_distributed` (sweeps across the processes of a `jax.distributed` cluster:

@@ -28,6 +28,8 @@ import json
 import jax
 import numpy as np
 
+from ._digest import _feed  # one encoding for this check and the checkpoint fingerprint
+
 __all__: list[str] = []
 
 #: Default bound (seconds) on the wait for the other processes at a sweep's argument check;
@@ -91,8 +93,6 @@ def host(x) -> np.ndarray:
 
 def digest(value) -> str:
     """A hex digest of `value` that is equal across processes for equal arguments."""
-    from ._checkpoint import _feed  # one encoding for this check and the checkpoint fingerprint
-
     h = hashlib.sha256()
     _feed(h, value)
     return h.hexdigest()[:32]

@@ -269,13 +269,16 @@ class FlowSolution(Saveable):
 
     @functools.cached_property
     def excess_loss(self):
-        """L(t) - L(z_inf) without cancellation (`nqf.excess_loss`), shape (n,); commuting data
+        """L(t) - L(z*) without cancellation (`nqf.excess_loss`; z* = `nqf.glv_equilibrium`, the
+        minimizer of the loss, which is `z_inf` without weight decay), shape (n,); commuting data
         only, else None (the infimum of the loss over PSD M is not known in closed form)."""
         if self.saved == "loss":
             return _host(self.ys.get("excess_loss"))
-        if self.z is None or self.z_inf is None:
+        if self.z is None or not isinstance(self.data, AbstractCommutingData) or self._general:
             return None
-        return _excess_loss(self.data, self.z, self.z_inf)
+        # against the unpenalized minimizer z* (as the in-solve ``save="loss"`` path), also with
+        # weight decay, whose limit `z_inf` lies above it
+        return _excess_loss(self.data, self.z, glv_equilibrium(self.data))
 
     # -- dense output -----------------------------------------------------------------------
     def evaluate(self, t):
