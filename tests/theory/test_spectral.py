@@ -315,3 +315,86 @@ def test_overlap_above_threshold_matches_prediction():
             got.append((V[:, 0] @ T.a[:, 0]) ** 2)
         np.testing.assert_allclose(spectral.bbp_overlap(n, T.lam, d, sigma=0.5)[0], want, atol=0.002)
         assert abs(np.mean(got) - want) < 0.06, (f, got)
+
+
+# --- issue 27 item 8: signs, nonlinear readout, the He2 lift -----------------------------------
+def test_he2_lift_kernel_identity():
+    """<phi(x), phi(x')> = (x.x')^2 / 2 - (|x|^2 + |x'|^2) / 2 + d / 2 (orthonormal He2 features)."""
+    from nqf.datasets import he2_lift
+
+    X = np.random.default_rng(0).standard_normal((5, 4))
+    F = he2_lift(X)
+    assert F.shape == (5, 10)
+    G = X @ X.T
+    sq = np.diag(G)
+    np.testing.assert_allclose(F @ F.T, G**2 / 2 - (sq[:, None] + sq[None, :]) / 2 + 2.0, rtol=1e-12, atol=1e-12)
+
+
+def test_spiked_signs_readout_and_lift():
+    d0, T0 = spiked_he2_data(60, 10, gamma=1.0, K=4, seed=2)
+    d1, T1 = spiked_he2_data(60, 10, gamma=1.0, K=4, seed=2, signs=True)
+    d2, T2 = spiked_he2_data(60, 10, gamma=1.0, K=4, seed=2, signs=True, readout="tanh")
+    np.testing.assert_array_equal(T0.a, T1.a)
+    np.testing.assert_array_equal(d0.X, d1.X)
+    assert set(np.unique(T1.signs)) == {-1.0, 1.0}  # seed 2 draws both signs for K = 4
+    np.testing.assert_allclose(d1.y, d1.traces(T1.M_star()), rtol=1e-12, atol=1e-12)  # signed NQF teacher
+    np.testing.assert_allclose(d2.y, np.tanh(np.asarray(d1.y)), rtol=1e-12)
+    np.testing.assert_allclose(T1.spikes, T1.signs * T1.lam, rtol=0)
+    np.testing.assert_allclose(
+        np.linalg.eigvalsh(T1.EY()), np.sort(np.r_[8 * T1.signs * T1.lam, np.zeros(6)]), atol=1e-12
+    )
+    for what in ("EY", "M_star"):
+        with pytest.raises(ValueError, match="readout"):
+            getattr(T2, what)()
+    d3, T3 = spiked_he2_data(30, 5, gamma=1.0, K=3, seed=0, q=2)
+    assert d3.p == T3.p == 15 and T3.d == 5
+    np.testing.assert_allclose(d3.y, d3.traces(T3.M_star()), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="q = 1"):
+        T3.population_loss(np.zeros((15, 15)))
+    for kw, err in (
+        ({"q": 3}, ValueError),
+        ({"signs": "yes"}, TypeError),
+        ({"readout": "relu"}, ValueError),
+        ({"readout": 3}, TypeError),
+    ):
+        with pytest.raises(err, match=next(iter(kw))):
+            spiked_he2_data(10, 5, gamma=1.0, **kw)
+
+
+def test_effective_spikes_of_a_nonlinear_readout():
+    """Stein's lemma by Monte Carlo: the identity as a callable recovers the exact linear values,
+    Stein agrees with the direct projection E[y (u^2 - 1)] / 2, and the data's a_i^T Y a_i / 8
+    agree with the tanh teacher's effective spikes."""
+    _, Tl = spiked_he2_data(10, 16, gamma=1.0, K=6, sigma=0.5, seed=1, signs=True, readout=lambda h: h)
+    assert not Tl.linear
+    se = Tl.mc_stderr
+    assert np.all(np.abs(Tl.spikes - Tl.signs * Tl.lam) <= 5 * se + 1e-3)
+    np.testing.assert_allclose(Tl.s2, 2.0 + 0.25, rtol=0.02)
+    np.testing.assert_allclose(Tl.spike_variance_ratio, 1 + 8 * Tl.lam**2 / 2.25, rtol=0.05)
+    data, T = spiked_he2_data(40_000, 16, gamma=1.0, K=6, sigma=0.5, seed=1, signs=True, readout="tanh")
+    assert np.all(np.abs(T.spikes - T.spikes_projection) <= 5 * T.mc_stderr)
+    X, y = np.asarray(data.X), np.asarray(data.y)
+    u = X @ T.a
+    proj = y[:, None] * (u**2 - 1) / 2
+    diag = np.einsum("ik,ij,jk->k", T.a, np.asarray(data.Y()), T.a) / 8
+    np.testing.assert_allclose(diag, proj.mean(0), rtol=1e-10)  # a_i^T Y a_i / 8 is the sample projection
+    assert np.all(np.abs(diag - T.spikes) <= 5 * proj.std(0) / np.sqrt(len(y)))
+    np.testing.assert_allclose(np.mean(y**2), T.s2, rtol=0.03)
+
+
+def test_spectral_overrides():
+    lam = np.array([0.5, 0.3])
+    np.testing.assert_allclose(spectral.bbp_thresholds(lam, 50, s2=0.7), 50 * 0.7 / (4 * lam**2), rtol=1e-14)
+    np.testing.assert_allclose(
+        spectral.half_overlap_sizes(lam, 50, s2=0.7, rho=[2.0, 3.0]), np.array([2.0, 3.0]) * 2 * 50 * 0.7 / (4 * lam**2)
+    )
+    np.testing.assert_allclose(
+        spectral.bbp_overlap(1e4, lam, 50, s2=0.7, rho=2.0), 1 - 2 * 50 * 0.7 / (4 * lam**2) / 1e4
+    )
+    np.testing.assert_allclose(spectral.bulk_edge(1e4, 50, s2=0.7), 8 * np.sqrt(0.7 * 50 / 1e4))
+    with pytest.raises(ValueError, match="lam"):
+        spectral.bulk_edge(1e4, 50)
+    with pytest.raises(ValueError, match="rho"):
+        spectral.half_overlap_sizes(lam, 50, rho=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="s2"):
+        spectral.bbp_thresholds(lam, 50, s2=-1.0)

@@ -546,35 +546,111 @@ def fourier_mlp_data(P: int = 64, M: int = 256, *, beta: float = 1.5, theta: flo
 # --------------------------------------------------------------------------------------------
 # The spiked He2 model (issue 18): sample-size power laws from one NQF (`nqf.spectral`).
 # --------------------------------------------------------------------------------------------
-__all__ += ["SpikedTeacher", "spiked_he2_data"]
+__all__ += ["SpikedTeacher", "spiked_he2_data", "he2_lift"]
+
+
+_MC_SAMPLES = 400_000  # Gaussian draws for a nonlinear readout's effective spikes (SpikedTeacher)
+
+
+def he2_lift(X: Float[ArrayLike, "n d"]) -> Float[np.ndarray, "n D"]:
+    """The He2 lift of Gaussian inputs: phi(x) = [(x_a^2 - 1) / sqrt(2) for a = 1..d,
+    x_a x_b for a < b], D = d (d + 1) / 2 features with E[phi] = 0 and E[phi phi^T] = I_D for
+    x ~ N(0, I_d) (orthonormal degree-2 Hermite features; not Gaussian). Used by
+    `spiked_he2_data(q=2)`: the spiked model on phi(x), whose thresholds grow as D ~ d^2 / 2.
+
+    **Arguments:** `X` inputs, shape (n, d).
+
+    **Returns:** phi(X), shape (n, d (d + 1) / 2) (float64; the diagonal features first, then
+    the pairs a < b in row-major order).
+    """
+    X = np.asarray(as_array(X, "X", ndim=2), dtype=float)
+    iu = np.triu_indices(X.shape[1], k=1)
+    return np.concatenate([(X**2 - 1.0) / np.sqrt(2.0), X[:, iu[0]] * X[:, iu[1]]], axis=1)
+
+
+def _readout(readout):
+    """(name, g) for the readout argument of `spiked_he2_data`: None (identity), "tanh", or a
+    JAX-traceable scalar function g (its derivatives enter the effective spikes)."""
+    import jax.numpy as jnp
+
+    if readout is None:
+        return None, None
+    if isinstance(readout, str):
+        if readout != "tanh":
+            raise ValueError(f"`readout` must be None, 'tanh' or a callable g(h); found {readout!r}.")
+        return "tanh", jnp.tanh
+    if not callable(readout):
+        raise TypeError(f"`readout` must be None, 'tanh' or a callable g(h); found {type(readout).__name__}.")
+    return getattr(readout, "__name__", "callable"), readout
+
+
+@functools.lru_cache(maxsize=16)
+def _readout_derivatives(g):
+    """h -> (g(h), g'(h), g''(h)) elementwise, compiled once per readout function."""
+    return jax.jit(lambda h: (g(h), jax.vmap(jax.grad(g))(h), jax.vmap(jax.grad(jax.grad(g)))(h)))
 
 
 class SpikedTeacher:
-    """The teacher of the spiked He2 model, y = sum_i lambda_i (<a_i, x>^2 - 1) + sigma xi with
-    x ~ N(0, I_d), xi ~ N(0, 1), and its exact population quantities (nqf's normalisation:
-    Y = (4/m) sum_mu y_mu A_mu, A(x) = x x^T - I, THEORY Eq. E9).
+    """The teacher of the spiked He2 model and its population quantities (nqf's normalisation:
+    Y = (4/m) sum_mu y_mu A_mu, A(x) = phi phi^T - I, THEORY Eq. E9):
 
-    The teacher is itself an NQF: y = Tr[M* A(x)] + sigma xi with M* = sum_i lambda_i a_i a_i^T.
-    By Wick's theorem, E[y A] = 2 M* and E[<A, X> A] = 2 X for symmetric X, so
+        y = g(h) + sigma xi,   h = sum_i s_i lambda_i (<a_i, phi(x)>^2 - 1),   x ~ N(0, I_d),
 
-    - E[Y] = 8 M* (`EY`), eigenvalues 8 lambda_i on a_i, 0 on their complement;
-    - the population K(X) = 8 X: the population flow is Theorem 7's isotropic flow with c = 2,
-      M(t) = e^{tY} M0 [I + 16 Phi(t) M0]^{-1} e^{tY}, Y = 8 M* (`population_flow`, THEORY E17);
-    - the population loss E[(Tr[M A] - y)^2] = 2 |M - M*|_F^2 + sigma^2 (`population_loss`);
-    - E[y^2] = s^2 = 2 sum_i lambda_i^2 + sigma^2 (`s2`), which sets the noise of Y.
+    with phi(x) = x (q = 1) or the He2 lift `he2_lift(x)` (q = 2, p = d (d + 1) / 2 features),
+    signs s_i = +1 or Rademacher, and the readout g the identity or nonlinear (tanh).
 
-    **Attributes:** `a` (d, K) orthonormal directions (columns); `lam` (K,) spike strengths;
-    `sigma` label-noise standard deviation; `gamma`, `Z` the power law lambda_i = Z i^-gamma.
+    Linear readout, q = 1 (exact, Wick's theorem): the teacher is an NQF, y = Tr[M* A(x)] + sigma
+    xi with M* = sum_i s_i lambda_i a_i a_i^T; E[Y] = 8 M* (`EY`), the population K(X) = 8 X (the
+    population flow is Theorem 7's isotropic flow with c = 2, `population_flow`, THEORY E17), the
+    population loss is 2 |M - M*|_F^2 + sigma^2 (`population_loss`), E[y^2] = s^2 =
+    2 sum_i lambda_i^2 + sigma^2 (`s2`).
+
+    Nonlinear readout (q = 1): by Stein's lemma E[y (x x^T - I)] = E[nabla^2 g(h)] is still
+    diagonal on the a_i (h is even in each <a_i, x>), so E[Y] = 8 sum_i lambda_eff,i a_i a_i^T with
+
+        lambda_eff,i = s_i lambda_i E[g'(h)] + 2 lambda_i^2 E[g''(h) u_i^2],   u_i = <a_i, x>,
+
+    (`spikes`), and s^2 = E[g(h)^2] + sigma^2, rho_i = E[y^2 u_i^2] / E[y^2]
+    (`spike_variance_ratio`): Gaussian expectations over u ~ N(0, I_K), evaluated by Monte Carlo
+    with `_MC_SAMPLES` draws from a fixed seed (relative error ~ 1e-3; `mc_stderr`). For q = 2 the
+    same numbers are the Gaussian-equivalent prediction (phi(x) is not Gaussian; E[Y] is then not
+    exactly 8 M*, which `EY`, `population_flow` and `population_loss` refuse).
+
+    **Attributes:** `a` (p, K) orthonormal directions (columns); `lam` (K,) spike strengths
+    lambda_i > 0; `signs` (K,) s_i = +-1; `sigma` label-noise standard deviation; `gamma`, `Z` the
+    power law lambda_i = Z i^-gamma; `q` (1 or 2); `readout` the readout's name (None: identity).
     """
 
-    def __init__(self, a: Float[ArrayLike, "d K"], lam: Float[ArrayLike, " K"], sigma: float, gamma: float, Z: float):
+    def __init__(
+        self,
+        a: Float[ArrayLike, "p K"],
+        lam: Float[ArrayLike, " K"],
+        sigma: float,
+        gamma: float,
+        Z: float,
+        *,
+        signs: Float[ArrayLike, " K"] | None = None,
+        readout=None,
+        q: int = 1,
+        d: int | None = None,
+    ):
         self.a = np.asarray(a, dtype=float)
         self.lam = np.asarray(lam, dtype=float)
+        self.signs = np.ones_like(self.lam) if signs is None else np.asarray(signs, dtype=float)
         self.sigma, self.gamma, self.Z = float(sigma), float(gamma), float(Z)
+        self.readout, self._g = _readout(readout)
+        self.q = int(q)
+        self._d = self.a.shape[0] if d is None else int(d)
+        self._mc: dict | None = None
 
     @property
     def d(self) -> int:
-        """Input dimension d."""
+        """Input dimension d (x ~ N(0, I_d))."""
+        return self._d
+
+    @property
+    def p(self) -> int:
+        """Feature dimension p of the NQF's data (d for q = 1, d (d + 1) / 2 for q = 2)."""
         return self.a.shape[0]
 
     @property
@@ -583,29 +659,119 @@ class SpikedTeacher:
         return self.a.shape[1]
 
     @property
-    def s2(self) -> float:
-        """E[y^2] = 2 sum_i lambda_i^2 + sigma^2."""
-        return float(2.0 * np.sum(self.lam**2) + self.sigma**2)
+    def linear(self) -> bool:
+        """Whether the readout is the identity (then the teacher is an NQF and `EY` etc. are exact)."""
+        return self._g is None
+
+    def _exact(self, what: str) -> None:
+        if not self.linear or self.q != 1:
+            raise ValueError(
+                f"SpikedTeacher.{what} is exact only for the linear readout with q = 1 (Wick's theorem); this "
+                f"teacher has readout={self.readout!r}, q={self.q}. Use `spikes`, `s2` and "
+                "`spike_variance_ratio` (the effective spectral parameters) instead."
+            )
+
+    def lift(self, X: Float[ArrayLike, "n d"]) -> Float[np.ndarray, "n p"]:
+        """The features phi(X) (n, p) the NQF sees: X itself (q = 1) or `he2_lift(X)` (q = 2)."""
+        X = np.asarray(as_array(X, "X", ndim=2, shape=(None, self.d)), dtype=float)
+        return X if self.q == 1 else he2_lift(X)
 
     def labels(self, X: Float[ArrayLike, "n d"], rng: np.random.Generator | None = None) -> Float[np.ndarray, " n"]:
         """Labels y (n,) of inputs X (n, d) (noise drawn from `rng` when sigma > 0)."""
-        X = np.asarray(as_array(X, "X", ndim=2, shape=(None, self.d)))
-        y = ((X @ self.a) ** 2 - 1.0) @ self.lam
+        y = self._labels_from_features(self.lift(X))
         if self.sigma > 0:
             rng = np.random.default_rng() if rng is None else rng
-            y = y + self.sigma * rng.standard_normal(X.shape[0])
+            y = y + self.sigma * rng.standard_normal(y.shape[0])
         return y
 
+    def _labels_from_features(self, F) -> np.ndarray:
+        h = ((F @ self.a) ** 2 - 1.0) @ (self.signs * self.lam)
+        return h if self.linear else np.asarray(self._g(h), dtype=float)  # pyright: ignore[reportOptionalCall]
+
+    def _moments(self) -> dict:
+        """Monte Carlo Gaussian moments of a nonlinear readout (cached; module docstring)."""
+        if self._mc is None:
+            import jax.numpy as jnp
+
+            derivs = _readout_derivatives(self._g)
+            rng = np.random.default_rng(20260)
+            sl = self.signs * self.lam
+            chunk, n, var = 50_000, 0, None
+            tot: dict = dict.fromkeys(("g1", "g2u", "proj", "y2", "y2u"), 0.0)
+            for _ in range(_MC_SAMPLES // chunk):  # streamed, matrix-vector products: memory O(chunk K)
+                u2 = rng.standard_normal((chunk, self.K)) ** 2
+                gh, dg, d2g = (np.asarray(v) for v in derivs(jnp.asarray(u2 @ sl - sl.sum())))
+                y2 = gh**2 + self.sigma**2
+                if var is None:  # variance of (Stein - projection) per draw, from the first chunk
+                    diff = dg[:, None] * sl + 2.0 * self.lam**2 * (d2g[:, None] * u2) - gh[:, None] * (u2 - 1.0) / 2
+                    var = diff.var(axis=0)
+                tot["g1"] = tot["g1"] + dg.sum()
+                tot["g2u"] = tot["g2u"] + d2g @ u2
+                tot["proj"] = tot["proj"] + (gh @ u2 - gh.sum()) / 2.0
+                tot["y2"] = tot["y2"] + float(y2.sum())
+                tot["y2u"] = tot["y2u"] + y2 @ u2
+                n += chunk
+            s2 = tot["y2"] / n
+            self._mc = {
+                "spikes": sl * tot["g1"] / n + 2.0 * self.lam**2 * np.asarray(tot["g2u"]) / n,
+                "spikes_projection": np.asarray(tot["proj"]) / n,
+                "stderr": np.sqrt(np.asarray(var) / n),
+                "s2": float(s2),
+                "rho": np.asarray(tot["y2u"]) / n / s2,
+            }
+        return self._mc
+
+    @property
+    def spikes(self) -> Float[np.ndarray, " K"]:
+        """Effective signed spikes lambda_eff,i (K,): E[Y] = 8 sum_i lambda_eff,i a_i a_i^T
+        (q = 1; the Gaussian-equivalent value for q = 2). Linear readout: s_i lambda_i exactly;
+        nonlinear: Stein's lemma (class docstring) by Monte Carlo."""
+        return self.signs * self.lam if self.linear else self._moments()["spikes"]
+
+    @property
+    def spikes_projection(self) -> Float[np.ndarray, " K"] | None:
+        """The direct-projection estimate E[y (u_i^2 - 1)] / 2 of `spikes` from the same Monte Carlo
+        draws (an independent estimator of the same number; None for the linear readout)."""
+        return None if self.linear else self._moments()["spikes_projection"]
+
+    @property
+    def mc_stderr(self) -> Float[np.ndarray, " K"] | None:
+        """Monte Carlo standard error of the difference between the Stein and the direct-projection
+        (E[y (u_i^2 - 1)] / 2) estimates of `spikes` (None for the linear readout: exact)."""
+        return None if self.linear else self._moments()["stderr"]
+
+    @property
+    def s2(self) -> float:
+        """E[y^2]: 2 sum_i lambda_i^2 + sigma^2 (linear readout), E[g(h)^2] + sigma^2 otherwise (Monte Carlo)."""
+        if self.linear:
+            return float(2.0 * np.sum(self.lam**2) + self.sigma**2)
+        return self._moments()["s2"]
+
+    @property
+    def spike_variance_ratio(self) -> Float[np.ndarray, " K"]:
+        """rho_i = E[y^2 <a_i, phi>^2] / E[y^2] (K,): 1 + 8 lambda_i^2 / s^2 for the linear readout
+        (`nqf.spectral.spike_variance_ratio`), Monte Carlo otherwise."""
+        if self.linear:
+            return 1.0 + 8.0 * self.lam**2 / self.s2
+        return self._moments()["rho"]
+
     def M_star(self) -> np.ndarray:
-        """M* = sum_i lambda_i a_i a_i^T, shape (d, d)."""
-        return (self.a * self.lam) @ self.a.T
+        """M* = sum_i s_i lambda_i a_i a_i^T, shape (p, p): y = Tr[M* A(x)] + sigma xi for the linear
+        readout (any q). With signs M* is indefinite: M = W W^T (PSD) reaches only its positive part,
+        the flow from small initialization grows only the directions with s_i = +1.
+        **Raises:** `ValueError` for a nonlinear readout (no M* exists)."""
+        if not self.linear:
+            raise ValueError(f"A teacher with readout={self.readout!r} is not an NQF: it has no M*.")
+        return (self.a * (self.signs * self.lam)) @ self.a.T
 
     def EY(self) -> np.ndarray:
-        """E[Y] = 8 M*, shape (d, d)."""
+        """E[Y] = 8 M*, shape (d, d) (linear readout, q = 1)."""
+        self._exact("EY")
         return 8.0 * self.M_star()
 
     def population_loss(self, M: Float[ArrayLike, "*batch d d"]) -> Float[np.ndarray, "*batch"]:
-        """E[(Tr[M A(x)] - y)^2] = 2 |M - M*|_F^2 + sigma^2 for M of shape (..., d, d)."""
+        """E[(Tr[M A(x)] - y)^2] = 2 |M - M*|_F^2 + sigma^2 for M of shape (..., d, d) (linear readout, q = 1)."""
+        self._exact("population_loss")
         M = np.asarray(as_array(M, "M"))
         if M.shape[-2:] != (self.d, self.d):
             raise ValueError(f"`M` must have shape (..., {self.d}, {self.d}); found {M.shape}.")
@@ -614,12 +780,13 @@ class SpikedTeacher:
     def population_flow(self, ts: Float[ArrayLike, " nt"], M0: Float[ArrayLike, "d d"]) -> Float[np.ndarray, "nt d d"]:
         """The population (n -> infinity) MSE flow M' = Y M + M Y - 16 M^2, Y = 8 M*, from
         M0 (d, d) symmetric PSD at gradient-flow times `ts` (n_t,) >= 0: Theorem 7's exact
-        solution with c = 2 (THEORY E17, `nqf.theorem7`'s graded evaluation).
+        solution with c = 2 (THEORY E17, `nqf.theorem7`'s graded evaluation; linear readout, q = 1).
 
         **Returns:** M(t), shape (n_t, d, d).
         """
         from ._isotropic import _initial_M, _riccati_isotropic, _times
 
+        self._exact("population_flow")
         ts = _times(ts)
         M0 = _initial_M(M0, self.d)
         g, V = np.linalg.eigh(self.EY())
@@ -629,27 +796,46 @@ class SpikedTeacher:
 
 @_on_host
 def spiked_he2_data(
-    n: int, d: int, *, gamma: float, K: int | None = None, Z: float | None = None, sigma: float = 0.0, seed: int = 0
+    n: int,
+    d: int,
+    *,
+    gamma: float,
+    K: int | None = None,
+    Z: float | None = None,
+    sigma: float = 0.0,
+    seed: int = 0,
+    signs: bool = False,
+    readout=None,
+    q: int = 1,
 ):
     """Gaussian inputs and a spiked quadratic teacher (arXiv 2605.14567's hierarchical model in
-    nqf's form; `nqf.spectral`): x ~ N(0, I_d), y = sum_{i=1..K} lambda_i (<a_i, x>^2 - 1) +
-    sigma xi, lambda_i = Z i^-gamma, orthonormal a_i (the first K columns of a random orthogonal
-    matrix). The NQF data are A(x) = x x^T - I (quadratic network / phase retrieval, centred),
-    returned as `nqf.He2Data` (the inputs X (n, d); never an n x d x d tensor).
+    nqf's form; `nqf.spectral`): x ~ N(0, I_d), y = g(sum_{i=1..K} s_i lambda_i
+    (<a_i, phi(x)>^2 - 1)) + sigma xi, lambda_i = Z i^-gamma, orthonormal a_i (the first K
+    columns of a random orthogonal matrix). The NQF data are A(x) = phi phi^T - I (quadratic
+    network / phase retrieval on the features phi, centred), returned as `nqf.He2Data` (the
+    features (n, p); never an n x p x p tensor). Defaults: phi(x) = x, s_i = 1, g the identity.
 
     **Arguments:**
 
     - `n`: number of samples (m = n); `d`: input dimension.
-    - `gamma` >= 0: spike decay; `K`: number of directions, 1 <= K <= d (default d // 2);
-      `Z` > 0: scale (default: normalised so that sum_i lambda_i^2 = 1, E[y^2] = 2 + sigma^2).
+    - `gamma` >= 0: spike decay; `K`: number of directions, 1 <= K <= p (default p // 2);
+      `Z` > 0: scale (default: normalised so that sum_i lambda_i^2 = 1, E[h^2] = 2).
     - `sigma` >= 0: label-noise standard deviation; `seed`: one seed for the directions, the
       inputs and the noise (the directions do not depend on n, so data sets of different n with
       one seed share the teacher, and the first n' rows of the largest are the n'-sample set).
+    - `signs`: if True, s_i are Rademacher signs (drawn from their own stream of `seed`: the
+      directions, inputs and noise are those of signs=False).
+    - `readout`: None (identity: the teacher is an NQF), "tanh", or a JAX-traceable scalar
+      function g (its effective spikes: `SpikedTeacher.spikes`).
+    - `q`: 1 (phi(x) = x, p = d, thresholds n_i ~ d) or 2 (the He2 lift phi = `he2_lift(x)`,
+      p = d (d + 1) / 2, thresholds n_i ~ d^2 / 2).
 
-    **Returns:** `(data, teacher)`: `He2Data` (X (n, d), y (n,)) and the `SpikedTeacher` with the
-    population quantities (E[Y] = 8 M*, the population flow and loss).
+    **Returns:** `(data, teacher)`: `He2Data` (features (n, p), y (n,)) and the `SpikedTeacher`
+    with the population quantities.
 
-    **Raises:** `ValueError` for n, d < 1, K outside [1, d], gamma < 0, Z <= 0, sigma < 0.
+    **Raises:** `ValueError` for n, d < 1, K outside [1, p], gamma < 0, Z <= 0, sigma < 0, q not
+    in {1, 2}, an unknown readout name; `TypeError` for a non-bool `signs` or a readout that is
+    neither None, a string nor callable.
     """
     from .._core._checks import check_positive
     from ._operators import He2Data
@@ -657,10 +843,16 @@ def spiked_he2_data(
     for name, v in (("n", n), ("d", d)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"`{name}` must be an integer >= 1; found {v!r}.")
+    if isinstance(q, bool) or q not in (1, 2):
+        raise ValueError(f"`q` (the lift degree) must be 1 or 2; found {q!r}.")
+    if not isinstance(signs, (bool, np.bool_)):
+        raise TypeError(f"`signs` must be a bool (Rademacher signs or all +1); found {type(signs).__name__}.")
+    _readout(readout)
     n, d = int(n), int(d)
-    K = max(d // 2, 1) if K is None else K
-    if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or not 1 <= K <= d:
-        raise ValueError(f"`K` (number of teacher directions) must be an integer in [1, d = {d}]; found {K!r}.")
+    p = d if q == 1 else d * (d + 1) // 2
+    K = max(p // 2, 1) if K is None else K
+    if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or not 1 <= K <= p:
+        raise ValueError(f"`K` (number of teacher directions) must be an integer in [1, p = {p}]; found {K!r}.")
     gamma = check_positive(gamma, "gamma", allow_zero=True)
     sigma = check_positive(sigma, "sigma", allow_zero=True)
     i = np.arange(1, K + 1, dtype=float)
@@ -668,11 +860,12 @@ def spiked_he2_data(
     Z = 1.0 / np.sqrt(np.sum(shape**2)) if Z is None else check_positive(Z, "Z")
     lam = Z * shape
     rng = np.random.default_rng(seed)
-    a = _random_orthogonal(d, rng)[:, :K]
-    teacher = SpikedTeacher(a, lam, sigma, gamma, Z)
+    a = _random_orthogonal(p, rng)[:, :K]
+    s = np.random.default_rng([seed, 1]).choice([-1.0, 1.0], size=K) if signs else None
+    teacher = SpikedTeacher(a, lam, sigma, gamma, Z, signs=s, readout=readout, q=q, d=d)
     X = rng.standard_normal((n, d))
     y = teacher.labels(X, rng)
-    return He2Data(X, y), teacher
+    return He2Data(teacher.lift(X), y), teacher
 
 
 # --------------------------------------------------------------------------------------------

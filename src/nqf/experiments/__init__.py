@@ -65,6 +65,7 @@ _MODULES = {
     "digits": "digits",
     "fig8": "fig8",
     "sample-scaling": "sample_scaling",
+    "sample-grid": "sample_grid",
     "predict": "predict",
     "sgd-noise": "sgd_noise",
     "moe": "moe",

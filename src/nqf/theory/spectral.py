@@ -51,6 +51,14 @@ These are the large-d, n >> d (semicircle) approximations: at n ~ d the bulk of
 K - 1 spikes below threshold deform it; at finite d the transition is smoothed over a window
 of relative width O(d^-1/3). Nothing here is fitted to data.
 
+**Signs, a nonlinear readout, the He2 lift** (`spiked_he2_data(signs=, readout=, q=)`). With
+Rademacher signs the spikes sit at both ends of Y's spectrum (the BBP formulas hold for |lambda|);
+with a readout y = g(h) Stein's lemma keeps E[Y] diagonal on the a_i with effective spikes
+lambda_eff,i (`SpikedTeacher.spikes`), and the formulas above hold with lambda_i -> |lambda_eff,i|,
+s^2 = E[y^2] and rho_i = E[y^2 <a_i, x>^2] / E[y^2] (the `s2=` and `rho=` arguments). On the He2
+lift phi(x) (q = 2, p = d (d + 1) / 2 features) they are only the Gaussian-equivalent prediction:
+phi is not Gaussian (``nqf reproduce sample-grid`` measures how far it is off).
+
 Top eigenvectors are computed by a Krylov method (`top_eigenpairs`: ARPACK's Lanczos through
 `scipy.sparse.linalg.eigsh` on a `LinearOperator` v -> Y v that costs one pass over the data per
 product), never by a full eigendecomposition of Y.
@@ -207,12 +215,29 @@ def _spikes(lam) -> np.ndarray:
     return lam
 
 
-def _s2(lam, sigma) -> float:
+def _s2(lam, sigma, s2=None) -> float:
+    """E[y^2]: the given `s2` (> 0), else the linear teacher's 2 sum_j lambda_j^2 + sigma^2."""
+    if s2 is not None:
+        return check_positive(s2, "s2")
     sigma = check_positive(sigma, "sigma", allow_zero=True)
     return float(2.0 * np.sum(lam**2) + sigma**2)
 
 
-def bbp_thresholds(lam: Float[ArrayLike, " K"], d: int, *, sigma: float = 0.0) -> np.ndarray:
+def _row_ratio(lam, sigma, s2, rho) -> np.ndarray:
+    """rho_i: the given `rho` (scalar or (K,), > 0), else `spike_variance_ratio`."""
+    lam = _spikes(lam)
+    if rho is None:
+        return spike_variance_ratio(lam, sigma=sigma, s2=s2)
+    rho = np.asarray(as_array(rho, "rho"), dtype=float)
+    rho = np.broadcast_to(rho, lam.shape) if rho.ndim == 0 else rho
+    if rho.shape != lam.shape or np.any(rho <= 0):
+        raise ValueError(
+            f"`rho` must be a scalar or shape {lam.shape} (one per spike) with values > 0; found shape {rho.shape}."
+        )
+    return rho
+
+
+def bbp_thresholds(lam: Float[ArrayLike, " K"], d: int, *, sigma: float = 0.0, s2: float | None = None) -> np.ndarray:
     """BBP sample-size thresholds n_i of the spiked He2 model (module docstring): the i-th top
     eigenvector of Y = (4/n) sum_mu y_mu (x_mu x_mu^T - I) starts to align with a_i at
 
@@ -222,7 +247,12 @@ def bbp_thresholds(lam: Float[ArrayLike, " K"], d: int, *, sigma: float = 0.0) -
     GOE approximation of the noise of Y, valid for n >> d and large d).
 
     **Arguments:** `lam` (K,) the spike strengths lambda_i > 0 (all of the teacher's, since they
-    all enter s^2); `d` the input dimension; `sigma` >= 0 the label-noise standard deviation.
+    all enter s^2); `d` the input dimension (the feature dimension p for a lifted teacher);
+    `sigma` >= 0 the label-noise standard deviation; `s2` > 0: E[y^2] given directly (overrides
+    2 sum_j lambda_j^2 + sigma^2). Nonlinear or signed teachers
+    (`nqf.datasets.spiked_he2_data(signs=, readout=)`): `lam` = |lambda_eff|
+    (`SpikedTeacher.spikes`), `s2` = `SpikedTeacher.s2` (and `rho` =
+    `SpikedTeacher.spike_variance_ratio` where taken); `sigma` is then not used.
 
     **Returns:** n_i, shape (K,) (real numbers of samples).
 
@@ -230,10 +260,10 @@ def bbp_thresholds(lam: Float[ArrayLike, " K"], d: int, *, sigma: float = 0.0) -
     """
     lam = _spikes(lam)
     d = _dim(d)
-    return d * _s2(lam, sigma) / (4.0 * lam**2)
+    return d * _s2(lam, sigma, s2) / (4.0 * lam**2)
 
 
-def spike_variance_ratio(lam: Float[ArrayLike, " K"], *, sigma: float = 0.0) -> np.ndarray:
+def spike_variance_ratio(lam: Float[ArrayLike, " K"], *, sigma: float = 0.0, s2: float | None = None) -> np.ndarray:
     """rho_i = E[y^2 <a_i, x>^2] / E[y^2] = 1 + 8 lambda_i^2 / s^2 (module docstring): the
     variance of the noise of Y in a_i's own row relative to the bulk's, for the spiked He2 model.
 
@@ -242,18 +272,28 @@ def spike_variance_ratio(lam: Float[ArrayLike, " K"], *, sigma: float = 0.0) -> 
     **Returns:** rho_i, shape (K,), >= 1.
     """
     lam = _spikes(lam)
-    return 1.0 + 8.0 * lam**2 / _s2(lam, sigma)
+    return 1.0 + 8.0 * lam**2 / _s2(lam, sigma, s2)
 
 
 def bbp_overlap(
-    n: Float[ArrayLike, "*n"], lam: Float[ArrayLike, " K"], d: int, *, sigma: float = 0.0, gaussian_row: bool = False
+    n: Float[ArrayLike, "*n"],
+    lam: Float[ArrayLike, " K"],
+    d: int,
+    *,
+    sigma: float = 0.0,
+    gaussian_row: bool = False,
+    s2: float | None = None,
+    rho: Float[ArrayLike, "*K"] | None = None,
 ) -> np.ndarray:
     """Predicted squared overlap cos^2 theta_i = (v_i^T a_i)^2 of the i-th top eigenvector of Y
     with a_i (module docstring): max(0, 1 - rho_i n_i / n), rho_i = `spike_variance_ratio`, to
     leading order in n_i / n; with ``gaussian_row=True`` the GOE (spiked Wigner) formula
     max(0, 1 - n_i / n) (rho_i = 1; Benaych-Georges & Nadakuditi 2011).
 
-    **Arguments:** `n` sample sizes, scalar or (N,) > 0; `lam` (K,); `d`; `sigma`.
+    **Arguments:** `n` sample sizes, scalar or (N,) > 0; `lam` (K,); `d`; `sigma`; `s2` > 0:
+    E[y^2] given directly (`bbp_thresholds`); `rho` scalar or (K,) > 0: the spike-row variance
+    ratios given directly (default `spike_variance_ratio`; a nonlinear teacher's:
+    `SpikedTeacher.spike_variance_ratio`).
 
     **Returns:** shape n.shape + (K,).
 
@@ -262,22 +302,39 @@ def bbp_overlap(
     n = np.asarray(as_array(n, "n"))
     if np.any(n <= 0):
         raise ValueError("`n` (sample sizes) must be > 0.")
-    ni = bbp_thresholds(lam, d, sigma=sigma)
-    rho = 1.0 if gaussian_row else spike_variance_ratio(lam, sigma=sigma)
-    return np.clip(1.0 - rho * ni / n[..., None], 0.0, None)
+    ni = bbp_thresholds(lam, d, sigma=sigma, s2=s2)
+    r = 1.0 if gaussian_row else _row_ratio(lam, sigma, s2, rho)
+    return np.clip(1.0 - r * ni / n[..., None], 0.0, None)
 
 
-def half_overlap_sizes(lam: Float[ArrayLike, " K"], d: int, *, sigma: float = 0.0) -> np.ndarray:
+def half_overlap_sizes(
+    lam: Float[ArrayLike, " K"],
+    d: int,
+    *,
+    sigma: float = 0.0,
+    s2: float | None = None,
+    rho: Float[ArrayLike, "*K"] | None = None,
+) -> np.ndarray:
     """n_half,i = 2 rho_i n_i: the sample size at which the predicted cos^2 theta_i
-    (`bbp_overlap`) reaches 1/2, shape (K,)."""
-    return 2.0 * spike_variance_ratio(lam, sigma=sigma) * bbp_thresholds(lam, d, sigma=sigma)
+    (`bbp_overlap`) reaches 1/2, shape (K,). `s2`, `rho`: as `bbp_overlap`."""
+    return 2.0 * _row_ratio(lam, sigma, s2, rho) * bbp_thresholds(lam, d, sigma=sigma, s2=s2)
 
 
-def bulk_edge(n: Float[ArrayLike, "*n"], d: int, *, lam: Float[ArrayLike, " K"], sigma: float = 0.0) -> np.ndarray:
+def bulk_edge(
+    n: Float[ArrayLike, "*n"],
+    d: int,
+    *,
+    lam: Float[ArrayLike, " K"] | None = None,
+    sigma: float = 0.0,
+    s2: float | None = None,
+) -> np.ndarray:
     """Predicted upper edge of the noise bulk of Y's spectrum, 8 s sqrt(d / n)
     (Y / 4 - 2 M* is a semicircle of radius 2 s sqrt(d / n); module docstring).
 
-    **Arguments:** `n` scalar or array; `d`; `lam` (K,) the spikes (they set s^2); `sigma`.
+    **Arguments:** `n` scalar or array; `d`; `lam` (K,) the spikes (they set s^2); `sigma`;
+    `s2` > 0: E[y^2] given directly (then `lam` is not needed).
+
+    **Raises:** `ValueError` for n <= 0, or neither `lam` nor `s2` given.
 
     **Returns:** the edge, shape n.shape (units of Y's eigenvalues, i.e. growth rates of the
     linear flow per unit gradient-flow time, halved: M grows as e^{2 g t}).
@@ -285,7 +342,9 @@ def bulk_edge(n: Float[ArrayLike, "*n"], d: int, *, lam: Float[ArrayLike, " K"],
     n = np.asarray(as_array(n, "n"))
     if np.any(n <= 0):
         raise ValueError("`n` (sample sizes) must be > 0.")
-    return 8.0 * np.sqrt(_s2(_spikes(lam), sigma) * _dim(d) / n)
+    if s2 is None and lam is None:
+        raise ValueError("`bulk_edge` needs `lam` (the linear teacher's spikes) or `s2` (E[y^2]).")
+    return 8.0 * np.sqrt(_s2(None if lam is None else _spikes(lam), sigma, s2) * _dim(d) / n)
 
 
 def _dim(d) -> int:
