@@ -309,3 +309,20 @@ def test_theorem7_traced_singular_M0(iso):
     assert rel(f(short), theorem7(iso, short, M0=rank1).M) <= TRACED_TOL
     with pytest.raises(Exception, match=r"singular or ill-conditioned.*checked at run time"):
         jax.block_until_ready(f(LONG))
+
+
+def test_theorem7_traced_singular_M0_large_t_names_M0(iso, capfd):
+    """Singular M0 under jit at t = 1000 (e^{g t} overflows in the linear solve): the refusal names
+    `M0`, its conditioning and the 1e6 bound, not an overflow, and LAPACK is never fed inf / NaN
+    (it printed "DLASCL parameter 4" to stderr before). Concrete M0 (traced ts): the message carries
+    M0's measured spectrum."""
+    rank1 = np.diag([0.4, 0.0, 0.0])
+    ts = jnp.array([0.0, 100.0, 1000.0])
+    f = jax.jit(lambda t, M: theorem7(iso, t, M0=M).M)
+    with pytest.raises(Exception, match=r"`M0` is singular or ill-conditioned.*condition number > 1e\+06") as err:
+        jax.block_until_ready(f(ts, jnp.asarray(rank1)))
+    assert "overflowed" not in str(err.value)
+    g = jax.jit(lambda t: theorem7(iso, t, M0=rank1).M)
+    with pytest.raises(Exception, match=r"`M0` is singular.*lambda_max = 0\.4, condition number inf"):
+        jax.block_until_ready(g(ts))
+    assert "DLASCL" not in capfd.readouterr().err
