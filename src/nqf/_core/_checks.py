@@ -9,6 +9,7 @@ on a traced value (inside jit / vmap / grad) becomes `equinox.error_if`, checked
 one test for traced input.
 """
 
+import numbers
 from collections.abc import Callable
 
 import equinox as eqx
@@ -186,15 +187,32 @@ def check_positive(x, name: str, *, allow_zero: bool = False) -> float:
         if jnp.ndim(x) != 0:
             raise ValueError(f"`{name}` must be a scalar; found shape {shape_str(jnp.shape(x))}.")
         return x
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise TypeError(f"`{name}` must be a real number; found {x!r}.") from None
-    ok = np.isfinite(v) and (v >= 0 if allow_zero else v > 0)
-    if not ok:
-        cond = ">= 0" if allow_zero else "> 0"
+    cond = ">= 0" if allow_zero else "> 0"
+    v = real_scalar(x, name, cond)
+    if not (np.isfinite(v) and (v >= 0 if allow_zero else v > 0)):
         raise ValueError(f"`{name}` must be finite and {cond}; found {v!r}.")
     return v
+
+
+def real_scalar(x, name: str, condition: str = "") -> float:
+    """Concrete `x` as float if it is a real number: a Python or NumPy int / float (not bool) or a
+    one-element NumPy / JAX array of integer or float dtype. **Raises:** `TypeError` naming `name`,
+    the expected type (with `condition`, e.g. ">= 0") and the type and value found: strings such
+    as "0.1" (which `float` would parse), bools, complex numbers, None, other objects."""
+    want = f"a real number{' ' + condition if condition else ''} (an int, a float or a JAX scalar)"
+    if isinstance(x, (bool, np.bool_)):
+        ok = False
+    elif isinstance(x, numbers.Real):
+        ok = True
+    elif isinstance(x, (np.ndarray, np.generic, jax.Array)):
+        ok = np.dtype(x.dtype).kind in "iuf" and int(np.size(x)) == 1
+    else:
+        ok = False
+    if not ok:
+        dtype, shape = getattr(x, "dtype", None), getattr(x, "shape", None)
+        found = repr(x) if dtype is None or shape is None else f"dtype {dtype}, shape {shape_str(shape)}"
+        raise TypeError(f"`{name}` must be {want}; found {type(x).__name__} {found}.")
+    return float(np.asarray(x).reshape(()))
 
 
 def check_width(d) -> int:
