@@ -361,3 +361,15 @@ def test_checkpoint_survives_sigkill(fig3, chunked, tmp_path):
     same_sweeps(one, nqf.solve_sweep(fig3, **KW))
     assert one.mode == resumed.mode == "joint"
     assert 0 < np.abs(resumed.ys - one.ys).max() < 1e-6
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [dict(), dict(chunk_size=2), dict(solver="lsoda")],
+    ids=["jax", "chunked", "host"],
+)
+def test_throw_must_be_a_bool(fig3, extra):
+    """throw='no' was read as True by the plain and host sweeps: every path refuses a non-bool
+    before solving (one shared check, `nqf._core._checks.check_flag`)."""
+    with pytest.raises(TypeError, match=r"`throw` must be True or False \(a bool\); found str 'no'"):
+        nqf.solve_sweep(fig3, throw="no", **extra, **KW)

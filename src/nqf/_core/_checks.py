@@ -215,6 +215,14 @@ def real_scalar(x, name: str, condition: str = "") -> float:
     return float(np.asarray(x).reshape(()))
 
 
+def check_flag(x, name: str) -> bool:
+    """`x` as bool, raising `TypeError` naming `name` unless it is True or False (a Python or
+    NumPy bool): a string such as 'no' or an int is refused rather than read by its truth value."""
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be True or False (a bool); found {type(x).__name__} {x!r}.")
+    return bool(x)
+
+
 def check_width(d) -> int:
     """Return the width d (number of neurons) as int, raising unless it is an integer >= 1."""
     if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 1:

@@ -48,6 +48,7 @@ from typing import Any
 import diffrax
 import numpy as np
 
+from .._core._checks import check_flag
 from ..data._operators import AbstractCommutingData
 from ._checkpoint import (
     SweepProgress,
@@ -305,7 +306,7 @@ def host_sweep(kw: dict, options: dict, *, executor, checkpoint, chunk_size, fin
             "`timeout` needs an `executor`: it bounds the wait for the executor's tasks; a sweep without "
             "one runs its members here, in order, and is not interrupted (pass executor=... or drop timeout)."
         )
-    throw = options.pop("throw", True)
+    throw = check_flag(options.pop("throw", True), "throw")
     datas, _ = _stack_data(kw["data"])
     if kw["eps"] is not None:
         _check_eps(kw["eps"])  # the JAX path's errors (empty, not 1-d, not finite and > 0)
@@ -446,9 +447,7 @@ def chunked_sweep(solve_sweep, kw: dict, options: dict, *, checkpoint, chunk_siz
     check_progress(progress)
     if options.pop("timeout", None) is not None:
         raise ValueError("`timeout` applies to host-solver sweeps run through an `executor`.")
-    throw = options.pop("throw", True)
-    if not isinstance(throw, (bool, np.bool_)):
-        raise TypeError(f"`throw` must be True or False; found {throw!r}.")
+    throw = check_flag(options.pop("throw", True), "throw")
     gather = _check_gather(options.pop("gather", "all"))  # every chunk gathers to all processes
     atol = options.get("atol")
     pid = kw["stepsize_controller"]
@@ -552,9 +551,7 @@ def chunked_map_sweep(kw: dict, *, checkpoint, chunk_size, progress):
     check_progress(progress)
     kw = dict(kw)
     gather = _check_gather(kw.pop("gather", "all"))  # every chunk gathers to all processes
-    throw = kw["throw"]
-    if not isinstance(throw, (bool, np.bool_)):
-        raise TypeError(f"`throw` must be True or False; found {throw!r}.")
+    throw = check_flag(kw["throw"], "throw")
     batched = {
         "lr": np.ndim(kw["lr"]) == 1,
         "momentum": np.ndim(kw["momentum"]) == 1,

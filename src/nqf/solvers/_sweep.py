@@ -89,7 +89,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .._core._checks import as_array, check_positive, check_symmetric, shape_str
+from .._core._checks import as_array, check_flag, check_positive, check_symmetric, shape_str
 from .._core.io import Saveable
 from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData, DiagonalData
@@ -743,6 +743,7 @@ def solve_sweep(
     ``submit``, `ValueError` for `executor` with a JAX solver or `devices` with a host solver.
     """
     check_options(options, SWEEP_OPTIONS, "solve_sweep")
+    check_flag(options.get("throw", True), "throw")
     if _chunked(solver, options):
         _refuse_traced(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, atol=options.get("atol"))
         return _FRONT_END["solve_sweep"](dict(locals()))
