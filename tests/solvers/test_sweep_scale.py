@@ -373,3 +373,25 @@ def test_throw_must_be_a_bool(fig3, extra):
     before solving (one shared check, `nqf._core._checks.check_flag`)."""
     with pytest.raises(TypeError, match=r"`throw` must be True or False \(a bool\); found str 'no'"):
         nqf.solve_sweep(fig3, throw="no", **extra, **KW)
+
+
+def test_integer_options_type_vs_value_errors(fig3):
+    """chunk_size='2' or 2.0 (wrong type) is a TypeError, chunk_size=0 (an integer < 1) a
+    ValueError, in the JAX and host sweeps and `closed_sgd_sweep`; likewise `max_steps`, and
+    `timeout` (seconds) of a host sweep. All refused before any solve."""
+    host = dict(eps=HEPS[:2], **HOST)
+    for data, kw in ((fig3, KW), (COUPLED, host)):
+        for bad in ("2", 2.0, True):
+            with pytest.raises(TypeError, match=r"`chunk_size` \(members per chunk\) must be an integer >= 1; found"):
+                nqf.solve_sweep(data, chunk_size=bad, **kw)
+        with pytest.raises(ValueError, match=r"`chunk_size` \(members per chunk\) must be an integer >= 1; found 0"):
+            nqf.solve_sweep(data, chunk_size=0, **kw)
+        with pytest.raises(TypeError, match=r"`max_steps` must be a positive integer; found str '10'"):
+            nqf.solve_sweep(data, max_steps="10", **kw)
+    with pytest.raises(TypeError, match=r"`chunk_size` \(members per chunk\) must be an integer >= 1; found str '2'"):
+        nqf.closed_sgd_sweep(fig3, W0=np.ones((2, 4, 3)), lr=0.1, steps=2, chunk_size="2")
+    with cf.ThreadPoolExecutor(1) as pool:
+        with pytest.raises(TypeError, match=r"`timeout` must be a real number > 0 .*found str '5'"):
+            nqf.solve_sweep(COUPLED, executor=pool, timeout="5", **host)
+        with pytest.raises(ValueError, match=r"`timeout` must be finite and > 0; found -1.0"):
+            nqf.solve_sweep(COUPLED, executor=pool, timeout=-1, **host)

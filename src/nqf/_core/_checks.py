@@ -215,6 +215,19 @@ def real_scalar(x, name: str, condition: str = "") -> float:
     return float(np.asarray(x).reshape(()))
 
 
+def check_int(x, name: str, *, minimum: int = 1, what: str = "", expected: str | None = None) -> int:
+    """`x` as int: `TypeError` naming `name` unless it is a Python or NumPy integer (a bool, a
+    float such as 2.0 or a string such as '2' is refused: wrong type), `ValueError` if it is below
+    `minimum` (right type, bad value). `what` (e.g. "members per chunk") explains the option;
+    `expected` replaces the default "an integer >= minimum" in the messages."""
+    want = f"`{name}`{f' ({what})' if what else ''} must be {expected or f'an integer >= {minimum}'}"
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"{want}; found {type(x).__name__} {x!r}.")
+    if x < minimum:
+        raise ValueError(f"{want}; found {int(x)}.")
+    return int(x)
+
+
 def check_flag(x, name: str) -> bool:
     """`x` as bool, raising `TypeError` naming `name` unless it is True or False (a Python or
     NumPy bool): a string such as 'no' or an int is refused rather than read by its truth value."""

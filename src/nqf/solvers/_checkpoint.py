@@ -58,6 +58,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from .._core._checks import check_int
 from .._core._version import __version__
 from .._core.io import load, save
 from ._digest import _feed
@@ -110,9 +111,7 @@ def check_progress(progress) -> None:
 
 def check_chunk_size(chunk_size, B: int) -> int:
     """The chunk size K (1 <= K; a K above B is B)."""
-    if isinstance(chunk_size, (bool, np.bool_)) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
-        raise ValueError(f"`chunk_size` must be a positive integer (members per chunk); found {chunk_size!r}.")
-    return min(int(chunk_size), B)
+    return min(check_int(chunk_size, "chunk_size", what="members per chunk"), B)
 
 
 def chunks(B: int, K: int) -> list[tuple[int, int]]:

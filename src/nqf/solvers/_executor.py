@@ -48,7 +48,7 @@ from typing import Any
 import diffrax
 import numpy as np
 
-from .._core._checks import check_flag
+from .._core._checks import check_flag, check_int, check_positive
 from ..data._operators import AbstractCommutingData
 from ._checkpoint import (
     SweepProgress,
@@ -277,9 +277,7 @@ def _check_executor(executor) -> None:
 def _check_timeout(timeout):
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"`timeout` must be None or a number of seconds > 0; found {timeout!r}.")
-    return float(timeout)
+    return check_positive(timeout, "timeout")  # seconds: TypeError for a non-number, ValueError for <= 0
 
 
 def host_sweep(kw: dict, options: dict, *, executor, checkpoint, chunk_size, fingerprint_args: dict):
@@ -307,6 +305,7 @@ def host_sweep(kw: dict, options: dict, *, executor, checkpoint, chunk_size, fin
             "one runs its members here, in order, and is not interrupted (pass executor=... or drop timeout)."
         )
     throw = check_flag(options.pop("throw", True), "throw")
+    check_int(kw["max_steps"], "max_steps", expected="a positive integer")  # before any member runs
     datas, _ = _stack_data(kw["data"])
     if kw["eps"] is not None:
         _check_eps(kw["eps"])  # the JAX path's errors (empty, not 1-d, not finite and > 0)
@@ -531,8 +530,7 @@ def _whole_batch_mode(solve_sweep, kw: dict, options: dict) -> tuple[str, bool]:
     t0, t1, ts = _time_grid(kw["t0"], kw["t1"], call.ts)
     gamma = check_positive(kw["weight_decay"], "weight_decay", allow_zero=True)
     max_steps = kw["max_steps"]
-    if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
-        raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
+    check_int(max_steps, "max_steps", expected="a positive integer")
     grid = _Grid(gamma, float(t0), float(t1), np.asarray(ts), int(max_steps), call.memory_budget)
     members = _members(datas, data_batched, (kw["eps"], kw["M0"], kw["W0"], kw["z0"]), form, grid)
     (_, _, atol), solver = _batch(members, call, grid)

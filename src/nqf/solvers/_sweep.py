@@ -89,7 +89,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .._core._checks import as_array, check_flag, check_positive, check_symmetric, shape_str
+from .._core._checks import as_array, check_flag, check_int, check_positive, check_symmetric, shape_str
 from .._core.io import Saveable
 from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData, DiagonalData
@@ -767,8 +767,7 @@ def solve_sweep(
     call = call._replace(rtol=check_positive(call.rtol, "rtol"))
     t0, t1, ts = _time_grid(t0, t1, call.ts)
     gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
-    if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
-        raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
+    check_int(max_steps, "max_steps", expected="a positive integer")
     grid = _Grid(gamma, t0, t1, ts, int(max_steps), call.memory_budget)
     members = _members(datas, data_batched, (eps, M0, W0, z0), form, grid)
     batch, solver = _batch(members, call, grid)
