@@ -93,6 +93,13 @@ def test_checkpoint_refuses_other_arguments(fig3, chunked, tmp_path):
     # devices / throw / progress are not part of the fingerprint: this resumes (nothing to compute)
     again = nqf.solve_sweep(fig3, chunk_size=2, checkpoint=path, devices=1, throw=False, progress=False, **KW)
     same_sweeps(again, chunked)
+    # numbers by value: eps as a list, t1 as an int, ts as a tuple resume (every chunk read back)
+    events = []
+    trivial = dict(KW, eps=list(EPS), t1=40, ts=tuple(TS))
+    same_sweeps(nqf.solve_sweep(fig3, chunk_size=2, checkpoint=path, progress=events.append, **trivial), chunked)
+    assert [e.from_checkpoint for e in events] == [True, True]
+    with pytest.raises(ValueError, match=r"different arguments: eps differ"):  # other values: refused
+        nqf.solve_sweep(fig3, chunk_size=2, checkpoint=path, **dict(trivial, eps=list(2 * EPS)))
     with pytest.raises(ValueError, match="chunk_size"):
         nqf.solve_sweep(fig3, chunk_size=0, **KW)
     (tmp_path / "file").write_text("x")
@@ -395,3 +402,21 @@ def test_integer_options_type_vs_value_errors(fig3):
             nqf.solve_sweep(COUPLED, executor=pool, timeout="5", **host)
         with pytest.raises(ValueError, match=r"`timeout` must be finite and > 0; found -1.0"):
             nqf.solve_sweep(COUPLED, executor=pool, timeout=-1, **host)
+
+
+def test_checkpoint_fingerprint_hashes_numbers_by_value():
+    """The fingerprint encodes real numbers by value: 20 == 20.0 == np.float32(20) == a 0-d JAX
+    array, a list == a tuple == the array of its values (any real dtype, exactly widened), -0.0 ==
+    0.0; different values, shapes, non-exact ints, bools and strings still differ."""
+    from nqf.solvers._checkpoint import fingerprints
+
+    def fp(v):
+        return fingerprints({"x": v})["x"]
+
+    e = np.logspace(-8, -2, 4)
+    assert len({fp(20), fp(20.0), fp(np.float32(20.0)), fp(np.int64(20)), fp(np.array(20.0))}) == 1
+    assert len({fp(list(e)), fp(tuple(e)), fp(e), fp(e.astype(np.longdouble))}) == 1
+    assert fp([1, 2]) == fp(np.array([1.0, 2.0])) and fp(0.0) == fp(-0.0)
+    different = [fp(20), fp(21), fp([20]), fp(True), fp("20"), fp(list(2 * e)), fp(np.float32(0.1)), fp(0.1)]
+    assert len(set(different)) == len(different)
+    assert fp(2**60 + 1) != fp(float(2**60))

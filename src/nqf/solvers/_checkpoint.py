@@ -32,6 +32,10 @@ rounding, not bitwise (a vmap at another batch size may round differently: a new
 measured 2.8e-17 to 5.6e-17 with chunks of 2 and 1 members), while a resumed map sweep equals
 the same chunked call bitwise.
 
+Numbers are fingerprinted by value (`nqf.solvers._digest`): ints, floats and numeric arrays, and
+rectangular lists / tuples of them, as the float64 array of their values when that is exact, so
+``t1=20`` resumes ``t1=20.0`` and ``eps=[...]`` resumes ``eps=np.array([...])`` (the sweep
+converts them to the same float64 numbers); other values or shapes are refused as before.
 Not in the fingerprint (they do not change the numbers): `devices`, ``throw``, ``progress``,
 ``timeout``, `executor`, ``memory_budget``. Functions in the arguments (a user loss) are
 fingerprinted by what they compute: a Python function by its qualified name, its code (bytecode,
@@ -43,7 +47,7 @@ function or module that the code reaches through a global name is fingerprinted 
 not its code, and a callable without Python code (a builtin, a numpy ufunc) by its repr (its
 name); change such a callable's behaviour and the fingerprint does not see it, so give a new
 `checkpoint` directory. The same encoding is the jax.distributed same-arguments check's
-(`nqf.solvers._distributed.digest`).
+(`nqf.solvers._distributed.digest`), except that it keeps dtypes and containers of numbers apart.
 """
 
 from __future__ import annotations
@@ -61,11 +65,11 @@ import numpy as np
 from .._core._checks import check_int
 from .._core._version import __version__
 from .._core.io import load, save
-from ._digest import _feed
+from ._digest import feed_by_value
 
 __all__ = ["SweepProgress"]
 
-FORMAT, VERSION = "nqf-checkpoint", 2  # 2: parts carry the fingerprint
+FORMAT, VERSION = "nqf-checkpoint", 3  # 2: parts carry the fingerprint; 3: numbers hashed by value
 
 
 class SweepProgress(NamedTuple):
@@ -127,7 +131,7 @@ def fingerprints(args: dict) -> dict:
     out = {}
     for name, value in {**args, "nqf version": __version__, "jax version": jax.__version__}.items():
         h = hashlib.sha256()
-        _feed(h, value)
+        feed_by_value(h, value)
         out[name] = h.hexdigest()
     return out
 
@@ -184,6 +188,12 @@ class Checkpoint:
             )
         if old.get("fingerprint") == new["fingerprint"]:
             return
+        if old.get("version", 0) < VERSION:
+            raise ValueError(
+                f"`checkpoint` {self.path!r} was written by an older nqf (checkpoint version "
+                f"{old.get('version')!r} < {VERSION}: arguments were fingerprinted differently), so it cannot be "
+                "matched to this call; give another `checkpoint` directory (or delete this one) to start again."
+            )
         if old.get("function") != new["function"]:
             diff = [f"function ({old.get('function')} there, {new['function']} here)"]
         else:
