@@ -420,3 +420,61 @@ def test_checkpoint_fingerprint_hashes_numbers_by_value():
     different = [fp(20), fp(21), fp([20]), fp(True), fp("20"), fp(list(2 * e)), fp(np.float32(0.1)), fp(0.1)]
     assert len(set(different)) == len(different)
     assert fp(2**60 + 1) != fp(float(2**60))
+
+
+def test_checkpoint_messages_and_stale_temporary_files(tmp_path):
+    """Cosmetics of issue-style findings: one differing argument 'differs' (several 'differ');
+    an unreadable part's message has no '..' after the embedded error; a resume deletes the
+    temporary files of killed writes (this process, a dead pid on this host, another host's
+    older than STALE_TMP_AGE) and keeps those whose writer may still run."""
+    import re as _re
+    import socket
+    import time
+
+    from nqf.solvers._checkpoint import STALE_TMP_AGE, Checkpoint
+
+    path = tmp_path / "ck"
+    Checkpoint(path, "solve_sweep", {"eps": [1.0, 2.0], "t1": 3.0}, 4, 2)
+    with pytest.raises(ValueError, match=r"different arguments: eps differs \(stored"):
+        Checkpoint(path, "solve_sweep", {"eps": [1.0, 3.0], "t1": 3.0}, 4, 2)
+    with pytest.raises(ValueError, match=r"different arguments: eps, t1 differ \(stored"):
+        Checkpoint(path, "solve_sweep", {"eps": [1.0, 3.0], "t1": 4.0}, 4, 2)
+    np.savez(path / "part-0000000-0000002.npz", x=np.zeros(2))  # not an nqf file: nqf.load's error ends in '.'
+    with pytest.raises(ValueError, match=r"no '__nqf__' header\)\. It is truncated") as err:
+        Checkpoint(path, "solve_sweep", {"eps": [1.0, 2.0], "t1": 3.0}, 4, 2).load(0, 2)
+    assert not _re.search(r"\.\.(\s|$)", str(err.value))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    stale = [
+        f"part-0000002-0000004.tmp-{os.getpid()}@{host}.npz",
+        f"part-0000002-0000004.tmp-{dead.pid}@{host}.npz",
+        f"manifest.json.tmp-{dead.pid}@{host}",
+        "part-0000002-0000004.tmp-12345@another-host.npz",
+    ]
+    keep = ["part-0000002-0000004.tmp-1@" + host + ".npz", "part-0000002-0000004.tmp-7@fresh-host.npz"]
+    for name in stale + keep:
+        (path / name).write_bytes(b"half-written")
+    old = time.time() - 2 * STALE_TMP_AGE
+    os.utime(path / stale[-1], (old, old))
+    ck = Checkpoint(path, "solve_sweep", {"eps": [1.0, 2.0], "t1": 3.0}, 4, 2)
+    assert sorted(ck.removed) == sorted(stale)
+    assert sorted(os.listdir(path)) == sorted(["manifest.json", "part-0000000-0000002.npz", *keep])
+
+
+class _ShutDown(cf.Executor):
+    """An executor that refuses new tasks the way the standard library's do after shutdown,
+    without the private flags those carry."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        raise RuntimeError("cannot schedule new futures after shutdown")
+
+
+def test_host_sweep_refuses_a_shut_down_executor_once():
+    """A shut-down executor gave one SweepMemberError entry per member; now one RuntimeError
+    naming `executor` (the standard library's pools before any work; others at the first submit)."""
+    pool = cf.ThreadPoolExecutor(1)
+    pool.shutdown()
+    for ex, kind in ((pool, "ThreadPoolExecutor"), (_ShutDown(), "_ShutDown")):
+        with pytest.raises(RuntimeError, match=rf"`executor` \({kind}\) is shut down and takes no new tasks"):
+            nqf.solve_sweep(COUPLED, eps=HEPS, executor=ex, chunk_size=2, **HOST)

@@ -272,6 +272,20 @@ def _check_executor(executor) -> None:
             "`executor` must be a concurrent.futures.Executor (ProcessPoolExecutor, dask.distributed's "
             f"Client.get_executor(), ...) or None; found {type(executor).__name__}."
         )
+    # the standard library's pools record their shutdown (ThreadPoolExecutor._shutdown,
+    # ProcessPoolExecutor._shutdown_thread): one clear error now instead of one failed task per member
+    if executor is not None and (
+        getattr(executor, "_shutdown", False) is True or getattr(executor, "_shutdown_thread", False) is True
+    ):
+        raise _shut_down(executor)
+
+
+def _shut_down(executor, err: Exception | None = None) -> RuntimeError:
+    why = f" ({type(err).__name__}: {err})" if err is not None else ""
+    return RuntimeError(
+        f"`executor` ({type(executor).__name__}) is shut down and takes no new tasks{why}; pass a running "
+        "executor (e.g. call solve_sweep inside its `with` block), or executor=None to run the members here."
+    )
 
 
 def _check_timeout(timeout):
@@ -407,7 +421,11 @@ def _run_executor(executor, todo: list, calls: list, timeout, finish) -> None:
     for i0, i1 in todo:
         try:
             futures[executor.submit(solve_members, calls[i0:i1], i0)] = (i0, i1)
-        except Exception as err:  # e.g. a shut-down or broken executor: the task's members fail
+        except RuntimeError as err:
+            if not futures and "shutdown" in str(err):  # shut down before the first task: say so once
+                raise _shut_down(executor, err) from err
+            finish(i0, i1, [_task_error(err, i0, i1, i) for i in range(i0, i1)], True, True)
+        except Exception as err:  # e.g. a broken executor: the task's members fail
             finish(i0, i1, [_task_error(err, i0, i1, i) for i in range(i0, i1)], True, True)
     start = time.monotonic()
     pending = set(futures)
