@@ -210,7 +210,12 @@ def real_scalar(x, name: str, condition: str = "") -> float:
         ok = False
     if not ok:
         dtype, shape = getattr(x, "dtype", None), getattr(x, "shape", None)
-        found = repr(x) if dtype is None or shape is None else f"dtype {dtype}, shape {shape_str(shape)}"
+        if isinstance(x, np.generic):  # a NumPy scalar (e.g. an entry of a list of member values)
+            found = f"{x.item()!r} (dtype {dtype})"
+        elif dtype is None or shape is None:
+            found = repr(x)
+        else:
+            found = f"dtype {dtype}, shape {shape_str(shape)}"
         raise TypeError(f"`{name}` must be {want}; found {type(x).__name__} {found}.")
     return float(np.asarray(x).reshape(()))
 
