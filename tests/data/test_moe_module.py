@@ -48,3 +48,24 @@ def test_refuses_nonzero_at_origin():
         MoE(3, 1, phi=jnp.cosh)
     with pytest.raises(ValueError, match="n_in"):
         MoE(0)
+
+
+def test_refuses_activations_with_a_kink_at_zero():
+    """Proposition 5 assumes C^3 gates and experts: ReLU (value 0 at 0, but its NQF is not its
+    expansion) was accepted and failed later in `extract`; now refused at construction, naming the
+    argument, the order of the jump and its one-sided values. The same for a kink of order 2 (ELU)
+    and 3 (x^2 |x|); smooth activations with value 0 at 0 pass."""
+    with pytest.raises(
+        ValueError, match=r"`phi` must be smooth \(C\^3\) at 0.*derivative jumps there: 1 from the right, 0 "
+    ):
+        MoE(3, 1, phi=jax.nn.relu)
+    with pytest.raises(ValueError, match=r"`psi` must be smooth.*its derivative jumps"):
+        MoE(3, 1, psi=jnp.abs)
+    with pytest.raises(ValueError, match=r"`phi` must be smooth.*its second derivative jumps"):
+        MoE(3, 1, phi=jax.nn.elu)
+    with pytest.raises(ValueError, match=r"`phi` must be smooth.*its third derivative jumps"):
+        MoE(3, 1, phi=lambda x: x**2 * jnp.abs(x))
+    with pytest.raises(ValueError, match=r"`phi` must be finite near 0"):
+        MoE(3, 1, phi=jnp.sqrt)
+    for f in (jax.nn.gelu, jax.nn.silu, jnp.sin, lambda x: x + 1e3 * x**2, lambda x: jnp.sin(100 * x)):
+        MoE(3, 1, phi=f, psi=f)

@@ -147,6 +147,7 @@ M0_BAD = np.eye(P)
         (dict(steps=0), ValueError, r"`steps` must be an integer >= 1"),
         (dict(devices=3), ValueError, r"`devices=3` asks for more devices"),
         (dict(throw=1), TypeError, r"`throw` must be True or False"),
+        (dict(throw="no"), TypeError, r"`throw` must be True or False \(a bool\); found str 'no'"),
     ],
 )
 def test_bad_input(kwargs, exc, match):

@@ -93,6 +93,13 @@ def test_checkpoint_refuses_other_arguments(fig3, chunked, tmp_path):
     # devices / throw / progress are not part of the fingerprint: this resumes (nothing to compute)
     again = nqf.solve_sweep(fig3, chunk_size=2, checkpoint=path, devices=1, throw=False, progress=False, **KW)
     same_sweeps(again, chunked)
+    # numbers by value: eps as a list, t1 as an int, ts as a tuple resume (every chunk read back)
+    events = []
+    trivial = dict(KW, eps=list(EPS), t1=40, ts=tuple(TS))
+    same_sweeps(nqf.solve_sweep(fig3, chunk_size=2, checkpoint=path, progress=events.append, **trivial), chunked)
+    assert [e.from_checkpoint for e in events] == [True, True]
+    with pytest.raises(ValueError, match=r"different arguments: eps differ"):  # other values: refused
+        nqf.solve_sweep(fig3, chunk_size=2, checkpoint=path, **dict(trivial, eps=list(2 * EPS)))
     with pytest.raises(ValueError, match="chunk_size"):
         nqf.solve_sweep(fig3, chunk_size=0, **KW)
     (tmp_path / "file").write_text("x")
@@ -361,3 +368,113 @@ def test_checkpoint_survives_sigkill(fig3, chunked, tmp_path):
     same_sweeps(one, nqf.solve_sweep(fig3, **KW))
     assert one.mode == resumed.mode == "joint"
     assert 0 < np.abs(resumed.ys - one.ys).max() < 1e-6
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [dict(), dict(chunk_size=2), dict(solver="lsoda")],
+    ids=["jax", "chunked", "host"],
+)
+def test_throw_must_be_a_bool(fig3, extra):
+    """throw='no' was read as True by the plain and host sweeps: every path refuses a non-bool
+    before solving (one shared check, `nqf._core._checks.check_flag`)."""
+    with pytest.raises(TypeError, match=r"`throw` must be True or False \(a bool\); found str 'no'"):
+        nqf.solve_sweep(fig3, throw="no", **extra, **KW)
+
+
+def test_integer_options_type_vs_value_errors(fig3):
+    """chunk_size='2' or 2.0 (wrong type) is a TypeError, chunk_size=0 (an integer < 1) a
+    ValueError, in the JAX and host sweeps and `closed_sgd_sweep`; likewise `max_steps`, and
+    `timeout` (seconds) of a host sweep. All refused before any solve."""
+    host = dict(eps=HEPS[:2], **HOST)
+    for data, kw in ((fig3, KW), (COUPLED, host)):
+        for bad in ("2", 2.0, True):
+            with pytest.raises(TypeError, match=r"`chunk_size` \(members per chunk\) must be an integer >= 1; found"):
+                nqf.solve_sweep(data, chunk_size=bad, **kw)
+        with pytest.raises(ValueError, match=r"`chunk_size` \(members per chunk\) must be an integer >= 1; found 0"):
+            nqf.solve_sweep(data, chunk_size=0, **kw)
+        with pytest.raises(TypeError, match=r"`max_steps` must be a positive integer; found str '10'"):
+            nqf.solve_sweep(data, max_steps="10", **kw)
+    with pytest.raises(TypeError, match=r"`chunk_size` \(members per chunk\) must be an integer >= 1; found str '2'"):
+        nqf.closed_sgd_sweep(fig3, W0=np.ones((2, 4, 3)), lr=0.1, steps=2, chunk_size="2")
+    with cf.ThreadPoolExecutor(1) as pool:
+        with pytest.raises(TypeError, match=r"`timeout` must be a real number > 0 .*found str '5'"):
+            nqf.solve_sweep(COUPLED, executor=pool, timeout="5", **host)
+        with pytest.raises(ValueError, match=r"`timeout` must be finite and > 0; found -1.0"):
+            nqf.solve_sweep(COUPLED, executor=pool, timeout=-1, **host)
+
+
+def test_checkpoint_fingerprint_hashes_numbers_by_value():
+    """The fingerprint encodes real numbers by value: 20 == 20.0 == np.float32(20) == a 0-d JAX
+    array, a list == a tuple == the array of its values (any real dtype, exactly widened), -0.0 ==
+    0.0; different values, shapes, non-exact ints, bools and strings still differ."""
+    from nqf.solvers._checkpoint import fingerprints
+
+    def fp(v):
+        return fingerprints({"x": v})["x"]
+
+    e = np.logspace(-8, -2, 4)
+    assert len({fp(20), fp(20.0), fp(np.float32(20.0)), fp(np.int64(20)), fp(np.array(20.0))}) == 1
+    assert len({fp(list(e)), fp(tuple(e)), fp(e), fp(e.astype(np.longdouble))}) == 1
+    assert fp([1, 2]) == fp(np.array([1.0, 2.0])) and fp(0.0) == fp(-0.0)
+    different = [fp(20), fp(21), fp([20]), fp(True), fp("20"), fp(list(2 * e)), fp(np.float32(0.1)), fp(0.1)]
+    assert len(set(different)) == len(different)
+    assert fp(2**60 + 1) != fp(float(2**60))
+
+
+def test_checkpoint_messages_and_stale_temporary_files(tmp_path):
+    """Cosmetics of issue-style findings: one differing argument 'differs' (several 'differ');
+    an unreadable part's message has no '..' after the embedded error; a resume deletes the
+    temporary files of killed writes (this process, a dead pid on this host, another host's
+    older than STALE_TMP_AGE) and keeps those whose writer may still run."""
+    import re as _re
+    import socket
+    import time
+
+    from nqf.solvers._checkpoint import STALE_TMP_AGE, Checkpoint
+
+    path = tmp_path / "ck"
+    Checkpoint(path, "solve_sweep", {"eps": [1.0, 2.0], "t1": 3.0}, 4, 2)
+    with pytest.raises(ValueError, match=r"different arguments: eps differs \(stored"):
+        Checkpoint(path, "solve_sweep", {"eps": [1.0, 3.0], "t1": 3.0}, 4, 2)
+    with pytest.raises(ValueError, match=r"different arguments: eps, t1 differ \(stored"):
+        Checkpoint(path, "solve_sweep", {"eps": [1.0, 3.0], "t1": 4.0}, 4, 2)
+    np.savez(path / "part-0000000-0000002.npz", x=np.zeros(2))  # not an nqf file: nqf.load's error ends in '.'
+    with pytest.raises(ValueError, match=r"no '__nqf__' header\)\. It is truncated") as err:
+        Checkpoint(path, "solve_sweep", {"eps": [1.0, 2.0], "t1": 3.0}, 4, 2).load(0, 2)
+    assert not _re.search(r"\.\.(\s|$)", str(err.value))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    stale = [
+        f"part-0000002-0000004.tmp-{os.getpid()}@{host}.npz",
+        f"part-0000002-0000004.tmp-{dead.pid}@{host}.npz",
+        f"manifest.json.tmp-{dead.pid}@{host}",
+        "part-0000002-0000004.tmp-12345@another-host.npz",
+    ]
+    keep = ["part-0000002-0000004.tmp-1@" + host + ".npz", "part-0000002-0000004.tmp-7@fresh-host.npz"]
+    for name in stale + keep:
+        (path / name).write_bytes(b"half-written")
+    old = time.time() - 2 * STALE_TMP_AGE
+    os.utime(path / stale[-1], (old, old))
+    ck = Checkpoint(path, "solve_sweep", {"eps": [1.0, 2.0], "t1": 3.0}, 4, 2)
+    assert sorted(ck.removed) == sorted(stale)
+    assert sorted(os.listdir(path)) == sorted(["manifest.json", "part-0000000-0000002.npz", *keep])
+
+
+class _ShutDown(cf.Executor):
+    """An executor that refuses new tasks the way the standard library's do after shutdown,
+    without the private flags those carry."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        raise RuntimeError("cannot schedule new futures after shutdown")
+
+
+def test_host_sweep_refuses_a_shut_down_executor_once():
+    """A shut-down executor gave one SweepMemberError entry per member; now one RuntimeError
+    naming `executor` (the standard library's pools before any work; others at the first submit)."""
+    pool = cf.ThreadPoolExecutor(1)
+    pool.shutdown()
+    for ex, kind in ((pool, "ThreadPoolExecutor"), (_ShutDown(), "_ShutDown")):
+        with pytest.raises(RuntimeError, match=rf"`executor` \({kind}\) is shut down and takes no new tasks"):
+            nqf.solve_sweep(COUPLED, eps=HEPS, executor=ex, chunk_size=2, **HOST)

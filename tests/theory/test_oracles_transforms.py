@@ -290,12 +290,15 @@ def test_theorem7_traced_label_gradient_long_times(iso):
     assert abs(gy @ v / central(lambda s: loss(y + s * v), 0.0, 1e-6) - 1) <= GTOL
 
 
-def test_theorem7_traced_singular_M0(iso):
+def test_theorem7_traced_singular_M0(iso, capfd):
     """One compiled jit(vmap) over M0. Positive definite M0 (1e-6 I, random of scale 1e-12): the
     information form, 1e-10 from the concrete graded form at |g| t up to 2000. Singular M0
     (rank one): the linear solve, accurate while its condition number is <= 1e6 (t <= 4 here),
     refused at run time beyond (t = 75: it returned garbage before), also when it is one lane of
-    the vmap; with concrete M0 (the solve branch alone) likewise."""
+    the vmap; with concrete M0 (the solve branch alone) likewise. The refusal names `M0`, its
+    conditioning and the 1e6 bound (with concrete M0 its measured spectrum) also where e^{g t}
+    overflows (t >= 1000: it said "overflowed" before), and LAPACK never sees inf / NaN (it
+    printed "DLASCL parameter 4" to stderr)."""
     w = np.array([0.3, -0.2, 0.5])
     rank1, pd, tiny = np.outer(w, w), 1e-6 * np.eye(3), random_psd(3, 1e-12, seed=5)
     short = np.linspace(0.0, 4.0, LONG.size)
@@ -305,7 +308,16 @@ def test_theorem7_traced_singular_M0(iso):
             assert rel(out, theorem7(iso, ts, M0=M).M) <= TRACED_TOL
     with pytest.raises(Exception, match=r"singular or ill-conditioned.*cond > 1e\+06.*checked at run time"):
         jax.block_until_ready(fv(LONG, np.stack([pd, rank1])))
+    huge = np.full(LONG.size, 1000.0)  # every time overflows e^{g t} in the solve (same shape: no recompile)
+    with pytest.raises(Exception, match=r"`M0` is singular or ill-conditioned.*condition number > 1e\+06") as err:
+        jax.block_until_ready(fv(huge, np.stack([pd, rank1])))
+    assert "overflowed" not in str(err.value)
     f = jax.jit(lambda t: theorem7(iso, t, M0=rank1).M)  # concrete M0: the solve branch alone
     assert rel(f(short), theorem7(iso, short, M0=rank1).M) <= TRACED_TOL
-    with pytest.raises(Exception, match=r"singular or ill-conditioned.*checked at run time"):
-        jax.block_until_ready(f(LONG))
+    for ts in (LONG, huge):
+        with pytest.raises(
+            Exception, match=r"`M0` is singular.*lambda_max = 0\.38, condition number inf.*run time"
+        ) as err:
+            jax.block_until_ready(f(ts))
+        assert "overflowed" not in str(err.value)
+    assert "DLASCL" not in capfd.readouterr().err

@@ -224,3 +224,28 @@ def test_flow_solution_z_inf_and_measured_ignition_times_with_weight_decay():
         generic_commuting_data(), M0=1e-6 * np.eye(generic_commuting_data().p), t1=1.0, weight_decay=gamma
     )
     assert coupled.z_inf is None
+
+
+def test_weight_decay_of_wrong_type_is_refused():
+    """`weight_decay` given as a string (which `float` parses), a bool or None: TypeError naming the
+    argument, the expected type and what was found, in every oracle and in `solve_flow` (one shared
+    check, `nqf._core._checks.real_scalar`); the same for momentum in the maps."""
+    from nqf import NQFModel, closed_sgd_sweep
+    from nqf.dynamics._train_args import check_momentum
+
+    data = datasets.orthogonal_features_data(THM6_R, THM6_C, seed=4)
+    iso = datasets.isotropic_data(3, 0.5, g=(1.0, 0.5, -0.4), seed=1)
+    ts, M0 = np.array([0.0, 1.0]), 1e-3 * np.eye(5)
+    calls = [
+        lambda wd: theorem6(data, ts, M0=M0, weight_decay=wd),
+        lambda wd: theorem7(iso, ts, M0=1e-3 * np.eye(3), weight_decay=wd),
+        lambda wd: predicted_ignition_times(np.ones(3), np.ones(3), np.full(3, 1e-3), weight_decay=wd),
+        lambda wd: solve_flow(data, t1=1.0, M0=M0, weight_decay=wd),
+        lambda wd: closed_sgd_sweep(NQFModel(data), W0=np.ones((2, 5, 2)), lr=0.01, steps=2, weight_decay=[wd, wd]),
+    ]
+    for call in calls:
+        for bad, found in (("0.1", "str_? '0.1'"), (True, "bool_? True"), (None, "NoneType None")):
+            with pytest.raises(TypeError, match=rf"`weight_decay` must be a real number >= 0 .*JAX scalar.*{found}"):
+                call(bad)
+    with pytest.raises(TypeError, match=r"`momentum` must be a real number in \[0, 1\).*found str '0.9'"):
+        check_momentum("0.9")

@@ -9,6 +9,7 @@ on a traced value (inside jit / vmap / grad) becomes `equinox.error_if`, checked
 one test for traced input.
 """
 
+import numbers
 from collections.abc import Callable
 
 import equinox as eqx
@@ -186,15 +187,58 @@ def check_positive(x, name: str, *, allow_zero: bool = False) -> float:
         if jnp.ndim(x) != 0:
             raise ValueError(f"`{name}` must be a scalar; found shape {shape_str(jnp.shape(x))}.")
         return x
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise TypeError(f"`{name}` must be a real number; found {x!r}.") from None
-    ok = np.isfinite(v) and (v >= 0 if allow_zero else v > 0)
-    if not ok:
-        cond = ">= 0" if allow_zero else "> 0"
+    cond = ">= 0" if allow_zero else "> 0"
+    v = real_scalar(x, name, cond)
+    if not (np.isfinite(v) and (v >= 0 if allow_zero else v > 0)):
         raise ValueError(f"`{name}` must be finite and {cond}; found {v!r}.")
     return v
+
+
+def real_scalar(x, name: str, condition: str = "") -> float:
+    """Concrete `x` as float if it is a real number: a Python or NumPy int / float (not bool) or a
+    one-element NumPy / JAX array of integer or float dtype. **Raises:** `TypeError` naming `name`,
+    the expected type (with `condition`, e.g. ">= 0") and the type and value found: strings such
+    as "0.1" (which `float` would parse), bools, complex numbers, None, other objects."""
+    want = f"a real number{' ' + condition if condition else ''} (an int, a float or a JAX scalar)"
+    if isinstance(x, (bool, np.bool_)):
+        ok = False
+    elif isinstance(x, numbers.Real):
+        ok = True
+    elif isinstance(x, (np.ndarray, np.generic, jax.Array)):
+        ok = np.dtype(x.dtype).kind in "iuf" and int(np.size(x)) == 1
+    else:
+        ok = False
+    if not ok:
+        dtype, shape = getattr(x, "dtype", None), getattr(x, "shape", None)
+        if isinstance(x, np.generic):  # a NumPy scalar (e.g. an entry of a list of member values)
+            found = f"{x.item()!r} (dtype {dtype})"
+        elif dtype is None or shape is None:
+            found = repr(x)
+        else:
+            found = f"dtype {dtype}, shape {shape_str(shape)}"
+        raise TypeError(f"`{name}` must be {want}; found {type(x).__name__} {found}.")
+    return float(np.asarray(x).reshape(()))
+
+
+def check_int(x, name: str, *, minimum: int = 1, what: str = "", expected: str | None = None) -> int:
+    """`x` as int: `TypeError` naming `name` unless it is a Python or NumPy integer (a bool, a
+    float such as 2.0 or a string such as '2' is refused: wrong type), `ValueError` if it is below
+    `minimum` (right type, bad value). `what` (e.g. "members per chunk") explains the option;
+    `expected` replaces the default "an integer >= minimum" in the messages."""
+    want = f"`{name}`{f' ({what})' if what else ''} must be {expected or f'an integer >= {minimum}'}"
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"{want}; found {type(x).__name__} {x!r}.")
+    if x < minimum:
+        raise ValueError(f"{want}; found {int(x)}.")
+    return int(x)
+
+
+def check_flag(x, name: str) -> bool:
+    """`x` as bool, raising `TypeError` naming `name` unless it is True or False (a Python or
+    NumPy bool): a string such as 'no' or an int is refused rather than read by its truth value."""
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be True or False (a bool); found {type(x).__name__} {x!r}.")
+    return bool(x)
 
 
 def check_width(d) -> int:

@@ -289,6 +289,57 @@ def _grad0(fn: Callable) -> float:
         return float(jax.grad(fn)(0.0))
 
 
+_KINK_STEPS = (1e-2, 1e-3)  # one-sided differences at two steps: a jump at 0 does not shrink with h
+
+
+def _kink_at_0(fn: Callable) -> tuple[int, float, float] | None:
+    """The first order k in 1..3 at which the one-sided derivatives of the scalar function `fn`
+    at 0 differ, as (k, right, left) (estimates at h = 1e-3), or None if fn looks C^3 at 0.
+
+    Forward and backward differences of order k estimate f^(k)(0) from the right and from the
+    left; for a C^{k+1} function they differ by k h f^(k+1)(0) + O(h^2), which shrinks tenfold
+    from h = 1e-2 to 1e-3, while at a kink of order k (ReLU, |x|, leaky ReLU: k = 1; ELU, x|x|:
+    k = 2; x^2 |x|: k = 3) the difference stays. Refused: a difference that shrinks by less than
+    half and exceeds the rounding floor. Cost: 13 evaluations of fn. Only the neighbourhood
+    |x| <= 3e-2 is probed (what the expansion about W = 0 uses)."""
+    eps = np.finfo(float).eps
+    out = []
+    for h in _KINK_STEPS:
+        xs = h * np.arange(-3.0, 4.0)
+        with jax.ensure_compile_time_eval():
+            f = np.asarray(fn(jnp.asarray(xs)), dtype=float).reshape(xs.shape)
+        if not np.all(np.isfinite(f)):
+            return (0, float("nan"), float("nan"))
+        f0, fp, fm = f[3], f[4:], f[2::-1]  # f(0), f(h, 2h, 3h), f(-h, -2h, -3h)
+        right = [(fp[0] - f0) / h, (fp[1] - 2 * fp[0] + f0) / h**2, (fp[2] - 3 * fp[1] + 3 * fp[0] - f0) / h**3]
+        left = [(f0 - fm[0]) / h, (f0 - 2 * fm[0] + fm[1]) / h**2, (f0 - 3 * fm[0] + 3 * fm[1] - fm[2]) / h**3]
+        floor = [1e3 * 2**k * eps * np.abs(f).max(initial=0.0) / h**k for k in (1, 2, 3)]
+        out.append((right, left, floor))
+    (r1, l1, _), (r2, l2, floor) = out
+    for k in range(3):
+        jump1, jump2 = abs(r1[k] - l1[k]), abs(r2[k] - l2[k])
+        if jump2 > floor[k] and jump2 > 0.5 * jump1:
+            return (k + 1, float(r2[k]), float(l2[k]))
+    return None
+
+
+def _check_smooth_at_0(fn: Callable, name: str, module: str, why: str) -> None:
+    """`ValueError` naming `name` if the activation `fn` has a kink at 0 (`_kink_at_0`)."""
+    kink = _kink_at_0(fn)
+    if kink is None:
+        return
+    k, right, left = kink
+    if k == 0:
+        raise ValueError(f"{module}: `{name}` must be finite near 0 ({why}); found non-finite values for |x| <= 3e-2.")
+    what = ("derivative", "second derivative", "third derivative")[k - 1]
+    raise ValueError(
+        f"{module}: `{name}` must be smooth (C^3) at 0 ({why}); its {what} jumps there: {right:.3g} from the "
+        f"right, {left:.3g} from the left (e.g. ReLU, |x|, leaky ReLU, ELU). The NQF is the module's Taylor "
+        "expansion about W = 0, which such a kink breaks (for ReLU `nqf.extract` raises SmoothnessError). "
+        "Use a smooth activation with value 0 at 0 (tanh, GELU, SiLU, sin, ...)."
+    )
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class MoE(_Module):
     """Mixture of experts with independent gating (Proposition 5):
@@ -301,9 +352,11 @@ class MoE(_Module):
     (checked at construction); then A_o(x) = psi'(0)/2 [[0, x G_o^T], [G_o x^T, 0]] with
     G_o = grad_Theta E_o(x; 0) = phi'(0) vec(x e_o^T), and the NQF is
     f_o = psi'(0) phi'(0) x^T (sum_i r_i theta_io^T) x. For odd psi and phi (the default tanh)
-    the module - NQF gap is O(|W|^4).
+    the module - NQF gap is O(|W|^4). Proposition 5 also assumes psi and phi C^3 (its proof,
+    Appendix A.8): a kink at 0 (ReLU, |x|, leaky ReLU, ELU) is refused at construction, found
+    from one-sided finite differences of orders 1 to 3 at |x| <= 3e-2 (`_kink_at_0`).
 
-    **Raises:** `ValueError` for n_in, n_out < 1 or psi(0), phi(0) != 0.
+    **Raises:** `ValueError` for n_in, n_out < 1, psi(0), phi(0) != 0, or psi / phi with a kink at 0.
     """
 
     n_in: int
@@ -322,6 +375,7 @@ class MoE(_Module):
                 raise ValueError(
                     f"MoE: `{name}(0)` must be 0 (Proposition 5: gate psi(0) = 0 and expert E(x; 0) = 0); found {v0:.3g}."
                 )
+            _check_smooth_at_0(fn, name, "MoE", "Proposition 5 assumes psi and the experts E are C^3")
 
     @property
     def p(self) -> int:

@@ -22,6 +22,7 @@ from .._core._checks import (
     any_traced,  # noqa: F401 (re-exported for the simulators)
     check_positive,
     is_traced,
+    real_scalar,
     shape_str,
 )
 from ._batches import batch_indices as draw_batches
@@ -72,10 +73,7 @@ def check_unit_interval(x, name: str):
     """`x` as float in [0, 1) (momentum, Adam's decay rates), or, traced, checked at run time."""
     if is_traced(x):
         return _traced_real(x, name, lambda v: (v >= 0) & (v < 1), "in [0, 1)")
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise TypeError(f"`{name}` must be a real number in [0, 1); found {x!r}.") from None
+    v = real_scalar(x, name, "in [0, 1)")
     if not (np.isfinite(v) and 0.0 <= v < 1.0):
         raise ValueError(f"`{name}` must lie in [0, 1); found {v!r}.")
     return v

@@ -286,6 +286,7 @@ def predict(
             raise ValueError(f"`{name}` must lie in (0, 1); found {v!r}.")
     if target not in TARGETS:
         raise ValueError(f"`target` must be one of {TARGETS}; found {target!r}.")
+    weight_decay = check_positive(weight_decay, "weight_decay", allow_zero=True)
     if target == "asymptote" and weight_decay:
         raise ValueError(
             "target='asymptote' needs weight_decay = 0 (nqf.asymptote is the limit of the plain "

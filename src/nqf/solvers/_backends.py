@@ -16,7 +16,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._core._checks import any_traced, check_positive
+from .._core._checks import any_traced, check_int, check_positive
 from .._core._errors import AssumptionError
 from ..data._operators import CommutingData
 from ..dynamics._flow import _initial_y0
@@ -186,8 +186,7 @@ def _solve_reduced_host(method: str, problem: Problem, call) -> FlowSolution:
     if rtol >= 1.0:
         raise ValueError(f"`rtol` must be < 1 (a relative tolerance); found {rtol!r}.")
     atol = None if call.atol is None else check_positive(call.atol, "atol")
-    if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
-        raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
+    check_int(max_steps, "max_steps", expected="a positive integer")
     t0, t1, ts = _time_grid(problem.t0, problem.t1, call.ts)
     gamma = check_positive(problem.weight_decay, "weight_decay", allow_zero=True)
     if save not in ("state", "loss"):

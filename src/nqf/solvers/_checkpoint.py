@@ -6,7 +6,8 @@ shorter): each chunk is one sweep call of the same function on those members' ar
 compiled sub-sweep; for the host solvers, one task of `nqf.solvers._executor`), and the chunks'
 results are concatenated along the member axis. With `checkpoint`, every finished chunk is
 written at once to the directory PATH in `nqf.save`'s format (``part-<i0>-<i1>.npz``, written
-to a temporary name and renamed, so a killed sweep never leaves a half-written part), next to a
+to a temporary name ``...tmp-<pid>@<host>...`` and renamed, so a killed sweep never leaves a
+half-written part; a resume deletes such temporary files whose writer is gone), next to a
 ``manifest.json`` holding a fingerprint of the arguments; each part holds that fingerprint and
 its member range too, and a part whose fingerprint or range is not the manifest's (copied from
 another sweep), or that cannot be read (truncated, corrupted), is refused with a `ValueError`
@@ -32,6 +33,10 @@ rounding, not bitwise (a vmap at another batch size may round differently: a new
 measured 2.8e-17 to 5.6e-17 with chunks of 2 and 1 members), while a resumed map sweep equals
 the same chunked call bitwise.
 
+Numbers are fingerprinted by value (`nqf.solvers._digest`): ints, floats and numeric arrays, and
+rectangular lists / tuples of them, as the float64 array of their values when that is exact, so
+``t1=20`` resumes ``t1=20.0`` and ``eps=[...]`` resumes ``eps=np.array([...])`` (the sweep
+converts them to the same float64 numbers); other values or shapes are refused as before.
 Not in the fingerprint (they do not change the numbers): `devices`, ``throw``, ``progress``,
 ``timeout``, `executor`, ``memory_budget``. Functions in the arguments (a user loss) are
 fingerprinted by what they compute: a Python function by its qualified name, its code (bytecode,
@@ -43,7 +48,7 @@ function or module that the code reaches through a global name is fingerprinted 
 not its code, and a callable without Python code (a builtin, a numpy ufunc) by its repr (its
 name); change such a callable's behaviour and the fingerprint does not see it, so give a new
 `checkpoint` directory. The same encoding is the jax.distributed same-arguments check's
-(`nqf.solvers._distributed.digest`).
+(`nqf.solvers._distributed.digest`), except that it keeps dtypes and containers of numbers apart.
 """
 
 from __future__ import annotations
@@ -52,19 +57,23 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
+import socket
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
+from .._core._checks import check_int
 from .._core._version import __version__
 from .._core.io import load, save
-from ._digest import _feed
+from ._digest import feed_by_value
 
 __all__ = ["SweepProgress"]
 
-FORMAT, VERSION = "nqf-checkpoint", 2  # 2: parts carry the fingerprint
+FORMAT, VERSION = "nqf-checkpoint", 3  # 2: parts carry the fingerprint; 3: numbers hashed by value
 
 
 class SweepProgress(NamedTuple):
@@ -110,9 +119,7 @@ def check_progress(progress) -> None:
 
 def check_chunk_size(chunk_size, B: int) -> int:
     """The chunk size K (1 <= K; a K above B is B)."""
-    if isinstance(chunk_size, (bool, np.bool_)) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
-        raise ValueError(f"`chunk_size` must be a positive integer (members per chunk); found {chunk_size!r}.")
-    return min(int(chunk_size), B)
+    return min(check_int(chunk_size, "chunk_size", what="members per chunk"), B)
 
 
 def chunks(B: int, K: int) -> list[tuple[int, int]]:
@@ -128,7 +135,7 @@ def fingerprints(args: dict) -> dict:
     out = {}
     for name, value in {**args, "nqf version": __version__, "jax version": jax.__version__}.items():
         h = hashlib.sha256()
-        _feed(h, value)
+        feed_by_value(h, value)
         out[name] = h.hexdigest()
     return out
 
@@ -144,6 +151,7 @@ class Checkpoint:
     def __init__(self, path, function: str, args: dict, B: int, K: int):
         self.path = os.fspath(path)
         self.function, self.B, self.K = function, B, K
+        self.removed: list[str] = []  # stale temporary files deleted on resume
         prints = fingerprints(args)
         overall = hashlib.sha256(json.dumps(prints, sort_keys=True).encode()).hexdigest()
         self.fingerprint = overall
@@ -166,13 +174,14 @@ class Checkpoint:
                 except json.JSONDecodeError as err:
                     raise ValueError(f"`checkpoint` {self.path!r}: manifest.json is not readable ({err}).") from None
             self._compare(old, manifest)
+            self.removed = remove_stale_tmp(self.path)  # a resume: parts half-written by a killed run
         else:
             if os.path.isdir(self.path) and any(n.startswith("part-") for n in os.listdir(self.path)):
                 raise ValueError(
                     f"`checkpoint` {self.path!r} holds parts but no manifest.json; give an empty or new directory."
                 )
             os.makedirs(self.path, exist_ok=True)
-            tmp = mpath + f".tmp-{os.getpid()}"
+            tmp = mpath + _tmp_tag()
             with open(tmp, "w") as f:
                 json.dump(manifest, f, indent=1, sort_keys=True)
             os.replace(tmp, mpath)
@@ -185,6 +194,12 @@ class Checkpoint:
             )
         if old.get("fingerprint") == new["fingerprint"]:
             return
+        if old.get("version", 0) < VERSION:
+            raise ValueError(
+                f"`checkpoint` {self.path!r} was written by an older nqf (checkpoint version "
+                f"{old.get('version')!r} < {VERSION}: arguments were fingerprinted differently), so it cannot be "
+                "matched to this call; give another `checkpoint` directory (or delete this one) to start again."
+            )
         if old.get("function") != new["function"]:
             diff = [f"function ({old.get('function')} there, {new['function']} here)"]
         else:
@@ -192,7 +207,7 @@ class Checkpoint:
             diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
         raise ValueError(
             f"`checkpoint` {self.path!r} belongs to a sweep with different arguments: "
-            f"{', '.join(diff)} differ (stored fingerprint {old.get('fingerprint', '')[:12]}, this call "
+            f"{', '.join(diff)} {'differs' if len(diff) == 1 else 'differ'} (stored fingerprint {old.get('fingerprint', '')[:12]}, this call "
             f"{new['fingerprint'][:12]}). Rerun with the same arguments to resume, or give another "
             "`checkpoint` directory (or delete this one) to start again."
         )
@@ -211,7 +226,8 @@ class Checkpoint:
             stored = load(p)
         except Exception as err:  # noqa: BLE001 - BadZipFile, numpy's allow_pickle ValueError, OSError, ...
             raise ValueError(
-                f"`checkpoint` part {p!r} (members {i0}..{i1 - 1}) cannot be read: {type(err).__name__}: {err}. "
+                f"`checkpoint` part {p!r} (members {i0}..{i1 - 1}) cannot be read: {type(err).__name__}: "
+                f"{str(err).rstrip().rstrip('.')}. "
                 "It is truncated or corrupted; delete it to recompute that chunk."
             ) from err
         if not (isinstance(stored, dict) and set(stored) == {"fingerprint", "members", "part"}):
@@ -232,9 +248,55 @@ class Checkpoint:
         """Write the chunk atomically (a temporary file, then a rename), with the manifest's
         fingerprint and the member range, checked on `load`."""
         final = self.part_path(i0, i1)
-        tmp = final[: -len(".npz")] + f".tmp-{os.getpid()}.npz"
+        tmp = final[: -len(".npz")] + _tmp_tag() + ".npz"
         save({"fingerprint": self.fingerprint, "members": [i0, i1], "part": obj}, tmp)
         os.replace(tmp, final)
+
+
+_TMP = re.compile(r"^(?:part-\d+-\d+|manifest\.json)\.tmp-(\d+)@(.+?)(?:\.npz)?$")
+STALE_TMP_AGE = 3600.0  # seconds: a temporary file of another host older than this is stale
+
+
+def _tmp_tag() -> str:
+    """The temporary-name tag of a file being written: ``.tmp-<pid>@<host>``."""
+    return f".tmp-{os.getpid()}@{socket.gethostname()}"
+
+
+def _alive(pid: int) -> bool:
+    if os.name == "nt":  # os.kill(pid, 0) would end the process there: assume it runs
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists
+        return True
+    return True
+
+
+def remove_stale_tmp(path: str) -> list[str]:
+    """Delete the temporary files (``part-*.tmp-<pid>@<host>.npz``, ``manifest.json.tmp-...``)
+    that a killed or interrupted write left in the checkpoint directory `path`; returns their
+    names. A file is stale when its writer is gone: on this host, this process or no process
+    with that pid; from another host (a shared file system), when it is older than
+    `STALE_TMP_AGE` (its writer may still be running). Never a finished part or the manifest."""
+    host, me, out = socket.gethostname(), os.getpid(), []
+    for name in sorted(os.listdir(path)):
+        m = _TMP.match(name)
+        if m is None:
+            continue
+        full, pid = os.path.join(path, name), int(m.group(1))
+        try:
+            if m.group(2) == host:
+                stale = pid == me or not _alive(pid)
+            else:
+                stale = time.time() - os.path.getmtime(full) > STALE_TMP_AGE
+            if stale:
+                os.remove(full)
+                out.append(name)
+        except OSError:  # removed meanwhile, or not ours to remove: leave it
+            continue
+    return out
 
 
 def open_checkpoint(checkpoint, function: str, args: dict, B: int, K: int) -> Checkpoint | None:

@@ -1,10 +1,13 @@
 """One encoding of arguments for hashing (`nqf.solvers._checkpoint`'s fingerprints and the
 cross-process argument check of `nqf.solvers._distributed`): array bytes, dtypes and shapes,
 pytree structures, Python functions by their code, defaults, closure values and the data they read
-from global names (recursively), other values by their repr without memory addresses."""
+from global names (recursively), other values by their repr without memory addresses. The
+checkpoint fingerprint (`feed_by_value`) encodes real numbers by value instead (see
+`_real_values`)."""
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import re
@@ -16,6 +19,20 @@ import numpy as np
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
+_BY_VALUE: contextvars.ContextVar[bool] = contextvars.ContextVar("nqf_digest_by_value", default=False)
+
+
+def feed_by_value(h, x) -> None:
+    """`_feed` with real numbers encoded by value (`_real_values`): the checkpoint fingerprint,
+    for which t1 = 20 and 20.0, or eps as a list and as an array, are the same sweep. (The
+    jax.distributed same-arguments check keeps the strict `_feed`: dtypes and containers too.)"""
+    token = _BY_VALUE.set(True)
+    try:
+        _feed(h, x)
+    finally:
+        _BY_VALUE.reset(token)
+
+
 def _feed(h, x, seen: set | None = None) -> None:
     """Feed a canonical encoding of x into the hash h: arrays by dtype, shape and bytes; lists,
     tuples, dicts, pytrees and dataclasses by structure and entries; callables by their code
@@ -23,6 +40,11 @@ def _feed(h, x, seen: set | None = None) -> None:
     both the checkpoint fingerprint and the jax.distributed same-arguments check."""
     if seen is None:
         seen = set()
+    real = _real_values(x) if _BY_VALUE.get() else None
+    if real is not None:  # numbers: by value (20 == 20.0, a list == the array of its values)
+        h.update(f"real:{real.shape};".encode())
+        h.update(real.tobytes())
+        return
     if x is None or isinstance(x, (bool, str, int, float, complex)):
         h.update(f"{type(x).__name__}:{x!r};".encode())
         return
@@ -67,6 +89,44 @@ def _feed(h, x, seen: set | None = None) -> None:
     if callable(x) and _feed_callable(h, x, seen):
         return
     h.update(f"{type(x).__qualname__}:{_ADDRESS.sub('', repr(x))};".encode())
+
+
+_REAL = (int, float, np.integer, np.floating)
+
+
+def _is_real_leaf(x) -> bool:
+    if isinstance(x, (bool, np.bool_)):
+        return False
+    if isinstance(x, _REAL):
+        return True
+    if isinstance(x, (np.ndarray, jax.Array)):
+        return np.dtype(x.dtype).kind in "iuf" and not jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key)
+    if isinstance(x, (list, tuple)):
+        return all(_is_real_leaf(v) for v in x)
+    return False
+
+
+def _real_values(x) -> np.ndarray | None:
+    """Real numbers (Python / NumPy / JAX ints and floats, numeric arrays, rectangular lists and
+    tuples of them; not bools) as a contiguous float64 array when that conversion is exact, else
+    None. Equal values then encode equally whatever their container or dtype (t1 = 20 or 20.0,
+    eps as a list or an array, float32 values widened exactly); -0.0 is 0.0. Sweeps convert their
+    numeric arguments to float64, so such arguments give the same numbers; different values (or
+    shapes) still encode differently, and an int that float64 cannot hold keeps its own encoding."""
+    if (isinstance(x, (list, tuple)) and not x) or not _is_real_leaf(x):  # () / []: by structure
+        return None
+    try:
+        a = np.asarray(x)
+    except (ValueError, OverflowError, TypeError):  # ragged lists, ints beyond int64, tracers
+        return None
+    if a.dtype.kind not in "iuf":
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        b = a.astype(np.float64)
+        exact = np.array_equal(b.astype(a.dtype), a, equal_nan=a.dtype.kind == "f")
+    if not exact:  # an int beyond 2**53, a long double
+        return None
+    return np.array(b + 0.0, dtype=np.float64, order="C")  # + 0.0: -0.0 -> 0.0; np.array keeps 0-d
 
 
 _DATA_GLOBAL = (type(None), bool, int, float, complex, str, bytes, np.ndarray, np.generic, jax.Array)

@@ -9,7 +9,7 @@ own devices (`jax.make_array_from_callback`), runs its part of the one compiled 
 gets the full result back by `jax.experimental.multihost_utils.process_allgather`.
 
 The argument check: each process hashes every named argument with the checkpoint fingerprint's
-encoding (`nqf.solvers._checkpoint._feed`: array bytes, dtypes and shapes; pytree structures;
+encoding (`nqf.solvers._digest._feed`, strict: array bytes, dtypes and shapes; pytree structures;
 Python functions by their code, defaults, closure cells and data globals; other values by their
 repr with memory addresses removed) and publishes the
 digests in the `jax.distributed` coordination service's key-value store; each process then

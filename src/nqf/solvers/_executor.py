@@ -48,6 +48,7 @@ from typing import Any
 import diffrax
 import numpy as np
 
+from .._core._checks import check_flag, check_int, check_positive
 from ..data._operators import AbstractCommutingData
 from ._checkpoint import (
     SweepProgress,
@@ -271,14 +272,26 @@ def _check_executor(executor) -> None:
             "`executor` must be a concurrent.futures.Executor (ProcessPoolExecutor, dask.distributed's "
             f"Client.get_executor(), ...) or None; found {type(executor).__name__}."
         )
+    # the standard library's pools record their shutdown (ThreadPoolExecutor._shutdown,
+    # ProcessPoolExecutor._shutdown_thread): one clear error now instead of one failed task per member
+    if executor is not None and (
+        getattr(executor, "_shutdown", False) is True or getattr(executor, "_shutdown_thread", False) is True
+    ):
+        raise _shut_down(executor)
+
+
+def _shut_down(executor, err: Exception | None = None) -> RuntimeError:
+    why = f" ({type(err).__name__}: {err})" if err is not None else ""
+    return RuntimeError(
+        f"`executor` ({type(executor).__name__}) is shut down and takes no new tasks{why}; pass a running "
+        "executor (e.g. call solve_sweep inside its `with` block), or executor=None to run the members here."
+    )
 
 
 def _check_timeout(timeout):
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"`timeout` must be None or a number of seconds > 0; found {timeout!r}.")
-    return float(timeout)
+    return check_positive(timeout, "timeout")  # seconds: TypeError for a non-number, ValueError for <= 0
 
 
 def host_sweep(kw: dict, options: dict, *, executor, checkpoint, chunk_size, fingerprint_args: dict):
@@ -305,7 +318,8 @@ def host_sweep(kw: dict, options: dict, *, executor, checkpoint, chunk_size, fin
             "`timeout` needs an `executor`: it bounds the wait for the executor's tasks; a sweep without "
             "one runs its members here, in order, and is not interrupted (pass executor=... or drop timeout)."
         )
-    throw = options.pop("throw", True)
+    throw = check_flag(options.pop("throw", True), "throw")
+    check_int(kw["max_steps"], "max_steps", expected="a positive integer")  # before any member runs
     datas, _ = _stack_data(kw["data"])
     if kw["eps"] is not None:
         _check_eps(kw["eps"])  # the JAX path's errors (empty, not 1-d, not finite and > 0)
@@ -407,7 +421,11 @@ def _run_executor(executor, todo: list, calls: list, timeout, finish) -> None:
     for i0, i1 in todo:
         try:
             futures[executor.submit(solve_members, calls[i0:i1], i0)] = (i0, i1)
-        except Exception as err:  # e.g. a shut-down or broken executor: the task's members fail
+        except RuntimeError as err:
+            if not futures and "shutdown" in str(err):  # shut down before the first task: say so once
+                raise _shut_down(executor, err) from err
+            finish(i0, i1, [_task_error(err, i0, i1, i) for i in range(i0, i1)], True, True)
+        except Exception as err:  # e.g. a broken executor: the task's members fail
             finish(i0, i1, [_task_error(err, i0, i1, i) for i in range(i0, i1)], True, True)
     start = time.monotonic()
     pending = set(futures)
@@ -446,9 +464,7 @@ def chunked_sweep(solve_sweep, kw: dict, options: dict, *, checkpoint, chunk_siz
     check_progress(progress)
     if options.pop("timeout", None) is not None:
         raise ValueError("`timeout` applies to host-solver sweeps run through an `executor`.")
-    throw = options.pop("throw", True)
-    if not isinstance(throw, (bool, np.bool_)):
-        raise TypeError(f"`throw` must be True or False; found {throw!r}.")
+    throw = check_flag(options.pop("throw", True), "throw")
     gather = _check_gather(options.pop("gather", "all"))  # every chunk gathers to all processes
     atol = options.get("atol")
     pid = kw["stepsize_controller"]
@@ -532,8 +548,7 @@ def _whole_batch_mode(solve_sweep, kw: dict, options: dict) -> tuple[str, bool]:
     t0, t1, ts = _time_grid(kw["t0"], kw["t1"], call.ts)
     gamma = check_positive(kw["weight_decay"], "weight_decay", allow_zero=True)
     max_steps = kw["max_steps"]
-    if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
-        raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
+    check_int(max_steps, "max_steps", expected="a positive integer")
     grid = _Grid(gamma, float(t0), float(t1), np.asarray(ts), int(max_steps), call.memory_budget)
     members = _members(datas, data_batched, (kw["eps"], kw["M0"], kw["W0"], kw["z0"]), form, grid)
     (_, _, atol), solver = _batch(members, call, grid)
@@ -552,9 +567,7 @@ def chunked_map_sweep(kw: dict, *, checkpoint, chunk_size, progress):
     check_progress(progress)
     kw = dict(kw)
     gather = _check_gather(kw.pop("gather", "all"))  # every chunk gathers to all processes
-    throw = kw["throw"]
-    if not isinstance(throw, (bool, np.bool_)):
-        raise TypeError(f"`throw` must be True or False; found {throw!r}.")
+    throw = check_flag(kw["throw"], "throw")
     batched = {
         "lr": np.ndim(kw["lr"]) == 1,
         "momentum": np.ndim(kw["momentum"]) == 1,

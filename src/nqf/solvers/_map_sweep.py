@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .._core._checks import as_array, shape_str
+from .._core._checks import as_array, check_flag, shape_str
 from ..data._model import as_model
 from ..dynamics import _maps as maps
 from ..dynamics._batches import _draw, check_batch_indices
@@ -463,8 +463,7 @@ def closed_sgd_sweep(
         raise TypeError(f"`nesterov` must be True or False; found {nesterov!r}.")
     if form not in FORMS:
         raise ValueError(f"`form` must be one of {FORMS}; found {form!r}.")
-    if not isinstance(throw, (bool, np.bool_)):
-        raise TypeError(f"`throw` must be True or False; found {throw!r}.")
+    throw = check_flag(throw, "throw")
     loss = as_loss(loss)
     swept = {
         name: _member_values(x, name, check)

@@ -32,7 +32,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._core._checks import any_traced, check_positive
+from .._core._checks import any_traced, check_int, check_positive
 from ..data._model import NQFModel
 from ..data._operators import AbstractData, CommutingData
 from ..dynamics._flow import check_form, factor_linear_term
@@ -324,8 +324,7 @@ def _ode_inputs(problem: Problem, call: Call):
     t0, t1, ts = _time_grid(problem.t0, problem.t1, call.ts)
     gamma = check_positive(problem.weight_decay, "weight_decay", allow_zero=True)
     max_steps = problem.max_steps
-    if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
-        raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
+    check_int(max_steps, "max_steps", expected="a positive integer")
     call = _checked_controller(call, traced)._replace(ts=ts)
     implicit = is_stiff(solver)
     pcoeff = (0.3 if implicit else 0.0) if call.pcoeff is None else call.pcoeff

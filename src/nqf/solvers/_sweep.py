@@ -89,7 +89,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .._core._checks import as_array, check_positive, check_symmetric, shape_str
+from .._core._checks import as_array, check_flag, check_int, check_positive, check_symmetric, shape_str
 from .._core.io import Saveable
 from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData, DiagonalData
@@ -743,6 +743,7 @@ def solve_sweep(
     ``submit``, `ValueError` for `executor` with a JAX solver or `devices` with a host solver.
     """
     check_options(options, SWEEP_OPTIONS, "solve_sweep")
+    check_flag(options.get("throw", True), "throw")
     if _chunked(solver, options):
         _refuse_traced(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, atol=options.get("atol"))
         return _FRONT_END["solve_sweep"](dict(locals()))
@@ -766,8 +767,7 @@ def solve_sweep(
     call = call._replace(rtol=check_positive(call.rtol, "rtol"))
     t0, t1, ts = _time_grid(t0, t1, call.ts)
     gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
-    if not isinstance(max_steps, (int, np.integer)) or max_steps <= 0:
-        raise ValueError(f"`max_steps` must be a positive integer; found {max_steps!r}.")
+    check_int(max_steps, "max_steps", expected="a positive integer")
     grid = _Grid(gamma, t0, t1, ts, int(max_steps), call.memory_budget)
     members = _members(datas, data_batched, (eps, M0, W0, z0), form, grid)
     batch, solver = _batch(members, call, grid)

@@ -403,14 +403,21 @@ def _riccati_solve(g, c, X, ts):
     reaches 1/eps within tens of 1/|g| when modes of different sign or scale mix (e.g.
     g = (1, 0.5, -0.4), M0 = 1e-6 I, t = 75: entries ~3e18 instead of ~0.47), so it is only the
     fallback for singular or ill-conditioned M~0, guarded by that condition number (see
-    `_riccati_traced`). Returns (M~ (n, p, p), cond (n,) of the solved matrices, not differentiated)."""
+    `_riccati_traced`). Times where e^{g t} overflows are not solved (M~ = 0 there, cond = inf).
+    Returns (M~ (n, p, p), cond (n,) of the solved matrices, not differentiated)."""
     t = ts[:, None]
+    p = g.shape[0]
     E = jnp.exp(g[None, :] * t)  # (n, p)
     S = _t_sinhc(g[None, :], t)  # (n, p)
     Z = E[:, :, None] * X[None] * E[:, None, :]
-    A = jnp.eye(g.shape[0]) + 8.0 * c * (E[:, :, None] * X[None] * S[:, None, :])
+    A = jnp.eye(p) + 8.0 * c * (E[:, :, None] * X[None] * S[:, None, :])
+    # exp(g t) overflows for large |g| t (inf, or 0 * inf = NaN): LAPACK must not see those
+    # matrices (it prints "DLASCL parameter 4" and returns garbage); their cond is reported as inf
+    ok = jnp.all(jnp.isfinite(A), axis=(1, 2)) & jnp.all(jnp.isfinite(Z), axis=(1, 2))
+    A = jnp.where(ok[:, None, None], A, jnp.eye(p))
+    Z = jnp.where(ok[:, None, None], Z, 0.0)
     Mb = jnp.linalg.solve(A, Z)
-    cond = jnp.linalg.cond(jax.lax.stop_gradient(A))
+    cond = jnp.where(ok, jnp.linalg.cond(jax.lax.stop_gradient(A)), jnp.inf)
     return 0.5 * (Mb + jnp.swapaxes(Mb, 1, 2)), cond
 
 
@@ -436,20 +443,27 @@ def _riccati_traced(g, c, X, ts):
         ts_s = jnp.where(pd, 0.0, ts)
     Ms, cond = _riccati_solve(g, c, X, ts_s)
     with jax.ensure_compile_time_eval():
-        bad = ~pd & jnp.any(cond > _SOLVE_COND)
-    Ms = check(
-        Ms,
-        bad,
-        lambda: FloatingPointError(
-            "Theorem 7 under jit / vmap / grad: M0 is singular or ill-conditioned (lambda_min / lambda_max = "
-            f"{float(lam[0] / lam[-1]) if float(lam[-1]) > 0 else 0.0:.3g} < {_PD_RATIO:g}) and the linear solve is "
-            f"ill-conditioned at these times (cond {float(jnp.max(cond)):.3g} > {_SOLVE_COND:g}); call theorem7 "
-            "with concrete M0 and ts (the graded form is accurate there) or use smaller times."
-        ),
-        "Theorem 7 under jit / vmap / grad: M0 is singular or ill-conditioned (lambda_min / lambda_max < "
-        f"{_PD_RATIO:g}) and the linear solve is ill-conditioned at these times (cond > {_SOLVE_COND:g}); call "
-        "theorem7 with concrete M0 and ts or use smaller times",
+        bad = ~pd & jnp.any(cond > _SOLVE_COND)  # cond = inf where e^{g t} overflowed
+    head = "`M0` is singular or ill-conditioned for Theorem 7 under jit / vmap / grad"
+    bound = f"(lambda_min(M0) < {_PD_RATIO:g} lambda_max(M0), i.e. condition number > {1 / _PD_RATIO:g}"
+    tail = (
+        "; a singular M0 needs its rank, which a traced call cannot take, so E17 is evaluated by a linear solve "
+        f"that is ill-conditioned (cond > {_SOLVE_COND:g}) or overflows at these times. Call theorem7 with "
+        "concrete `M0` and `ts` (the graded form is accurate there), use smaller times, or a positive definite M0"
     )
+    if is_traced(lam):
+        measured = ")"
+    else:  # M0 concrete (e.g. only `ts` traced): its spectrum goes into the run-time message
+        lam_ = np.asarray(lam)
+        lo, hi = float(lam_[0]), float(lam_[-1])
+        kappa = hi / lo if lo > 0 else float("inf")
+        measured = f"; found lambda_min = {lo:.3g}, lambda_max = {hi:.3g}, condition number {kappa:.3g})"
+
+    def error():
+        worst = float(jnp.max(cond))
+        return FloatingPointError(f"{head} {bound}{measured}{tail}; found solve cond {worst:.3g}.")
+
+    Ms = check(Ms, bad, error, f"{head} {bound}{measured}{tail}")
     return Ms if Mi is None else jnp.where(pd, Mi, Ms)
 
 
@@ -483,16 +497,18 @@ def theorem7(data: AbstractData, ts, *, M0, weight_decay: float = 0.0, tol: floa
     time, differentiable, no overflow and accurate at every t (|g| t up to 2000 and beyond), for
     M0 positive definite with lambda_min >= 1e-6 lambda_max (relative error ~eps / that ratio).
     Measured against the concrete path, normwise, on `isotropic_data(3, 0.5, g=(1, 0.5, -0.4))`
-    with M0 = 1e-6 I, with and without weight decay 0.3: <= 1.1e-14 for 0 <= t <= 200, 5.5e-14 at
-    t = 750 and 2.8e-13 at t = 2000, where the traced result equals the exact limit
-    V diag(max(g, 0) / (4 c)) V^T to 5e-16 and the concrete one carries ~eps |g| t from its log
-    space scaling (the former solve gave 7e18 instead of 0.47 at t = 75, was 5 % off with weight
-    decay, and overflowed beyond |g| t ~ 350); <= 1e-14 for M0 of scale 1e-12 or 0.3, negative g.
+    with M0 = 1e-6 I, with and without weight decay 0.3: <= 1.5e-15 for 0 <= t <= 2000, where both
+    equal the exact limit V diag(max(g, 0) / (4 c)) V^T to 5e-16 (the former solve gave 7e18
+    instead of 0.47 at t = 75, was 5 % off with weight decay, and overflowed beyond |g| t ~ 350);
+    <= 1e-14 for M0 of scale 1e-12 or 0.3, negative g. The concrete graded form forms every rate
+    difference before multiplying by t, so it has no drift of order eps |g| t: at t = 1e8 it equals
+    the exact limit to ~1e-16 (it drifted 2e-9 .. 3e-8 before).
     A singular or ill-conditioned M0 (lambda_min < 1e-6 lambda_max) needs its rank, so there a
     traced call keeps one linear solve per time, M~(t) = (I + 8 c Z Psi)^{-1} Z,
     Z = e^{Gt} M~0 e^{Gt} (`_riccati_solve`), whose error grows like eps cond(I + 8 c Z Psi):
-    it is refused at run time (`FloatingPointError` via `equinox.error_if`) once that condition
-    number exceeds 1e6 (error bound ~1e-10), which for a rank-one M0 of scale 0.4 on the data
+    it is refused at run time (`FloatingPointError` via `equinox.error_if`, a message naming `M0`,
+    its conditioning and the bounds) once that condition number exceeds 1e6 (error bound ~1e-10)
+    or e^{g t} overflows (such matrices never reach LAPACK), which for a rank-one M0 of scale 0.4 on the data
     above happens between t = 6 and 8 (use concrete M0 and `ts` there: the graded form is accurate).
     The checks are the same for concrete and traced input (`check_assumption` / `check`): on
     concrete values at once, on traced ones at run time (`equinox.error_if`: isotropy of traced
