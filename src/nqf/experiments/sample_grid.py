@@ -438,7 +438,8 @@ def _plot(cells, cfg, quick):
                         label=rf"$\gamma$={gamma:g}" if i == 0 else None,
                     )
             b.loglog(n, c["R"], "o-", ms=3, color=COLORS[k % len(COLORS)], label=rf"$\gamma$={gamma:g}")
-            b.loglog(n, np.maximum(c["R_lb"], 1e-6), ":", color=COLORS[k % len(COLORS)], lw=1.0)
+            lb = np.asarray(c["R_lb"], float)
+            b.loglog(n, np.where(lb > 0, lb, np.nan), ":", color=COLORS[k % len(COLORS)], lw=1.0)
         a.axhline(0.5, color="gray", lw=0.6)
         a.axvline(1.0, color="gray", lw=0.6)
         a.axvspan(0.5, 2.0, color="gray", alpha=0.1)
