@@ -398,3 +398,47 @@ def test_spectral_overrides():
         spectral.half_overlap_sizes(lam, 50, rho=[1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match="s2"):
         spectral.bbp_thresholds(lam, 50, s2=-1.0)
+
+
+def test_trial_findings_on_the_spiked_model():
+    """A new user's trial (issue 27 item 8): kinked readouts refuse `spikes` (Stein's lemma fails;
+    the projection stays), numpy readouts are refused up front, a tanh teacher pickles, seeds and
+    q are checked, and `s2=` needs `rho=`."""
+    import pickle
+
+    _, T = spiked_he2_data(10, 8, gamma=1.0, K=3, sigma=0.5, seed=0, readout=jax.nn.relu)
+    with pytest.raises(ValueError, match="twice differentiable"):
+        T.spikes
+    assert np.all(T.spikes_projection > 0)  # relu(h) still projects positively on every He2 direction
+    with pytest.raises(TypeError, match="JAX-traceable"):
+        spiked_he2_data(10, 8, gamma=1.0, readout=np.tanh)
+    _, T = spiked_he2_data(10, 8, gamma=1.0, K=3, seed=0, readout="tanh")
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(T)).spikes, T.spikes)
+    for kw in ({"seed": -1}, {"seed": 1.5}, {"q": 2.0}):
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            spiked_he2_data(10, 4, gamma=1.0, **kw)
+    assert set(spiked_he2_data(10, 4, gamma=1.0, K=4, seed=None, signs=True)[1].signs) <= {-1.0, 1.0}
+    with pytest.raises(ValueError, match="orthonormal"):
+        nqf.datasets.SpikedTeacher(np.ones((4, 2)), [1.0, 0.5], 0.0, 1.0, 1.0)
+    lam = np.array([0.3, 0.2])
+    with pytest.raises(ValueError, match="`rho` is needed"):
+        spectral.half_overlap_sizes(lam, 50, s2=0.7)
+    with pytest.raises(ValueError, match="np.abs"):
+        spectral.bbp_thresholds(np.array([0.3, -0.2]), 50, s2=0.7)
+    with pytest.raises(ValueError, match="not both"):
+        spectral.bbp_thresholds(lam, 50, s2=0.7, sigma=0.5)
+    with pytest.raises(ValueError, match="gaussian_row"):
+        spectral.bbp_overlap(1e4, lam, 50, gaussian_row=True, rho=2.0)
+
+
+def test_top_eigenpairs_largest_magnitude():
+    """which="LM": a signed teacher's spikes at both ends of Y's spectrum, against a dense eigh."""
+    data, _ = spiked_he2_data(2000, 20, gamma=1.0, K=4, sigma=0.5, seed=2, signs=True)
+    g, V = spectral.top_eigenpairs(data, 4, which="LM")
+    w, U = np.linalg.eigh(np.asarray(data.Y()))
+    idx = np.argsort(-np.abs(w))[:4]
+    np.testing.assert_allclose(g, w[idx], rtol=1e-9)
+    np.testing.assert_allclose(np.abs(np.sum(V * U[:, idx], axis=0)), 1.0, rtol=1e-8)
+    assert np.any(g < 0)
+    with pytest.raises(ValueError, match="which"):
+        spectral.top_eigenpairs(data, 4, which="SA")

@@ -66,7 +66,7 @@ product), never by a full eigendecomposition of Y.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import jax
 import jax.numpy as jnp
@@ -210,14 +210,20 @@ def linearized_horizon(
 # ------------------------------------------------------------------------------------------------
 def _spikes(lam) -> np.ndarray:
     lam = np.asarray(as_array(lam, "lam", ndim=1))
-    if lam.size == 0 or np.any(lam <= 0):
-        raise ValueError("`lam` (the spike strengths lambda_i) must be a non-empty array of values > 0.")
+    if lam.size == 0 or not np.all(lam > 0):
+        found = "an empty array" if lam.size == 0 else f"min {np.min(lam):.3g}"
+        raise ValueError(
+            f"`lam` (the spike strengths lambda_i) must be a non-empty array of values > 0; found {found} "
+            "(signed or effective spikes: pass their magnitudes, np.abs(teacher.spikes))."
+        )
     return lam
 
 
 def _s2(lam, sigma, s2=None) -> float:
     """E[y^2]: the given `s2` (> 0), else the linear teacher's 2 sum_j lambda_j^2 + sigma^2."""
     if s2 is not None:
+        if check_positive(sigma, "sigma", allow_zero=True) != 0:
+            raise ValueError("Give either `s2` (E[y^2] directly) or `sigma` (the linear teacher's noise), not both.")
         return check_positive(s2, "s2")
     sigma = check_positive(sigma, "sigma", allow_zero=True)
     return float(2.0 * np.sum(lam**2) + sigma**2)
@@ -227,13 +233,17 @@ def _row_ratio(lam, sigma, s2, rho) -> np.ndarray:
     """rho_i: the given `rho` (scalar or (K,), > 0), else `spike_variance_ratio`."""
     lam = _spikes(lam)
     if rho is None:
+        if s2 is not None:
+            raise ValueError(
+                "`rho` is needed with `s2`: the default 1 + 8 lambda^2 / s^2 is the linear teacher's; a nonlinear "
+                "teacher's is `SpikedTeacher.spike_variance_ratio` (a linear one: `spike_variance_ratio(lam, s2=)`)."
+            )
         return spike_variance_ratio(lam, sigma=sigma, s2=s2)
     rho = np.asarray(as_array(rho, "rho"), dtype=float)
     rho = np.broadcast_to(rho, lam.shape) if rho.ndim == 0 else rho
-    if rho.shape != lam.shape or np.any(rho <= 0):
-        raise ValueError(
-            f"`rho` must be a scalar or shape {lam.shape} (one per spike) with values > 0; found shape {rho.shape}."
-        )
+    if rho.shape != lam.shape or not np.all(rho > 0):
+        found = f"shape {rho.shape}" if rho.shape != lam.shape else f"min {np.min(rho):.3g}"
+        raise ValueError(f"`rho` must be a scalar or shape {lam.shape} (one per spike) with values > 0; found {found}.")
     return rho
 
 
@@ -302,6 +312,8 @@ def bbp_overlap(
     n = np.asarray(as_array(n, "n"))
     if np.any(n <= 0):
         raise ValueError("`n` (sample sizes) must be > 0.")
+    if gaussian_row and rho is not None:
+        raise ValueError("`gaussian_row=True` sets rho_i = 1; do not pass `rho` with it.")
     ni = bbp_thresholds(lam, d, sigma=sigma, s2=s2)
     r = 1.0 if gaussian_row else _row_ratio(lam, sigma, s2, rho)
     return np.clip(1.0 - r * ni / n[..., None], 0.0, None)
@@ -396,21 +408,28 @@ def top_eigenpairs(
     *,
     tol: float = 1e-10,
     seed: int = 0,
+    which: Literal["LA", "LM"] = "LA",
 ) -> tuple[Float[np.ndarray, " k"], Float[np.ndarray, "p k"]]:
-    """The k algebraically largest eigenpairs of the symmetric Y by Lanczos (ARPACK,
-    `scipy.sparse.linalg.eigsh(which="LA")`), never a full eigendecomposition.
+    """The k algebraically largest (or largest-magnitude) eigenpairs of the symmetric Y by
+    Lanczos (ARPACK, `scipy.sparse.linalg.eigsh`), never a full eigendecomposition.
 
     **Arguments:** `Y`: an nqf data set (its Y through `Y_operator`, matrix-free), a dense
     symmetric (p, p) array, or a `LinearOperator`; `k` (1 <= k < p) the number of pairs; `tol`
-    ARPACK's relative tolerance; `seed` of the start vector (reproducible results).
+    ARPACK's relative tolerance; `seed` of the start vector (reproducible results); `which`:
+    "LA" (algebraically largest: the growing modes of the flow) or "LM" (largest |eigenvalue|:
+    a signed teacher's spikes at both ends of the spectrum).
 
-    **Returns:** `(g, V)`: eigenvalues (k,) in descending order and eigenvectors (p, k) as
-    columns (unit norm, sign fixed so that the largest-|.| entry is positive).
+    **Returns:** `(g, V)`: eigenvalues (k,) in descending order ("LA") or of descending magnitude
+    ("LM") and eigenvectors (p, k) as columns (unit norm, sign fixed so that the largest-|.|
+    entry is positive).
 
-    **Raises:** `ValueError` for k outside [1, p - 1] or a non-square or non-symmetric `Y`.
+    **Raises:** `ValueError` for k outside [1, p - 1], `which` not "LA" / "LM", or a non-square or
+    non-symmetric `Y`.
     """
     from scipy.sparse.linalg import LinearOperator, aslinearoperator, eigsh
 
+    if which not in ("LA", "LM"):
+        raise ValueError(f"`which` must be 'LA' (algebraically largest) or 'LM' (largest magnitude); found {which!r}.")
     if isinstance(Y, AbstractData):
         op = Y_operator(Y)
     elif isinstance(Y, LinearOperator):
@@ -425,8 +444,8 @@ def top_eigenpairs(
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k < p:
         raise ValueError(f"`k` must be an integer in [1, p - 1] = [1, {p - 1}]; found {k!r}.")
     v0 = np.random.default_rng(seed).standard_normal(p)
-    g, V = eigsh(op, k=int(k), which="LA", tol=tol, v0=v0, ncv=min(p, max(2 * int(k) + 1, 20)))
-    order = np.argsort(g)[::-1]
+    g, V = eigsh(op, k=int(k), which=which, tol=tol, v0=v0, ncv=min(p, max(2 * int(k) + 1, 20)))  # pyright: ignore[reportArgumentType]
+    order = np.argsort(g if which == "LA" else np.abs(g))[::-1]
     g, V = g[order], V[:, order]
     sign = np.sign(V[np.argmax(np.abs(V), axis=0), np.arange(V.shape[1])])
     return g, V * sign
