@@ -61,6 +61,8 @@ def test_refuses_activations_with_a_kink_at_zero():
         MoE(3, 1, phi=jax.nn.relu)
     with pytest.raises(ValueError, match=r"`psi` must be smooth.*its derivative jumps"):
         MoE(3, 1, psi=jnp.abs)
+    with pytest.raises(TypeError, match=r"`phi` must be a JAX-traceable"):
+        MoE(3, 1, phi=np.tanh)
     with pytest.raises(ValueError, match=r"`phi` must be smooth.*its second derivative jumps"):
         MoE(3, 1, phi=jax.nn.elu)
     with pytest.raises(ValueError, match=r"`phi` must be smooth.*its third derivative jumps"):

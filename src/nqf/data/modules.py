@@ -324,7 +324,15 @@ def _kink_at_0(fn: Callable) -> tuple[int, float, float] | None:
 
 
 def _check_smooth_at_0(fn: Callable, name: str, module: str, why: str) -> None:
-    """`ValueError` naming `name` if the activation `fn` has a kink at 0 (`_kink_at_0`)."""
+    """`ValueError` naming `name` if the activation `fn` has a kink at 0 (`_kink_at_0`); `TypeError`
+    if it is not JAX-traceable (a numpy function would fail later under jit / grad / extract)."""
+    try:
+        jax.eval_shape(jax.grad(fn), jax.ShapeDtypeStruct((), jnp.float64))
+    except Exception as e:  # noqa: BLE001 - any failure to trace is the user's function
+        raise TypeError(
+            f"{module}: `{name}` must be a JAX-traceable scalar function (jax.numpy, not numpy); tracing its "
+            f"derivative failed with {type(e).__name__}: {e}"
+        ) from None
     kink = _kink_at_0(fn)
     if kink is None:
         return
