@@ -442,3 +442,8 @@ def test_top_eigenpairs_largest_magnitude():
     assert np.any(g < 0)
     with pytest.raises(ValueError, match="which"):
         spectral.top_eigenpairs(data, 4, which="SA")
+
+
+def test_spiked_memory_estimated_first():
+    with pytest.raises(MemoryError, match=r"spiked_he2_data\(n=100000, d=200, q=2\)"):
+        spiked_he2_data(100_000, 200, gamma=1.0, q=2)

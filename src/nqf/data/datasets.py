@@ -896,7 +896,8 @@ def spiked_he2_data(
     with the population quantities.
 
     **Raises:** `ValueError` for n, d < 1, K outside [1, p], gamma < 0, Z <= 0, sigma < 0, q not
-    in {1, 2}, an unknown readout name; `TypeError` for a non-bool `signs` or a readout that is
+    in {1, 2}, an unknown readout name; `nqf.MemoryBudgetError` when the features and the
+    orthogonal draw (8 (2 n p + 2 p^2 + n d) bytes, estimated first) exceed the memory budget; `TypeError` for a non-bool `signs` or a readout that is
     neither None, a string nor callable.
     """
     from .._core._checks import check_positive
@@ -923,6 +924,13 @@ def spiked_he2_data(
     shape = i**-gamma
     Z = 1.0 / np.sqrt(np.sum(shape**2)) if Z is None else check_positive(Z, "Z")
     lam = Z * shape
+    from .._core.memory import check
+
+    check(
+        8.0 * (2 * n * p + 2 * p * p + n * d),
+        f"spiked_he2_data(n={n}, d={d}, q={q}): features (n, p) = ({n}, {p}) and a (p, p) orthogonal draw",
+        "use a smaller n or d (q = 2 has p = d (d + 1) / 2 features).",
+    )
     rng = np.random.default_rng(seed)
     a = _random_orthogonal(p, rng)[:, :K]
     sign_rng = np.random.default_rng(None if seed is None else [seed, 1])
