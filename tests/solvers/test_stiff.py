@@ -146,7 +146,11 @@ def test_save_loss_equals_state_losses(form):
     np.testing.assert_allclose(b.excess_loss, a.excess_loss, rtol=1e-12)
     with pytest.raises(ValueError, match="save='loss'"):
         b.M
-    np.testing.assert_allclose(b.z_at([100.0]), a.z_at([100.0]), rtol=1e-12)
+    # the loss-only solution's dense output against the state solution saved at t = 100 (the same
+    # steps' interpolant; a.z_at would compile a dense re-solve of its own; observed equal bitwise)
+    at = a.ts == 100.0
+    assert at.sum() == 1
+    np.testing.assert_allclose(b.z_at([100.0]), a.z[at], rtol=1e-12)
 
 
 def test_save_rejects_unknown_value():
