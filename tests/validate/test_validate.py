@@ -77,6 +77,11 @@ def test_validate_one_eps():
     ):
         assert sum(key in r["name"] for r in results) == count, key
     assert not any("1e-100" in r["name"] for r in results)
+    # Theorem 7's a = 2 branch on isotropic data (check_isotropic_ignition; formerly run a second
+    # time by test_isotropic_checks.py with the same eps)
+    iso = [r for r in results if r["name"].startswith(("isotropic ignition", "isotropic excess loss"))]
+    assert len(iso) == 2 and iso[0]["name"].startswith("isotropic ignition eps=1e-06"), iso
+    assert iso[0]["value"] < 1e-5  # E19 with a = 2 (a = 1 would be off by a factor 2)
 
 
 def test_validate_registry_extensible():
