@@ -169,6 +169,19 @@ def test_no_recompile_for_new_values(rng):
     assert nqf.solvers._solve.TRACE_COUNT[0] == before
 
 
+def test_no_recompile_for_a_new_loss_threshold():
+    """Stop.loss_below's threshold is a dynamic value (it was in the static name: one compile per
+    threshold); the stop reason still names it."""
+    data = nqf.datasets.fig3_data(seed=1)
+    kw = dict(M0=1e-4 * np.eye(5), t1=80.0, ts=np.linspace(0, 80, 9))
+    a = nqf.solve_flow(data, stop=nqf.Stop.loss_below(0.05), **kw)
+    before = nqf.solvers._solve.TRACE_COUNT[0]
+    b = nqf.solve_flow(data, stop=nqf.Stop.loss_below(0.005), **kw)
+    assert nqf.solvers._solve.TRACE_COUNT[0] == before
+    assert a.stop_reason == "loss_below(0.05)" and b.stop_reason == "loss_below(0.005)"
+    assert 10.0 < a.stop_time < 20.0 < b.stop_time < 30.0  # the saved losses (0.052, 0.010, 0.0049) bracket them
+
+
 def test_solution_stats_and_dense_output():
     data = nqf.datasets.fig3_data()
     sol = nqf.solve_flow(data, M0=1e-5 * np.eye(5), t1=50.0, ts=np.linspace(0, 50, 6))

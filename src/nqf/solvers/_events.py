@@ -39,10 +39,18 @@ class Stop(eqx.Module):
 
     @classmethod
     def loss_below(cls, value) -> Stop:
-        """Stop when the loss reaches `value` (> 0)."""
-        return cls(
-            "loss_below", value, name=f"loss_below({value:g})" if isinstance(value, (int, float)) else "loss_below"
-        )
+        """Stop when the loss reaches `value` (> 0). The threshold is a dynamic value: solves with
+        different thresholds share one compiled program."""
+        return cls("loss_below", value, name="loss_below")
+
+    @property
+    def label(self) -> str:
+        """The condition's name for `FlowSolution.stop_reason`, with a concrete loss threshold
+        (`loss_below(0.05)`); the static `name` leaves the threshold out so that it is not part of
+        the compile key."""
+        if self.kind == "loss_below" and isinstance(self.value, (int, float)):
+            return f"loss_below({self.value:g})"
+        return self.name
 
     @classmethod
     def ignition(cls, k: int, rho: float = 0.5) -> Stop:

@@ -422,7 +422,7 @@ def _resolve_interp(sol: FlowSolution):
     stop = kw.pop("stop")
     if stop is not None:
         kind, value, k = stop
-        stop = Stop(kind, value, k=k, name=sol._stop_name or "")
+        stop = Stop(kind, value, k=k, name="loss_below" if kind == "loss_below" else sol._stop_name or "")
     if kw["form"] == "M-mu":
         init = {"W0": sol.init} if sol.init_is_factor else {"M0": sol.init, "mu0": sol._y0[1], "d": sol.d}
     elif sol.init_is_z:

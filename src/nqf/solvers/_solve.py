@@ -390,7 +390,7 @@ def _solve_ode(problem: Problem, call: Call) -> FlowSolution:
         saved=call.save,
         settings=problem.settings,
     )
-    stop_name = None if problem.stop is None else problem.stop.name
+    stop_name = None if problem.stop is None else problem.stop.label
     if traced:  # inside jit / vmap / grad: no host checks; failures raise through eqx.error_if
         ok = (out["info"][0] == _SUCCESS_CODE) & (out["info"][4] != 0)
         ys = eqx.error_if(
