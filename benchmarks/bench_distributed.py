@@ -13,7 +13,7 @@ compiles once, then times `REPEAT` calls (best; in the 2-process case after a ba
 0); the result is checked against the baseline (equal to <= 1e-13 relative).
 
 Plain script: ``PYTHONPATH=src python benchmarks/bench_distributed.py [--repeat N]`` prints a
-table and writes ``benchmarks/results/distributed.json``; with ``--rhs`` it times the reduced GLV
+table (``NQF_BENCH_MEMBERS=512`` for a larger sweep) and writes ``benchmarks/results/distributed.json``; with ``--rhs`` it times the reduced GLV
 right-hand side of coupled CommutingData at m = 100, p = 1e6 (Lambda 800 MB) on one device,
 sharded over 4 forced host devices (`nqf.solvers.distributed.shard_modes`), and one shard's work
 alone, and writes ``benchmarks/results/distributed_rhs.json``. asv: `DistributedSweep` runs the same
@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-N = 64
+N = int(os.environ.get("NQF_BENCH_MEMBERS", "64"))  # members; the worker processes inherit it
 EPS = np.logspace(-12, -2, N)
 T1, RTOL = 250.0, 1e-10
 TS = np.linspace(0.0, T1, 201)
@@ -208,7 +208,7 @@ def _main() -> None:
     repeat = int(args[args.index("--repeat") + 1]) if "--repeat" in args else REPEAT
     load = os.getloadavg()
     table = run(repeat)
-    print(f"64-member fig3 eps sweep; best of {repeat}; load average before: {load[0]:.2f}")
+    print(f"{N}-member fig3 eps sweep; best of {repeat}; load average before: {load[0]:.2f}")
     print(f"{'config':<12} {'mode':<6} {'time ms':>9} {'first s':>8} {'speedup':>8} {'rel vs 1 dev':>13}")
     for c, r in table.items():
         for mode in ("joint", "vmap"):
@@ -216,7 +216,7 @@ def _main() -> None:
                 f"{c:<12} {mode:<6} {1e3 * r[f'{mode}_s']:9.1f} {r[f'{mode}_first_s']:8.2f} "
                 f"{r[f'{mode}_speedup']:8.2f} {r[f'{mode}_rel_vs_1dev']:13.2e}"
             )
-    table["meta"] = {"repeat": repeat, "loadavg_before": load, "cpus": os.cpu_count()}
+    table["meta"] = {"repeat": repeat, "members": N, "loadavg_before": load, "cpus": os.cpu_count()}
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "distributed.json")
     with open(out, "w") as f:
         json.dump(table, f, indent=1)
