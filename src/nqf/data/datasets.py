@@ -13,7 +13,7 @@ import jax
 import numpy as np
 from jaxtyping import ArrayLike, Float, Int
 
-from .._core._checks import as_array, is_traced
+from .._core._checks import as_array, check_positive, is_traced
 from ._operators import CommutingData, DenseData, DiagonalData, FeedForwardData
 
 __all__ = [
@@ -645,8 +645,6 @@ class SpikedTeacher:
         q: int = 1,
         d: int | None = None,
     ):
-        from .._core._checks import check_positive
-
         self.a = np.asarray(as_array(a, "a", ndim=2), dtype=float)
         p, K = self.a.shape
         self.lam = np.asarray(as_array(lam, "lam", ndim=1, shape=(K,)), dtype=float)
@@ -900,7 +898,6 @@ def spiked_he2_data(
     orthogonal draw (8 (2 n p + 2 p^2 + n d) bytes, estimated first) exceed the memory budget; `TypeError` for a non-bool `signs` or a readout that is
     neither None, a string nor callable.
     """
-    from .._core._checks import check_positive
     from ._operators import He2Data
 
     for name, v in (("n", n), ("d", d)):

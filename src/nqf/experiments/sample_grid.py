@@ -145,8 +145,9 @@ def _cell(model: str, gamma: float, d: int, seeds, n_alpha: int, acc: dict) -> d
         k_out.append(k_seed)
         if not spikes_measured:  # E[Y]'s diagonal on the a_i at n_max (first seed): a_i^T Y a_i / 8
             spikes_measured.extend(np.einsum("ik,ij,jk->k", a[:, :I_SHOW], Y, a[:, :I_SHOW]) / 8.0)
-        if model not in acc.get("prefix_models", set()):
-            acc.setdefault("prefix_models", set()).add(model)
+        checked = acc.setdefault("prefix_models", set())
+        if model not in checked:
+            checked.add(model)
             ref = np.asarray(data.Y())
             acc.setdefault("prefix", []).append(float(np.abs(Y - ref).max() / np.abs(ref).max()))
         if not T.linear and (model, d) not in acc.setdefault("data_cells", set()):
