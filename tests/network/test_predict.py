@@ -14,7 +14,7 @@ import optax
 import pytest
 
 import nqf
-from nqf.network import _predict
+from nqf.network import _departure
 
 KEY = jax.random.PRNGKey(0)
 RNG = np.random.default_rng(0)
@@ -73,7 +73,7 @@ def test_asymptote_is_the_nqf_limit_and_targets(pred):
 def test_taylor_terms_of_tanh_are_the_quartic_term():
     """f = sum_i v_i tanh(u_i . x): T3 = 0 and T4 = -sum_i v_i (u_i . x)^3 / 3 exactly."""
     W = jnp.asarray(0.3 * RNG.standard_normal((N_IN + 1, 5)))
-    t3, t4, full = _predict._taylor_one(NET, W, jnp.asarray(X[0]))
+    t3, t4, full = _departure._taylor_one(NET, W, jnp.asarray(X[0]))
     U, v = np.asarray(W[:N_IN]), np.asarray(W[N_IN])
     np.testing.assert_allclose(t3, 0.0, atol=1e-15)
     np.testing.assert_allclose(t4, -np.sum(v * (U.T @ X[0]) ** 3) / 3, rtol=1e-12)
@@ -86,11 +86,11 @@ def test_null_space_rate_against_a_dense_jacobian(pred):
     model = nqf.NQFModel(pred.model) if not isinstance(pred.model, nqf.NQFModel) else pred.model
     W = jnp.asarray(0.3 * RNG.standard_normal((N_IN + 1, 4)))
     g = jnp.asarray(RNG.standard_normal(W.shape))
-    Ua, Ub, front = _predict._output_span(model.data)
+    Ua, Ub, front = _departure._output_span(model.data)
     assert Ub is not None  # the MLP's span is a Kronecker product: the Sylvester path
-    rate = np.sum(np.asarray(_predict._null_part(W, g, (Ua, Ub), front)) ** 2)
+    rate = np.sum(np.asarray(_departure._null_part(W, g, (Ua, Ub), front)) ** 2)
     B = jnp.einsum("ai,bj->ijab", Ua, Ub).reshape(-1, Ua.shape[0], Ub.shape[0])
-    rate_gram = np.sum(np.asarray(_predict._null_part(W, g, (B, None), front)) ** 2)
+    rate_gram = np.sum(np.asarray(_departure._null_part(W, g, (B, None), front)) ** 2)
     J = jax.jacobian(lambda W: model.outputs_factor(W, W.sum(axis=1)))(W).reshape(M, -1)
     coef = np.linalg.lstsq(np.asarray(J).T, np.asarray(g).ravel(), rcond=None)[0]
     null = np.asarray(g).ravel() - np.asarray(J).T @ coef
@@ -136,7 +136,7 @@ def test_flow_prediction_and_plots_leave_pyplot_alone(pred, run):
     direct = nqf.solve_flow(flow.model, W0=flow.W0, t1=LR * STEPS, ts=flow.t)
     assert flow.trajectory.ys.shape[-1] == NET.p
     np.testing.assert_allclose(
-        _predict._weights_along(flow.trajectory, flow.W0)(len(flow.t) - 1),
+        _departure.weights_along(flow.trajectory, flow.W0)(len(flow.t) - 1),
         direct.W[-1],
         rtol=0,
         atol=1e-10 * np.abs(direct.W[-1]).max(),
