@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from .._core._errors import NQFWarning
 from .._core.io import Saveable
-from ..theory import drop_times, measure_ignition_times
+from . import _events
 
 if TYPE_CHECKING:
     import matplotlib.axes
@@ -71,6 +71,7 @@ class Comparison(Saveable):
     loss_measured: np.ndarray
     gap: np.ndarray
     phase_end: float
+    phase_end_measured: float
     phase_gap: float
     departure_time: float
     departure_estimate: float
@@ -101,6 +102,8 @@ class Comparison(Saveable):
                 "max_relative_error": _max_rel(ign[0][grow], ign[1][grow]),
             },
             "phase_end": self.phase_end,
+            "phase_end_measured": self.phase_end_measured,
+            "phase_end_relative_error": _rel(self.phase_end, self.phase_end_measured),
             "phase_gap": self.phase_gap,
             "departure_time": self.departure_time,
             "departure_estimate": self.departure_estimate,
@@ -155,6 +158,23 @@ def _warn_other_run(prediction, recording, M) -> None:
             NQFWarning,
             stacklevel=3,
         )
+
+
+class _Saved(NamedTuple):
+    """A run known only by its saved arrays (any object with `t`, `loss`, `M`)."""
+
+    t: np.ndarray
+    loss: np.ndarray
+    M: np.ndarray
+
+
+def _has_curves(recording) -> bool:
+    """True for the runs `_events.curves_of` reads itself (a `Recording` or `MapTrajectory`, with
+    their per-step values where recorded)."""
+    from ..dynamics import MapTrajectory
+    from ._record import Recording
+
+    return isinstance(recording, (Recording, MapTrajectory))
 
 
 def _max_rel(a, b) -> float:
@@ -216,19 +236,15 @@ def compare(
     phase_gap = float(np.max(gap[in_phase])) if in_phase.any() else float("nan")
     over = np.flatnonzero(inside & (gap > gap_tol))
     departure = float(t[over[0]]) if over.size else float("inf")
+    measured = _events.curves_of(recording) if _has_curves(recording) else _events.curves_of(_Saved(t, lm, M))
     levels = prediction.plateau_levels
-    drops = np.stack([prediction.drop_times, drop_times(t, lm, levels=levels)])
+    drops = np.stack([prediction.drop_times, _events.drops(measured, levels)])
     half_levels = np.array([lp_all[0], prediction.final_loss])
-    half = np.array([prediction.half_drop_time, drop_times(t, lm, levels=half_levels)[0]])
+    half = np.array([prediction.half_drop_time, _events.drops(measured, half_levels)[0]])
+    end_m = _events.phase_end(measured, prediction.final_loss, prediction.settings["phase_tol"])
     if np.all(np.isfinite(prediction.targets)):
-        ign_m = measure_ignition_times(
-            recording,
-            rho=prediction.settings["rho"],
-            target=prediction.targets,
-            quantity="eigenvalues",
-            modes=prediction.growing,
-        )
-    else:  # no targets (the predicted learning phase does not end within the horizon)
+        ign_m = _events.ignition(measured, prediction.targets, prediction.settings["rho"], prediction.growing)
+    else:  # no targets
         ign_m = np.full(p, np.nan)
     ign = np.stack([prediction.ignition_times, np.asarray(ign_m, dtype=float)])
     ignited = np.isfinite(ign[0])
@@ -252,6 +268,7 @@ def compare(
         loss_measured=lm,
         gap=gap,
         phase_end=float(end),
+        phase_end_measured=float(end_m),
         phase_gap=phase_gap,
         departure_time=departure,
         departure_estimate=float(prediction.departure_estimate),
