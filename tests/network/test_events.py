@@ -139,7 +139,9 @@ def test_per_step_values_save_load_and_pickle(pred, run, tmp_path):
     back = nqf.load(pred.save(tmp_path / "pred.npz"))
     np.testing.assert_array_equal(back.trajectory.step_eigenvalues, pred.trajectory.step_eigenvalues)
     assert back.targets_from == pred.targets_from
-    np.testing.assert_array_equal(back.with_targets("horizon").ignition_times, pred.with_targets("horizon").ignition_times)
+    np.testing.assert_array_equal(
+        back.with_targets("horizon").ignition_times, pred.with_targets("horizon").ignition_times
+    )
     rec = nqf.load(run.save(tmp_path / "run.npz"))
     np.testing.assert_array_equal(rec.step_loss, run.step_loss)
     again = pickle.loads(pickle.dumps(run))

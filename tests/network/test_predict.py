@@ -160,7 +160,9 @@ def test_horizon_warnings_and_untested_verdicts(pred, run):
     ev = short.trajectory.step_eigenvalues
     np.testing.assert_array_equal(short.targets, ev[-1])
     k = np.flatnonzero(short.growing)
-    assert k.size and np.isfinite(short.ignition_times[k]).all() and np.isnan(short.ignition_times[~short.growing]).all()
+    assert (
+        k.size and np.isfinite(short.ignition_times[k]).all() and np.isnan(short.ignition_times[~short.growing]).all()
+    )
     for j in k:
         i = int(np.argmax(ev[:, j] >= 0.5 * ev[-1, j]))
         assert LR * (i - 1) < short.ignition_times[j] <= LR * i

@@ -18,8 +18,16 @@ any trajectory with times `t`, `loss` and `M`) on the measured run's saved times
   loss, and from each predicted plateau to the next (`nqf.drop_times` with the prediction's
   `plateau_levels` for both curves). Criterion: relative difference <= `time_rtol` (default 5 %).
 - `ignition_times`: of the prediction's growing modes, on the eigenvalues of the measured M(t)
-  with the same targets (the NQF's asymptotic eigenvalues; `nqf.measure_ignition_times`).
+  with the same targets (`Prediction.targets`, also after `Prediction.with_targets`).
   Criterion: every mode that ignites in the prediction ignites in the run, within `time_rtol`.
+- `phase_end_measured`: the measured curve's end of the learning phase (the prediction's final
+  loss and `phase_tol`), beside the predicted `phase_end` (no criterion: reported).
+
+Every time is read at the run's own resolution (`nqf.network._events`): the measured loss and
+eigenvalues after every step where the recording has them (`Recording.step_loss`,
+`step_eigenvalues`: full batch by default), else its saved steps, linearly interpolated; the
+prediction's by its dense output (flow) or per-step values (map). Both sides at step resolution,
+the times differ by the model's error, not by an interpolation between different save grids.
 
 `verdicts` holds one boolean per criterion, or None where it is not tested (no predicted drop or
 growing mode, a recording that stops before the learning phase ends). A relative error is nan
@@ -57,7 +65,7 @@ class Comparison(Saveable):
     """The result of `nqf.compare` (see `nqf.network` for each criterion).
 
     **Attributes:** `t` (n,) measured times; `loss_predicted`, `loss_measured`, `gap` (n,);
-    `phase_end`, `phase_gap`; `departure_time` (measured), `departure_estimate` (next terms of
+    `phase_end` (predicted), `phase_end_measured`, `phase_gap`; `departure_time` (measured), `departure_estimate` (next terms of
     the expansion), `departure_estimate_module` (module at the NQF's weights);
     `half_drop_time` (predicted, measured); `drop_times` (2, K) predicted / measured;
     `ignition_times` (2, p) predicted / measured (nan for modes that do not grow);

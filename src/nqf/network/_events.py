@@ -113,7 +113,7 @@ def ignition(c: Curves, targets: np.ndarray, rho: float, growing: np.ndarray) ->
         times = measure_ignition_times(c.flow, rho=rho, target=targets, quantity="eigenvalues", modes=growing)
         return np.asarray(times, dtype=float)
     up = (targets > _rounding_level(c.eigenvalues)).astype(float)
-    times = _first_crossings(c.t_eig, c.eigenvalues, rho * targets, direction=up, how="linear")
+    times = _first_crossings(c.t_eig, c.eigenvalues, rho * targets, direction=up, how="linear")  # pyright: ignore[reportArgumentType]
     return np.where(growing, times, np.nan)
 
 

@@ -11,8 +11,10 @@ its inputs and labels, the initial weights and the optimizer settings, and retur
    minibatches as `nqf.record`, momentum, weight decay);
 3. what a user reads off it: the loss curve, the eigenvalues of M(t), the NQF's asymptote
    (`nqf.asymptote`: the t -> inf limit, its loss and eigenvalues), the ignition times of the
-   modes that grow (targets: the asymptotic eigenvalues, so they do not depend on the
-   horizon), the plateau levels and the drop times between them, the end of the learning phase;
+   modes that grow (targets: by default the eigenvalues at the end of the learning phase, or at
+   the horizon when the phase outlasts it; `Prediction.with_targets` changes them without solving
+   again), the plateau levels and the drop times between them, the end of the learning phase,
+   each at the trajectory's own resolution (`_events`: dense output, or every step of the map);
 4. an a-priori estimate of when the network leaves its NQF (Theorem 13 / the paper's Limitation 3):
    along the predicted weights W(t), the next terms of the module's symmetric expansion,
    T3(W) + T4(W) with T_n(W) = (1/n!) d^n/ds^n f(s W)|_{s=0} (autodiff: nested forward-mode
@@ -184,7 +186,7 @@ class Prediction(Saveable):
         if lr > self.t[-1] * (1 + 1e-12):
             raise ValueError(f"`lr` = {lr:g} is past the prediction's horizon t = {self.t[-1]:g} in one step.")
         steps = s["steps"] if s["lr"] == lr and s["steps"] else max(1, int(round(self.t[-1] / lr)))
-        options = dict(steps=steps, W0=self.W0, label=label, train=train)
+        options: dict[str, Any] = dict(steps=steps, W0=self.W0, label=label, train=train)
         if s["batch_indices"] is not None and "batch_size" not in kwargs:
             options["batch_indices"] = s["batch_indices"]
         options.update(kwargs)
@@ -224,6 +226,7 @@ class Prediction(Saveable):
             if s["weight_decay"]:
                 raise ValueError("target='asymptote' needs weight_decay = 0 (nqf.asymptote is the plain flow's limit).")
             asym = _asymptote(self.model, self.W0, "asymptote", float(self.t[-1]))
+            assert asym is not None  # target="asymptote" raises rather than return None
             final_loss, final_from = float(asym.loss), "asymptote"
         ev = events(
             curves_of(self.trajectory),

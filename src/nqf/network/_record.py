@@ -27,6 +27,7 @@ from .._core._checks import check_positive
 from .._core.io import Saveable
 from ..data import Network
 from ..dynamics import batch_indices as draw_batches
+from ..dynamics._maps import eigenvalues_in_program
 from ._inputs import as_network, check_data, check_optimizer, check_steps, resolve_step_values
 
 if TYPE_CHECKING:
@@ -248,10 +249,16 @@ def _program(net: Network, optimizer, save_every: int, step_values: str):
             return {}
         params = eqx.combine(trainable, fixed)
         out = {"loss": loss_of(params, x, y) if batched else value}
-        if step_values == "all":
+        if step_values == "all":  # W W^T; its eigenvalues once per block (`eigenvalues`)
             W = net.to_W(params)
-            out["eigenvalues"] = jnp.linalg.eigvalsh(W @ W.T)[::-1]
+            out["M"] = W @ W.T
         return out
+
+    def eigenvalues(values: dict) -> dict:
+        """`values` with "M" (n, p, p) replaced by its eigenvalues (n, p): one host call."""
+        if "M" not in values:
+            return values
+        return {"loss": values["loss"], "eigenvalues": eigenvalues_in_program(values["M"])}
 
     @jax.jit
     def run(trainable, fixed, opt_state, x, y, sched, counts):
@@ -272,13 +279,14 @@ def _program(net: Network, optimizer, save_every: int, step_values: str):
             count, idx_block = inp
             js = jnp.arange(save_every)
             carry, values = jax.lax.scan(step, carry, (js, jnp.full(save_every, count), idx_block))
-            return carry, (observe(carry[0], fixed, x, y), values)
+            return carry, (observe(carry[0], fixed, x, y), eigenvalues(values))
 
         first = observe(trainable, fixed, x, y)
         (final, _), (saved, values) = jax.lax.scan(block, (trainable, opt_state), (counts, sched))
         saved = tuple(jnp.concatenate([a[None], b]) for a, b in zip(first, saved))
-        last = per_step(final, fixed, x, y, saved[2][-1], False)  # after the last step: its saved loss
-        values = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a.reshape(-1, *a.shape[2:]), b[None]]), values, last)
+        last = jax.tree_util.tree_map(lambda a: a[None], per_step(final, fixed, x, y, saved[2][-1], False))
+        last = eigenvalues(last)  # after the last step: its saved loss
+        values = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a.reshape(-1, *a.shape[2:]), b]), values, last)
         return (*saved, final, values)
 
     return run
