@@ -289,6 +289,25 @@ def test_per_step_values_under_grad_and_vmap():
         nqf.closed_sgd(model, W0=W0, lr=0.02, steps=60, step_values="every")
 
 
+@pytest.mark.parametrize("p", [5, 40], ids=["in-program", "host-call"])
+def test_eigenvalues_in_program_under_jit_vmap_and_grad(p):
+    """Both paths of `eigenvalues_in_program` (jnp.linalg.eigvalsh for p <= 32, numpy's on the host
+    beyond): decreasing eigenvalues equal to numpy's, under jit and vmap; not differentiated (grad
+    passes through the rest of the function); nan for a non-finite matrix."""
+    import jax
+
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((3, p, p))
+    Ms = A @ A.transpose(0, 2, 1)
+    want = np.linalg.eigvalsh(Ms)[:, ::-1]
+    got = jax.jit(jax.vmap(maps.eigenvalues_in_program))(jnp.asarray(Ms))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * want.max())
+    g = jax.grad(lambda M: jnp.sum(M) + 0.0 * maps.eigenvalues_in_program(M).sum())(jnp.asarray(Ms[0]))
+    np.testing.assert_array_equal(g, np.ones((p, p)))
+    bad = np.asarray(jax.jit(maps.eigenvalues_in_program)(jnp.full((2, p, p), jnp.nan).at[1].set(Ms[1])))
+    assert np.isnan(bad[0]).all() and np.allclose(bad[1], want[1])
+
+
 def test_no_recompilation_for_new_values():
     """New width d, learning rate, momentum, weight decay, labels, batches: same program."""
     model, W0 = problem(8, 7)

@@ -480,17 +480,25 @@ def _with_eigenvalues(values: dict) -> dict:
 
 def eigenvalues_in_program(M):
     """The eigenvalues (..., p) of the symmetric matrices M (..., p, p) in decreasing order, inside
-    a compiled program: LAPACK's eigenvalues-only driver on the host (`numpy.linalg.eigvalsh`, through
-    `jax.pure_callback`), with BLAS held to one thread for the call (`_one_blas_thread`). Not
-    differentiated (an eigenvalue's derivative is undefined where two coincide); under vmap, one
-    call per member. Why not `jnp.linalg.eigvalsh`: it forms the eigenvectors too, and a
-    multithreaded BLAS on small matrices stalls when the cores are busy. Measured at p = 65
-    (2-core CPU, load 6): 0.2-0.4 ms a call one-threaded, 5-12 ms two-threaded; 1000 steps of
-    `closed_sgd(step_values="all")` on the digits MLP's NQF 0.56 s against 4-16 s with
-    `jnp.linalg.eigvalsh` (quiet: ~0.3 ms a call either way)."""
+    a compiled program. Not differentiated (an eigenvalue's derivative is undefined where two
+    coincide). For p <= 32 `jnp.linalg.eigvalsh` in the program; for larger p LAPACK's
+    eigenvalues-only driver on the host (`numpy.linalg.eigvalsh` through `jax.pure_callback`,
+    one call for the stacked matrices; under vmap, one call per member) with BLAS held to one
+    thread for the call (`_one_blas_thread`): `jnp.linalg.eigvalsh` forms the eigenvectors too,
+    and a multithreaded BLAS on small matrices stalls when the cores are busy. Measured at p = 65
+    (2-core CPU, load 4-6): 1000 steps of `closed_sgd(step_values="all")` on the digits MLP's NQF
+    0.62 s with the host call against 4-16 s with `jnp.linalg.eigvalsh` (0.25 s without
+    eigenvalues); numpy's eigvalsh 0.2-0.4 ms a call one-threaded, 5-12 ms two-threaded. A host
+    call costs ~0.1-3 ms of overhead (more inside `nqf.record`'s program), hence the in-program
+    path for small p (p = 6: 3000 recorded steps 0.09 s in program, 0.8 s by host calls)."""
     M = _sg(M)
+    if M.shape[-1] <= _IN_PROGRAM_EIGH_P:  # small: no BLAS threads to wait on, no host call's overhead
+        return jnp.linalg.eigvalsh(M)[..., ::-1]
     shape = jax.ShapeDtypeStruct(M.shape[:-1], M.dtype)
     return jax.pure_callback(_host_descending_eigvalsh, shape, M, vmap_method="sequential")
+
+
+_IN_PROGRAM_EIGH_P = 32
 
 
 def _host_descending_eigvalsh(M) -> np.ndarray:
