@@ -13,7 +13,10 @@ Contenders, timed in one process with the calls interleaved (`best_times`):
 - ``predict_no_departure``: the map prediction with ``estimate_departure=False``;
 - ``user_sgd``: the user's loop: `eqx.filter_jit` step of `optax.sgd` on the module, 2000 calls,
   the loss evaluated every 10 steps (what a user records);
-- ``record``: `nqf.record` of the same run (one compiled scan, M, mu, loss every 10 steps).
+- ``record``: `nqf.record` of the same run (one compiled scan, M, mu, loss every 10 steps);
+- ``predict_no_departure_saved_only``, ``record_saved_only``: the same with
+  ``step_values="none"`` (no per-step loss and eigenvalues: times between saved steps);
+  ``track_step_values_cost_*`` = with / without.
 
 `setup_cache` runs every contender once cold (compile included, the user's experience of one
 call) and prints those times; the `time_` and `track_` methods measure warm calls (compiled
@@ -96,6 +99,13 @@ def _contenders(net, x, y):
         ),
         "user_sgd": lambda: _user_sgd(net, x, y),
         "record": lambda: nqf.record(net, x, y, optax.sgd(LR), lr=LR, steps=STEPS, save_every=SAVE, W0=SCALE * net.W),
+        # without the per-step loss and eigenvalues (issue 34: times at one step's resolution)
+        "predict_no_departure_saved_only": lambda: nqf.predict(
+            net, x, y, lr=LR, steps=STEPS, init_scale=SCALE, estimate_departure=False, step_values="none"
+        ),
+        "record_saved_only": lambda: nqf.record(
+            net, x, y, optax.sgd(LR), lr=LR, steps=STEPS, save_every=SAVE, W0=SCALE * net.W, step_values="none"
+        ),
     }
 
 
@@ -130,8 +140,17 @@ class PredictVsTraining:
     def track_speedup_record(self, cache):
         return cache[1]["user_sgd"] / cache[1]["record"]
 
+    def track_step_values_cost_predict(self, cache):
+        """predict_no_departure (per-step loss and eigenvalues, the default) / the same saving
+        only every `save_every` steps, warm."""
+        return cache[1]["predict_no_departure"] / cache[1]["predict_no_departure_saved_only"]
+
+    def track_step_values_cost_record(self, cache):
+        return cache[1]["record"] / cache[1]["record_saved_only"]
+
     track_speedup_predict.unit = track_speedup_predict_flow.unit = "x"
     track_speedup_predict_cold.unit = track_speedup_record.unit = "x"
+    track_step_values_cost_predict.unit = track_step_values_cost_record.unit = "x"
 
 
 if __name__ == "__main__":

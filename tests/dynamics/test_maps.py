@@ -237,6 +237,77 @@ def test_save_every_subsamples_the_trajectory():
     np.testing.assert_allclose(some.loss, full.loss[expected], rtol=1e-14)
 
 
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(batch_size=BATCH, key=1),
+        dict(momentum=0.5, weight_decay=0.05),
+        dict(form="M", momentum=0.5),
+        dict(form="M", loss=pseudo_huber),
+    ],
+    ids=["sgd", "minibatch", "momentum-decay", "M-momentum", "M-huber"],
+)
+def test_per_step_values_are_the_weight_space_values_at_every_step(kw):
+    """step_values="all": the full-training-set loss L(W_j) and the eigenvalues of W_j W_j^T after
+    every step j = 0..steps equal W-space training saved at every step (`nqf.train_w`), while the
+    map itself saves every 7th step."""
+    model, W0 = problem(12, 7)
+    closed = nqf.closed_sgd(model, W0=W0, lr=0.02, steps=STEPS, save_every=7, step_values="all", **kw)
+    kw.pop("form", None)
+    ref = nqf.train_w(model, W0, lr=0.02, steps=STEPS, save_every=1, **kw)
+    assert closed.step_loss.shape == (STEPS + 1,) and closed.step_eigenvalues.shape == (STEPS + 1, P)
+    np.testing.assert_allclose(closed.step_times, 0.02 * np.arange(STEPS + 1), rtol=1e-15)
+    assert rel(closed.step_loss, ref.loss) <= 1e-10
+    assert rel(closed.step_eigenvalues, np.linalg.eigvalsh(ref.M)[:, ::-1]) <= TOL
+    np.testing.assert_allclose(closed.step_loss[closed.steps], closed.loss, rtol=1e-12)
+    loss_only = nqf.closed_sgd(model, W0=W0, lr=0.02, steps=STEPS, save_every=7, step_values="loss", **kw)
+    assert loss_only.step_eigenvalues is None
+    assert rel(loss_only.step_loss, closed.step_loss) <= 1e-12  # another program: rounding apart
+
+
+def test_per_step_values_under_grad_and_vmap():
+    """The per-step loss is differentiable (reverse mode; its last entry is the saved final loss)
+    and vmaps over learning rates; the eigenvalues are returned but not differentiated."""
+    import jax
+
+    model, W0 = problem(13, 7, mean_field=False)
+
+    def last(lr, what):
+        traj = nqf.closed_sgd(model, W0=W0, lr=lr, steps=60, save_every=60, step_values="all")
+        return getattr(traj, what)[-1] + 0.0 * traj.step_eigenvalues.sum()
+
+    g_step, g_saved = jax.grad(last)(0.02, "step_loss"), jax.grad(last)(0.02, "loss")
+    assert np.isfinite(g_step) and g_step != 0
+    np.testing.assert_allclose(g_step, g_saved, rtol=1e-10)
+    batch = jax.vmap(lambda lr: nqf.closed_sgd(model, W0=W0, lr=lr, steps=60, step_values="loss").step_loss)(
+        jnp.array([0.01, 0.02])
+    )
+    one = nqf.closed_sgd(model, W0=W0, lr=0.02, steps=60, step_values="loss").step_loss
+    np.testing.assert_allclose(batch[1], one, rtol=1e-12)
+    with pytest.raises(ValueError, match="`step_values` must be one of"):
+        nqf.closed_sgd(model, W0=W0, lr=0.02, steps=60, step_values="every")
+
+
+@pytest.mark.parametrize("p", [5, 40], ids=["in-program", "host-call"])
+def test_eigenvalues_in_program_under_jit_vmap_and_grad(p):
+    """Both paths of `eigenvalues_in_program` (jnp.linalg.eigvalsh for p <= 32, numpy's on the host
+    beyond): decreasing eigenvalues equal to numpy's, under jit and vmap; not differentiated (grad
+    passes through the rest of the function); nan for a non-finite matrix."""
+    import jax
+
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((3, p, p))
+    Ms = A @ A.transpose(0, 2, 1)
+    want = np.linalg.eigvalsh(Ms)[:, ::-1]
+    got = jax.jit(jax.vmap(maps.eigenvalues_in_program))(jnp.asarray(Ms))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * want.max())
+    g = jax.grad(lambda M: jnp.sum(M) + 0.0 * maps.eigenvalues_in_program(M).sum())(jnp.asarray(Ms[0]))
+    np.testing.assert_array_equal(g, np.ones((p, p)))
+    bad = np.asarray(jax.jit(maps.eigenvalues_in_program)(jnp.full((2, p, p), jnp.nan).at[1].set(Ms[1])))
+    assert np.isnan(bad[0]).all() and np.allclose(bad[1], want[1])
+
+
 def test_no_recompilation_for_new_values():
     """New width d, learning rate, momentum, weight decay, labels, batches: same program."""
     model, W0 = problem(8, 7)

@@ -66,7 +66,8 @@ def test_asymptote_is_the_nqf_limit_and_targets(pred):
     E = np.linalg.lstsq(X, Y, rcond=None)[0]
     np.testing.assert_allclose(pred.final_loss, np.mean((X @ E - Y) ** 2), rtol=1e-9)
     late = nqf.predict(NET, X, Y, lr=LR, steps=STEPS, init_scale=SCALE, target="horizon")
-    np.testing.assert_array_equal(late.targets, pred.eigenvalues[-1])
+    assert late.targets_from == "horizon"  # the per-step eigenvalues after the last step
+    np.testing.assert_allclose(late.targets, pred.eigenvalues[-1], rtol=0, atol=1e-14 * pred.eigenvalues.max())
     np.testing.assert_allclose(late.loss, pred.loss)
 
 
@@ -150,11 +151,26 @@ def test_flow_prediction_and_plots_leave_pyplot_alone(pred, run):
 
 
 def test_horizon_warnings_and_untested_verdicts(pred, run):
+    """A horizon inside the learning phase: ignition times against the eigenvalues at the horizon
+    (flagged targets_from='horizon'), finite for the growing modes, where the per-step eigenvalues
+    cross rho x their value at the horizon (an independent search), and tested by compare."""
     with pytest.warns(nqf.HorizonWarning, match="does not end within the horizon"):
         short = nqf.predict(NET, X, Y, lr=LR, steps=100, init_scale=SCALE)
-    assert np.all(np.isnan(short.ignition_times))
+    assert np.isnan(short.phase_end) and short.targets_from == "horizon"
+    ev = short.trajectory.step_eigenvalues
+    np.testing.assert_array_equal(short.targets, ev[-1])
+    k = np.flatnonzero(short.growing)
+    assert (
+        k.size and np.isfinite(short.ignition_times[k]).all() and np.isnan(short.ignition_times[~short.growing]).all()
+    )
+    for j in k:
+        i = int(np.argmax(ev[:, j] >= 0.5 * ev[-1, j]))
+        assert LR * (i - 1) < short.ignition_times[j] <= LR * i
     cmp = nqf.compare(short, short.record(optax.sgd(LR)))
-    assert cmp.verdicts["ignition_times"] is None  # nothing to test: no mode ignites in the prediction
+    assert cmp.verdicts["ignition_times"] is True
+    assert cmp.summary()["ignition_times"]["max_relative_error"] < 0.01
+    none = short.with_targets(np.zeros(NET.p))
+    assert nqf.compare(none, cmp.recording).verdicts["ignition_times"] is None  # nothing ignites: not tested
     part = nqf.Recording(
         **{
             **{f: getattr(run, f) for f in ("steps", "t", "M", "mu", "loss")},

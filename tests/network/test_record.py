@@ -80,6 +80,21 @@ def test_recording_is_a_trajectory_for_ignition_times_and_saves(tmp_path):
     np.testing.assert_array_equal(back.eigenvalues, run.eigenvalues)
 
 
+@pytest.mark.parametrize("batched", [False, True], ids=["full-batch", "minibatch"])
+def test_per_step_values_are_the_saved_values_of_every_step(batched):
+    """step_loss / step_eigenvalues (steps + 1 entries) recorded while saving every 10th step equal
+    a run that saves every step (its loss over all m inputs, eigenvalues of its W W^T): from the
+    optimizer's own `value` for a full batch, one more forward pass with minibatches (asked for:
+    the default records none there)."""
+    kw = dict(lr=0.1, steps=57, W0=W0, **(dict(batch_size=8, key=2) if batched else {}))
+    some = nqf.record(NET, X, Y, optax.sgd(0.1), save_every=10, step_values="all", **kw)
+    every = nqf.record(NET, X, Y, optax.sgd(0.1), save_every=1, **kw)
+    np.testing.assert_array_equal(some.step_times, every.t)
+    np.testing.assert_allclose(some.step_loss, every.loss, rtol=1e-13)
+    np.testing.assert_allclose(some.step_eigenvalues, every.eigenvalues, rtol=0, atol=1e-14)  # jax vs numpy eigvalsh
+    assert (every.step_loss is None) == batched  # the default: "all" for a full batch, "none" with minibatches
+
+
 def test_flax_nnx_module():
     nnx = pytest.importorskip("flax.nnx")
 
@@ -123,5 +138,7 @@ def test_bad_input_is_named():
         nqf.record(NET, X, Y, optax.sgd(0.1), lr=0.1, steps=3, W0=np.zeros((6, 3)))
     with pytest.raises(ValueError, match="train"):
         nqf.record(NET, X, Y, optax.sgd(0.1), lr=0.1, steps=3, train="bias")
+    with pytest.raises(ValueError, match="`step_values` must be one of"):
+        nqf.record(NET, X, Y, optax.sgd(0.1), lr=0.1, steps=3, step_values=True)
     with pytest.raises(FloatingPointError, match="not finite at step"):
         nqf.record(NET, X, 1e3 * Y, optax.sgd(50.0), lr=50.0, steps=200, save_every=10, W0=W0)

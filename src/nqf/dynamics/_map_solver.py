@@ -149,7 +149,7 @@ class MapTerm(diffrax.AbstractTerm):
     def apply(self, y: PyTree, k: Int[ArrayLike, ""]) -> PyTree:
         """Step k of the map (Theorem 2 / Corollary 2) applied to the state y, on row k of the
         batch schedule (full batch without one). Exact; no checks (`ExactMap.step` checks)."""
-        return self.stepper.step(y, step_batch(self.model, self.batches, k))
+        return self.stepper.step(y, step_batch(self.model, self.batches, k))[0]  # (state, outputs at y)
 
     # -- diffrax.AbstractTerm --------------------------------------------------------------
     def vf(self, t, y, args):

@@ -74,6 +74,7 @@ registered pytree. What is skipped under tracing: `closed_sgd`'s docstring.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable
@@ -85,6 +86,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
+from .._core import memory
 from .._core._checks import as_array, as_weights, check_symmetric, is_traced, shape_str
 from .._core.io import Saveable
 from ..data._model import NQFModel, as_model
@@ -117,7 +119,7 @@ FORMS = ("factor", "M")
 
 @functools.partial(
     jax.tree_util.register_dataclass,
-    data_fields=["steps", "t", "M", "mu", "outputs", "loss", "L", "P", "Q", "lr"],
+    data_fields=["steps", "t", "M", "mu", "outputs", "loss", "L", "P", "Q", "lr", "step_loss", "step_eigenvalues"],
     meta_fields=["d", "form"],
 )
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -143,6 +145,9 @@ class MapTrajectory(Saveable):
     - `P`, `Q`: the Corollary 2 representation W_t = P_t W_0 + Q_t 1^T, (n, p, p) and (n, p),
       for ``form="M"`` with momentum; None otherwise.
     - `d`: the width (None if it was not needed); `lr`: the learning rate; `form`.
+    - `step_loss` (steps + 1,): the full-training-set loss L(W_j) after every step j = 0..steps
+      (time t = lr j), and `step_eigenvalues` (steps + 1, p): the eigenvalues of M_j in
+      decreasing order; None unless `closed_sgd(step_values=...)` asked for them.
     """
 
     steps: np.ndarray
@@ -157,6 +162,19 @@ class MapTrajectory(Saveable):
     d: int | None
     lr: float
     form: str
+    # keyword-only with defaults: a subclass (`nqf.MapSweep`) may add fields without defaults
+    step_loss: np.ndarray | None = dataclasses.field(default=None, kw_only=True)
+    step_eigenvalues: np.ndarray | None = dataclasses.field(default=None, kw_only=True)
+
+    @property
+    def step_times(self) -> np.ndarray | None:
+        """Times t = lr j of the per-step values, j = 0..steps, (steps + 1,); None without them."""
+        if self.step_loss is None:
+            return None
+        return self.lr * np.arange(np.shape(self.step_loss)[-1])
+
+
+STEP_VALUES = ("none", "loss", "all")
 
 
 def gradient_terms(
@@ -172,6 +190,11 @@ def gradient_terms(
 
     l'_mu = w_mu ell'(f_mu, y_mu); v = sum_mu l'_mu (g_mu + 2 B_mu mu); H = sum_mu 2 l'_mu A_mu.
     """
+    return _gradient_terms(model, w, loss, M, mu, gamma)[:2]
+
+
+def _gradient_terms(model: NQFModel, w, loss: PerSampleLoss, M, mu, gamma):
+    """(v, H + gamma I, f): `gradient_terms` and the outputs f (m,) it evaluated."""
     f = model.outputs(M, mu)
     lp = w * loss.grad(f, model.y)
     H = model.data.weighted_sum(2.0 * lp) + gamma * jnp.eye(model.p)
@@ -180,7 +203,7 @@ def gradient_terms(
         v = v + lp @ model.g
     if model.B is not None:
         v = v + 2.0 * jnp.einsum("m,mij,j->i", lp, model.B, mu)
-    return v, H
+    return v, H, f
 
 
 def _factor_gradient(model: NQFModel, w, loss: PerSampleLoss, L, mu, d, gamma):
@@ -198,7 +221,7 @@ def _factor_gradient(model: NQFModel, w, loss: PerSampleLoss, L, mu, d, gamma):
         v = v + lp @ model.g
     if model.B is not None:
         v = v + 2.0 * jnp.einsum("m,mij,j->i", lp, model.B, mu)
-    return HX[:, :-1], d * v + HX[:, -1]
+    return HX[:, :-1], d * v + HX[:, -1], f
 
 
 def _sym(X):
@@ -220,20 +243,24 @@ class _EMap(eqx.Module):
     def order_params(self, state):
         return state
 
+    def outputs(self, state):
+        return self.model.outputs(*state)
+
     def extras(self, state):
         return {}
 
     def step(self, state, batch):
+        """(the state after one step, the batch outputs f at `state`)."""
         M, mu = state
         lr, d = self.lr, self.d
-        v, H = gradient_terms(*batch, self.loss, M, mu, self.gamma)
+        v, H, f = _gradient_terms(batch[0], batch[1], self.loss, M, mu, self.gamma)
         HM = H @ M
         Hmu = H @ mu
         vmu = jnp.outer(v, mu)
         vHmu = jnp.outer(v, Hmu)
         first = vmu + vmu.T + HM + HM.T
         second = d * jnp.outer(v, v) + vHmu + vHmu.T + HM @ H
-        return (_sym(M - lr * first + lr**2 * second), mu - lr * (d * v + Hmu))
+        return (_sym(M - lr * first + lr**2 * second), mu - lr * (d * v + Hmu)), f
 
 
 class _PQMap(eqx.Module):
@@ -261,20 +288,24 @@ class _PQMap(eqx.Module):
         M = P @ self.M0 @ P.T + PQ + PQ.T + self.d * jnp.outer(Q, Q)
         return (_sym(M), Pmu + self.d * Q)
 
+    def outputs(self, state):
+        return self.model.outputs(*self.order_params(state))
+
     def extras(self, state):
         return {"P": state[0], "Q": state[1]}
 
     def step(self, state, batch):
+        """(the state after one step, the batch outputs f at `state`)."""
         P, Q, VP, VQ = state
         M, mu = self.order_params(state)
-        v, H = gradient_terms(*batch, self.loss, M, mu, self.gamma)
+        v, H, f = _gradient_terms(batch[0], batch[1], self.loss, M, mu, self.gamma)
         gP, gQ = H @ P, v + H @ Q
         VP, VQ = self.beta * VP + gP, self.beta * VQ + gQ
         if self.nesterov:
             sP, sQ = gP + self.beta * VP, gQ + self.beta * VQ
         else:
             sP, sQ = VP, VQ
-        return (P - self.lr * sP, Q - self.lr * sQ, VP, VQ)
+        return (P - self.lr * sP, Q - self.lr * sQ, VP, VQ), f
 
 
 class _FactorMap(eqx.Module):
@@ -305,20 +336,25 @@ class _FactorMap(eqx.Module):
         L, mu = state[0], state[1]
         return (_sym(L @ L.T + jnp.outer(mu, mu) / self.d), mu)
 
+    def outputs(self, state):  # the step's own evaluation (`_factor_gradient`): shared by a full batch
+        L, mu = state[0], state[1]
+        return self.model.outputs_factor(jnp.concatenate([L, mu[:, None] / jnp.sqrt(self.d)], axis=1), mu)
+
     def extras(self, state):
         return {"L": state[0]}
 
     def step(self, state, batch):
+        """(the state after one step, the batch outputs f at `state`)."""
         L, mu = state[0], state[1]
-        gL, gmu = _factor_gradient(*batch, self.loss, L, mu, self.d, self.gamma)
+        gL, gmu, f = _factor_gradient(batch[0], batch[1], self.loss, L, mu, self.d, self.gamma)
         if not self.momentum:
-            return (L - self.lr * gL, mu - self.lr * gmu)
+            return (L - self.lr * gL, mu - self.lr * gmu), f
         VL, Vmu = self.beta * state[2] + gL, self.beta * state[3] + gmu
         if self.nesterov:
             sL, smu = gL + self.beta * VL, gmu + self.beta * Vmu
         else:
             sL, smu = VL, Vmu
-        return (L - self.lr * sL, mu - self.lr * smu, VL, Vmu)
+        return (L - self.lr * sL, mu - self.lr * smu, VL, Vmu), f
 
 
 def _stepper(model: NQFModel, loss: PerSampleLoss, config, params, init):
@@ -350,7 +386,19 @@ def step_batch(model: NQFModel, idx, k):
     return sub, jnp.full(rows.shape[0], 1.0 / rows.shape[0])
 
 
-def _simulate(model, loss, config, params, init, idx, n_saves: int, save_every, remainder, has_remainder: bool):
+def _simulate(
+    model,
+    loss,
+    config,
+    params,
+    init,
+    idx,
+    n_saves: int,
+    save_every,
+    remainder,
+    has_remainder: bool,
+    step_values: str = "none",
+):
     """The one traceable core of `closed_sgd`, `closed_map` and `closed_sgd_sweep`: a pure
     function of JAX arrays (no host checks, no host values), so it runs under jit, vmap (the
     sweep vmaps it over members) and grad.
@@ -359,35 +407,126 @@ def _simulate(model, loss, config, params, init, idx, n_saves: int, save_every, 
     `init` = (M0 (p, p), mu0 (p,), L0 (p, p)) with L0 L0^T = M0 - mu0 mu0^T / d; `idx` the batch
     schedule (steps, b) or None. `save_every`, `remainder`: int32 arrays (one compilation for
     any `steps` with the same number of saves) or Python ints (fixed-length loops, which reverse-
-    mode autodiff needs). Returns (M (n, p, p), mu (n, p), outputs (n, m), loss (n,), extras).
+    mode autodiff needs, and which `step_values` other than ``"none"`` need: the per-step values
+    are the scans' outputs). Returns (M (n, p, p), mu (n, p), outputs (n, m), loss (n,), extras);
+    extras holds ``"step_loss"`` (steps + 1,) and, for ``"all"``, ``"step_eigenvalues"``
+    (steps + 1, p) (`_step_values`).
     """
     TRACE_COUNT[0] += 1
     stepper = _stepper(model, loss, config, params, init)
     M0, mu0, L0 = init
+    track = step_values != "none"
+
+    def body(_, carry):
+        state, k = carry
+        return stepper.step(state, step_batch(model, idx, k))[0], k + 1
+
+    def tracked(carry, _):
+        state, k = carry
+        new, f = stepper.step(state, step_batch(model, idx, k))
+        return (new, k + 1), _step_values(stepper, state, step_values, None if idx is not None else f)
 
     def block(carry, n):
-        def body(_, carry):
-            state, k = carry
-            return stepper.step(state, step_batch(model, idx, k)), k + 1
-
-        return jax.lax.fori_loop(0, n, body, carry)
+        if track:  # n is a Python int here (`closed_sgd` passes static loop counts)
+            carry, values = jax.lax.scan(tracked, carry, None, length=n)
+            return carry, _with_eigenvalues(values)  # one host call per block
+        return jax.lax.fori_loop(0, n, body, carry), None
 
     def observe(state):
         return stepper.order_params(state), stepper.extras(state)
 
     def scan_body(carry, _):
-        carry = block(carry, save_every)
-        return carry, observe(carry[0])
+        carry, per_step = block(carry, save_every)
+        return carry, (observe(carry[0]), per_step)
 
     carry0 = (stepper.init(M0, mu0, L0), jnp.asarray(0, dtype=jnp.int32))
-    carry, saved = jax.lax.scan(scan_body, carry0, None, length=n_saves)
+    carry, (saved, per_step) = jax.lax.scan(scan_body, carry0, None, length=n_saves)
     parts = [jax.tree.map(lambda x: x[None], observe(carry0[0])), saved]
+    steps_parts = [jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), per_step)]
     if has_remainder:
-        parts.append(jax.tree.map(lambda x: x[None], observe(block(carry, remainder)[0])))
+        carry, rest = block(carry, remainder)
+        parts.append(jax.tree.map(lambda x: x[None], observe(carry[0])))
+        steps_parts.append(rest)
     (Ms, mus), extras = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)
     outputs = jax.vmap(model.outputs)(Ms, mus)
     losses = jnp.mean(jax.vmap(stepper.loss.value, in_axes=(0, None))(outputs, model.y), axis=1)
+    if track:  # the values after the last step close the per-step series: (steps + 1, ...)
+        last = jax.tree.map(lambda x: x[None], _step_values(stepper, carry[0], step_values, None))
+        steps_parts.append(_with_eigenvalues(last))
+        extras = {**extras, **jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *steps_parts)}
     return Ms, mus, outputs, losses, extras
+
+
+def _step_values(stepper, state, step_values: str, f) -> dict:
+    """The per-step values of `closed_sgd(step_values=...)` at one state: the full-training-set
+    loss (1/m) sum ell(f, y), from the full batch's outputs `f` that the step evaluated (None:
+    a minibatch step, or after the last step: evaluated here), and for ``"all"`` M itself, whose
+    eigenvalues `_with_eigenvalues` computes for a block of steps at once."""
+    f = stepper.outputs(state) if f is None else f
+    out = {"step_loss": jnp.mean(stepper.loss.value(f, stepper.model.y))}
+    if step_values == "all":
+        out["step_M"] = stepper.order_params(state)[0]
+    return out
+
+
+def _with_eigenvalues(values: dict) -> dict:
+    """`values` with its ``"step_M"`` (n, p, p) replaced by ``"step_eigenvalues"`` (n, p)
+    (`eigenvalues_in_program`: one host call for the n matrices)."""
+    if "step_M" not in values:
+        return values
+    rest = {k: v for k, v in values.items() if k != "step_M"}
+    return {**rest, "step_eigenvalues": eigenvalues_in_program(values["step_M"])}
+
+
+def eigenvalues_in_program(M):
+    """The eigenvalues (..., p) of the symmetric matrices M (..., p, p) in decreasing order, inside
+    a compiled program. Not differentiated (an eigenvalue's derivative is undefined where two
+    coincide). For p <= 32 `jnp.linalg.eigvalsh` in the program; for larger p LAPACK's
+    eigenvalues-only driver on the host (`numpy.linalg.eigvalsh` through `jax.pure_callback`,
+    one call for the stacked matrices; under vmap, one call per member) with BLAS held to one
+    thread for the call (`_one_blas_thread`): `jnp.linalg.eigvalsh` forms the eigenvectors too,
+    and a multithreaded BLAS on small matrices stalls when the cores are busy. Measured at p = 65
+    (2-core CPU, load 4-6): 1000 steps of `closed_sgd(step_values="all")` on the digits MLP's NQF
+    0.62 s with the host call against 4-16 s with `jnp.linalg.eigvalsh` (0.25 s without
+    eigenvalues); numpy's eigvalsh 0.2-0.4 ms a call one-threaded, 5-12 ms two-threaded. A host
+    call costs ~0.1-3 ms of overhead (more inside `nqf.record`'s program), hence the in-program
+    path for small p (p = 6: 3000 recorded steps 0.09 s in program, 0.8 s by host calls)."""
+    M = _sg(M)
+    if M.shape[-1] <= _IN_PROGRAM_EIGH_P:  # small: no BLAS threads to wait on, no host call's overhead
+        return jnp.linalg.eigvalsh(M)[..., ::-1]
+    shape = jax.ShapeDtypeStruct(M.shape[:-1], M.dtype)
+    return jax.pure_callback(_host_descending_eigvalsh, shape, M, vmap_method="sequential")
+
+
+_IN_PROGRAM_EIGH_P = 32
+
+
+def _host_descending_eigvalsh(M) -> np.ndarray:
+    """Decreasing eigenvalues of each matrix in M (..., p, p); nan for a matrix with non-finite
+    entries (a diverged run: its caller reports the divergence)."""
+    M = np.asarray(M)
+    out = np.full(M.shape[:-1], np.nan, dtype=M.dtype)
+    ok = np.isfinite(M).all(axis=(-2, -1))
+    with _one_blas_thread():
+        out[ok] = np.linalg.eigvalsh(M[ok])[..., ::-1]
+    return out
+
+
+@functools.cache
+def _blas_controller():
+    """threadpoolctl's controller of the BLAS libraries loaded at the first call (None without
+    threadpoolctl, an optional package that scikit-learn brings)."""
+    try:
+        import threadpoolctl
+    except ImportError:  # pragma: no cover - then BLAS keeps its threads
+        return None
+    return threadpoolctl.ThreadpoolController().select(user_api="blas")
+
+
+def _one_blas_thread():
+    """A context in which BLAS uses one thread (restored on exit), or a no-op without threadpoolctl."""
+    controller = _blas_controller()
+    return contextlib.nullcontext() if controller is None else controller.limit(limits=1)
 
 
 _run = eqx.filter_jit(_simulate)
@@ -559,6 +698,7 @@ def closed_sgd(
     loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
     save_every: int = 1,
     form: str = "factor",
+    step_values: str = "none",
 ) -> MapTrajectory:
     """Train an NQF with (minibatch) SGD, weight decay and momentum, exactly on (M, mu).
 
@@ -593,9 +733,19 @@ def closed_sgd(
       (see `nqf.PerSampleLoss`).
     - `form`: ``"factor"`` (default: (L, mu) with M = L L^T + mu mu^T / d; rank-preserving) or
       ``"M"`` (E5-E6 on (M, mu), E7 with (P, Q) for momentum).
+    - `step_values`: values after every step, not only the saved ones: ``"none"`` (default),
+      ``"loss"`` (`step_loss` (steps + 1,): the full-training-set loss L(W_j), j = 0..steps) or
+      ``"all"`` (also `step_eigenvalues` (steps + 1, p), the eigenvalues of M_j, decreasing).
+      Event times read off them (e.g. ``nqf.drop_times(traj.step_times, traj.step_loss,
+      levels=...)``) have the map's own resolution, one step. Cost: for a full batch the loss reuses the step's outputs (measured:
+      free); with minibatches it evaluates all m inputs each step (about m / b times a step's
+      data cost); the eigenvalues add one O(p^3) `eigvalsh` per step (not differentiated).
+      Memory (steps + 1)(p + 1) 8 bytes, checked first (`nqf.memory`). With per-step values
+      the program is compiled for its `steps` (the step count fixes their length).
 
     **Returns:** a `MapTrajectory` with M (n, p, p), mu (n, p), outputs (n, m), loss (n,), and
-    L (``"factor"``) or (P, Q) (``"M"`` with momentum).
+    L (``"factor"``) or (P, Q) (``"M"`` with momentum); `step_loss`, `step_eigenvalues` with
+    `step_values`.
 
     **Under jit, vmap and grad.** `lr`, `momentum`, `weight_decay`, `W0`, `M0`, `mu0`,
     `batch_indices`, `key` (a PRNG key or an integer seed) and the model's arrays (labels y, data
@@ -634,6 +784,8 @@ def closed_sgd(
     nesterov = check_nesterov(nesterov, beta)
     if form not in FORMS:
         raise ValueError(f"`form` must be one of {FORMS}; found {form!r}.")
+    if step_values not in STEP_VALUES:
+        raise ValueError(f"`step_values` must be one of {STEP_VALUES}; found {step_values!r}.")
     loss = as_loss(loss)
     M0, mu0, d, L0 = _initial_order_params(model, M0, mu0, d, W0)
     idx = resolve_batches(batch_indices, batch_size, key, model.m, steps)
@@ -641,7 +793,14 @@ def closed_sgd(
     traced = any_traced(model, lr, gamma, beta, M0, mu0, L0, idx)
     config = (form, is_traced(beta) or beta > 0.0, bool(nesterov))
     params, init = _numeric(traced, lr, d, gamma, beta, M0, mu0, L0)
-    out = _run(model, loss, config, params, init, idx, n_saves, *loop_counts(save_every, remainder, static=traced))
+    if step_values != "none":
+        memory.check(
+            8.0 * (steps + 1) * (1 + (model.p if step_values == "all" else 0)),
+            f"closed_sgd: step_values={step_values!r} for {steps} steps of p = {model.p}",
+            "step_values='loss' or 'none', fewer steps, or NQF_MEMORY_BUDGET.",
+        )
+    counts = loop_counts(save_every, remainder, static=traced or step_values != "none")
+    out = _run(model, loss, config, params, init, idx, n_saves, *counts, step_values)
     if not traced:
         out = jax.tree.map(np.asarray, out)
     Ms, mus, outputs, losses, extras = check_finite(out, out[0], saved, "The closed map diverged: non-finite M", lr)
@@ -658,6 +817,8 @@ def closed_sgd(
         d=d,
         lr=lr,
         form=form,
+        step_loss=extras.get("step_loss"),
+        step_eigenvalues=extras.get("step_eigenvalues"),
     )
 
 

@@ -18,8 +18,16 @@ any trajectory with times `t`, `loss` and `M`) on the measured run's saved times
   loss, and from each predicted plateau to the next (`nqf.drop_times` with the prediction's
   `plateau_levels` for both curves). Criterion: relative difference <= `time_rtol` (default 5 %).
 - `ignition_times`: of the prediction's growing modes, on the eigenvalues of the measured M(t)
-  with the same targets (the NQF's asymptotic eigenvalues; `nqf.measure_ignition_times`).
+  with the same targets (`Prediction.targets`, also after `Prediction.with_targets`).
   Criterion: every mode that ignites in the prediction ignites in the run, within `time_rtol`.
+- `phase_end_measured`: the measured curve's end of the learning phase (the prediction's final
+  loss and `phase_tol`), beside the predicted `phase_end` (no criterion: reported).
+
+Every time is read at the run's own resolution (`nqf.network._events`): the measured loss and
+eigenvalues after every step where the recording has them (`Recording.step_loss`,
+`step_eigenvalues`: full batch by default), else its saved steps, linearly interpolated; the
+prediction's by its dense output (flow) or per-step values (map). Both sides at step resolution,
+the times differ by the model's error, not by an interpolation between different save grids.
 
 `verdicts` holds one boolean per criterion, or None where it is not tested (no predicted drop or
 growing mode, a recording that stops before the learning phase ends). A relative error is nan
@@ -33,13 +41,13 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from .._core._errors import NQFWarning
 from .._core.io import Saveable
-from ..theory import drop_times, measure_ignition_times
+from . import _events
 
 if TYPE_CHECKING:
     import matplotlib.axes
@@ -57,7 +65,7 @@ class Comparison(Saveable):
     """The result of `nqf.compare` (see `nqf.network` for each criterion).
 
     **Attributes:** `t` (n,) measured times; `loss_predicted`, `loss_measured`, `gap` (n,);
-    `phase_end`, `phase_gap`; `departure_time` (measured), `departure_estimate` (next terms of
+    `phase_end` (predicted), `phase_end_measured`, `phase_gap`; `departure_time` (measured), `departure_estimate` (next terms of
     the expansion), `departure_estimate_module` (module at the NQF's weights);
     `half_drop_time` (predicted, measured); `drop_times` (2, K) predicted / measured;
     `ignition_times` (2, p) predicted / measured (nan for modes that do not grow);
@@ -71,6 +79,7 @@ class Comparison(Saveable):
     loss_measured: np.ndarray
     gap: np.ndarray
     phase_end: float
+    phase_end_measured: float
     phase_gap: float
     departure_time: float
     departure_estimate: float
@@ -101,6 +110,8 @@ class Comparison(Saveable):
                 "max_relative_error": _max_rel(ign[0][grow], ign[1][grow]),
             },
             "phase_end": self.phase_end,
+            "phase_end_measured": self.phase_end_measured,
+            "phase_end_relative_error": _rel(self.phase_end, self.phase_end_measured),
             "phase_gap": self.phase_gap,
             "departure_time": self.departure_time,
             "departure_estimate": self.departure_estimate,
@@ -155,6 +166,23 @@ def _warn_other_run(prediction, recording, M) -> None:
             NQFWarning,
             stacklevel=3,
         )
+
+
+class _Saved(NamedTuple):
+    """A run known only by its saved arrays (any object with `t`, `loss`, `M`)."""
+
+    t: np.ndarray
+    loss: np.ndarray
+    M: np.ndarray
+
+
+def _has_curves(recording) -> bool:
+    """True for the runs `_events.curves_of` reads itself (a `Recording` or `MapTrajectory`, with
+    their per-step values where recorded)."""
+    from ..dynamics import MapTrajectory
+    from ._record import Recording
+
+    return isinstance(recording, (Recording, MapTrajectory))
 
 
 def _max_rel(a, b) -> float:
@@ -216,19 +244,15 @@ def compare(
     phase_gap = float(np.max(gap[in_phase])) if in_phase.any() else float("nan")
     over = np.flatnonzero(inside & (gap > gap_tol))
     departure = float(t[over[0]]) if over.size else float("inf")
+    measured = _events.curves_of(recording) if _has_curves(recording) else _events.curves_of(_Saved(t, lm, M))
     levels = prediction.plateau_levels
-    drops = np.stack([prediction.drop_times, drop_times(t, lm, levels=levels)])
+    drops = np.stack([prediction.drop_times, _events.drops(measured, levels)])
     half_levels = np.array([lp_all[0], prediction.final_loss])
-    half = np.array([prediction.half_drop_time, drop_times(t, lm, levels=half_levels)[0]])
+    half = np.array([prediction.half_drop_time, _events.drops(measured, half_levels)[0]])
+    end_m = _events.phase_end(measured, prediction.final_loss, prediction.settings["phase_tol"])
     if np.all(np.isfinite(prediction.targets)):
-        ign_m = measure_ignition_times(
-            recording,
-            rho=prediction.settings["rho"],
-            target=prediction.targets,
-            quantity="eigenvalues",
-            modes=prediction.growing,
-        )
-    else:  # no targets (the predicted learning phase does not end within the horizon)
+        ign_m = _events.ignition(measured, prediction.targets, prediction.settings["rho"], prediction.growing)
+    else:  # no targets
         ign_m = np.full(p, np.nan)
     ign = np.stack([prediction.ignition_times, np.asarray(ign_m, dtype=float)])
     ignited = np.isfinite(ign[0])
@@ -252,6 +276,7 @@ def compare(
         loss_measured=lm,
         gap=gap,
         phase_end=float(end),
+        phase_end_measured=float(end_m),
         phase_gap=phase_gap,
         departure_time=departure,
         departure_estimate=float(prediction.departure_estimate),

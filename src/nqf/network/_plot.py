@@ -15,7 +15,7 @@ def plot_prediction(prediction, comparison=None, *, ax=None):
     """Two panels: (left) the predicted loss (line) and the measured loss (dots) against t with
     the predicted ignition times (dotted), the end of the learning phase and the departure
     (measured: dashed, estimated: dash-dotted); (right) the eigenvalues of M(t) of the growing
-    modes, predicted (lines) and measured (dots), log scale. `ax`: two matplotlib Axes to draw
+    modes (the top 8 when none grows), predicted (lines) and measured (dots), log scale. `ax`: two matplotlib Axes to draw
     on (default: a new Figure). Returns the Figure."""
     from matplotlib.figure import Figure
 
@@ -50,6 +50,8 @@ def plot_prediction(prediction, comparison=None, *, ax=None):
     a_loss.set_ylabel("training loss")
     a_loss.legend(fontsize=7)
     modes = np.flatnonzero(prediction.growing)[:_TOP]
+    if not len(modes):  # no mode grows into its target: the largest eigenvalues instead
+        modes = np.arange(min(_TOP, prediction.eigenvalues.shape[1]))
     for j, k in enumerate(modes):
         a_eig.plot(t, prediction.eigenvalues[:, k], color=f"C{j % 10}", lw=1.5)
     if comparison is not None and len(modes):
@@ -59,6 +61,7 @@ def plot_prediction(prediction, comparison=None, *, ax=None):
     a_eig.set_yscale("log")
     a_eig.set_xlabel("t = lr x steps")
     a_eig.set_ylabel(
-        "eigenvalues of M (lines: NQF, dots: network)" if comparison is not None else "eigenvalues of M (growing modes)"
+        ("eigenvalues of M (lines: NQF, dots: network)" if comparison is not None else "eigenvalues of M")
+        + (" (growing modes)" if prediction.growing.any() else f" (top {len(modes)})")
     )
     return fig

@@ -11,8 +11,10 @@ its inputs and labels, the initial weights and the optimizer settings, and retur
    minibatches as `nqf.record`, momentum, weight decay);
 3. what a user reads off it: the loss curve, the eigenvalues of M(t), the NQF's asymptote
    (`nqf.asymptote`: the t -> inf limit, its loss and eigenvalues), the ignition times of the
-   modes that grow (targets: the asymptotic eigenvalues, so they do not depend on the
-   horizon), the plateau levels and the drop times between them, the end of the learning phase;
+   modes that grow (targets: by default the eigenvalues at the end of the learning phase, or at
+   the horizon when the phase outlasts it; `Prediction.with_targets` changes them without solving
+   again), the plateau levels and the drop times between them, the end of the learning phase,
+   each at the trajectory's own resolution (`_events`: dense output, or every step of the map);
 4. an a-priori estimate of when the network leaves its NQF (Theorem 13 / the paper's Limitation 3):
    along the predicted weights W(t), the next terms of the module's symmetric expansion,
    T3(W) + T4(W) with T_n(W) = (1/n!) d^n/ds^n f(s W)|_{s=0} (autodiff: nested forward-mode
@@ -50,9 +52,10 @@ from ..data import AbstractCommutingData, FeedForwardData, Network, NQFModel, ex
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics import closed_sgd
 from ..solvers import FlowSolution, solve_flow
-from ..theory import asymptote, drop_times, learning_phase_end, measure_ignition_times, plateau_levels
+from ..theory import asymptote
 from ._departure import remainder, weights_along
-from ._inputs import as_network, check_data, check_steps
+from ._events import HorizonWarning, check_target, curves_of, events
+from ._inputs import as_network, check_data, check_steps, resolve_step_values
 
 if TYPE_CHECKING:
     import matplotlib.axes
@@ -62,11 +65,6 @@ if TYPE_CHECKING:
     from ._record import Recording
 
 __all__ = ["Prediction", "predict", "FrozenParameterWarning", "HorizonWarning"]
-
-
-class HorizonWarning(NQFWarning):
-    """A prediction's horizon does not cover what was asked: the learning phase does not end
-    within it, or the map's learning rate is at its stability edge."""
 
 
 class FrozenParameterWarning(NQFWarning):
@@ -89,16 +87,25 @@ class Prediction(Saveable):
       it cannot certify the limit and `target` is not ``"asymptote"``); `final_loss`: its loss,
       the NQF's final loss L_inf (without an asymptote: the loss at the horizon;
       ``settings["final_loss"]`` says which).
-    - `targets` (p,): the values of the ignition criterion (`target` of `predict`); `growing`
-      (p,) bool: the modes that grow (start below rho times their target); `ignition_times`
-      (p,): when each growing mode first reaches rho x its target (nan for the others, and for
-      growing modes that do not get there within the horizon).
+    - `targets` (p,): the values of the ignition criterion (`target` of `predict`);
+      `targets_from`: where they come from, ``"phase_end"``, ``"asymptote"``, ``"given"`` or
+      ``"horizon"`` (asked for, or the fallback of ``"phase_end"`` when the learning phase does
+      not end within the horizon); `growing` (p,) bool: the modes that grow (start below rho
+      times their target); `ignition_times` (p,): when each growing mode first reaches rho x
+      its target (nan for the others, and for growing modes that do not get there within the
+      horizon).
     - `plateau_levels` (K + 1,): the loss on each plateau (before the first ignition, between
       consecutive ignitions) and the asymptotic loss; `drop_times` (K,): when the loss falls
       half-way from one plateau to the next (`nqf.drop_times`); `half_drop_time`: when it falls
       half-way from L(0) to the asymptotic loss.
     - `phase_end`: end of the learning phase, the first time L(t) - L_inf <= `phase_tol`
       (L(0) - L_inf), L_inf = `final_loss` (nan if not within the horizon).
+    - Resolution of these times: a flow's by its dense output (Brent's method, 1e-12 in time); a
+      map's by its values after every step (`MapTrajectory.step_loss`, `step_eigenvalues`: linear
+      interpolation between consecutive steps), or between saved steps without them
+      (`step_values="none"`, minibatches by default); ``settings["resolution"]`` says which
+      (``"dense"``, ``"step"``, ``"loss-step"``: the loss per step, the eigenvalues saved, or
+      ``"saved"``).
     - `departure_estimate`: the a-priori estimate of when the network leaves the NQF (module
       docstring; inf if not within the horizon, nan if W(t) is not available);
       `remainder_t` (n_r,), `remainder_gap` (n_r,): |L(f_NQF + T3 + T4) - L_NQF| / L(0) at those
@@ -108,7 +115,9 @@ class Prediction(Saveable):
       or pickling, which keep the numbers; `record` needs it).
 
     **Methods:** `record(optimizer, ...)`: train the module on the same data, initial weights,
-    batches and horizon (`nqf.record`); `plot()`: loss and eigenvalues (a matplotlib Figure).
+    batches and horizon (`nqf.record`); `with_targets(target, rho=...)`: the same prediction with
+    other ignition targets, without solving again; `plot()`: loss and eigenvalues (a matplotlib
+    Figure).
     """
 
     _unsaved_fields = ("network",)
@@ -122,6 +131,7 @@ class Prediction(Saveable):
     asymptote: object
     final_loss: float
     targets: np.ndarray
+    targets_from: str
     growing: np.ndarray
     ignition_times: np.ndarray
     plateau_levels: np.ndarray
@@ -176,7 +186,7 @@ class Prediction(Saveable):
         if lr > self.t[-1] * (1 + 1e-12):
             raise ValueError(f"`lr` = {lr:g} is past the prediction's horizon t = {self.t[-1]:g} in one step.")
         steps = s["steps"] if s["lr"] == lr and s["steps"] else max(1, int(round(self.t[-1] / lr)))
-        options = dict(steps=steps, W0=self.W0, label=label, train=train)
+        options: dict[str, Any] = dict(steps=steps, W0=self.W0, label=label, train=train)
         if s["batch_indices"] is not None and "batch_size" not in kwargs:
             options["batch_indices"] = s["batch_indices"]
         options.update(kwargs)
@@ -186,6 +196,48 @@ class Prediction(Saveable):
                 f"this record would take {options['steps']}."
             )
         return record(network, self.x, self.y, optimizer, lr=lr, **options)
+
+    def with_targets(
+        self, target: str | Float[ArrayLike, " p"] | None = None, *, rho: float | None = None
+    ) -> Prediction:
+        """This prediction with other ignition targets or fraction, from the stored trajectory
+        (no second solve): `targets`, `targets_from`, `growing`, `ignition_times`,
+        `plateau_levels`, `drop_times`, `half_drop_time` recomputed as `predict` computes them.
+
+        **Arguments:** `target`: ``"phase_end"``, ``"horizon"``, ``"asymptote"`` (as in
+        `predict`; ``"asymptote"`` computes the NQF's limit if this prediction has none, and its
+        loss becomes `final_loss`) or values (p,) (``targets_from="given"``); default: this
+        prediction's. `rho`: the ignition fraction in (0, 1) (default: this prediction's).
+
+        **Returns:** a new `Prediction` (this one is unchanged; `settings` records the new
+        `target` and `rho`). A prediction loaded from disk rebuilds a flow's dense output once.
+
+        **Raises:** `ValueError` for an unknown `target`, values of the wrong shape or not
+        finite, `rho` outside (0, 1), ``"asymptote"`` with weight decay; `RuntimeError` when the
+        limit is not available (as `predict`). Warns `HorizonWarning` as `predict` does."""
+        s = self.settings
+        target = check_target(s["target"] if target is None else target, self.eigenvalues.shape[1])
+        label = target if isinstance(target, str) else "given"
+        rho = s["rho"] if rho is None else rho
+        if not (isinstance(rho, (int, float, np.floating)) and 0.0 < rho < 1.0):
+            raise ValueError(f"`rho` must lie in (0, 1); found {rho!r}.")
+        asym, final_loss, final_from = self.asymptote, self.final_loss, s["final_loss"]
+        if label == "asymptote" and asym is None:
+            if s["weight_decay"]:
+                raise ValueError("target='asymptote' needs weight_decay = 0 (nqf.asymptote is the plain flow's limit).")
+            asym = _asymptote(self.model, self.W0, "asymptote", float(self.t[-1]))
+            assert asym is not None  # target="asymptote" raises rather than return None
+            final_loss, final_from = float(asym.loss), "asymptote"
+        ev = events(
+            curves_of(self.trajectory),
+            target=target,
+            rho=float(rho),
+            phase_tol=s["phase_tol"],
+            final_loss=final_loss,
+            asym=asym,
+        )
+        settings = {**s, "target": label, "rho": float(rho), "final_loss": final_from}
+        return dataclasses.replace(self, asymptote=asym, final_loss=final_loss, settings=settings, **ev)
 
     def plot(self, *, ax: matplotlib.axes.Axes | None = None) -> matplotlib.figure.Figure:
         """The predicted loss (ignition times marked) and eigenvalues of M(t); returns a matplotlib
@@ -213,11 +265,12 @@ def predict(
     momentum: float = 0.0,
     weight_decay: float = 0.0,
     rho: float = 0.5,
-    target: str = "phase_end",
+    target: str | Float[ArrayLike, " p"] = "phase_end",
     phase_tol: float = 0.02,
     gap_tol: float = 0.05,
     estimate_departure: bool = True,
     extract_options: dict[str, Any] | None = None,
+    step_values: str = "auto",
 ) -> Prediction:
     """Predict the training of `network` on (x, y) from its NQF, before training it.
 
@@ -248,12 +301,21 @@ def predict(
       such as image pixels the least-squares limit puts weight on directions learned only at very
       late times, and no mode reaches half of it in a practical run; data without a closed-form
       limit, or a model with g, B, need the limit's numerical flow, certified within 20 horizons
-      or refused with a `RuntimeError`) or ``"horizon"`` (the values at the last saved time).
+      or refused with a `RuntimeError`), ``"horizon"`` (the values at the last saved time), or
+      values (p,) of your own. When the learning phase does not end within the horizon,
+      ``"phase_end"`` falls back to the values at the horizon (`targets_from` = ``"horizon"``,
+      with a `HorizonWarning`); `Prediction.with_targets` re-targets without solving again.
     - `phase_tol`: the learning phase ends when L(t) - L_inf <= phase_tol (L(0) - L_inf);
       `gap_tol`: the loss-gap tolerance (fraction of L(0)) of the departure estimate.
     - `estimate_departure`: compute the a-priori departure estimate (default True; it evaluates
       the module's next expansion terms and their gradient at 24 saved times, often the largest
       part of the cost); False leaves `departure_estimate` nan.
+    - `step_values`: for the map, the loss and eigenvalues of M after every step
+      (`closed_sgd(step_values=...)`), which give the event times one step's resolution:
+      ``"auto"`` (default: ``"all"`` for full batch and p <= 128, ``"loss"`` for larger p,
+      ``"none"`` with minibatches, where the full-data loss costs all m inputs per step),
+      ``"all"``, ``"loss"`` or ``"none"`` (times interpolated between saved steps). Unused by
+      the flow (its dense output is exact).
     - `extract_options`: keywords for `nqf.extract` (e.g. ``{"structure": "dense"}``, or
       ``{"normalization": "mean"}`` for a layer that averages its units: the extracted sum form
       is scaled by c(d) = 1/d or 1/sqrt(d) back to the module at its width d).
@@ -268,8 +330,8 @@ def predict(
     normalisation across neurons), naming the module; `TypeError` for a `network` that is not a
     module. Warns `FrozenParameterWarning` when a frozen array has a nonzero loss gradient at W0,
     `nqf.data.PrecisionWarning` when float32 parameters or inputs were cast, `HorizonWarning`
-    when the learning phase does not end within the horizon (ignition times against
-    ``"phase_end"`` are then nan) or when the full-batch map's loss rises (the learning rate is
+    when the learning phase does not end within the horizon (the ``"phase_end"`` targets are then
+    the values at the horizon) or when the full-batch map's loss rises (the learning rate is
     near the stability edge 2 / sharpness: what follows is the map's instability, not the
     NQF's learning).
     """
@@ -283,10 +345,11 @@ def predict(
     for name, v in (("rho", rho), ("phase_tol", phase_tol), ("gap_tol", gap_tol)):
         if not (isinstance(v, (int, float, np.floating)) and 0.0 < v < 1.0):
             raise ValueError(f"`{name}` must lie in (0, 1); found {v!r}.")
-    if target not in TARGETS:
-        raise ValueError(f"`target` must be one of {TARGETS}; found {target!r}.")
+    target = check_target(target, net.p)
+    resolve_step_values(step_values, True, net.p)  # checked before any work
+    label = target if isinstance(target, str) else "given"
     weight_decay = check_positive(weight_decay, "weight_decay", allow_zero=True)
-    if target == "asymptote" and weight_decay:
+    if label == "asymptote" and weight_decay:
         raise ValueError(
             "target='asymptote' needs weight_decay = 0 (nqf.asymptote is the limit of the plain "
             "flow); use target='phase_end' or 'horizon'."
@@ -314,7 +377,7 @@ def predict(
         momentum=float(momentum),
         weight_decay=float(weight_decay),
         rho=float(rho),
-        target=target,
+        target=label,
         phase_tol=float(phase_tol),
         gap_tol=float(gap_tol),
     )
@@ -336,9 +399,8 @@ def predict(
         )
         settings["t1"] = t1
     else:
-        traj, rows = _map(
-            model, W0, m, k, lr, steps, t1, save_every, batch_size, batch_indices, key, momentum, weight_decay
-        )
+        sched = (batch_size, batch_indices, key)
+        traj, rows = _map(model, W0, m, k, lr, steps, t1, save_every, sched, momentum, weight_decay, step_values)
         settings.update(lr=traj.lr, steps=int(traj.steps[-1]), t1=float(traj.t[-1]), batch_indices=rows)
     t = np.asarray(traj.ts if isinstance(traj, FlowSolution) else traj.t, dtype=float)
     loss = np.asarray(traj.loss, dtype=float)
@@ -352,28 +414,12 @@ def predict(
             stacklevel=2,
         )
     eig = np.linalg.eigvalsh(np.asarray(traj.M))[:, ::-1]
-    asym = None if weight_decay else _asymptote(model, W0, target, float(t[-1]))
+    asym = None if weight_decay else _asymptote(model, W0, label, float(t[-1]))
     final_loss = float(loss[-1]) if asym is None else float(asym.loss)
     settings["final_loss"] = "horizon" if asym is None else "asymptote"
-    end = learning_phase_end(t, loss, min(final_loss, float(loss[0])), tol=phase_tol)
-    targets = _targets(target, asym, t, eig, end)
-    if target == "phase_end" and not np.isfinite(end):
-        warnings.warn(
-            f"The NQF's learning phase (L - L_inf <= {phase_tol:g} (L(0) - L_inf), L_inf = {final_loss:.4g}) "
-            f"does not end within the horizon t = {t[-1]:g}: ignition times against target='phase_end' are "
-            "nan. Extend the horizon, or use target='horizon' or 'asymptote'.",
-            HorizonWarning,
-            stacklevel=2,
-        )
-    if np.all(np.isfinite(targets)):
-        ign = measure_ignition_times(traj, rho=rho, target=targets, quantity="eigenvalues", modes="growing")
-    else:  # target='phase_end' and the learning phase does not end within the horizon
-        ign = np.full(targets.shape, np.nan)
-    floor = 16 * eig.shape[1] * np.finfo(float).eps * np.abs(eig).max()  # a zero eigenvalue's rounding level
-    growing = (eig[0] < rho * targets) & (targets > floor)
-    levels = plateau_levels(t, loss, ign[growing], final_loss)
-    drops = drop_times(t, loss, levels=levels)
-    half = drop_times(t, loss, levels=np.array([loss[0], final_loss]))[0]
+    curves = curves_of(traj)
+    settings["resolution"] = curves.resolution
+    ev = events(curves, target=target, rho=rho, phase_tol=phase_tol, final_loss=final_loss, asym=asym)
     W_t = weights_along(traj, W0) if estimate_departure else None
     rt, rgap, mgap, depart = remainder(net, model, x, y2, t, loss, W_t, gap_tol)
     return Prediction(
@@ -385,13 +431,7 @@ def predict(
         trajectory=traj,
         asymptote=asym,
         final_loss=final_loss,
-        targets=targets,
-        growing=growing,
-        ignition_times=np.asarray(ign, dtype=float),
-        plateau_levels=levels,
-        drop_times=np.asarray(drops, dtype=float),
-        half_drop_time=float(half),
-        phase_end=float(end),
+        **ev,
         departure_estimate=depart,
         remainder_t=rt,
         remainder_gap=rgap,
@@ -401,9 +441,6 @@ def predict(
         y=np.asarray(y2),
         network=net,
     )
-
-
-TARGETS = ("asymptote", "phase_end", "horizon")
 
 
 def _check_horizon(t1, lr, steps, ts) -> None:
@@ -439,11 +476,14 @@ def _extract(net, x, y2, k: int, options):
     return NQFModel(model.data.scaled(c), g=scale(model.g), B=scale(model.B), f0=scale(model.f0))
 
 
-def _map(model, W0, m: int, k: int, lr, steps, t1, save_every, batch_size, batch_indices, key, momentum, weight_decay):
+def _map(model, W0, m: int, k: int, lr, steps, t1, save_every, sched, momentum, weight_decay, step_values):
     """Theorem 2's exact map (`nqf.closed_sgd`) for `predict`: (MapTrajectory, the (steps, b) batch
-    schedule over the m inputs or None). The schedule is drawn as `nqf.record` draws it and
-    expanded to the m k data rows of a k-output module (Corollary 1: rows mu k + o)."""
+    schedule over the m inputs or None). `sched` = (batch_size, batch_indices, key); the schedule
+    is drawn as `nqf.record` draws it and expanded to the m k data rows of a k-output module
+    (Corollary 1: rows mu k + o). `step_values` as in `predict` ("auto" resolved here)."""
     from ..dynamics._batches import check_batch_indices
+
+    batch_size, batch_indices, key = sched
 
     lr = check_positive(lr, "lr")
     if steps is None:
@@ -467,6 +507,7 @@ def _map(model, W0, m: int, k: int, lr, steps, t1, save_every, batch_size, batch
         batch_indices=data_rows,
         momentum=momentum,
         weight_decay=weight_decay,
+        step_values=resolve_step_values(step_values, rows is None, model.p),
     )
     return traj, rows
 
@@ -501,17 +542,6 @@ def _asymptote(model, W0, target: str, horizon: float):
         return None if method is None else asymptote(model, W0=W0, method=method)
     except (AssumptionError, ValueError):  # the closed form's assumption fails (e.g. a non-unique limit)
         return None
-
-
-def _targets(target: str, asym, t, eig, end) -> np.ndarray:
-    """The values (p,) whose fraction rho defines the ignition times (`predict`'s `target`)."""
-    if target == "asymptote":
-        return np.asarray(asym.eigenvalues, dtype=float)
-    if target == "horizon":
-        return eig[-1].copy()
-    if not np.isfinite(end):
-        return np.full(eig.shape[1], np.nan)
-    return np.array([np.interp(end, t, col) for col in eig.T])
 
 
 def _warn_frozen(net: Network, x, y, W0) -> None:

@@ -27,7 +27,8 @@ from .._core._checks import check_positive
 from .._core.io import Saveable
 from ..data import Network
 from ..dynamics import batch_indices as draw_batches
-from ._inputs import as_network, check_data, check_optimizer, check_steps
+from ..dynamics._maps import eigenvalues_in_program
+from ._inputs import as_network, check_data, check_optimizer, check_steps, resolve_step_values
 
 if TYPE_CHECKING:
     import optax
@@ -55,6 +56,13 @@ class Recording(Saveable):
     lr: float
     optimizer: str
     trained: str
+    step_loss: np.ndarray | None = None
+    step_eigenvalues: np.ndarray | None = None
+
+    @property
+    def step_times(self) -> np.ndarray | None:
+        """Times t = lr j of the per-step values, j = 0..steps, (steps + 1,); None without them."""
+        return None if self.step_loss is None else self.lr * np.arange(len(self.step_loss))
 
     @property
     def eigenvalues(self) -> np.ndarray:
@@ -78,6 +86,7 @@ def record(
     train: str = "neurons",
     label: str | None = None,
     memory_budget: float | None = None,
+    step_values: str = "auto",
 ) -> Recording:
     """Train the module with `optimizer` on the MSE loss and record (M, mu, loss) at saved steps.
 
@@ -104,12 +113,19 @@ def record(
       their values, as in the prediction) or ``"all"`` (every floating array of the module).
     - `label`: a name for the optimizer in tables and plots (default ``"optax"``).
     - `memory_budget`: bytes for the saved (n, p, p) states (`nqf.memory`).
+    - `step_values`: values after every step (`step_loss`, `step_eigenvalues`), so that event
+      times (`nqf.compare`) have one step's resolution instead of the save grid's:
+      ``"auto"`` (default: ``"all"`` for full batch and p <= 128, ``"loss"`` for larger p,
+      ``"none"`` with minibatches), ``"all"`` (the loss and the eigenvalues of W W^T),
+      ``"loss"``, ``"none"``. Cost: for a full batch
+      the loss is the step's own `value` (free); with minibatches it is one more forward pass
+      over all m inputs per step; the eigenvalues one O(p^3) `eigvalsh` per step.
 
     **Returns:** a `Recording`.
 
     **Raises:** `TypeError` if `optimizer` is not an optax transformation or `network` is not a
     module; `ValueError` for mismatched `x`/`y`, a `W0` of the wrong shape, `lr` <= 0 or not
-    finite, `steps`/`save_every` not integers >= 1, bad batches, an unknown `train`;
+    finite, `steps`/`save_every` not integers >= 1, bad batches, an unknown `train` or `step_values`;
     `FloatingPointError` if the training diverges (the loss becomes non-finite; the message gives
     the step); `nqf.memory.MemoryBudgetError` if the saved states exceed the budget.
     """
@@ -128,9 +144,11 @@ def record(
         idx = None
     n_blocks = -(-steps // save_every)
     n_saves = n_blocks + 1
+    step_values = resolve_step_values(step_values, idx is None, net.p)
+    per_step = {"none": 0, "loss": 1, "all": net.p + 1}[step_values] * (n_blocks * save_every + 1)
     memory.check(
-        8.0 * n_saves * net.p * (net.p + 1),
-        f"record: {n_saves} saved states M (p, p) = ({net.p}, {net.p})",
+        8.0 * (n_saves * net.p * (net.p + 1) + per_step),
+        f"record: {n_saves} saved states M (p, p) = ({net.p}, {net.p}) and the per-step values",
         "a larger `save_every`, or NQF_MEMORY_BUDGET / memory_budget=.",
         memory_budget,
     )
@@ -141,7 +159,7 @@ def record(
     )
     trainable, fixed = eqx.partition(params, mask)
     opt_state = optimizer.init(trainable)
-    run = _compiled(net, optimizer, save_every)
+    run = _compiled(net, optimizer, save_every, step_values)
     # pad the batch schedule to whole blocks; the padded steps of the last block are not taken
     sched = None
     if idx is not None:
@@ -151,8 +169,9 @@ def record(
         )
     counts = np.full(n_blocks, save_every)
     counts[-1] = steps - save_every * (n_blocks - 1)
-    M, mu, loss, final = run(trainable, fixed, opt_state, x, y2, sched, jnp.asarray(counts))
+    M, mu, loss, final, per = run(trainable, fixed, opt_state, x, y2, sched, jnp.asarray(counts))
     loss = np.asarray(loss)
+    per = {k: np.concatenate([np.asarray(v)[:steps], np.asarray(v)[-1:]]) for k, v in per.items()}
     bad = np.flatnonzero(~np.isfinite(loss))
     step_numbers = np.concatenate([[0], np.cumsum(counts)])
     if bad.size:
@@ -171,6 +190,8 @@ def record(
         lr=lr,
         optimizer=label or "optax",
         trained=train,
+        step_loss=per.get("loss"),
+        step_eigenvalues=per.get("eigenvalues"),
     )
 
 
@@ -193,14 +214,19 @@ def _batches(batch_indices, batch_size, key, m: int, steps: int):
     return draw_batches(key, m, batch_size, steps)
 
 
-def _compiled(net: Network, optimizer, save_every: int):
-    """`_program` cached on the network (one per optimizer and block length)."""
-    return net._compiled(("record", optimizer, save_every), lambda: _program(net, optimizer, save_every))
+def _compiled(net: Network, optimizer, save_every: int, step_values: str):
+    """`_program` cached on the network (one per optimizer, block length and `step_values`)."""
+    key = ("record", optimizer, save_every, step_values)
+    return net._compiled(key, lambda: _program(net, optimizer, save_every, step_values))
 
 
-def _program(net: Network, optimizer, save_every: int):
+def _program(net: Network, optimizer, save_every: int, step_values: str):
     """One compiled program: a scan over save blocks, each a scan of `save_every` optimizer steps
-    (steps past a block's count are computed and discarded: only the last block is short)."""
+    (steps past a block's count are computed and discarded: only the last block is short). With
+    `step_values` the inner scan also returns, before each step, the loss over all m inputs (the
+    step's own `value` for a full batch) and the eigenvalues of W W^T; the values after the last
+    step come last: (n_blocks save_every + 1, ...) of which `record` keeps the first `steps`
+    and the last."""
     import optax
 
     def loss_of(params, x, y):
@@ -217,6 +243,23 @@ def _program(net: Network, optimizer, save_every: int):
         W = net.to_W(params)
         return W @ W.T, jnp.sum(W, axis=1), loss_of(params, x, y)
 
+    def per_step(trainable, fixed, x, y, value, batched: bool):
+        """{"loss": L(W_j) over all m inputs, "eigenvalues": of W_j W_j^T} (as `step_values` asks)."""
+        if step_values == "none":
+            return {}
+        params = eqx.combine(trainable, fixed)
+        out = {"loss": loss_of(params, x, y) if batched else value}
+        if step_values == "all":  # W W^T; its eigenvalues once per block (`eigenvalues`)
+            W = net.to_W(params)
+            out["M"] = W @ W.T
+        return out
+
+    def eigenvalues(values: dict) -> dict:
+        """`values` with "M" (n, p, p) replaced by its eigenvalues (n, p): one host call."""
+        if "M" not in values:
+            return values
+        return {"loss": values["loss"], "eigenvalues": eigenvalues_in_program(values["M"])}
+
     @jax.jit
     def run(trainable, fixed, opt_state, x, y, sched, counts):
         def step(carry, inp):
@@ -229,16 +272,21 @@ def _program(net: Network, optimizer, save_every: int):
                 extra = dict(value=value, grad=grads, value_fn=lambda t: step_loss(t, fixed, x, y, idx))
             updates, new_state = optimizer.update(grads, opt_state, trainable, **extra)
             new = (optax.apply_updates(trainable, updates), new_state)
-            return jax.tree_util.tree_map(lambda a, b: jnp.where(j < count, a, b), new, carry), None
+            values = per_step(trainable, fixed, x, y, value, idx is not None)
+            return jax.tree_util.tree_map(lambda a, b: jnp.where(j < count, a, b), new, carry), values
 
         def block(carry, inp):
             count, idx_block = inp
             js = jnp.arange(save_every)
-            carry, _ = jax.lax.scan(step, carry, (js, jnp.full(save_every, count), idx_block))
-            return carry, observe(carry[0], fixed, x, y)
+            carry, values = jax.lax.scan(step, carry, (js, jnp.full(save_every, count), idx_block))
+            return carry, (observe(carry[0], fixed, x, y), eigenvalues(values))
 
         first = observe(trainable, fixed, x, y)
-        (final, _), saved = jax.lax.scan(block, (trainable, opt_state), (counts, sched))
-        return (*(jnp.concatenate([a[None], b]) for a, b in zip(first, saved)), final)
+        (final, _), (saved, values) = jax.lax.scan(block, (trainable, opt_state), (counts, sched))
+        saved = tuple(jnp.concatenate([a[None], b]) for a, b in zip(first, saved))
+        last = jax.tree_util.tree_map(lambda a: a[None], per_step(final, fixed, x, y, saved[2][-1], False))
+        last = eigenvalues(last)  # after the last step: its saved loss
+        values = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a.reshape(-1, *a.shape[2:]), b]), values, last)
+        return (*saved, final, values)
 
     return run
