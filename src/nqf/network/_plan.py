@@ -128,17 +128,19 @@ class Plan(Saveable):
             if self.lr is not None
             else "no lr given"
         )
-        return "\n".join(
-            [
-                f"nqf.plan: learning phase ends at t = {self.phase_end:.4g} (L_inf = {self.final_loss:.4g}, "
-                f"from the {self.final_loss_from}); suggested horizon t = {self.horizon:.4g}",
-                f"stability edge 2(1+beta)/S: {self.lr_edge_init:.4g} at init, {self.lr_edge:.4g} along the path "
-                f"(t = {self.t_edge:.4g}); {lr_line}; suggested lr = {self.suggested_lr:.4g}",
-                f"init gap |L_module - L_NQF| / L(0): {self.init_gap[0]:.2e} at W0, {self.init_gap[1]:.2e} at "
-                f"t = {self.init_gap_time:.4g} ({'small' if self.init_small else 'NOT small'})",
-                f"run: lr = {s['lr']:.4g}, steps = {s['steps']}",
-            ]
+        head = (
+            f"nqf.plan: learning phase ends at t = {self.phase_end:.4g} (L_inf = {self.final_loss:.4g}, from the "
+            f"{self.final_loss_from}); suggested horizon t = {self.horizon:.4g}"
         )
+        edge = (
+            f"stability edge 2(1+beta)/S: {self.lr_edge_init:.4g} at init, {self.lr_edge:.4g} along the path "
+            f"(t = {self.t_edge:.4g}); {lr_line}; suggested lr = {self.suggested_lr:.4g}"
+        )
+        init = (
+            f"init gap |L_module - L_NQF| / L(0): {self.init_gap[0]:.2e} at W0, {self.init_gap[1]:.2e} at "
+            f"t = {self.init_gap_time:.4g} ({'small' if self.init_small else 'NOT small'})"
+        )
+        return "\n".join([head, edge, init, f"run: lr = {s['lr']:.4g}, steps = {s['steps']}"])
 
 
 def plan(
