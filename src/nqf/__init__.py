@@ -73,8 +73,8 @@ _NAMES = {
         measure_ignition_times measure_sample_ignition_times ntk plateau_levels predicted_ignition_times
         proposition7 sample_ignition_times samplewise_rates staircase_limit theorem3 theorem4 theorem5 theorem6
         theorem6_rates theorem7 theorem7_commuting theorem16 compress powerlaw samplewise spectral
-        WidthRegime width_regime width_scaled_model ntk_drift""",
-    "nqf.network": "Comparison FrozenParameterWarning HorizonWarning Prediction Recording compare predict record",
+        WidthRegime width_regime width_scaled_model ntk_drift sharpness stability_edge""",
+    "nqf.network": "Comparison FrozenParameterWarning HorizonWarning Plan Prediction Recording compare plan predict record",
 }
 _HOME = {name: module for module, names in _NAMES.items() for name in names.split()}
 _LAYERS = ("data", "dynamics", "solvers", "theory", "network", "validate", "experiments", "cli")
@@ -274,6 +274,8 @@ __all__ = [
     "plateau_levels",
     "learning_phase_end",
     "ntk",
+    "sharpness",
+    "stability_edge",
     "PowerLawFit",
     "fit_power_law",
     "linearized",
@@ -286,6 +288,8 @@ __all__ = [
     "Network",
     "NeuronError",
     "PrecisionWarning",
+    "plan",
+    "Plan",
     "predict",
     "Prediction",
     "record",

@@ -55,7 +55,7 @@ from ..solvers import FlowSolution, solve_flow
 from ..theory import asymptote
 from ._departure import remainder, weights_along
 from ._events import HorizonWarning, check_target, curves_of, events
-from ._inputs import as_network, check_data, check_steps, resolve_step_values
+from ._inputs import as_network, check_data, check_steps, initial_weights, resolve_step_values
 
 if TYPE_CHECKING:
     import matplotlib.axes
@@ -337,11 +337,7 @@ def predict(
     """
     net = as_network(network)
     x, y2, m, k = check_data(net, x, y)
-    W0 = net.W if W0 is None else np.asarray(W0, dtype=float)
-    if W0.shape != (net.p, net.d) or not np.all(np.isfinite(W0)):
-        raise ValueError(f"`W0` must be a finite array of shape (p, d) = ({net.p}, {net.d}); found {W0.shape}.")
-    if init_scale is not None:
-        W0 = check_positive(init_scale, "init_scale") * W0
+    W0 = initial_weights(net, W0, init_scale)
     for name, v in (("rho", rho), ("phase_tol", phase_tol), ("gap_tol", gap_tol)):
         if not (isinstance(v, (int, float, np.floating)) and 0.0 < v < 1.0):
             raise ValueError(f"`{name}` must lie in (0, 1); found {v!r}.")

@@ -5,13 +5,13 @@ Exact oracles (Theorems 6, 7, 16, Proposition 7), the sample-wise oracles and st
 limit t -> inf (`asymptote`) and loss-curve times (`drop_times`, `plateau_levels`,
 `learning_phase_end`), scaling
 exponents and the power-law fitter (E21-E23; `nqf.powerlaw`), the early-time spectral view
-(`nqf.spectral`), the NTK (Proposition 8, E25), the lazy / feature-learning regime from the
+(`nqf.spectral`), the NTK (Proposition 8, E25), the sharpness of the loss and the stability edge of its map, the lazy / feature-learning regime from the
 width exponents and the measured NTK drift of a flow (Proposition 9) and compression (Theorem 3, Corollary 3;
 `nqf.compress`). An oracle whose assumption fails raises `AssumptionError` naming it and the
 measured residual.
 
 May import `nqf._core`, `nqf.data`, `nqf.dynamics` and `nqf.solvers` (the measured ignition
-times read flow solutions). Private modules: `_oracles`, `_ignition`, `_asymptote`, `_ntk`, `_regime`.
+times read flow solutions). Private modules: `_oracles`, `_ignition`, `_asymptote`, `_ntk`, `_regime`, `_sharpness`.
 """
 
 from .._core._exports import publish as _publish
@@ -31,6 +31,7 @@ from ._oracles import (
 from ._asymptote import Asymptote, asymptote
 from ._ignition import drop_times, learning_phase_end, measure_ignition_times, plateau_levels, predicted_ignition_times
 from ._ntk import ntk
+from ._sharpness import sharpness, stability_edge
 from ._regime import WidthRegime, ntk_drift, width_regime, width_scaled_model
 from .samplewise import (
     SampleOracleSolution,
@@ -67,6 +68,8 @@ __all__ = [
     "plateau_levels",
     "learning_phase_end",
     "ntk",
+    "sharpness",
+    "stability_edge",
     "WidthRegime",
     "width_regime",
     "width_scaled_model",

@@ -1,0 +1,355 @@
+"""A plan before the long run: a stable learning rate and a horizon, from the NQF in seconds.
+
+`nqf.plan(network, x, y, lr=...)` extracts the module's NQF (as `nqf.predict` does) and, before
+any training, solves its gradient flow (Eq. E9 / E10) to the end of the learning phase:
+
+1. **the end of the learning phase**: the first time L(t) - L_inf <= `phase_tol` (L(0) - L_inf),
+   found as the stopping event of one flow solve (`nqf.Stop.loss_below`, a root find on the dense
+   output), with L_inf the NQF's asymptotic loss (`nqf.asymptote`: the closed forms of commuting
+   and feed-forward data, else its certified numerical limit within `t_max`); the suggested
+   horizon is (1 + `horizon_margin`) times it;
+2. **the stability edge** of the gradient-descent map along the predicted path: the sharpness
+   S(t) (`nqf.sharpness`, the top Hessian eigenvalue of the NQF's loss in W, width-independent) at
+   `n_points` times in [0, horizon]; full-batch GD with learning rate lr is linearly stable
+   where lr < 2 (1 + beta) / S(t) (heavy-ball momentum beta; beta = 0: plain GD). The edge of
+   the run is the smallest of these, `lr_edge`; the suggested lr is `lr_margin` x `lr_edge`;
+3. **the init-size check** (`nqf.network._departure.init_gap`): the module-vs-NQF loss gap at W0
+   and early on the predicted path, relative to L(0) (an `nqf.InitScaleWarning` when the
+   initialization is not small enough for the NQF to describe the start).
+
+The flow is the lr -> 0 limit of the map: the map's own path (and its sharpness) differs by
+O(lr) and, near the edge, by the catapult the edge announces; `nqf.predict` with the lr checks
+the map's path itself. Minibatch noise lowers the practical edge further (not modelled here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from typing import Any
+
+import jax
+import numpy as np
+from jaxtyping import ArrayLike, Float, PyTree
+
+from .._core._checks import check_positive
+from .._core.io import Saveable
+from ..data import Network, NQFModel
+from ..solvers import MaxStepsReached, Stop, solve_flow
+from ..theory import asymptote
+from ..theory._sharpness import _sharpness_jit, stability_edge
+from ._inputs import as_network, check_data, initial_weights
+from ._predict import HorizonWarning, _asymptote, _extract, _flow_factor
+
+__all__ = ["Plan", "plan"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Plan(Saveable):
+    """The result of `nqf.plan`: what to run, before running it. Times are gradient-flow times
+    t = lr * steps.
+
+    **Attributes:**
+
+    - `t` (n,), `loss` (n,): the NQF's predicted flow loss on [0, `horizon`];
+      `sharpness` (n,): the sharpness S(t) of the NQF's loss at those times (`nqf.sharpness`).
+    - `phase_end`: the end of the learning phase (nan if not within `t_max`); `final_loss`
+      L_inf and `final_loss_from` (``"asymptote"``: the NQF's t -> inf limit; ``"horizon"``:
+      none was available, the loss at `t_max` stands in).
+    - `horizon`: the suggested horizon, (1 + horizon_margin) `phase_end` (`t_max` if the phase
+      does not end within it).
+    - `sharpness_init`: S at W0; `lr_edge_init` = 2 (1 + momentum) / S(0); `lr_edge`: the
+      smallest edge along the path, 2 (1 + momentum) / max_t S(t), reached at `t_edge`.
+    - `lr`: the learning rate asked about (None if not given) and `stable`: lr < lr_edge (None
+      without lr); `suggested_lr` = lr_margin x lr_edge; `steps`: ceil(horizon / lr) for the
+      given lr, else for the suggested one.
+    - `init_gap` (2,): |L_module - L_NQF| / L(0) at W0 and at `init_gap_time`; `init_small`:
+      both below `init_tol`.
+    - `model`: the extracted NQF; `settings`: the call's settings.
+
+    **Methods:** `suggestion()`: keywords for `nqf.predict` / `pred.record` (lr, steps);
+    `summary()`: a dict of plain numbers; ``str(plan)``: a short report.
+    """
+
+    t: np.ndarray
+    loss: np.ndarray
+    sharpness: np.ndarray
+    phase_end: float
+    final_loss: float
+    final_loss_from: str
+    horizon: float
+    sharpness_init: float
+    lr_edge_init: float
+    lr_edge: float
+    t_edge: float
+    lr: float | None
+    stable: bool | None
+    suggested_lr: float
+    steps: int
+    init_gap: np.ndarray
+    init_gap_time: float
+    init_small: bool
+    model: object
+    settings: dict
+
+    def suggestion(self) -> dict:
+        """{"lr": ..., "steps": ...}: the given lr (if stable, else the suggested one) and the
+        steps that reach the suggested horizon, for ``nqf.predict(net, x, y, **plan.suggestion())``."""
+        lr = self.lr if self.lr is not None and self.stable else self.suggested_lr
+        return {"lr": float(lr), "steps": max(1, math.ceil(self.horizon / lr))}
+
+    def summary(self) -> dict:
+        """Plain numbers: the times, edges, suggestion and init check."""
+        keys = (
+            "phase_end",
+            "final_loss",
+            "final_loss_from",
+            "horizon",
+            "sharpness_init",
+            "lr_edge_init",
+            "lr_edge",
+            "t_edge",
+            "lr",
+            "stable",
+            "suggested_lr",
+            "steps",
+            "init_gap_time",
+            "init_small",
+        )
+        out: dict[str, Any] = {k: getattr(self, k) for k in keys}
+        out["init_gap"] = [float(v) for v in self.init_gap]
+        return out
+
+    def __str__(self) -> str:
+        s = self.suggestion()
+        lr_line = (
+            f"lr = {self.lr:g}: {'stable' if self.stable else 'PAST the stability edge'}"
+            if self.lr is not None
+            else "no lr given"
+        )
+        head = (
+            f"nqf.plan: learning phase ends at t = {self.phase_end:.4g} (L_inf = {self.final_loss:.4g}, from the "
+            f"{self.final_loss_from}); suggested horizon t = {self.horizon:.4g}"
+        )
+        edge = (
+            f"stability edge 2(1+beta)/S: {self.lr_edge_init:.4g} at init, {self.lr_edge:.4g} along the path "
+            f"(t = {self.t_edge:.4g}); {lr_line}; suggested lr = {self.suggested_lr:.4g}"
+        )
+        init = (
+            f"init gap |L_module - L_NQF| / L(0): {self.init_gap[0]:.2e} at W0, {self.init_gap[1]:.2e} at "
+            f"t = {self.init_gap_time:.4g} ({'small' if self.init_small else 'NOT small'})"
+        )
+        return "\n".join([head, edge, init, f"run: lr = {s['lr']:.4g}, steps = {s['steps']}"])
+
+
+def plan(
+    network: Network | Any,
+    x: PyTree[Float[ArrayLike, "m ..."]],
+    y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"],
+    *,
+    lr: float | None = None,
+    momentum: float = 0.0,
+    W0: Float[ArrayLike, "p d"] | None = None,
+    init_scale: float | None = None,
+    t_max: float = 1e5,
+    phase_tol: float = 0.02,
+    margins: tuple[float, float] = (0.5, 0.5),
+    n_points: int = 17,
+    init_tol: float = 0.01,
+    extract_options: dict[str, Any] | None = None,
+) -> Plan:
+    """Plan a training run before it starts: the stability edge of the NQF's gradient-descent
+    map along the predicted path (a stable lr), the end of the learning phase (a horizon) and
+    the init-size check, from the module's NQF and its gradient flow (module docstring).
+
+    **Arguments:**
+
+    - `network`, `x`, `y`, `W0`, `init_scale`, `extract_options`: as in `nqf.predict`.
+    - `lr`: the learning rate you intend to use (optional): checked against the edge (a
+      `HorizonWarning` with the edge's value when it is past it). `momentum`: heavy-ball beta in
+      [0, 1) (the edge is 2 (1 + beta) / S).
+    - `t_max`: the longest horizon searched (gradient-flow time); `phase_tol`: the learning
+      phase ends when L - L_inf <= phase_tol (L(0) - L_inf), as in `nqf.predict`.
+    - `margins`: (lr_margin, horizon_margin): suggested lr = lr_margin x lr_edge, suggested
+      horizon = (1 + horizon_margin) x phase end (each in (0, 1]).
+    - `n_points`: times at which the sharpness is evaluated along [0, horizon] (>= 2).
+    - `init_tol`: the init-size check's bound on |L_module - L_NQF| / L(0).
+
+    **Returns:** a `Plan`.
+
+    **Raises:** the errors of `nqf.predict` for the shared arguments; `ValueError` for a
+    non-positive `lr` or `t_max`, momentum outside [0, 1), margins outside (0, 1], `n_points`
+    < 2, tolerances outside (0, 1). Warns `HorizonWarning` when the learning phase does not end
+    within `t_max` (a horizon that cannot be reached: `phase_end` is nan and the suggested
+    horizon is `t_max`) or when `lr` is past the stability edge; `nqf.InitScaleWarning` when the
+    initialization is not small.
+    """
+    net = as_network(network)
+    x, y2, m, k = check_data(net, x, y)
+    W0 = initial_weights(net, W0, init_scale)
+    lr = None if lr is None else check_positive(lr, "lr")
+    t_max = check_positive(t_max, "t_max")
+    momentum = _check_unit(momentum, "momentum", closed_left=True)
+    lr_margin, horizon_margin = (_check_unit(v, "margins", closed_right=True) for v in margins)
+    phase_tol, init_tol = _check_unit(phase_tol, "phase_tol"), _check_unit(init_tol, "init_tol")
+    if isinstance(n_points, bool) or not isinstance(n_points, (int, np.integer)) or n_points < 2:
+        raise ValueError(f"`n_points` must be an integer >= 2; found {n_points!r}.")
+    model = _extract(net, x, y2, k, extract_options)
+    F0 = _flow_factor(model, W0)
+    L0 = float(np.mean((np.asarray(_outputs(model, W0)) - np.asarray(model.y)) ** 2))
+    final, final_from = _final_loss(model, W0, F0, t_max)
+    end = _phase_end(model, F0, L0, final, phase_tol, t_max) if final is not None else float("nan")
+    if final is None:  # no limit available: the loss at t_max (or as far as the solver got) stands in
+        t_max, final = _loss_at_horizon(model, F0, t_max)
+        final_from = "horizon"
+        end = _phase_end(model, F0, L0, final, phase_tol, t_max)
+    if not np.isfinite(end):
+        warnings.warn(
+            f"nqf.plan: the NQF's learning phase (L - L_inf <= {phase_tol:g} (L(0) - L_inf), L_inf = {final:.4g}) "
+            f"does not end within t_max = {t_max:g}: no horizon can be suggested (the suggestion uses t_max). "
+            "Increase `t_max`, or check the initialization scale.",
+            HorizonWarning,
+            stacklevel=2,
+        )
+    horizon = (1.0 + horizon_margin) * end if np.isfinite(end) else t_max
+    sol = solve_flow(model, W0=F0, t1=horizon, ts=np.linspace(0.0, horizon, n_points))
+    S = _path_sharpness(model, sol, W0.shape[1])
+    edge = float(stability_edge(S.max()) * (1.0 + momentum))
+    i_edge = int(np.argmax(S))
+    stable = None if lr is None else bool(lr < edge)
+    if stable is False:
+        warnings.warn(
+            f"nqf.plan: lr = {lr:g} is past the NQF map's stability edge 2(1+beta)/S = {edge:.4g} (S = {S.max():.4g} "
+            f"at t = {sol.ts[i_edge]:.4g}; at init the edge is {stability_edge(S[0]) * (1 + momentum):.4g}): the map "
+            f"leaves the gradient flow there (a catapult). Suggested lr: {lr_margin * edge:.4g}.",
+            HorizonWarning,
+            stacklevel=2,
+        )
+    gap, gap_time = _init_check(net, model, x, y2, W0, sol, end)
+    init_small = bool(np.all(gap <= init_tol))
+    suggested = lr_margin * edge
+    return Plan(
+        t=np.asarray(sol.ts, dtype=float),
+        loss=np.asarray(sol.loss, dtype=float),
+        sharpness=S,
+        phase_end=float(end),
+        final_loss=float(final),
+        final_loss_from=final_from,
+        horizon=float(horizon),
+        sharpness_init=float(S[0]),
+        lr_edge_init=float(stability_edge(S[0]) * (1.0 + momentum)),
+        lr_edge=edge,
+        t_edge=float(sol.ts[i_edge]),
+        lr=lr,
+        stable=stable,
+        suggested_lr=float(suggested),
+        steps=max(1, math.ceil(horizon / (lr if lr is not None else suggested))),
+        init_gap=gap,
+        init_gap_time=gap_time,
+        init_small=init_small,
+        model=model,
+        settings=dict(
+            momentum=momentum,
+            t_max=t_max,
+            phase_tol=phase_tol,
+            margins=(lr_margin, horizon_margin),
+            n_points=int(n_points),
+            init_tol=init_tol,
+        ),
+    )
+
+
+def _check_unit(v, name: str, *, closed_left: bool = False, closed_right: bool = False) -> float:
+    """`v` as a float in (0, 1) (with 0 or 1 allowed as asked), else a ValueError naming `name`."""
+    ok = isinstance(v, (int, float, np.floating)) and not isinstance(v, bool)
+    if ok:
+        v = float(v)
+        ok = (0.0 <= v if closed_left else 0.0 < v) and (v <= 1.0 if closed_right else v < 1.0)
+    if not ok:
+        interval = ("[" if closed_left else "(") + "0, 1" + ("]" if closed_right else ")")
+        raise ValueError(f"`{name}` must lie in {interval}; found {v!r}.")
+    return float(v)
+
+
+def _outputs(model, W):
+    from ..data._model import as_model
+
+    W = np.asarray(W)
+    return as_model(model).outputs_factor(W, W.sum(axis=1))
+
+
+def _final_loss(model, W0, F0, t_max: float) -> tuple[float | None, str]:
+    """The NQF's asymptotic loss: the closed-form limit (predict's), else the certified
+    numerical limit within t_max; (None, "horizon") when neither is available."""
+    asym = _asymptote(model, W0, "phase_end", t_max)
+    if asym is None:
+        try:
+            asym = asymptote(model, W0=W0, max_time=t_max, solve_options={"max_steps": 20_000})
+        except (RuntimeError, ValueError):
+            return None, "horizon"
+    return float(asym.loss), "asymptote"
+
+
+def _loss_at_horizon(model, F0, t_max: float) -> tuple[float, float]:
+    """(t, L(t)): the flow's loss at t_max, or at the time the solver reached within its step
+    budget (a stiff flow whose limit is not available)."""
+    try:
+        return t_max, float(solve_flow(model, W0=F0, t1=t_max, ts=np.array([0.0, t_max])).loss[-1])
+    except MaxStepsReached as err:
+        t = float(err.t_reached)
+        return t, float(solve_flow(model, W0=F0, t1=t, ts=np.array([0.0, t])).loss[-1])
+
+
+def _phase_end(model, F0, L0: float, final: float, tol: float, t_max: float) -> float:
+    """The first time L - L_inf <= tol (L0 - L_inf): the stopping event of one flow solve."""
+    level = final + tol * (L0 - final)
+    if L0 <= level:
+        return 0.0
+    sol = solve_flow(model, W0=F0, t1=t_max, ts=np.array([0.0, t_max]), stop=Stop.loss_below(level))
+    if sol.stop_time is None or not np.isfinite(sol.stop_time) or sol.stop_time >= t_max:
+        return float("nan")
+    return float(sol.stop_time)
+
+
+def _path_sharpness(model, sol, d: int) -> np.ndarray:
+    """S(t) (n,) at the saved times of a flow solution (vmapped `nqf.sharpness`)."""
+    M = np.asarray(sol.M)
+    mean_field = isinstance(model, NQFModel) and model.has_mean_field
+    mu = np.asarray(sol.mu) if mean_field else None
+    columns = None if d > M.shape[-1] + 1 else d
+    full = model if isinstance(model, NQFModel) else NQFModel(model)
+    dd = float(d) if mean_field else 1.0
+
+    def one(Mi, mui):
+        return _sharpness_jit(full, Mi, mui, dd, 0.0, 64, columns, jax.random.key(0))[0]
+
+    if mu is None:
+        return np.asarray(jax.vmap(lambda Mi: one(Mi, None))(M))
+    return np.asarray(jax.vmap(one)(M, mu))
+
+
+def _init_check(net, model, x, y2, W0, sol, end: float) -> tuple[np.ndarray, float]:
+    """(gap (2,), t): |L_module - L_NQF| / L(0) at W0 and at the saved time of the path nearest
+    the half-way point of the learning phase (L = (L(0) + L(phase end)) / 2; the last saved time
+    if the phase does not end), where the NQF's description matters most and where an
+    initialization that is not small shows (the module's own higher-order terms along W(t))."""
+    from ._departure import weights_along
+
+    loss = np.asarray(sol.loss)
+    ts = np.asarray(sol.ts)
+    if np.isfinite(end):
+        half = 0.5 * (loss[0] + np.interp(end, ts, loss))
+        i = int(np.argmin(np.abs(loss - half)))
+    else:
+        i = len(ts) - 1
+    W_at = weights_along(sol, W0)
+    W_i = W0 if W_at is None else W_at(i)
+    yf = np.asarray(y2)
+
+    def module_loss(W):
+        out = jax.vmap(lambda xx: jax.numpy.atleast_1d(net(W, xx)))(x)
+        return float(np.mean((np.asarray(out) - yf) ** 2))
+
+    gaps = [abs(module_loss(W0) - float(loss[0])), abs(module_loss(W_i) - float(loss[i]))]
+    return np.asarray(gaps) / float(loss[0]), float(ts[i]) if W_at is not None else 0.0
