@@ -11,7 +11,7 @@ modules: `_inputs`, `_predict`, `_departure`, `_record`, `_compare`, `_plot`.
 
 from .._core._exports import publish as _publish
 from ._compare import Comparison, compare
-from ._predict import FrozenParameterWarning, HorizonWarning, Prediction, predict
+from ._predict import FrozenParameterWarning, HorizonWarning, InitScaleWarning, Prediction, predict
 from ._record import Recording, record
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "compare",
     "FrozenParameterWarning",
     "HorizonWarning",
+    "InitScaleWarning",
 ]
 
 _publish(__name__, globals())

@@ -51,7 +51,7 @@ from ..dynamics import batch_indices as draw_batches
 from ..dynamics import closed_sgd
 from ..solvers import FlowSolution, solve_flow
 from ..theory import asymptote, drop_times, learning_phase_end, measure_ignition_times, plateau_levels
-from ._departure import remainder, weights_along
+from ._departure import InitScaleWarning, check_init, check_neurons, remainder, weights_along
 from ._inputs import as_network, check_data, check_steps
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
     from ._record import Recording
 
-__all__ = ["Prediction", "predict", "FrozenParameterWarning", "HorizonWarning"]
+__all__ = ["Prediction", "predict", "FrozenParameterWarning", "HorizonWarning", "InitScaleWarning"]
 
 
 class HorizonWarning(NQFWarning):
@@ -102,7 +102,13 @@ class Prediction(Saveable):
     - `departure_estimate`: the a-priori estimate of when the network leaves the NQF (module
       docstring; inf if not within the horizon, nan if W(t) is not available);
       `remainder_t` (n_r,), `remainder_gap` (n_r,): |L(f_NQF + T3 + T4) - L_NQF| / L(0) at those
-      times; `module_gap` (n_r,): |L(module at W(t)) - L_NQF| / L(0).
+      times; `module_gap` (n_r,): |L(module at W(t)) - L_NQF| / L(0). From `departure_neurons`
+      random neurons (``settings["departure"]``: s, groups, sampling): `remainder_gap_se` (n_r,)
+      the gap's standard error (delete-one-group jackknife; 0 at s = d), `departure_interval`
+      (2,) the first times gap + 2 se and gap - 2 se exceed `gap_tol`.
+    - `init_gap` (2,): |L_module - L_NQF| / L(0) at W0 and at the first saved time after 5 % of
+      the horizon (``settings["init_gap_t"]``) on the NQF's path; above 0.01 an
+      `InitScaleWarning` says the initialization is not small.
     - `settings`: the call's settings (lr, steps, t1, batches, momentum, weight decay, rho,
       phase_tol, gap_tol); `x`, `y`: the data; `network`: the `nqf.Network` (not kept by `save`
       or pickling, which keep the numbers; `record` needs it).
@@ -136,6 +142,9 @@ class Prediction(Saveable):
     x: object
     y: np.ndarray
     network: Network | None = None
+    departure_interval: np.ndarray = dataclasses.field(default_factory=lambda: np.full(2, np.nan))
+    remainder_gap_se: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    init_gap: np.ndarray = dataclasses.field(default_factory=lambda: np.full(2, np.nan))
 
     def _after_load(self) -> None:
         object.__setattr__(self, "network", None)
@@ -217,6 +226,7 @@ def predict(
     phase_tol: float = 0.02,
     gap_tol: float = 0.05,
     estimate_departure: bool = True,
+    departure_neurons: int | None = None,
     extract_options: dict[str, Any] | None = None,
 ) -> Prediction:
     """Predict the training of `network` on (x, y) from its NQF, before training it.
@@ -253,7 +263,11 @@ def predict(
       `gap_tol`: the loss-gap tolerance (fraction of L(0)) of the departure estimate.
     - `estimate_departure`: compute the a-priori departure estimate (default True; it evaluates
       the module's next expansion terms and their gradient at 24 saved times, often the largest
-      part of the cost); False leaves `departure_estimate` nan.
+      part of the cost); False leaves `departure_estimate` nan. `departure_neurons`: the s
+      neurons (random, of the d) it evaluates (default min(d, 64); d: the full width), at a cost
+      that does not grow with d (`nqf.network._departure`: an unbiased neuron subsample with a
+      jackknife error bar; a module that is not a sum over its neurons falls back to the full
+      width).
     - `extract_options`: keywords for `nqf.extract` (e.g. ``{"structure": "dense"}``, or
       ``{"normalization": "mean"}`` for a layer that averages its units: the extracted sum form
       is scaled by c(d) = 1/d or 1/sqrt(d) back to the module at its width d).
@@ -262,13 +276,13 @@ def predict(
 
     **Raises:** `ValueError` for mismatched or non-finite `x`/`y`, a `W0` of the wrong shape, no
     horizon, `t1` inconsistent with `lr` x `steps`, `ts` with `lr` or not starting at 0, map
-    options without `lr`, bad tolerances; `nqf.memory.MemoryBudgetError` if the saved states
+    options without `lr`, bad tolerances, `departure_neurons` outside [2, d]; `nqf.memory.MemoryBudgetError` if the saved states
     exceed the memory budget; the
     `nqf.ExtractionError`s of `nqf.extract` (not permutation-symmetric, not C^3 such as ReLU, a
     normalisation across neurons), naming the module; `TypeError` for a `network` that is not a
     module. Warns `FrozenParameterWarning` when a frozen array has a nonzero loss gradient at W0,
-    `nqf.data.PrecisionWarning` when float32 parameters or inputs were cast, `HorizonWarning`
-    when the learning phase does not end within the horizon (ignition times against
+    `nqf.data.PrecisionWarning` when float32 parameters or inputs were cast, `InitScaleWarning` when the
+    initialization is not small (`init_gap`), `HorizonWarning` when the learning phase does not end within the horizon (ignition times against
     ``"phase_end"`` are then nan) or when the full-batch map's loss rises (the learning rate is
     near the stability edge 2 / sharpness: what follows is the map's instability, not the
     NQF's learning).
@@ -292,6 +306,7 @@ def predict(
             "flow); use target='phase_end' or 'horizon'."
         )
     _check_horizon(t1, lr, steps, ts)
+    s_dep = check_neurons(departure_neurons, net.d)
     n_saves = (
         (len(ts) if ts is not None else 401)
         if lr is None
@@ -374,8 +389,10 @@ def predict(
     levels = plateau_levels(t, loss, ign[growing], final_loss)
     drops = drop_times(t, loss, levels=levels)
     half = drop_times(t, loss, levels=np.array([loss[0], final_loss]))[0]
-    W_t = weights_along(traj, W0) if estimate_departure else None
-    rt, rgap, mgap, depart = remainder(net, model, x, y2, t, loss, W_t, gap_tol)
+    path = weights_along(traj, W0)
+    gap0, settings["init_gap_t"] = check_init(net, model, x, y2, W0, path, t)
+    dep = remainder(net, model, x, y2, t, loss, path if estimate_departure else None, gap_tol, neurons=s_dep)
+    settings["departure"] = dep.settings
     return Prediction(
         t=t,
         loss=loss,
@@ -392,10 +409,13 @@ def predict(
         drop_times=np.asarray(drops, dtype=float),
         half_drop_time=float(half),
         phase_end=float(end),
-        departure_estimate=depart,
-        remainder_t=rt,
-        remainder_gap=rgap,
-        module_gap=mgap,
+        departure_estimate=dep.estimate,
+        remainder_t=dep.t,
+        remainder_gap=dep.gap,
+        module_gap=dep.module_gap,
+        departure_interval=dep.interval,
+        remainder_gap_se=dep.gap_se,
+        init_gap=gap0,
         settings=settings,
         x=jax.tree_util.tree_map(np.asarray, x),
         y=np.asarray(y2),
