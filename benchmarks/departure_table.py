@@ -5,8 +5,9 @@ neurons (the previous estimate's cost), cold (first call: compiles included) and
 call); the estimates (s = 64 with its interval, s = d) against `nqf.compare(pred,
 pred.record(optax.sgd(lr))).departure_time`; and `init_gap`.
 
-Run: ``python benchmarks/departure_table.py [problem ...]`` (problems: digits256, digits1024,
-gelu, deep, teacher1024; default all). Prints one JSON line per problem.
+Run: ``NQF_COMPILATION_CACHE=0 python benchmarks/departure_table.py [problem ...]`` (problems:
+see `problems`; default all; without the persistent cache "cold" includes every compile).
+Prints one JSON line per problem.
 """
 
 import json
@@ -53,14 +54,25 @@ def problems():
     teacher = nqf.Network(_mlp(64, 4, jnp.tanh, seed=7))
     yt = np.asarray(jax.vmap(lambda xx: teacher(np.asarray(teacher.W) * 3.0, xx))(jnp.asarray(xt)))[:, 0]
     base = dict(lr=0.05, steps=2000, init_scale=0.01)
+    xs = rng.standard_normal((120, 6)) / np.sqrt(6)  # tests/network/test_predict.py's problem
+    ys = np.tanh(xs @ rng.standard_normal(6))
     return {
         "digits256": lambda: (nqf.Network(_mlp(64, 256, jnp.tanh)), x, y, base),
         "digits1024": lambda: (nqf.Network(_mlp(64, 1024, jnp.tanh)), x, y, base),
-        "digits256_long": lambda: (nqf.Network(_mlp(64, 256, jnp.tanh)), x, y, dict(base, steps=6000)),
-        "gelu": lambda: (nqf.Network(_mlp(64, 256, jax.nn.gelu)), x, y, dict(base, steps=1000)),
-        "deep": lambda: (_deep(), x, y, dict(base, init_scale=0.1, steps=2000)),
+        "digits256_own_init": lambda: (nqf.Network(_mlp(64, 256, jnp.tanh)), x, y, dict(lr=0.02, steps=2500)),
+        "gelu": lambda: (nqf.Network(_mlp(64, 256, jax.nn.gelu)), x, y, dict(base, init_scale=0.05)),
+        "small256": lambda: (nqf.Network(_mlp(6, 256, jnp.tanh)), xs, ys, dict(lr=0.05, steps=4000, init_scale=0.02)),
+        "deep": lambda: (_deep(), x, y, dict(base, init_scale=0.1)),
+        "small16": lambda: (nqf.Network(_mlp(6, 16, jnp.tanh)), xs, ys, dict(lr=0.05, steps=4000, init_scale=0.02)),
+        "cubic256": lambda: (nqf.Network(_mlp(6, 256, _cubic)), xs, ys, dict(lr=0.05, steps=1500, init_scale=0.2)),
         "teacher1024": lambda: (nqf.Network(_mlp(64, 1024, jnp.tanh)), xt, yt, dict(base, lr=0.2, steps=1000)),
     }
+
+
+def _cubic(z):
+    import jax.numpy as jnp
+
+    return jnp.tanh(z) + 10.0 * z**2  # test_predict's module with a strong cubic term
 
 
 def _deep():

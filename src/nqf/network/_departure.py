@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -67,9 +68,11 @@ class WeightPath:
     Calling it, ``path(i)``, gives W(t_i) (p, d); `columns(i, cols)` only the columns `cols`;
     `order(i)` the order parameters (M, mu) = (W W^T, W 1) at cost independent of d."""
 
-    factor: object  # i -> F_i (p, r)
+    factor: Callable[[int], np.ndarray]  # i -> F_i (p, r)
     Z: np.ndarray
-    mean: object = None  # i -> c_i (p,), or None
+    mean: Callable[[int], np.ndarray] | None = None  # i -> c_i (p,), or None
+    _zz: np.ndarray = dataclasses.field(init=False, repr=False)
+    _z1: np.ndarray = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "_zz", self.Z @ self.Z.T)
@@ -107,7 +110,7 @@ def weights_along(traj, W0) -> WeightPath | None:
             return None
         F0 = np.asarray(traj.init)
         Z = np.eye(W0.shape[1]) if F0.shape == W0.shape else np.linalg.lstsq(F0, W0, rcond=None)[0]
-        return WeightPath(lambda i: traj.ys[i], Z)
+        return WeightPath(lambda i: np.asarray(traj.ys[i]), Z)
     if getattr(traj, "L", None) is None:
         return None
     d = W0.shape[1]

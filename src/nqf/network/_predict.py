@@ -319,7 +319,7 @@ def predict(
     )
     _warn_frozen(net, x, y2, W0)
     model = _extract(net, x, y2, k, extract_options)
-    settings = dict(
+    settings: dict[str, Any] = dict(
         lr=None,
         steps=None,
         t1=None,
