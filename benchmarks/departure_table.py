@@ -8,6 +8,31 @@ pred.record(optax.sgd(lr))).departure_time`; and `init_gap`.
 Run: ``NQF_COMPILATION_CACHE=0 python benchmarks/departure_table.py [problem ...]`` (problems:
 see `problems`; default all; without the persistent cache "cold" includes every compile).
 Prints one JSON line per problem.
+
+Measured (2 cores shared with other jobs, load 3-7, so the wall times are rough; the clean cost
+numbers are `bench_departure.py`'s). Departure times are gradient-flow times; "none": the
+run stays within `gap_tol` = 0.05 L(0) of the NQF over the horizon; predict warm s without /
+with the s = 64 estimate / with the s = d one; init_gap at W0 and at 5 % of the horizon:
+
+| problem (MLP, no biases, SGD) | d | horizon | measured | s = 64 [interval] | s = d | max gap 64 / d | predict warm s | init_gap |
+|---|---|---|---|---|---|---|---|---|
+| digits 64-d-1 tanh, init 0.01, lr 0.05 | 256 | 100 | none | inf [inf, inf] | inf | 1.5e-4 / 1.6e-4 | 1.9 / 2.2 / 5.5 | 3e-11, 3e-8 |
+| same | 1024 | 100 | none | inf [inf, inf] | inf | 3.4e-5 / 4.0e-5 | 1.9 / 1.9 / 15.9 | 2e-11, 1e-7 |
+| same, equinox's own init, lr 0.02 | 256 | 50 | 46.1 | inf [28.3, inf] | inf | 0.044 / 0.018 | - | 0.005, 0.011 (warns) |
+| digits GELU, init 0.05 | 256 | 100 | 99.5 | inf [inf, inf] | inf | 0.028 / 0.032 | 3.7 / 4.3 / 12.6 | 4e-7, 3e-6 |
+| tanh teacher, 2000 x 64 Gaussian, lr 0.2 | 1024 | 200 | none | inf [inf, inf] | inf | 3.0e-5 / 2.8e-5 | - | 2e-12, 3e-10 |
+| 6-d-1 tanh, 120 inputs, init 0.02 | 256 | 200 | none | inf [inf, inf] | inf | 1.4e-3 / 1.3e-3 | 0.04 / 0.06 / 0.09 | 3e-10, 7e-4 |
+| same | 16 | 200 | 110 | inf (s = d) | inf | 0.024 | 0.05 / 0.12 / - | 1e-9, 7e-4 |
+| 6-d-1 tanh + 10 z^2, init 0.2 | 256 | 75 | 1.05 | inf [3.3, inf] | inf | 0.031 / 0.014 | 0.14 / 0.06 / 0.12 | 0.001, 0.026 (warns) |
+| test_predict's cubic module | 16 | 75 | 2.45 | 3.3 (s = d) | 3.3 | - | - | 3e-4, 0.015 (warns) |
+
+Hits: 1 of 5 departures (the cubic module at d = 16, within the learning phase); misses: the
+late departures (46, 99.5, 110) and the cubic module at d = 256 (1.05: before the first saved
+time past the start, at 3.3 the lower end of its interval). The init-size check flags both runs
+that leave early (own init, cubic) and none of the small-init runs. The s = 64 gap agrees with
+the full width to its error bar at small init and is noisier (up, 0.044 vs 0.018) once the
+remainder is large. ``deep`` (64-256-32-1, two hidden layers) did not finish within 10 minutes
+(not a neuron sum: the estimate falls back to the full width) and is not in the table.
 """
 
 import json
