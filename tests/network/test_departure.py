@@ -187,6 +187,9 @@ def test_a_mean_over_units_falls_back_to_the_full_width():
     dep = _departure.remainder(mean, model, X, Y, np.array([0.0, 1.0]), np.ones(2), PATH, 0.05, neurons=16)
     assert dep.settings["groups"] == 1 and dep.settings["neurons"] == WIDTH
     assert "full width" in dep.settings["sampling"] and np.all(dep.gap_se == 0)
+    every = _departure.remainder(mean, model, X, Y, np.array([0.0, 1.0]), np.ones(2), PATH, 0.05, neurons=WIDTH)
+    assert every.settings["groups"] == 1  # s = d in 8 groups would also be wrong for a mean
+    np.testing.assert_array_equal(every.gap, dep.gap)
 
 
 def test_bad_departure_neurons_are_named():

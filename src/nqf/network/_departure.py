@@ -26,7 +26,7 @@ residual weights e = (2 / m) (f_NQF + r - y) of the gradient are those of the po
 every replicate (the bar is the neuron sampling of each sum at fixed e). `departure_interval` is
 (first time gap + 2 se > gap_tol, first time gap - 2 se > gap_tol).
 
-**Additivity.** Before trusting the subsample the module's output at the full width at the last
+**Additivity.** Before trusting the groups (at s = d too) the module's output at the full width at the last
 saved W(t) is compared with the sum of its width-(s / G) blocks on a few inputs; a module with
 cross-neuron terms (a mean over units, an output nonlinearity) fails it and the estimate falls back
 to the full width (one group of all d neurons, exact, cost ~ d; ``sampling`` says so).
@@ -198,7 +198,7 @@ def remainder(net: Network, model, x, y, t, loss, path: WeightPath | None, gap_t
     idx = np.unique(np.linspace(0, len(t) - 1, min(len(t), _MAX_REMAINDER_TIMES)).round().astype(int))
     groups = np.array_split(np.random.default_rng(seed).permutation(d)[:s], min(_GROUPS, s))
     sampling = "all d neurons" if s == d else f"{s} of the d = {d} neurons"
-    if s < d and not _additive(net, path(idx[-1]), max(map(len, groups)), x):
+    if len(groups) > 1 and not _additive(net, path(idx[-1]), max(map(len, groups)), x):  # also at s = d
         groups, s = [np.arange(d)], d
         sampling = "the full width: the module is not a sum over its neurons (cross-neuron terms)"
     parts = _parts(net, model, x, y, path, idx, groups)
