@@ -47,7 +47,7 @@ def _net(width, mean=False):
 
 NET = _net(WIDTH)
 W = 0.25 * RNG.standard_normal((N_IN + 1, WIDTH))  # a point where the remainder matters
-PATH = _departure.WeightPath(lambda i: W, np.eye(WIDTH))
+PATH = _departure.WeightPath(lambda i: W, None)
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,7 @@ def _cost(net, s):
     d = net.d
     W = 0.3 * RNG.standard_normal((net.p, d))
     model = nqf.extract(net, X, net.p, y=Y[:, 0])
-    path = _departure.WeightPath(lambda i: W, np.eye(d))
+    path = _departure.WeightPath(lambda i: W, None)
     net.__dict__.pop("_programs", None)  # a program cached by an earlier call would bypass the spy
     _departure._remainder_program = spy
     try:

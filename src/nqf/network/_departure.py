@@ -78,26 +78,28 @@ class InitScaleWarning(NQFWarning):
 @dataclasses.dataclass(frozen=True)
 class WeightPath:
     """The NQF's weights along its saved times: W(t_i) = c_i 1^T + F_i Z (p, d), F_i (p, r) the
-    saved factor, Z (r, d) fixed by W0, c_i (p,) a mean part (the factor map with mu) or 0.
+    saved factor, Z (r, d) fixed by W0 (None: the identity, F_i = W(t_i)), c_i (p,) a mean part
+    (the factor map with mu) or 0.
     Calling it, ``path(i)``, gives W(t_i) (p, d); `columns(i, cols)` only the columns `cols`;
     `order(i)` the order parameters (M, mu) = (W W^T, W 1) at cost independent of d."""
 
     factor: Callable[[int], np.ndarray]  # i -> F_i (p, r)
-    Z: np.ndarray
+    Z: np.ndarray | None
     mean: Callable[[int], np.ndarray] | None = None  # i -> c_i (p,), or None
-    _zz: np.ndarray = dataclasses.field(init=False, repr=False)
-    _z1: np.ndarray = dataclasses.field(init=False, repr=False)
+    d: int = dataclasses.field(init=False)
+    _zz: np.ndarray | None = dataclasses.field(init=False, repr=False)
+    _z1: np.ndarray | None = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "_zz", self.Z @ self.Z.T)
-        object.__setattr__(self, "_z1", self.Z.sum(axis=1))
-
-    @property
-    def d(self) -> int:
-        return self.Z.shape[1]
+        Z = self.Z
+        d = np.shape(self.factor(0))[1] if Z is None else Z.shape[1]
+        object.__setattr__(self, "d", int(d))
+        object.__setattr__(self, "_zz", None if Z is None else Z @ Z.T)
+        object.__setattr__(self, "_z1", None if Z is None else Z.sum(axis=1))
 
     def columns(self, i: int, cols) -> np.ndarray:
-        W = np.asarray(self.factor(i)) @ self.Z[:, cols]
+        F = np.asarray(self.factor(i))
+        W = F[:, cols] if self.Z is None else F @ self.Z[:, cols]
         return W if self.mean is None else W + np.asarray(self.mean(i))[:, None]
 
     def __call__(self, i: int) -> np.ndarray:
@@ -105,8 +107,11 @@ class WeightPath:
 
     def order(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         F = np.asarray(self.factor(i))
-        Fz = F @ self._z1
-        M, mu = F @ self._zz @ F.T, Fz
+        if self._zz is None or self._z1 is None:
+            Fz, M = F.sum(axis=1), F @ F.T
+        else:
+            Fz, M = F @ self._z1, F @ self._zz @ F.T
+        mu = Fz
         if self.mean is not None:
             c = np.asarray(self.mean(i))
             M = M + self.d * np.outer(c, c) + np.outer(c, Fz) + np.outer(Fz, c)
@@ -123,7 +128,7 @@ def weights_along(traj, W0) -> WeightPath | None:
         if traj.form != "factor" or not traj.init_is_factor:
             return None
         F0 = np.asarray(traj.init)
-        Z = np.eye(W0.shape[1]) if F0.shape == W0.shape else np.linalg.lstsq(F0, W0, rcond=None)[0]
+        Z = None if F0.shape == W0.shape else np.linalg.lstsq(F0, W0, rcond=None)[0]
         return WeightPath(lambda i: np.asarray(traj.ys[i]), Z)
     if getattr(traj, "L", None) is None:
         return None
