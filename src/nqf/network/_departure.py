@@ -385,8 +385,8 @@ def _remainder_program(net: Network, front: int | None):
     the static loss change of the module itself. Wg (G, p, n): the groups' neurons (zero
     columns pad a short group: a zero neuron adds nothing to a sum); (M, mu) = (W W^T, W 1) of
     the full width, so the NQF's outputs are exact, and the module's outputs are the NQF's plus
-    the neuron sum of (module - NQF) (a control variate: only the remainder is sampled); `own` (`_residual_weights`): the residual
-    that weights each group's gradient."""
+    the neuron sum of (module - NQF) (a control variate: only the remainder is sampled);
+    `own` (`_residual_weights`): the residual that weights each group's gradient."""
 
     def parts(Wg, x, y, M, mu, model, span, rep, own):
         mse = lambda f: jnp.mean((f - y) ** 2, axis=-1)  # noqa: E731

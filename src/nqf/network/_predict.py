@@ -265,11 +265,10 @@ def predict(
       the module's next expansion terms and their gradient at 24 saved times; from 64 neurons
       0.36 s warm at width 256 or 1024 on the digits MLP, 11-18 % of `predict`, against 3.6-12 s
       at the full width; its first call compiles, about 8 s); False leaves `departure_estimate`
-      nan. `departure_neurons`: the s
-      neurons (random, of the d) it evaluates (default min(d, 64); d: the full width), at a cost
-      that does not grow with d (`nqf.network._departure`: an unbiased neuron subsample with a
-      jackknife error bar; a module that is not a sum over its neurons falls back to the full
-      width).
+      nan. `departure_neurons`: the s neurons (random, of the d) it evaluates (default
+      min(d, 64); d: the full width), at a cost that does not grow with d
+      (`nqf.network._departure`: an unbiased neuron subsample with a jackknife error bar; a
+      module that is not a sum over its neurons falls back to the full width).
     - `extract_options`: keywords for `nqf.extract` (e.g. ``{"structure": "dense"}``, or
       ``{"normalization": "mean"}`` for a layer that averages its units: the extracted sum form
       is scaled by c(d) = 1/d or 1/sqrt(d) back to the module at its width d).
@@ -278,16 +277,16 @@ def predict(
 
     **Raises:** `ValueError` for mismatched or non-finite `x`/`y`, a `W0` of the wrong shape, no
     horizon, `t1` inconsistent with `lr` x `steps`, `ts` with `lr` or not starting at 0, map
-    options without `lr`, bad tolerances, `departure_neurons` outside [2, d]; `nqf.memory.MemoryBudgetError` if the saved states
-    exceed the memory budget; the
+    options without `lr`, bad tolerances, `departure_neurons` outside [2, d];
+    `nqf.memory.MemoryBudgetError` if the saved states exceed the memory budget; the
     `nqf.ExtractionError`s of `nqf.extract` (not permutation-symmetric, not C^3 such as ReLU, a
     normalisation across neurons), naming the module; `TypeError` for a `network` that is not a
     module. Warns `FrozenParameterWarning` when a frozen array has a nonzero loss gradient at W0,
-    `nqf.data.PrecisionWarning` when float32 parameters or inputs were cast, `InitScaleWarning` when the
-    initialization is not small (`init_gap`), `HorizonWarning` when the learning phase does not end within the horizon (ignition times against
-    ``"phase_end"`` are then nan) or when the full-batch map's loss rises (the learning rate is
-    near the stability edge 2 / sharpness: what follows is the map's instability, not the
-    NQF's learning).
+    `nqf.data.PrecisionWarning` when float32 parameters or inputs were cast, `InitScaleWarning`
+    when the initialization is not small (`init_gap`), `HorizonWarning` when the learning phase
+    does not end within the horizon (ignition times against ``"phase_end"`` are then nan) or
+    when the full-batch map's loss rises (the learning rate is near the stability edge
+    2 / sharpness: what follows is the map's instability, not the NQF's learning).
     """
     net = as_network(network)
     x, y2, m, k = check_data(net, x, y)
