@@ -235,3 +235,13 @@ def test_init_gap_warns_at_the_modules_own_init(digits):
         np.testing.assert_allclose(pred.init_gap, expected, rtol=1e-8, atol=1e-14)  # a difference of losses
         assert pred.settings["init_gap_t"] >= 0.05 * pred.t[-1]
     assert small.init_gap.max() < 1e-5 < _departure.INIT_GAP_TOL < own.init_gap.max()
+
+
+def test_the_default_estimates_up_to_a_data_size():
+    """Default (None): on up to m k p = AUTO_SIZE (the digits MLP: 1797 x 65), off above with the
+    reason (the issue's 20000 x 257); True and False as given."""
+    assert _departure.departure_on(None, 1797 * 65) == (True, "")
+    on, why = _departure.departure_on(None, 20000 * 257)
+    assert not on and "m k p = 5140000 > 200000" in why and "estimate_departure=True" in why
+    assert _departure.departure_on(True, 20000 * 257) == (True, "")
+    assert _departure.departure_on(False, 10) == (False, "estimate_departure=False")

@@ -36,9 +36,15 @@ width-s module's T3 + T4 on the m inputs and two forward passes for the curvatur
 d (the program's XLA FLOP count is the same at d = 32 and d = 128; linear in m). Measured
 (`benchmarks/bench_departure.py`, digits MLP 64-d-1, 1797 inputs, 2000 steps, 2 shared cores,
 warm): 0.36 s at d = 256 and 0.37 s at d = 1024, against 3.6 s and 12.3 s at the full width and
-1.65 s / 3.1 s for the rest of `predict`: 18 % and 11 % of the total, so it stays on by default.
-The first call compiles (about 8 s, independent of d; nqf's persistent compilation cache keeps it
-for later processes).
+1.65 s / 3.1 s for the rest of `predict`: 18 % and 11 % of the total (m k p = 1.2e5). The cost
+grows with m k p faster than the rest of `predict`: at the issue's scale (m = 20000 inputs of
+dimension 256, p = 257, d = 1024, 300 steps; m k p = 5.1e6) 33 s against 22 s, 60 %; at
+m = 6000, dimension 160, d = 1024, 300 steps (m k p = 9.7e5) 3.35 s against 1.10 s warm, 75 %
+(one-off timings of `predict` and `remainder`, warm, on 2 loaded cores). It is linear in m k p
+(0.36 s at 1.2e5, 3.35 s at 9.7e5) while `predict`'s own cost depends on the steps. So `predict`
+estimates it by default only up to m k p = `AUTO_SIZE` = 2e5 (`departure_on`; between 1.2e5 and
+9.7e5 not measured); ``estimate_departure=True`` forces it. The first call compiles (about 8 s,
+independent of d; nqf's persistent compilation cache keeps it for later processes).
 
 **Accuracy** (`benchmarks/departure_table.py`): first order in the remainder, the estimate
 catches a departure inside the learning phase (a strong cubic term) and misses the late ones that
@@ -67,6 +73,7 @@ _GROUPS = 8
 DEFAULT_NEURONS = 64
 INIT_GAP_TOL = 0.01  # init_gap above this fraction of L(0) warns InitScaleWarning
 _ADDITIVE_INPUTS = 4
+AUTO_SIZE = 200_000  # predict's default estimates the departure up to m k p data entries (measured shares below)
 
 
 class InitScaleWarning(NQFWarning):
@@ -156,6 +163,19 @@ class Departure:
     estimate: float
     interval: np.ndarray
     settings: dict
+
+
+def departure_on(estimate_departure: bool | None, size: int) -> tuple[bool, str]:
+    """Whether `predict` estimates the departure: `estimate_departure`, or by default (None) when
+    the data's m k p entries (`size`) are at most `AUTO_SIZE`; and why not (``""`` when on)."""
+    if estimate_departure is None:
+        if size <= AUTO_SIZE:
+            return True, ""
+        return False, (
+            f"off by default: m k p = {size} > {AUTO_SIZE} (its cost grows with m k p and passes ~20 % of predict's; "
+            "estimate_departure=True computes it)"
+        )
+    return bool(estimate_departure), "" if estimate_departure else "estimate_departure=False"
 
 
 def check_neurons(neurons, d: int) -> int:

@@ -51,7 +51,7 @@ from ..dynamics import batch_indices as draw_batches
 from ..dynamics import closed_sgd
 from ..solvers import FlowSolution, solve_flow
 from ..theory import asymptote, drop_times, learning_phase_end, measure_ignition_times, plateau_levels
-from ._departure import InitScaleWarning, check_init, check_neurons, remainder, weights_along
+from ._departure import InitScaleWarning, check_init, check_neurons, departure_on, remainder, weights_along
 from ._inputs import as_network, check_data, check_steps
 
 if TYPE_CHECKING:
@@ -225,7 +225,7 @@ def predict(
     target: str = "phase_end",
     phase_tol: float = 0.02,
     gap_tol: float = 0.05,
-    estimate_departure: bool = True,
+    estimate_departure: bool | None = None,
     departure_neurons: int | None = None,
     extract_options: dict[str, Any] | None = None,
 ) -> Prediction:
@@ -261,11 +261,13 @@ def predict(
       or refused with a `RuntimeError`) or ``"horizon"`` (the values at the last saved time).
     - `phase_tol`: the learning phase ends when L(t) - L_inf <= phase_tol (L(0) - L_inf);
       `gap_tol`: the loss-gap tolerance (fraction of L(0)) of the departure estimate.
-    - `estimate_departure`: compute the a-priori departure estimate (default True; it evaluates
-      the module's next expansion terms and their gradient at 24 saved times; from 64 neurons
+    - `estimate_departure`: compute the a-priori departure estimate (default None: when the m k p
+      data entries are at most 2e5, ``settings["departure"]["off"]`` says why not; it evaluates
+      the module's next expansion terms and their gradient at 24 saved times: from 64 neurons
       0.36 s warm at width 256 or 1024 on the digits MLP, 11-18 % of `predict`, against 3.6-12 s
-      at the full width; its first call compiles, about 8 s); False leaves `departure_estimate`
-      nan. `departure_neurons`: the s neurons (random, of the d) it evaluates (default
+      at the full width; but its cost is linear in m k p: 60-75 % of `predict` at m k p = 1e6 to
+      5e6; its first call compiles, about 8 s); False
+      leaves `departure_estimate` nan, True computes it at any size. `departure_neurons`: the s neurons (random, of the d) it evaluates (default
       min(d, 64); d: the full width), at a cost that does not grow with d
       (`nqf.network._departure`: an unbiased neuron subsample with a jackknife error bar; a
       module that is not a sum over its neurons falls back to the full width).
@@ -392,8 +394,9 @@ def predict(
     half = drop_times(t, loss, levels=np.array([loss[0], final_loss]))[0]
     path = weights_along(traj, W0)
     gap0, settings["init_gap_t"] = check_init(net, model, x, y2, W0, path, t)
-    dep = remainder(net, model, x, y2, t, loss, path if estimate_departure else None, gap_tol, neurons=s_dep)
-    settings["departure"] = dep.settings
+    on, why = departure_on(estimate_departure, m * k * net.p)
+    dep = remainder(net, model, x, y2, t, loss, path if on else None, gap_tol, neurons=s_dep)
+    settings["departure"] = dep.settings if on else {"off": why}
     return Prediction(
         t=t,
         loss=loss,
