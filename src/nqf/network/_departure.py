@@ -40,7 +40,7 @@ warm): 0.36 s at d = 256 and 0.37 s at d = 1024, against 3.6 s and 12.3 s at the
 grows with m k p faster than the rest of `predict`: at the issue's scale (m = 20000 inputs of
 dimension 256, p = 257, d = 1024, 300 steps; m k p = 5.1e6) 33 s against 22 s, 60 %; at
 m = 6000, dimension 160, d = 1024, 300 steps (m k p = 9.7e5) 3.35 s against 1.10 s warm, 75 %
-(one-off timings of `predict` and `remainder`, warm, on 2 loaded cores). It is linear in m k p
+(`benchmarks/departure_scale.py`, warm, 2 loaded cores). It is linear in m k p
 (0.36 s at 1.2e5, 3.35 s at 9.7e5) while `predict`'s own cost depends on the steps. So `predict`
 estimates it by default only up to m k p = `AUTO_SIZE` = 2e5 (`departure_on`; between 1.2e5 and
 9.7e5 not measured); ``estimate_departure=True`` forces it. The first call compiles (about 8 s,
