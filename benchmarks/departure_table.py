@@ -29,9 +29,9 @@ with the s = 64 estimate / with the s = d one; init_gap at W0 and at 5 % of the 
 Hits: 1 of 5 departures (the cubic module at d = 16, within the learning phase); misses: the
 late departures (46, 99.5, 110) and the cubic module at d = 256 (1.05: before the first saved
 time past the start, at 3.3 the lower end of its interval). The init-size check flags both runs
-that leave early (own init, cubic) and none of the small-init runs. The s = 64 gap agrees with
-the full width to its error bar at small init and is noisier (up, 0.044 vs 0.018) once the
-remainder is large. ``deep`` (64-256-32-1, two hidden layers) did not finish within 10 minutes
+that leave early (own init, cubic) and none of the small-init runs. The s = 64 maximum gap is
+within 4-16 % of the full width's at small init (1.5e-4 vs 1.6e-4, 3.4e-5 vs 4.0e-5) and noisier,
+biased up, once the remainder is large (0.044 vs 0.018, 0.031 vs 0.014). ``deep`` (64-256-32-1, two hidden layers) did not finish within 10 minutes
 (not a neuron sum: the estimate falls back to the full width) and is not in the table.
 """
 
