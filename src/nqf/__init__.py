@@ -74,7 +74,8 @@ _NAMES = {
         proposition7 sample_ignition_times samplewise_rates staircase_limit theorem3 theorem4 theorem5 theorem6
         theorem6_rates theorem7 theorem7_commuting theorem16 compress powerlaw samplewise spectral
         WidthRegime width_regime width_scaled_model ntk_drift sharpness stability_edge""",
-    "nqf.network": "Comparison FrozenParameterWarning HorizonWarning Plan Prediction Recording compare plan predict record",
+    "nqf.network": """Comparison FrozenParameterWarning HorizonWarning InitScaleWarning Plan Prediction Recording compare
+        plan predict record""",
 }
 _HOME = {name: module for module, names in _NAMES.items() for name in names.split()}
 _LAYERS = ("data", "dynamics", "solvers", "theory", "network", "validate", "experiments", "cli")
@@ -298,6 +299,7 @@ __all__ = [
     "Comparison",
     "FrozenParameterWarning",
     "HorizonWarning",
+    "InitScaleWarning",
     # results on disk
     "save",
     "load",

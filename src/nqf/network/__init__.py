@@ -13,7 +13,7 @@ modules: `_inputs`, `_plan`, `_predict`, `_events`, `_departure`, `_record`, `_c
 from .._core._exports import publish as _publish
 from ._compare import Comparison, compare
 from ._plan import Plan, plan
-from ._predict import FrozenParameterWarning, HorizonWarning, Prediction, predict
+from ._predict import FrozenParameterWarning, HorizonWarning, InitScaleWarning, Prediction, predict
 from ._record import Recording, record
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "compare",
     "FrozenParameterWarning",
     "HorizonWarning",
+    "InitScaleWarning",
 ]
 
 _publish(__name__, globals())

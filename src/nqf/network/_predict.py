@@ -53,7 +53,7 @@ from ..dynamics import batch_indices as draw_batches
 from ..dynamics import closed_sgd
 from ..solvers import FlowSolution, solve_flow
 from ..theory import asymptote
-from ._departure import remainder, weights_along
+from ._departure import InitScaleWarning, check_init, check_neurons, departure_on, remainder, weights_along
 from ._events import HorizonWarning, check_target, curves_of, events
 from ._inputs import as_network, check_data, check_steps, initial_weights, resolve_step_values
 
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
     from ._record import Recording
 
-__all__ = ["Prediction", "predict", "FrozenParameterWarning", "HorizonWarning"]
+__all__ = ["Prediction", "predict", "FrozenParameterWarning", "HorizonWarning", "InitScaleWarning"]
 
 
 class FrozenParameterWarning(NQFWarning):
@@ -109,7 +109,13 @@ class Prediction(Saveable):
     - `departure_estimate`: the a-priori estimate of when the network leaves the NQF (module
       docstring; inf if not within the horizon, nan if W(t) is not available);
       `remainder_t` (n_r,), `remainder_gap` (n_r,): |L(f_NQF + T3 + T4) - L_NQF| / L(0) at those
-      times; `module_gap` (n_r,): |L(module at W(t)) - L_NQF| / L(0).
+      times; `module_gap` (n_r,): |L(module at W(t)) - L_NQF| / L(0). From `departure_neurons`
+      random neurons (``settings["departure"]``: s, groups, sampling): `remainder_gap_se` (n_r,)
+      the gap's standard error (delete-one-group jackknife; 0 at s = d), `departure_interval`
+      (2,) the first times gap + 2 se and gap - 2 se exceed `gap_tol`.
+    - `init_gap` (2,): |L_module - L_NQF| / L(0) at W0 and at the first saved time after 5 % of
+      the horizon (``settings["init_gap_t"]``) on the NQF's path; above 0.01 an
+      `InitScaleWarning` says the initialization is not small.
     - `settings`: the call's settings (lr, steps, t1, batches, momentum, weight decay, rho,
       phase_tol, gap_tol); `x`, `y`: the data; `network`: the `nqf.Network` (not kept by `save`
       or pickling, which keep the numbers; `record` needs it).
@@ -146,6 +152,9 @@ class Prediction(Saveable):
     x: object
     y: np.ndarray
     network: Network | None = None
+    departure_interval: np.ndarray = dataclasses.field(default_factory=lambda: np.full(2, np.nan))
+    remainder_gap_se: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    init_gap: np.ndarray = dataclasses.field(default_factory=lambda: np.full(2, np.nan))
 
     def _after_load(self) -> None:
         object.__setattr__(self, "network", None)
@@ -268,7 +277,8 @@ def predict(
     target: str | Float[ArrayLike, " p"] = "phase_end",
     phase_tol: float = 0.02,
     gap_tol: float = 0.05,
-    estimate_departure: bool = True,
+    estimate_departure: bool | None = None,
+    departure_neurons: int | None = None,
     extract_options: dict[str, Any] | None = None,
     step_values: str = "auto",
 ) -> Prediction:
@@ -307,9 +317,16 @@ def predict(
       with a `HorizonWarning`); `Prediction.with_targets` re-targets without solving again.
     - `phase_tol`: the learning phase ends when L(t) - L_inf <= phase_tol (L(0) - L_inf);
       `gap_tol`: the loss-gap tolerance (fraction of L(0)) of the departure estimate.
-    - `estimate_departure`: compute the a-priori departure estimate (default True; it evaluates
-      the module's next expansion terms and their gradient at 24 saved times, often the largest
-      part of the cost); False leaves `departure_estimate` nan.
+    - `estimate_departure`: compute the a-priori departure estimate (default None: when the m k p
+      data entries are at most 2e5, ``settings["departure"]["off"]`` says why not; it evaluates
+      the module's next expansion terms and their gradient at 24 saved times: from 64 neurons
+      0.36 s warm at width 256 or 1024 on the digits MLP, 11-18 % of `predict`, against 3.6-12 s
+      at the full width; but its cost is linear in m k p: 60-75 % of `predict` at m k p = 1e6 to
+      5e6; its first call compiles, about 8 s); False
+      leaves `departure_estimate` nan, True computes it at any size. `departure_neurons`: the s neurons (random, of the d) it evaluates (default
+      min(d, 64); d: the full width), at a cost that does not grow with d
+      (`nqf.network._departure`: an unbiased neuron subsample with a jackknife error bar; a
+      module that is not a sum over its neurons falls back to the full width).
     - `step_values`: for the map, the loss and eigenvalues of M after every step
       (`closed_sgd(step_values=...)`), which give the event times one step's resolution:
       ``"auto"`` (default: ``"all"`` for full batch and p <= 128, ``"loss"`` for larger p,
@@ -324,16 +341,16 @@ def predict(
 
     **Raises:** `ValueError` for mismatched or non-finite `x`/`y`, a `W0` of the wrong shape, no
     horizon, `t1` inconsistent with `lr` x `steps`, `ts` with `lr` or not starting at 0, map
-    options without `lr`, bad tolerances; `nqf.memory.MemoryBudgetError` if the saved states
-    exceed the memory budget; the
+    options without `lr`, bad tolerances, `departure_neurons` outside [2, d];
+    `nqf.memory.MemoryBudgetError` if the saved states exceed the memory budget; the
     `nqf.ExtractionError`s of `nqf.extract` (not permutation-symmetric, not C^3 such as ReLU, a
     normalisation across neurons), naming the module; `TypeError` for a `network` that is not a
     module. Warns `FrozenParameterWarning` when a frozen array has a nonzero loss gradient at W0,
-    `nqf.data.PrecisionWarning` when float32 parameters or inputs were cast, `HorizonWarning`
-    when the learning phase does not end within the horizon (the ``"phase_end"`` targets are then
-    the values at the horizon) or when the full-batch map's loss rises (the learning rate is
-    near the stability edge 2 / sharpness: what follows is the map's instability, not the
-    NQF's learning).
+    `nqf.data.PrecisionWarning` when float32 parameters or inputs were cast, `InitScaleWarning`
+    when the initialization is not small (`init_gap`), `HorizonWarning` when the learning phase
+    does not end within the horizon (the ``"phase_end"`` targets are then the values at the
+    horizon) or when the full-batch map's loss rises (the learning rate is near the stability
+    edge 2 / sharpness: what follows is the map's instability, not the NQF's learning).
     """
     net = as_network(network)
     x, y2, m, k = check_data(net, x, y)
@@ -351,6 +368,7 @@ def predict(
             "flow); use target='phase_end' or 'horizon'."
         )
     _check_horizon(t1, lr, steps, ts)
+    s_dep = check_neurons(departure_neurons, net.d)
     n_saves = (
         (len(ts) if ts is not None else 401)
         if lr is None
@@ -363,7 +381,7 @@ def predict(
     )
     _warn_frozen(net, x, y2, W0)
     model = _extract(net, x, y2, k, extract_options)
-    settings = dict(
+    settings: dict[str, Any] = dict(
         lr=None,
         steps=None,
         t1=None,
@@ -416,8 +434,11 @@ def predict(
     curves = curves_of(traj)
     settings["resolution"] = curves.resolution
     ev = events(curves, target=target, rho=rho, phase_tol=phase_tol, final_loss=final_loss, asym=asym)
-    W_t = weights_along(traj, W0) if estimate_departure else None
-    rt, rgap, mgap, depart = remainder(net, model, x, y2, t, loss, W_t, gap_tol)
+    path = weights_along(traj, W0)
+    gap0, settings["init_gap_t"] = check_init(net, model, x, y2, W0, path, t)
+    on, why = departure_on(estimate_departure, m * k * net.p)
+    dep = remainder(net, model, x, y2, t, loss, path if on else None, gap_tol, neurons=s_dep)
+    settings["departure"] = dep.settings if on else {"off": why}
     return Prediction(
         t=t,
         loss=loss,
@@ -428,10 +449,13 @@ def predict(
         asymptote=asym,
         final_loss=final_loss,
         **ev,
-        departure_estimate=depart,
-        remainder_t=rt,
-        remainder_gap=rgap,
-        module_gap=mgap,
+        departure_estimate=dep.estimate,
+        remainder_t=dep.t,
+        remainder_gap=dep.gap,
+        module_gap=dep.module_gap,
+        departure_interval=dep.interval,
+        remainder_gap_se=dep.gap_se,
+        init_gap=gap0,
         settings=settings,
         x=jax.tree_util.tree_map(np.asarray, x),
         y=np.asarray(y2),
