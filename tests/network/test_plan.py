@@ -60,6 +60,18 @@ def test_the_edge_is_where_the_predicted_map_catapults(small):
         warned = any("stability edge" in str(w.message) for w in caught)
         assert warned == rises, (factor, [str(w.message) for w in caught])
         assert bool(np.any(np.diff(pred.loss) > 1e-3 * pred.loss[0])) == rises
+        if not rises:  # the map's own path (5 states) has the flow's edge (17 states)
+            assert pred.settings["stability_edge"] == pytest.approx(edge, rel=0.05)
+            assert pred.settings["stability_edge_init"] == pytest.approx(small.lr_edge_init, rel=1e-9)
+
+
+def test_predict_warns_before_the_run_for_an_lr_past_the_edge_at_init(small):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nqf.predict(NET, X, Y, lr=1.2 * small.lr_edge_init, steps=3, init_scale=SCALE, estimate_departure=False)
+    first = caught[0]  # before the map runs
+    assert first.category is nqf.HorizonWarning and "at the initial weights" in str(first.message)
+    assert f"{small.lr_edge_init:.4g}" in str(first.message)
 
 
 def test_plan_warns_for_an_lr_past_the_edge_and_suggests_one(small):
@@ -73,13 +85,12 @@ def test_plan_warns_for_an_lr_past_the_edge_and_suggests_one(small):
 
 def test_init_check_is_the_module_vs_nqf_loss_gap(small):
     """init_gap[0] = |L_module(W0) - L_NQF(W0)| / L(0), each computed directly; the module's own
-    (not small) initialization is flagged, 0.02 x it is not."""
+    (not small) initialization is flagged (nqf.InitScaleWarning), 0.02 x it is not."""
     W0 = NET.W
     model_loss = float(np.mean((np.asarray(jax.vmap(lambda xx: NET(W0, xx))(X)).reshape(-1) - Y) ** 2))
     f = np.asarray(nqf.NQFModel(small.model).outputs_factor(W0, W0.sum(axis=1)))
     nqf_loss = float(np.mean((f - Y) ** 2))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", nqf.NQFWarning)
+    with pytest.warns(nqf.InitScaleWarning, match="initialization is not small"):
         own = nqf.plan(NET, X, Y)
     assert own.init_gap[0] == pytest.approx(abs(model_loss - nqf_loss) / nqf_loss, rel=1e-9)
     assert not own.init_small and small.init_small

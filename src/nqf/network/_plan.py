@@ -13,9 +13,10 @@ any training, solves its gradient flow (Eq. E9 / E10) to the end of the learning
    `n_points` times in [0, horizon]; full-batch GD with learning rate lr is linearly stable
    where lr < 2 (1 + beta) / S(t) (heavy-ball momentum beta; beta = 0: plain GD). The edge of
    the run is the smallest of these, `lr_edge`; the suggested lr is `lr_margin` x `lr_edge`;
-3. **the init-size check** (`nqf.network._departure.init_gap`): the module-vs-NQF loss gap at W0
-   and early on the predicted path, relative to L(0) (an `nqf.InitScaleWarning` when the
-   initialization is not small enough for the NQF to describe the start).
+3. **the init-size check** (`nqf.network._departure.init_gap`, as in `nqf.predict`): the
+   module-vs-NQF loss gap at W0 and at the first saved time after 5 % of the horizon on the
+   predicted path, relative to L(0) (an `nqf.InitScaleWarning` above 1 %: the initialization is
+   not small enough for the NQF to describe the start).
 
 The flow is the lr -> 0 limit of the map: the map's own path (and its sharpness) differs by
 O(lr) and, near the edge, by the catapult the edge announces; `nqf.predict` with the lr checks
@@ -29,7 +30,6 @@ import math
 import warnings
 from typing import Any
 
-import jax
 import numpy as np
 from jaxtyping import ArrayLike, Float, PyTree
 
@@ -38,9 +38,11 @@ from .._core.io import Saveable
 from ..data import Network, NQFModel
 from ..solvers import MaxStepsReached, Stop, solve_flow
 from ..theory import asymptote
-from ..theory._sharpness import _sharpness_jit, stability_edge
+from ..theory._sharpness import stability_edge
+from ._departure import INIT_GAP_TOL, check_init, weights_along
 from ._inputs import as_network, check_data, initial_weights
 from ._predict import HorizonWarning, _asymptote, _extract, _flow_factor
+from ._stability import path_sharpness
 
 __all__ = ["Plan", "plan"]
 
@@ -64,8 +66,8 @@ class Plan(Saveable):
     - `lr`: the learning rate asked about (None if not given) and `stable`: lr < lr_edge (None
       without lr); `suggested_lr` = lr_margin x lr_edge; `steps`: ceil(horizon / lr) for the
       given lr, else for the suggested one.
-    - `init_gap` (2,): |L_module - L_NQF| / L(0) at W0 and at `init_gap_time`; `init_small`:
-      both below `init_tol`.
+    - `init_gap` (2,): |L_module - L_NQF| / L(0) at W0 and at `init_gap_time` (5 % into the
+      horizon); `init_small`: both at most 0.01 (`nqf.InitScaleWarning` otherwise).
     - `model`: the extracted NQF; `settings`: the call's settings.
 
     **Methods:** `suggestion()`: keywords for `nqf.predict` / `pred.record` (lr, steps);
@@ -156,7 +158,6 @@ def plan(
     phase_tol: float = 0.02,
     margins: tuple[float, float] = (0.5, 0.5),
     n_points: int = 17,
-    init_tol: float = 0.01,
     extract_options: dict[str, Any] | None = None,
 ) -> Plan:
     """Plan a training run before it starts: the stability edge of the NQF's gradient-descent
@@ -174,7 +175,6 @@ def plan(
     - `margins`: (lr_margin, horizon_margin): suggested lr = lr_margin x lr_edge, suggested
       horizon = (1 + horizon_margin) x phase end (each in (0, 1]).
     - `n_points`: times at which the sharpness is evaluated along [0, horizon] (>= 2).
-    - `init_tol`: the init-size check's bound on |L_module - L_NQF| / L(0).
 
     **Returns:** a `Plan`.
 
@@ -183,7 +183,7 @@ def plan(
     < 2, tolerances outside (0, 1). Warns `HorizonWarning` when the learning phase does not end
     within `t_max` (a horizon that cannot be reached: `phase_end` is nan and the suggested
     horizon is `t_max`) or when `lr` is past the stability edge; `nqf.InitScaleWarning` when the
-    initialization is not small.
+    initialization is not small (a module-vs-NQF loss gap above 1 % of L(0)).
     """
     net = as_network(network)
     x, y2, m, k = check_data(net, x, y)
@@ -192,7 +192,7 @@ def plan(
     t_max = check_positive(t_max, "t_max")
     momentum = _check_unit(momentum, "momentum", closed_left=True)
     lr_margin, horizon_margin = (_check_unit(v, "margins", closed_right=True) for v in margins)
-    phase_tol, init_tol = _check_unit(phase_tol, "phase_tol"), _check_unit(init_tol, "init_tol")
+    phase_tol = _check_unit(phase_tol, "phase_tol")
     if isinstance(n_points, bool) or not isinstance(n_points, (int, np.integer)) or n_points < 2:
         raise ValueError(f"`n_points` must be an integer >= 2; found {n_points!r}.")
     model = _extract(net, x, y2, k, extract_options)
@@ -214,7 +214,7 @@ def plan(
         )
     horizon = (1.0 + horizon_margin) * end if np.isfinite(end) else t_max
     sol = solve_flow(model, W0=F0, t1=horizon, ts=np.linspace(0.0, horizon, n_points))
-    S = _path_sharpness(model, sol, W0.shape[1])
+    S = path_sharpness(model, sol.M, sol.mu if _mean_field(model) else None, W0.shape[1])
     edge = float(stability_edge(S.max()) * (1.0 + momentum))
     i_edge = int(np.argmax(S))
     stable = None if lr is None else bool(lr < edge)
@@ -226,8 +226,8 @@ def plan(
             HorizonWarning,
             stacklevel=2,
         )
-    gap, gap_time = _init_check(net, model, x, y2, W0, sol, end)
-    init_small = bool(np.all(gap <= init_tol))
+    gap, gap_time = check_init(net, model, x, y2, W0, weights_along(sol, W0), np.asarray(sol.ts))
+    init_small = bool(np.nanmax(gap) <= INIT_GAP_TOL)
     suggested = lr_margin * edge
     return Plan(
         t=np.asarray(sol.ts, dtype=float),
@@ -255,9 +255,12 @@ def plan(
             phase_tol=phase_tol,
             margins=(lr_margin, horizon_margin),
             n_points=int(n_points),
-            init_tol=init_tol,
         ),
     )
+
+
+def _mean_field(model) -> bool:
+    return isinstance(model, NQFModel) and model.has_mean_field
 
 
 def _check_unit(v, name: str, *, closed_left: bool = False, closed_right: bool = False) -> float:
@@ -310,46 +313,3 @@ def _phase_end(model, F0, L0: float, final: float, tol: float, t_max: float) -> 
     if sol.stop_time is None or not np.isfinite(sol.stop_time) or sol.stop_time >= t_max:
         return float("nan")
     return float(sol.stop_time)
-
-
-def _path_sharpness(model, sol, d: int) -> np.ndarray:
-    """S(t) (n,) at the saved times of a flow solution (vmapped `nqf.sharpness`)."""
-    M = np.asarray(sol.M)
-    mean_field = isinstance(model, NQFModel) and model.has_mean_field
-    mu = np.asarray(sol.mu) if mean_field else None
-    columns = None if d > M.shape[-1] + 1 else d
-    full = model if isinstance(model, NQFModel) else NQFModel(model)
-    dd = float(d) if mean_field else 1.0
-
-    def one(Mi, mui):
-        return _sharpness_jit(full, Mi, mui, dd, 0.0, 64, columns, jax.random.key(0))[0]
-
-    if mu is None:
-        return np.asarray(jax.vmap(lambda Mi: one(Mi, None))(M))
-    return np.asarray(jax.vmap(one)(M, mu))
-
-
-def _init_check(net, model, x, y2, W0, sol, end: float) -> tuple[np.ndarray, float]:
-    """(gap (2,), t): |L_module - L_NQF| / L(0) at W0 and at the saved time of the path nearest
-    the half-way point of the learning phase (L = (L(0) + L(phase end)) / 2; the last saved time
-    if the phase does not end), where the NQF's description matters most and where an
-    initialization that is not small shows (the module's own higher-order terms along W(t))."""
-    from ._departure import weights_along
-
-    loss = np.asarray(sol.loss)
-    ts = np.asarray(sol.ts)
-    if np.isfinite(end):
-        half = 0.5 * (loss[0] + np.interp(end, ts, loss))
-        i = int(np.argmin(np.abs(loss - half)))
-    else:
-        i = len(ts) - 1
-    W_at = weights_along(sol, W0)
-    W_i = W0 if W_at is None else W_at(i)
-    yf = np.asarray(y2)
-
-    def module_loss(W):
-        out = jax.vmap(lambda xx: jax.numpy.atleast_1d(net(W, xx)))(x)
-        return float(np.mean((np.asarray(out) - yf) ** 2))
-
-    gaps = [abs(module_loss(W0) - float(loss[0])), abs(module_loss(W_i) - float(loss[i]))]
-    return np.asarray(gaps) / float(loss[0]), float(ts[i]) if W_at is not None else 0.0

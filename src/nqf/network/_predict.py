@@ -51,11 +51,13 @@ from .._core.io import Saveable
 from ..data import AbstractCommutingData, FeedForwardData, Network, NQFModel, extract
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics import closed_sgd
+from ..dynamics._train_args import check_momentum
 from ..solvers import FlowSolution, solve_flow
 from ..theory import asymptote
 from ._departure import InitScaleWarning, check_init, check_neurons, departure_on, remainder, weights_along
 from ._events import HorizonWarning, check_target, curves_of, events
 from ._inputs import as_network, check_data, check_steps, initial_weights, resolve_step_values
+from ._stability import edge_along_path, warn_past_edge_at_init
 
 if TYPE_CHECKING:
     import matplotlib.axes
@@ -117,7 +119,8 @@ class Prediction(Saveable):
       the horizon (``settings["init_gap_t"]``) on the NQF's path; above 0.01 an
       `InitScaleWarning` says the initialization is not small.
     - `settings`: the call's settings (lr, steps, t1, batches, momentum, weight decay, rho,
-      phase_tol, gap_tol); `x`, `y`: the data; `network`: the `nqf.Network` (not kept by `save`
+      phase_tol, gap_tol) and, for a map, ``"stability_edge_init"`` / ``"stability_edge"``: the
+      largest stable lr 2 (1 + momentum) / S at W0 and along the predicted path; `x`, `y`: the data; `network`: the `nqf.Network` (not kept by `save`
       or pickling, which keep the numbers; `record` needs it).
 
     **Methods:** `record(optimizer, ...)`: train the module on the same data, initial weights,
@@ -349,8 +352,10 @@ def predict(
     `nqf.data.PrecisionWarning` when float32 parameters or inputs were cast, `InitScaleWarning`
     when the initialization is not small (`init_gap`), `HorizonWarning` when the learning phase
     does not end within the horizon (the ``"phase_end"`` targets are then the values at the
-    horizon) or when the full-batch map's loss rises (the learning rate is near the stability
-    edge 2 / sharpness: what follows is the map's instability, not the NQF's learning).
+    horizon), when `lr` is past the map's stability edge 2 (1 + momentum) / S at W0 (before the
+    map runs; S the sharpness, `nqf.sharpness`), or when the full-batch map's loss rises or lr is
+    past the edge along the predicted path (``settings["stability_edge"]``, at 5 saved states:
+    what follows is the map's instability, not the NQF's learning).
     """
     net = as_network(network)
     x, y2, m, k = check_data(net, x, y)
@@ -413,20 +418,17 @@ def predict(
         )
         settings["t1"] = t1
     else:
+        settings["stability_edge_init"] = warn_past_edge_at_init(
+            model, W0, check_positive(lr, "lr"), float(check_momentum(momentum)), weight_decay
+        )
         sched = (batch_size, batch_indices, key)
         traj, rows = _map(model, W0, m, k, lr, steps, t1, save_every, sched, momentum, weight_decay, step_values)
         settings.update(lr=traj.lr, steps=int(traj.steps[-1]), t1=float(traj.t[-1]), batch_indices=rows)
     t = np.asarray(traj.ts if isinstance(traj, FlowSolution) else traj.t, dtype=float)
     loss = np.asarray(traj.loss, dtype=float)
-    if lr is not None and batch_size is None and batch_indices is None and np.any(np.diff(loss) > 0.01 * loss[0]):
-        warnings.warn(
-            f"The predicted full-batch loss rises by up to {np.diff(loss).max() / loss[0]:.3g} L(0) between "
-            f"saved steps: lr = {lr:g} is near the stability edge 2 / sharpness of the NQF's map; what "
-            "follows is the map's instability (a catapult), not the NQF's learning, and a departure "
-            "measured there is not the network leaving the NQF. Use a smaller `lr`.",
-            HorizonWarning,
-            stacklevel=2,
-        )
+    if lr is not None:
+        full = batch_size is None and batch_indices is None
+        settings["stability_edge"] = edge_along_path(model, traj, W0, lr, momentum, weight_decay, full)
     eig = np.linalg.eigvalsh(np.asarray(traj.M))[:, ::-1]
     asym = None if weight_decay else _asymptote(model, W0, label, float(t[-1]))
     final_loss = float(loss[-1]) if asym is None else float(asym.loss)

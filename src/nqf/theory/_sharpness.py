@@ -121,7 +121,7 @@ def sharpness(
     mu: Float[ArrayLike, " p"] | None = None,
     d: int | None = None,
     weight_decay: float = 0.0,
-    iterations: int = 64,
+    iterations: int = 32,
     return_residual: bool = False,
 ) -> Float[Array, ""] | tuple[Float[Array, ""], Float[Array, ""]]:
     """The sharpness S of the NQF's loss at W: the largest eigenvalue of the Hessian of
@@ -140,7 +140,9 @@ def sharpness(
       `M` without `d` means a width d > p + 1).
     - `weight_decay`: gamma >= 0 (adds gamma to every Hessian eigenvalue).
     - `iterations`: Lanczos steps (static; capped at p (p + 2)); the top Ritz value converges
-      from below, with the residual bound |beta_k s_k| (`return_residual=True`).
+      from below, with the residual bound |beta_k s_k| (`return_residual=True`). Measured on the
+      digits MLP's NQF (p = 65) along its path: converged to 6 digits in 16 steps, residual
+      1e-21 at 32.
 
     **Returns:** S, a float64 scalar (a JAX array); with `return_residual`, (S, residual): the
     Hessian has an eigenvalue within `residual` of S.
