@@ -14,6 +14,7 @@ configuration), except `MMuForm.d`, the width, which enters the mu equation as a
 from __future__ import annotations
 
 import functools
+import types
 from typing import ClassVar
 
 import equinox as eqx
@@ -21,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core._checks import is_traced
 from ..data._operators import AbstractCommutingData
 from ..dynamics._flow import (
     _initial_y0,
@@ -46,6 +48,14 @@ __all__ = [
     "as_form",
     "FORMS",
 ]
+
+
+def plain_method(obj: eqx.Module, name: str):
+    """`obj.name` as a plain Python bound method. Attribute access on an `equinox.Module` wraps
+    each bound method in a `BoundMethod` module (so that it is a pytree), which costs ~20 us on
+    the host; `solve_flow` and `FlowSolution` call form methods on the host once per call or
+    property, where that wrapping is pure overhead (issue 34)."""
+    return types.MethodType(getattr(type(obj), name), obj)
 
 
 class AbstractForm(eqx.Module):
@@ -198,10 +208,19 @@ class GLVForm(AbstractForm):
         return out if P is None else jnp.einsum("ik,nkl,jl->nij", P, out, P)
 
     def z(self, sol, y):
-        return glv_z(jnp.asarray(y), sol._mask)
+        mask = sol._mask
+        if isinstance(y, np.ndarray) and not is_traced(mask):
+            return glv_z_host(y, np.asarray(mask))  # concrete saved states: numpy, no device round trip
+        return glv_z(jnp.asarray(y), mask)
 
     def outputs(self, sol, y):
         return sol.data.outputs_z(self.z(sol, y))
+
+
+def glv_z_host(u: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """`nqf.dynamics._flow.glv_z` in numpy (z = exp(u) on live modes, 0 on masked modes), for
+    concrete states on the host: the same values without three eager device dispatches."""
+    return np.where(mask, np.exp(np.where(mask, u, 0.0)), 0.0)
 
 
 class ReducedGLVForm(GLVForm):
