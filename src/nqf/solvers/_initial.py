@@ -20,8 +20,10 @@ from .._core._checks import (
     is_traced,
     shape_str,
 )
+from .._core.memory import check as check_memory
 from ..data._operators import AbstractCommutingData, AbstractData, FeedForwardData, LowRankData
 from ..dynamics._flow import check_form
+from ._defaults import is_shared_default
 from ._forms import FORMS, plain_method
 from .stiff import is_stiff
 
@@ -69,8 +71,6 @@ def solve_bytes(
 def _check_solve_memory(
     form, x0, data, n_saved, save, solver, reduced, dense, max_steps, memory_budget, members: int = 1
 ) -> None:
-    from .._core.memory import check
-
     key = _estimate_key(form, x0, data, n_saved, save, solver, reduced, dense, max_steps, members)
     estimate = _ESTIMATES.get(key) if key is not None else None
     if estimate is None:
@@ -78,7 +78,7 @@ def _check_solve_memory(
         if key is not None and len(_ESTIMATES) < 4096:
             _ESTIMATES[key] = estimate
     nbytes, what, ways_out = estimate
-    check(nbytes, what, ways_out, memory_budget)
+    check_memory(nbytes, what, ways_out, memory_budget)
 
 
 def _memory_estimate(
@@ -110,13 +110,9 @@ _ESTIMATES: dict = {}
 
 def _estimate_key(form, x0, data, n_saved, save, solver, reduced, dense, max_steps, members):
     """The key of `_memory_estimate` in `_ESTIMATES`, or None (not cached) for a solver other
-    than None or a shared default instance (`_core._default_instance`: immutable, no arrays)."""
-    from ._core import _DEFAULT_SOLVERS
-
-    if solver is not None:
-        shared = _DEFAULT_SOLVERS.get(type(solver))
-        if shared is None or shared[0] is not solver:
-            return None
+    than None or a shared default instance (`_defaults._default_instance`: immutable)."""
+    if solver is not None and not is_shared_default(solver):
+        return None
     shapes = tuple(np.shape(x) for x in (x0 if isinstance(x0, tuple) else (x0,)))
     return (form, shapes, type(data), data.p, data.m, n_saved, save, type(solver), reduced, dense, max_steps, members)
 
