@@ -25,7 +25,7 @@ from ..data._operators import AbstractCommutingData, AbstractData
 from ..dynamics._glv import excess_loss as _excess_loss
 from ..dynamics._glv import glv_equilibrium
 from ._events import Stop
-from ._forms import FORMS, plain_method
+from ._forms import FORMS, convert
 
 __all__ = ["FlowSolution", "MaxStepsReached"]
 
@@ -212,13 +212,13 @@ class FlowSolution(Saveable):
 
     # -- state transforms (JAX: they run on saved states, dense output, and under tracing) --
     def _W_from(self, y):
-        return plain_method(self.form_object, "W")(self, y)
+        return convert(self, "W", y)
 
     def _M_from(self, y):
-        return plain_method(self.form_object, "M")(self, y)
+        return convert(self, "M", y)
 
     def _z_from(self, y):
-        return plain_method(self.form_object, "z")(self, y)
+        return convert(self, "z", y)
 
     @functools.cached_property
     def M(self):
@@ -249,11 +249,9 @@ class FlowSolution(Saveable):
         """MSE loss (1/m) sum_x (f_x - y_x)^2 at the saved times, shape (n,); f_x = Tr[M A_x]
         or, for the ``"M-mu"`` form of a model, the model outputs (Eq. E2)."""
         require_x64()
-        d = self.data
         if self.saved == "loss":
             return _host(self.ys["loss"])
-        f = plain_method(self.form_object, "outputs")(self, self.ys)
-        return _host(jnp.mean((f - d.y) ** 2, axis=-1))
+        return _host(convert(self, "loss", self.ys))
 
     @functools.cached_property
     def z_inf(self):
