@@ -378,9 +378,7 @@ class _SolutionFields:
 
 
 def _conversion(form: AbstractForm, what: str, sol, y):
-    """`what` of the states y by the form's method (the loss: mean squared output error)."""
-    if what == "loss":
-        return jnp.mean((plain_method(form, "outputs")(sol, y) - sol.data.y) ** 2, axis=-1)
+    """`what` of the states y by the form's method."""
     return plain_method(form, what)(sol, y)
 
 
@@ -390,7 +388,7 @@ def _converted(form: str, what: str, init_is_factor: bool, init_is_z: bool, arra
 
 
 def convert(sol, what: str, y) -> Any:
-    """`what` (``"M"``, ``"W"``, ``"z"``, ``"outputs"`` or ``"loss"``) of the states `y` (a leading
+    """`what` (``"M"``, ``"W"``, ``"z"`` or ``"outputs"``) of the states `y` (a leading
     time axis, n) of the solution `sol`, as JAX arrays: for concrete values one compiled call per
     form, quantity and shapes (issue 34: the eager ops, each dispatched and `vmap` traced per
     call, took 0.4-1.4 ms on Fig. 3); under tracing, and for the GLV form's z (one compiled call
