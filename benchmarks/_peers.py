@@ -194,6 +194,23 @@ class Fig3:
 
         return lambda: nqf.solve_flow(self.data, W0=self.W0, t1=self.T1, ts=self.ts, method="exact").z
 
+    def overhead_contenders(self):
+        """The fixed cost of a call (issue 34): nqf's default solve (GLV form) and its
+        ``form="M"`` solve, each next to its hand-written diffrax twin (the same equation and
+        Tsit5 steps: GLV log form, dense M-flow); all return z (n, p) on the host."""
+        import nqf
+
+        def nqf_M(r):
+            return nqf.solve_flow(self.data, W0=self.W0, t1=self.T1, ts=self.ts, rtol=r, form="M").z
+
+        c = self.contenders()
+        return {
+            "nqf": c["nqf"],
+            "diffrax GLV (hand)": self._hand_glv,
+            "nqf form=M": nqf_M,
+            "diffrax M-flow (hand)": self._hand_M,
+        }
+
 
 # ---------------------------------------------------------------------------------------------
 # mlp

@@ -9,7 +9,7 @@ and `track_rtol` give the raw numbers. Problem sizes via the environment:
 contender), ``NQF_BENCH_COUPLED_P`` (coupled commuting data, default "1e4"; 1e5 and 1e6 opt-in),
 ``NQF_BENCH_SGD_D`` (widths, default "1e2,1e3,1e4").
 
-Without asv: ``python benchmarks/bench_peers.py [fig3 mlp powerlaw coupled sgd]`` prints the
+Without asv: ``python benchmarks/bench_peers.py [fig3 overhead mlp powerlaw coupled sgd]`` prints the
 same measurements as tables (docs/performance.md quotes them).
 """
 
@@ -27,13 +27,15 @@ COUPLED_P = [int(p) for p in env_list("NQF_BENCH_COUPLED_P", "1e4")]
 SGD_D = [int(d) for d in env_list("NQF_BENCH_SGD_D", "1e2,1e3,1e4")]
 
 
-def measure(problem, repeat: int, exact: dict | None = None) -> dict:
-    """Calibrate every contender of `problem`, then time them interleaved (best of `repeat`).
-    Returns {name: {"rtol", "error", "seconds"}} (rtol None for a closed form or a contender
-    that never met the target; then "seconds" is None too)."""
+def measure(problem, repeat: int, exact: dict | None = None, target=None, contenders=None) -> dict:
+    """Calibrate every contender of `problem` (or `contenders`) to `target` (default: the
+    problem's), then time them interleaved (best of `repeat`). Returns {name: {"rtol", "error",
+    "seconds"}} (rtol None for a closed form or a contender that never met the target; then
+    "seconds" is None too)."""
     out, fns = {}, {}
-    for name, run in problem.contenders().items():
-        rtol, err = calibrate(run, problem.error, problem.target)
+    target = problem.target if target is None else target
+    for name, run in (problem.contenders() if contenders is None else contenders).items():
+        rtol, err = calibrate(run, problem.error, target)
         out[name] = {"rtol": rtol, "error": err, "seconds": None}
         if rtol is not None:
             fns[name] = lambda run=run, rtol=rtol: run(rtol)
@@ -73,6 +75,42 @@ class Fig3Peers:
         return 1e3 * cache["nqf"]["seconds"]
 
     track_nqf_ms.unit = "ms"
+
+
+OVERHEAD_TARGETS = [1e-8, 1e-4]
+OVERHEAD_PAIRS = {"glv": ("nqf", "diffrax GLV (hand)"), "M": ("nqf form=M", "diffrax M-flow (hand)")}
+
+
+class Fig3Overhead:
+    """The fixed cost of a warm `solve_flow` call (issue 34): Fig. 3 at error 1e-8 and 1e-4 vs
+    Theorem 6, nqf's default solve (GLV form) against the hand-written diffrax Tsit5 GLV log-form
+    solve, and ``form="M"`` against the hand-written dense M-flow, each contender calibrated to
+    the target (same rtol, same steps), best of 300 interleaved warm calls that return z on the
+    host. `track_slowdown` is nqf time / hand time (the issue's goal: <= 1.2)."""
+
+    timeout = 1800
+    params = [OVERHEAD_TARGETS, list(OVERHEAD_PAIRS)]
+    param_names = ["target", "form"]
+
+    def setup_cache(self):
+        prob = Fig3()
+        return {t: measure(prob, 300, target=t, contenders=prob.overhead_contenders()) for t in OVERHEAD_TARGETS}
+
+    def track_slowdown(self, cache, target, form):
+        nqf_name, hand = OVERHEAD_PAIRS[form]
+        return 1.0 / _speedup(cache[target], hand, nqf_name)
+
+    track_slowdown.unit = "ratio"
+
+    def track_nqf_ms(self, cache, target, form):
+        return 1e3 * cache[target][OVERHEAD_PAIRS[form][0]]["seconds"]
+
+    track_nqf_ms.unit = "ms"
+
+    def track_hand_ms(self, cache, target, form):
+        return 1e3 * cache[target][OVERHEAD_PAIRS[form][1]]["seconds"]
+
+    track_hand_ms.unit = "ms"
 
 
 class MLPPeers:
@@ -197,10 +235,17 @@ if __name__ == "__main__":
     import pathlib
 
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-    which = sys.argv[1:] or ["fig3", "mlp", "powerlaw", "coupled", "sgd"]
+    which = sys.argv[1:] or ["fig3", "overhead", "mlp", "powerlaw", "coupled", "sgd"]
     if "fig3" in which:
         prob = Fig3()
         _table("fig3 (target 1e-8)", measure(prob, 30, {"nqf exact": prob.exact()}))
+    if "overhead" in which:
+        prob = Fig3()
+        for t in OVERHEAD_TARGETS:
+            res = measure(prob, 300, target=t, contenders=prob.overhead_contenders())
+            _table(f"fig3 fixed cost of a call (target {t:g})", res)
+            for form, (a, b) in OVERHEAD_PAIRS.items():
+                print(f"\nform {form}: nqf / hand = {res[a]['seconds'] / res[b]['seconds']:.3f}")
     if "mlp" in which:
         _table("mlp (target 1e-6)", measure(MLP(), 7))
     if "powerlaw" in which:

@@ -1,5 +1,8 @@
 """The closed MSE flow (Eq. E9) in each form against an independent scipy integration."""
 
+import contextlib
+
+import jax
 import numpy as np
 import pytest
 import scipy.integrate
@@ -167,6 +170,41 @@ def test_no_recompile_for_new_values(rng):
     data2 = nqf.datasets.fig3_data(seed=2)
     nqf.solve_flow(data2, M0=1e-6 * np.eye(5), **{**kw, "t1": 60.0, "ts": np.linspace(0, 60, 11)})
     assert nqf.solvers._solve.TRACE_COUNT[0] == before
+
+
+@contextlib.contextmanager
+def compile_events():
+    """The JAX tracing and backend-compile events recorded inside the block (jax.monitoring)."""
+    names = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/backend_compile_duration")
+    seen = []
+
+    def listener(event, duration, **kw):
+        if event in names:
+            seen.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield seen
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def test_repeated_solve_compiles_nothing():
+    """A warm solve_flow call with new values of the same shapes (data, W0, t1, rtol) traces and
+    compiles nothing, also for its derived quantities (issue 34: the shape-keyed caches of the
+    front end and the numpy conversions keep it so)."""
+    kw = dict(ts=np.linspace(0, 50, 11))
+    for seed, scale, t1, rtol in ((1, 1e-4, 50.0, 1e-10), (2, 1e-6, 60.0, 1e-8)):
+        data = nqf.datasets.fig3_data(seed=seed)
+        with compile_events() as seen:
+            sol = nqf.solve_flow(data, W0=np.sqrt(scale) * np.eye(5), t1=t1, rtol=rtol, **kw)
+            derived = sol.z, sol.loss, sol.M, sol.stats
+        if seed == 2:  # the first call warmed every program of these shapes
+            assert seen == [], seen
+    assert derived[0].shape == (11, 5) and np.all(derived[0] > 0)
+    with compile_events() as seen:  # the listener does see a new program being traced
+        jax.jit(lambda x: x + 1.5)(np.ones(3))
+    assert "/jax/core/compile/jaxpr_trace_duration" in seen
 
 
 def test_no_recompile_for_a_new_loss_threshold():

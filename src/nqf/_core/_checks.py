@@ -9,6 +9,7 @@ on a traced value (inside jit / vmap / grad) becomes `equinox.error_if`, checked
 one test for traced input.
 """
 
+import math
 import numbers
 from collections.abc import Callable
 
@@ -183,13 +184,16 @@ def check_psd(M, name: str, rtol: float = 1e-10):
 def check_positive(x, name: str, *, allow_zero: bool = False) -> float:
     """Return `x` as float, raising unless it is finite and > 0 (>= 0 with `allow_zero`).
     A traced scalar (inside jit, vmap, grad) is returned unchecked."""
-    if is_traced(x):
+    cond = ">= 0" if allow_zero else "> 0"
+    if type(x) is float or type(x) is int:  # a Python number (not a bool): no array round trip
+        v = float(x)
+    elif is_traced(x):
         if jnp.ndim(x) != 0:
             raise ValueError(f"`{name}` must be a scalar; found shape {shape_str(jnp.shape(x))}.")
         return x
-    cond = ">= 0" if allow_zero else "> 0"
-    v = real_scalar(x, name, cond)
-    if not (np.isfinite(v) and (v >= 0 if allow_zero else v > 0)):
+    else:
+        v = real_scalar(x, name, cond)
+    if not (math.isfinite(v) and (v >= 0 if allow_zero else v > 0)):
         raise ValueError(f"`{name}` must be finite and {cond}; found {v!r}.")
     return v
 

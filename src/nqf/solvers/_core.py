@@ -20,6 +20,7 @@ from .._core._checks import any_traced, check_positive
 from ..data._operators import AbstractCommutingData, AbstractData, CommutingData
 from ..dynamics._flow import _saved_losses, is_model, reduced_log_z
 from ..dynamics._glv import glv_equilibrium
+from ._defaults import _DEFAULT_SOLVERS, _default_instance, _partition_solver  # noqa: F401  (their old home)
 from ._events import Stop, condition
 from ._events import direction as event_direction
 from ._forms import FORMS, ReducedGLVForm
@@ -58,26 +59,6 @@ def _make_solver(solver, stiff: bool, data=None, form=None, mask=None):
     if not isinstance(solver, diffrax.AbstractSolver):
         raise TypeError(f"`solver` must be a diffrax solver or a name; found {type(solver)}.")
     return solver
-
-
-_DEFAULT_SOLVERS: dict = {}  # class -> (shared default instance, its eqx.partition)
-
-
-def _default_instance(cls) -> diffrax.AbstractSolver:
-    """One shared default instance per solver class (solvers are immutable), so that its
-    partition into arrays and static parts is computed once (`_partition_solver`)."""
-    if cls not in _DEFAULT_SOLVERS:
-        solver = cls()
-        _DEFAULT_SOLVERS[cls] = (solver, eqx.partition(solver, eqx.is_array))
-    return _DEFAULT_SOLVERS[cls][0]
-
-
-def _partition_solver(solver) -> tuple:
-    """(arrays, static) halves of `solver` (cached for the shared default instances)."""
-    default = _DEFAULT_SOLVERS.get(type(solver))
-    if default is not None and default[0] is solver:
-        return default[1]
-    return eqx.partition(solver, eqx.is_array)
 
 
 # Counts traces of the compiled integrator; tests use it to assert that new values of the same

@@ -14,13 +14,15 @@ configuration), except `MMuForm.d`, the width, which enters the mu equation as a
 from __future__ import annotations
 
 import functools
-from typing import ClassVar
+import types
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core._checks import any_traced, is_traced
 from ..data._operators import AbstractCommutingData
 from ..dynamics._flow import (
     _initial_y0,
@@ -44,8 +46,17 @@ __all__ = [
     "MMuForm",
     "JointForm",
     "as_form",
+    "convert",
     "FORMS",
 ]
+
+
+def plain_method(obj: eqx.Module, name: str):
+    """`obj.name` as a plain Python bound method. Attribute access on an `equinox.Module` wraps
+    each bound method in a `BoundMethod` module (so that it is a pytree), which costs ~20 us on
+    the host; `solve_flow` and `FlowSolution` call form methods on the host once per call or
+    property, where that wrapping is pure overhead (issue 34)."""
+    return types.MethodType(getattr(type(obj), name), obj)
 
 
 class AbstractForm(eqx.Module):
@@ -198,10 +209,22 @@ class GLVForm(AbstractForm):
         return out if P is None else jnp.einsum("ik,nkl,jl->nij", P, out, P)
 
     def z(self, sol, y):
-        return glv_z(jnp.asarray(y), sol._mask)
+        mask = sol._mask
+        if not (is_traced(y) or is_traced(mask)):  # concrete: one compiled call, not three eager ops
+            return _exp_jit(y) if np.asarray(mask).all() else _glv_z_jit(y, mask)
+        return glv_z(jnp.asarray(y), mask)
 
     def outputs(self, sol, y):
         return sol.data.outputs_z(self.z(sol, y))
+
+
+# `glv_z` compiled once per shape (and plain exp when every mode is live, the same values: the
+# masked select alone costs ~40 us on the CPU): the conversion of concrete saved states is one
+# dispatch (issue 34; three eager device ops took ~150 us). XLA's exp, as in the solve's own
+# saved losses, so that `z`, `loss` and `excess_loss` agree with save="loss" to the last bit
+# (numpy's exp differs in the last ulp, which the excess loss near its minimum amplifies).
+_glv_z_jit = jax.jit(glv_z)
+_exp_jit = jax.jit(jnp.exp)
 
 
 class ReducedGLVForm(GLVForm):
@@ -340,6 +363,40 @@ class JointForm(AbstractForm):
 
 
 FORMS = {"M": MForm(), "factor": FactorForm(), "glv": GLVForm(), "M-mu": MMuForm()}
+
+
+class _SolutionFields:
+    """The fields of a `FlowSolution` that the conversions read, rebuilt inside `_converted`'s
+    trace from its arrays and its two flags."""
+
+    def __init__(self, arrays: tuple, init_is_factor: bool, init_is_z: bool):
+        self.data, self.init, self._y0, self._mask, self.model = arrays
+        self.init_is_factor, self.init_is_z = init_is_factor, init_is_z
+
+    def _P(self):
+        return None if self.data.P is None else jnp.asarray(self.data.P)
+
+
+def _conversion(form: AbstractForm, what: str, sol, y):
+    """`what` of the states y by the form's method."""
+    return plain_method(form, what)(sol, y)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _converted(form: str, what: str, init_is_factor: bool, init_is_z: bool, arrays: tuple, y):
+    return _conversion(FORMS[form], what, _SolutionFields(arrays, init_is_factor, init_is_z), y)
+
+
+def convert(sol, what: str, y) -> Any:
+    """`what` (``"M"``, ``"W"``, ``"z"`` or ``"outputs"``) of the states `y` (a leading
+    time axis, n) of the solution `sol`, as JAX arrays: for concrete values one compiled call per
+    form, quantity and shapes (issue 34: the eager ops, each dispatched and `vmap` traced per
+    call, took 0.4-1.4 ms on Fig. 3); under tracing, and for the GLV form's z (one compiled call
+    already), the form's method itself."""
+    arrays = (sol.data, sol.init, sol._y0, sol._mask, sol.model if sol.form == "M-mu" else None)
+    if (sol.form == "glv" and what == "z") or any_traced(arrays, y):
+        return _conversion(FORMS[sol.form], what, sol, y)
+    return _converted(sol.form, what, bool(sol.init_is_factor), bool(sol.init_is_z), arrays, y)
 
 
 def as_form(form) -> tuple[str, int | None]:

@@ -5,6 +5,8 @@ form (M0 (p, p), W0 (p, d), z0 (p,), or (M0, mu0, d) for the "M-mu" form), the t
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -18,15 +20,17 @@ from .._core._checks import (
     is_traced,
     shape_str,
 )
+from .._core.memory import check as check_memory
 from ..data._operators import AbstractCommutingData, AbstractData, FeedForwardData, LowRankData
 from ..dynamics._flow import check_form
-from ._forms import FORMS
+from ._defaults import is_shared_default
+from ._forms import FORMS, plain_method
 from .stiff import is_stiff
 
 
 def _state_size(form: str, x0, data: AbstractData) -> int:
     """Number of float64 values in the integrated state of `form` started from `x0`."""
-    return FORMS[form].state_size(x0, data)
+    return plain_method(FORMS[form], "state_size")(x0, data)
 
 
 def solve_bytes(
@@ -67,8 +71,20 @@ def solve_bytes(
 def _check_solve_memory(
     form, x0, data, n_saved, save, solver, reduced, dense, max_steps, memory_budget, members: int = 1
 ) -> None:
-    from .._core.memory import check
+    key = _estimate_key(form, x0, data, n_saved, save, solver, reduced, dense, max_steps, members)
+    estimate = _ESTIMATES.get(key) if key is not None else None
+    if estimate is None:
+        estimate = _memory_estimate(form, x0, data, n_saved, save, solver, reduced, dense, max_steps, members)
+        if key is not None and len(_ESTIMATES) < 4096:
+            _ESTIMATES[key] = estimate
+    nbytes, what, ways_out = estimate
+    check_memory(nbytes, what, ways_out, memory_budget)
 
+
+def _memory_estimate(
+    form, x0, data, n_saved, save, solver, reduced, dense, max_steps, members
+) -> tuple[float, str, str]:
+    """(bytes, what, ways out) of `solve_bytes` and its error message (`nqf.memory.check`)."""
     nbytes, main = solve_bytes(form, x0, data, n_saved, save, solver, reduced, dense, max_steps, members)
     ways = ["fewer saved times `ts`"]
     if save == "state":
@@ -82,12 +98,23 @@ def _check_solve_memory(
         )
     if "Jacobian" in main and not reduced:
         ways.append("a non-stiff solver, or data whose stiff solve is structured (nqf.stiff)")
-    check(
-        nbytes,
-        f"This flow solve ({main} dominate)" if members == 1 else f"This {members}-member sweep ({main} dominate)",
-        "; ".join(ways) + ".",
-        memory_budget,
-    )
+    what = f"This flow solve ({main} dominate)" if members == 1 else f"This {members}-member sweep ({main} dominate)"
+    return nbytes, what, "; ".join(ways) + "."
+
+
+# (form, shapes, data type, sizes, solver, options) -> `_memory_estimate` (bytes, message): it
+# depends on shapes and static arguments only, so a repeated solve reuses it (issue 34); the
+# budget (argument, NQF_MEMORY_BUDGET, available memory) is still read on every call
+_ESTIMATES: dict = {}
+
+
+def _estimate_key(form, x0, data, n_saved, save, solver, reduced, dense, max_steps, members):
+    """The key of `_memory_estimate` in `_ESTIMATES`, or None (not cached) for a solver other
+    than None or a shared default instance (`_defaults._default_instance`: immutable)."""
+    if solver is not None and not is_shared_default(solver):
+        return None
+    shapes = tuple(np.shape(x) for x in (x0 if isinstance(x0, tuple) else (x0,)))
+    return (form, shapes, type(data), data.p, data.m, n_saved, save, type(solver), reduced, dense, max_steps, members)
 
 
 def _check_mode_strengths(z0: np.ndarray) -> np.ndarray:
@@ -182,6 +209,14 @@ def _initial_state_mu(data: AbstractData, M0, W0, mu0, d):
     return (M0, mu0), M0, False, d
 
 
+def _time_value(t, name: str) -> float:
+    """A concrete time t0 or t1 as a finite float (`as_array`'s checks and errors; a finite
+    Python float or int passes without building an array)."""
+    if type(t) in (float, int) and math.isfinite(t):
+        return float(t)
+    return float(as_array(t, name, ndim=0, host=True))
+
+
 def _time_grid(t0, t1, ts):
     """Checked (t0, t1, ts) of a solve; ts defaults to 201 equally spaced times. Traced values
     (inside jit, vmap, grad) are shape-checked only."""
@@ -190,12 +225,16 @@ def _time_grid(t0, t1, ts):
         t1 = as_array(t1, "t1", ndim=0, host=True)
         ts = jnp.linspace(t0, t1, 201) if ts is None else as_array(ts, "ts", ndim=1, host=True)
         return t0, t1, ts
-    t0 = float(as_array(t0, "t0", ndim=0, host=True))
-    t1 = float(as_array(t1, "t1", ndim=0, host=True))
+    t0, t1 = _time_value(t0, "t0"), _time_value(t1, "t1")
     if not t1 > t0:
         raise ValueError(f"`t1` must be greater than `t0` = {t0}; found t1 = {t1}.")
     if ts is None:
         return t0, t1, np.linspace(t0, t1, 201)
+    if type(ts) is np.ndarray and ts.dtype == np.float64 and ts.ndim == 1 and ts.size:
+        # fast path (issue 34): non-decreasing and inside the finite [t0, t1] implies finite (NaN
+        # fails every comparison); anything else takes the checks below, which name the fault
+        if ts[0] >= t0 and ts[-1] <= t1 and (ts[1:] >= ts[:-1]).all():
+            return t0, t1, ts
     ts = as_array(ts, "ts", ndim=1, host=True)
     if ts.size == 0:
         raise ValueError("`ts` must be a non-empty array of save times; found an empty array.")

@@ -25,7 +25,7 @@ from ..data._operators import AbstractCommutingData, AbstractData
 from ..dynamics._glv import excess_loss as _excess_loss
 from ..dynamics._glv import glv_equilibrium
 from ._events import Stop
-from ._forms import FORMS
+from ._forms import FORMS, convert, plain_method
 
 __all__ = ["FlowSolution", "MaxStepsReached"]
 
@@ -56,6 +56,8 @@ def _evaluate(sol, t):
 
 def _host(x):
     """`x` as numpy arrays on the host, unless it is traced (then as it is)."""
+    if type(x) is np.ndarray:  # already on the host (the common case of a concrete solution)
+        return x
     if x is None or any_traced(x):
         return x
     return jax.tree.map(np.asarray, x)
@@ -210,13 +212,13 @@ class FlowSolution(Saveable):
 
     # -- state transforms (JAX: they run on saved states, dense output, and under tracing) --
     def _W_from(self, y):
-        return self.form_object.W(self, y)
+        return convert(self, "W", y)
 
     def _M_from(self, y):
-        return self.form_object.M(self, y)
+        return convert(self, "M", y)
 
     def _z_from(self, y):
-        return self.form_object.z(self, y)
+        return convert(self, "z", y)
 
     @functools.cached_property
     def M(self):
@@ -247,11 +249,12 @@ class FlowSolution(Saveable):
         """MSE loss (1/m) sum_x (f_x - y_x)^2 at the saved times, shape (n,); f_x = Tr[M A_x]
         or, for the ``"M-mu"`` form of a model, the model outputs (Eq. E2)."""
         require_x64()
-        d = self.data
         if self.saved == "loss":
             return _host(self.ys["loss"])
-        f = self.form_object.outputs(self, self.ys)
-        return _host(jnp.mean((f - d.y) ** 2, axis=-1))
+        # eager, not `convert`: the same rounding as the dense-output loss of `nqf.plateau_levels`
+        # and friends (a compiled, fused mean differs in the last ulp)
+        f = plain_method(self.form_object, "outputs")(self, self.ys)
+        return _host(jnp.mean((f - self.data.y) ** 2, axis=-1))
 
     @functools.cached_property
     def z_inf(self):
@@ -367,9 +370,11 @@ def _settings(form: str, call, t0, t1, max_steps, weight_decay, stop) -> tuple:
     recorded as unavailable."""
 
     def plain(x):
+        if x is None or type(x) in (bool, str, int, float):  # the common case, without a pytree walk
+            return x
         if any_traced(x):
             return None
-        if x is None or isinstance(x, (bool, str, int)):
+        if isinstance(x, (bool, str, int)):
             return x
         try:
             return float(x)

@@ -320,12 +320,12 @@ def _ode_inputs(problem: Problem, call: Call):
         (data, model, x0, problem.t0, problem.t1, call.ts, call.rtol, call.atol, call.dt0, problem.weight_decay)
     )
     solver, reduced = _ode_solver(problem, call, traced)
-    call = call._replace(rtol=check_positive(call.rtol, "rtol"))
+    call = _checked_controller(call, traced)
     t0, t1, ts = _time_grid(problem.t0, problem.t1, call.ts)
     gamma = check_positive(problem.weight_decay, "weight_decay", allow_zero=True)
     max_steps = problem.max_steps
     check_int(max_steps, "max_steps", expected="a positive integer")
-    call = _checked_controller(call, traced)._replace(ts=ts)
+    call = call._replace(ts=ts)
     implicit = is_stiff(solver)
     pcoeff = (0.3 if implicit else 0.0) if call.pcoeff is None else call.pcoeff
     icoeff = (0.4 if implicit else 1.0) if call.icoeff is None else call.icoeff
@@ -411,7 +411,8 @@ def _solve_ode(problem: Problem, call: Call) -> FlowSolution:
     info = _dist.host(out["info"])  # one small transfer; y0 and mask stay on the device
     _check_result(info, out, call.ts, problem, fields, implicit)
     ts = call.ts
-    ys = jax.tree.map(_dist.host, out["ys"])  # gathered from every process if sharded across processes
+    ys = out["ys"]  # gathered from every process if sharded across processes
+    ys = _dist.host(ys) if isinstance(ys, jax.Array) else jax.tree.map(_dist.host, ys)
     stop_time = None
     if problem.stop is not None:  # keep the saved times reached before the stop
         stop_time = float(out["stop_time"])
