@@ -30,6 +30,7 @@ import math
 import warnings
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float, PyTree
 
@@ -278,8 +279,8 @@ def _check_unit(v, name: str, *, closed_left: bool = False, closed_right: bool =
 def _outputs(model, W):
     from ..data._model import as_model
 
-    W = np.asarray(W)
-    return as_model(model).outputs_factor(W, W.sum(axis=1))
+    W = jnp.asarray(W)
+    return as_model(model).outputs_factor(W, jnp.sum(W, axis=1))
 
 
 def _final_loss(model, W0, F0, t_max: float) -> tuple[float | None, str]:
@@ -298,10 +299,12 @@ def _loss_at_horizon(model, F0, t_max: float) -> tuple[float, float]:
     """(t, L(t)): the flow's loss at t_max, or at the time the solver reached within its step
     budget (a stiff flow whose limit is not available)."""
     try:
-        return t_max, float(solve_flow(model, W0=F0, t1=t_max, ts=np.array([0.0, t_max])).loss[-1])
+        return t_max, float(np.asarray(solve_flow(model, W0=F0, t1=t_max, ts=np.array([0.0, t_max])).loss)[-1])
     except MaxStepsReached as err:
+        if err.t_reached is None:
+            raise
         t = float(err.t_reached)
-        return t, float(solve_flow(model, W0=F0, t1=t, ts=np.array([0.0, t])).loss[-1])
+        return t, float(np.asarray(solve_flow(model, W0=F0, t1=t, ts=np.array([0.0, t])).loss)[-1])
 
 
 def _phase_end(model, F0, L0: float, final: float, tol: float, t_max: float) -> float:
