@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..data import NQFModel
@@ -24,20 +25,19 @@ PATH_POINTS = 5  # saved states of the map at which predict evaluates the edge
 
 
 def path_sharpness(model, M, mu, d: int, weight_decay: float = 0.0) -> np.ndarray:
-    """S (n,) at the states M (n, p, p) (with mu (n, p) for a mean-field model) of width d
-    (vmapped `nqf.sharpness`)."""
+    """S (n,) at the states M (n, p, p) (with mu (n, p) for a mean-field model) of width d:
+    `nqf.sharpness`'s compiled program called once per state (one compile for any n: predict's
+    check at W0, its 5 path states and plan's path share it)."""
     full = model if isinstance(model, NQFModel) else NQFModel(model)
     mean_field = full.has_mean_field
     M = np.asarray(M)
     columns = None if d > M.shape[-1] + 1 else int(d)
-    dd = float(d) if mean_field else 1.0
-
-    def one(Mi, mui):
-        return _sharpness_jit(full, Mi, mui, dd, float(weight_decay), LANCZOS_STEPS, columns, jax.random.key(0))[0]
-
-    if not mean_field:
-        return np.asarray(jax.vmap(lambda Mi: one(Mi, None))(M))
-    return np.asarray(jax.vmap(one)(M, np.asarray(mu)))
+    dd = jnp.asarray(float(d) if mean_field else 1.0)
+    gamma, key = jnp.asarray(float(weight_decay)), jax.random.key(0)
+    mus = np.asarray(mu) if mean_field else [None] * len(M)
+    return np.array(
+        [float(_sharpness_jit(full, Mi, mui, dd, gamma, LANCZOS_STEPS, columns, key)[0]) for Mi, mui in zip(M, mus)]
+    )
 
 
 def warn_past_edge_at_init(model, W0, lr: float, momentum: float, weight_decay: float) -> float:
