@@ -101,6 +101,9 @@ def test_a_horizon_that_cannot_be_reached_warns(small):
     with pytest.warns(nqf.HorizonWarning, match="does not end within t_max"):
         short = nqf.plan(NET, X, Y, init_scale=SCALE, t_max=0.2 * small.phase_end)
     assert np.isnan(short.phase_end) and short.horizon == pytest.approx(0.2 * small.phase_end)
+    with pytest.raises(ValueError, match="no suggestion"):
+        short.suggestion()
+    assert "no suggestion" in str(short)
 
 
 def test_plan_pickles_and_saves(small, tmp_path):
@@ -118,6 +121,7 @@ def test_plan_pickles_and_saves(small, tmp_path):
         ({"t_max": -1.0}, "`t_max`"),
         ({"momentum": 1.0}, "`momentum`"),
         ({"margins": (0.0, 0.5)}, "`margins`"),
+        ({"margins": 0.5}, "`margins` must be a pair"),
         ({"n_points": 1}, "`n_points`"),
         ({"phase_tol": 1.5}, "`phase_tol`"),
         ({"W0": np.zeros((3, 3))}, "`W0`"),

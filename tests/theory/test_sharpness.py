@@ -97,4 +97,13 @@ def test_sharpness_refuses_bad_input():
         nqf.sharpness(DATA, M=np.eye(P), weight_decay=-1.0)
     with pytest.raises(ValueError, match="`d`"):
         nqf.sharpness(DATA, M=np.eye(P), d=0)
-    assert np.isinf(nqf.stability_edge(-1.0))
+    assert np.isinf(nqf.stability_edge(-1.0)) and np.isnan(nqf.stability_edge(np.nan))
+    with pytest.raises(TypeError, match="sharpness_value"):
+        nqf.stability_edge("a")
+    with pytest.raises(ValueError, match="symmetric"):
+        nqf.sharpness(DATA, M=np.triu(np.ones((P, P))))
+    with pytest.raises(ValueError, match="positive semi-definite"):
+        nqf.sharpness(DATA, M=-np.eye(P))
+    W = RNG.standard_normal((P, 3))
+    with pytest.raises(ValueError, match="rank 3 > d = 2"):
+        nqf.sharpness(DATA, M=W @ W.T, d=2)

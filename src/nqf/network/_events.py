@@ -93,6 +93,17 @@ def phase_end(c: Curves, final_loss: float, tol: float) -> float:
     return learning_phase_end(*_loss_curve(c), final_loss=min(final_loss, float(c.loss[0])), tol=tol)
 
 
+def still_falling(c: Curves, tol: float) -> bool:
+    """Without the NQF's limit the loss at the horizon T stands in for L_inf; it may do so only
+    where the curve has flattened: L(T/2) - L(T) <= tol (L(0) - L(T)). True where it has not (the
+    learning phase is not over, so its end, the half-drop time and the phase-end targets are not
+    defined by this run)."""
+    t, loss = np.asarray(c.t_loss, dtype=float), np.asarray(c.loss, dtype=float)
+    L0, LT = float(loss[0]), float(loss[-1])
+    mid = float(np.interp(0.5 * (t[0] + t[-1]), t, loss))
+    return bool(mid - LT > tol * max(L0 - LT, 0.0))
+
+
 def eigenvalues_at(c: Curves, time: float) -> np.ndarray:
     """The eigenvalues (p,) of M at `time`: the dense state of a flow, else linear interpolation."""
     if c.flow is not None:
@@ -150,8 +161,11 @@ def events(c: Curves, *, target, rho: float, phase_tol: float, final_loss: float
     ``growing``, ``ignition_times``, ``plateau_levels``, ``drop_times``, ``half_drop_time`` and
     ``phase_end`` (see `Prediction`). With ``target="phase_end"`` and a learning phase that does
     not end within the horizon the targets are the values at the horizon (``targets_from`` =
-    ``"horizon"``), with a `HorizonWarning` that says so."""
-    end = phase_end(c, final_loss, phase_tol)
+    ``"horizon"``), with a `HorizonWarning` that says so. Without `asym` (no limit: `final_loss`
+    is the loss at the horizon) a curve that is `still_falling` has no phase end and no
+    half-drop time (nan): the horizon's loss is not its final loss."""
+    unfinished = asym is None and still_falling(c, phase_tol)
+    end = float("nan") if unfinished else phase_end(c, final_loss, phase_tol)
     targets, source = _targets(target, asym, c, end)
     if isinstance(target, str) and source != target:
         warnings.warn(
@@ -165,7 +179,7 @@ def events(c: Curves, *, target, rho: float, phase_tol: float, final_loss: float
     growing = growing_modes(c, targets, rho)
     ign = ignition(c, targets, rho, growing)
     levels = plateau_levels(*_loss_curve(c), ignition_times=ign[growing], final=final_loss)
-    half = drops(c, np.array([c.loss[0], final_loss]))[0]
+    half = float("nan") if unfinished else drops(c, np.array([c.loss[0], final_loss]))[0]
     return dict(
         targets=targets,
         targets_from=source,

@@ -38,7 +38,6 @@ from .._core._checks import check_positive
 from .._core.io import Saveable
 from ..data import Network, NQFModel
 from ..solvers import MaxStepsReached, Stop, solve_flow
-from ..theory import asymptote
 from ..theory._sharpness import stability_edge
 from ._departure import INIT_GAP_TOL, check_init, weights_along
 from ._inputs import as_network, check_data, initial_weights
@@ -69,6 +68,8 @@ class Plan(Saveable):
       given lr, else for the suggested one.
     - `init_gap` (2,): |L_module - L_NQF| / L(0) at W0 and at `init_gap_time` (5 % into the
       horizon); `init_small`: both at most 0.01 (`nqf.InitScaleWarning` otherwise).
+    - `still_sharpening`: S is largest at the horizon and still rising there: the edge is
+      certified on [0, horizon] only, and a longer run at a fixed lr meets a lower one.
     - `model`: the extracted NQF; `settings`: the call's settings.
 
     **Methods:** `suggestion()`: keywords for `nqf.predict` / `pred.record` (lr, steps);
@@ -95,10 +96,20 @@ class Plan(Saveable):
     init_small: bool
     model: object
     settings: dict
+    still_sharpening: bool = False
 
     def suggestion(self) -> dict:
         """{"lr": ..., "steps": ...}: the given lr (if stable, else the suggested one) and the
-        steps that reach the suggested horizon, for ``nqf.predict(net, x, y, **plan.suggestion())``."""
+        steps that reach the suggested horizon, for ``nqf.predict(net, x, y, **plan.suggestion())``.
+
+        **Raises:** `ValueError` when the plan found no end of the learning phase within `t_max`
+        or no finite edge (then it has nothing to suggest)."""
+        if not np.isfinite(self.phase_end) or not 0.0 < self.suggested_lr < np.inf:
+            raise ValueError(
+                f"This plan has no suggestion: the learning phase does not end within t_max = "
+                f"{self.settings['t_max']:g} (phase_end = {self.phase_end}) or the path has no direction of positive "
+                f"curvature (lr_edge = {self.lr_edge}). Plan again with a larger `t_max` or a smaller initialization."
+            )
         lr = self.lr if self.lr is not None and self.stable else self.suggested_lr
         return {"lr": float(lr), "steps": max(1, math.ceil(self.horizon / lr))}
 
@@ -119,13 +130,13 @@ class Plan(Saveable):
             "steps",
             "init_gap_time",
             "init_small",
+            "still_sharpening",
         )
         out: dict[str, Any] = {k: getattr(self, k) for k in keys}
         out["init_gap"] = [float(v) for v in self.init_gap]
         return out
 
     def __str__(self) -> str:
-        s = self.suggestion()
         lr_line = (
             f"lr = {self.lr:g}: {'stable' if self.stable else 'PAST the stability edge'}"
             if self.lr is not None
@@ -137,13 +148,19 @@ class Plan(Saveable):
         )
         edge = (
             f"stability edge 2(1+beta)/S: {self.lr_edge_init:.4g} at init, {self.lr_edge:.4g} along the path "
-            f"(t = {self.t_edge:.4g}); {lr_line}; suggested lr = {self.suggested_lr:.4g}"
+            f"(t = {self.t_edge:.4g}{', still sharpening there' if self.still_sharpening else ''}); {lr_line}; "
+            f"suggested lr = {self.suggested_lr:.4g}"
         )
         init = (
             f"init gap |L_module - L_NQF| / L(0): {self.init_gap[0]:.2e} at W0, {self.init_gap[1]:.2e} at "
             f"t = {self.init_gap_time:.4g} ({'small' if self.init_small else 'NOT small'})"
         )
-        return "\n".join([head, edge, init, f"run: lr = {s['lr']:.4g}, steps = {s['steps']}"])
+        try:
+            s = self.suggestion()
+            run = f"run: lr = {s['lr']:.4g}, steps = {s['steps']}"
+        except ValueError:
+            run = "run: no suggestion (the learning phase does not end within t_max)"
+        return "\n".join([head, edge, init, run])
 
 
 def plan(
@@ -192,6 +209,8 @@ def plan(
     lr = None if lr is None else check_positive(lr, "lr")
     t_max = check_positive(t_max, "t_max")
     momentum = _check_unit(momentum, "momentum", closed_left=True)
+    if not isinstance(margins, (tuple, list)) or len(margins) != 2:
+        raise ValueError(f"`margins` must be a pair (lr_margin, horizon_margin), each in (0, 1]; found {margins!r}.")
     lr_margin, horizon_margin = (_check_unit(v, "margins", closed_right=True) for v in margins)
     phase_tol = _check_unit(phase_tol, "phase_tol")
     if isinstance(n_points, bool) or not isinstance(n_points, (int, np.integer)) or n_points < 2:
@@ -201,14 +220,14 @@ def plan(
     L0 = float(np.mean((np.asarray(_outputs(model, W0)) - np.asarray(model.y)) ** 2))
     final, final_from = _final_loss(model, W0, F0, t_max)
     end = _phase_end(model, F0, L0, final, phase_tol, t_max) if final is not None else float("nan")
-    if final is None:  # no limit available: the loss at t_max (or as far as the solver got) stands in
-        t_max, final = _loss_at_horizon(model, F0, t_max)
-        final_from = "horizon"
-        end = _phase_end(model, F0, L0, final, phase_tol, t_max)
+    if final is None:  # no closed-form limit: the loss where the curve has flattened stands in
+        final, final_from = _flattened_loss(model, F0, phase_tol, t_max), "horizon"
+        end = _phase_end(model, F0, L0, final, phase_tol, t_max) if np.isfinite(final) else float("nan")
     if not np.isfinite(end):
         warnings.warn(
             f"nqf.plan: the NQF's learning phase (L - L_inf <= {phase_tol:g} (L(0) - L_inf), L_inf = {final:.4g}) "
-            f"does not end within t_max = {t_max:g}: no horizon can be suggested (the suggestion uses t_max). "
+            f"does not end within t_max = {t_max:g}: no horizon and no lr can be suggested (the edge below is "
+            "that of [0, t_max] only; `suggestion()` refuses). "
             "Increase `t_max`, or check the initialization scale.",
             HorizonWarning,
             stacklevel=2,
@@ -250,6 +269,7 @@ def plan(
         init_gap_time=gap_time,
         init_small=init_small,
         model=model,
+        still_sharpening=bool(i_edge == len(S) - 1 and S[-1] > S[-2]),
         settings=dict(
             momentum=momentum,
             t_max=t_max,
@@ -284,27 +304,27 @@ def _outputs(model, W):
 
 
 def _final_loss(model, W0, F0, t_max: float) -> tuple[float | None, str]:
-    """The NQF's asymptotic loss: the closed-form limit (predict's), else the certified
-    numerical limit within t_max; (None, "horizon") when neither is available."""
+    """The NQF's asymptotic loss from its closed-form limit (`nqf.predict`'s: commuting and
+    feed-forward data); (None, "horizon") where there is none."""
     asym = _asymptote(model, W0, "phase_end", t_max)
-    if asym is None:
+    return (None, "horizon") if asym is None else (float(asym.loss), "asymptote")
+
+
+def _flattened_loss(model, F0, tol: float, t_max: float) -> float:
+    """Without a closed-form limit: L(T) at the first T = 2^j min(1, t_max) <= t_max where the
+    flow's loss has flattened, L(T/2) - L(T) <= tol (L(0) - L(T)) (`_events.still_falling`); nan if
+    it does not within t_max or the solver's step budget."""
+    T = min(1.0, t_max)
+    while True:
         try:
-            asym = asymptote(model, W0=W0, max_time=t_max, solve_options={"max_steps": 20_000})
-        except (RuntimeError, ValueError):
-            return None, "horizon"
-    return float(asym.loss), "asymptote"
-
-
-def _loss_at_horizon(model, F0, t_max: float) -> tuple[float, float]:
-    """(t, L(t)): the flow's loss at t_max, or at the time the solver reached within its step
-    budget (a stiff flow whose limit is not available)."""
-    try:
-        return t_max, float(np.asarray(solve_flow(model, W0=F0, t1=t_max, ts=np.array([0.0, t_max])).loss)[-1])
-    except MaxStepsReached as err:
-        if err.t_reached is None:
-            raise
-        t = float(err.t_reached)
-        return t, float(np.asarray(solve_flow(model, W0=F0, t1=t, ts=np.array([0.0, t])).loss)[-1])
+            loss = np.asarray(solve_flow(model, W0=F0, t1=T, ts=np.array([0.0, 0.5 * T, T])).loss)
+        except MaxStepsReached:
+            return float("nan")
+        if loss[1] - loss[2] <= tol * max(loss[0] - loss[2], 0.0):
+            return float(loss[2])
+        if T >= t_max:
+            return float("nan")
+        T = min(2.0 * T, t_max)
 
 
 def _phase_end(model, F0, L0: float, final: float, tol: float, t_max: float) -> float:

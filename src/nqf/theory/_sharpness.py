@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from .._core._checks import as_array
+from .._core._checks import as_array, check_psd, check_symmetric, is_traced
 from .._core._config import require_x64
 from ..data._model import NQFModel, as_model
 from ..data._operators import AbstractData
@@ -149,7 +149,8 @@ def sharpness(
 
     Works under jit and vmap over `W`, `M`, `mu` and the model's arrays (`iterations` static).
 
-    **Raises:** `ValueError` for a missing point or shapes inconsistent with the model, a mean-field
+    **Raises:** `ValueError` for a missing point or shapes inconsistent with the model, an `M`
+    that is not symmetric PSD or has rank above `d`, a mean-field
     model without `mu` and `d` (with `M`), negative `weight_decay`, `iterations` < 1; `TypeError`
     for a model that is not an NQF model or data set.
     """
@@ -160,6 +161,8 @@ def sharpness(
         raise ValueError(f"`iterations` must be an integer >= 1; found {iterations!r}.")
     if not isinstance(weight_decay, jax.Array) and not float(weight_decay) >= 0.0:
         raise ValueError(f"`weight_decay` must be >= 0; found {weight_decay!r}.")
+    if d is not None and (isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1):
+        raise ValueError(f"`d` (the width) must be an integer >= 1; found {d!r}.")
     if W is not None:
         if M is not None or mu is not None:
             raise ValueError("Give the point as `W`, or as `M` (with `mu`, `d`), not both.")
@@ -171,7 +174,11 @@ def sharpness(
     elif M is None:
         raise ValueError("Give the point: `W` (p, d), or `M` (p, p) (with `mu` and `d` for a mean-field model).")
     else:
-        M = as_array(M, "M", shape=(p, p))
+        M = check_psd(check_symmetric(as_array(M, "M", shape=(p, p)), "M"), "M")
+        if d is not None and not is_traced(M):
+            rank = int(np.sum(np.linalg.eigvalsh(np.asarray(M)) > 1e-10 * max(float(np.abs(M).max()), 1e-300)))
+            if rank > d:
+                raise ValueError(f"`M` has rank {rank} > d = {d}: it is not W W^T for any W of width d.")
         if model.has_mean_field and (mu is None or d is None):
             raise ValueError(
                 "This model has a mean field (g or B): its sharpness depends on mu = W 1 and the width d; give "
@@ -179,8 +186,6 @@ def sharpness(
             )
         if mu is not None:
             mu = as_array(mu, "mu", shape=(p,))
-    if d is not None and (isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1):
-        raise ValueError(f"`d` (the width) must be an integer >= 1; found {d!r}.")
     columns = None if d is None or d > p + 1 else int(d)
     if not model.has_mean_field:
         mu, d = None, 1
@@ -201,9 +206,16 @@ def _result(model, M, mu, d, gamma, iterations, columns, return_residual):
     return (value, residual) if return_residual else value
 
 
-def stability_edge(sharpness_value: Float[ArrayLike, ...]) -> Float[np.ndarray, ...]:
+def stability_edge(sharpness_value: Float[ArrayLike, "*shape"]) -> Float[np.ndarray, "*shape"]:
     """The largest stable learning rate 2 / S of the full-batch map at sharpness S (inf where
-    S <= 0: no direction of positive curvature)."""
-    s = np.asarray(sharpness_value, dtype=float)
-    with np.errstate(divide="ignore"):
-        return np.where(s > 0, 2.0 / np.where(s > 0, s, 1.0), np.inf)
+    S <= 0: no direction of positive curvature; nan where S is nan). Host numbers (numpy);
+    inside a jit use 2 / S directly.
+
+    **Raises:** `TypeError` for a value that is not a real number or array of them."""
+    try:
+        s = np.asarray(sharpness_value, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"`sharpness_value` must be a real number or array; found {sharpness_value!r}.") from err
+    with np.errstate(divide="ignore", invalid="ignore"):
+        edge = np.where(s > 0, 2.0 / np.where(s > 0, s, 1.0), np.inf)
+    return np.where(np.isnan(s), np.nan, edge)
