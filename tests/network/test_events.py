@@ -148,3 +148,14 @@ def test_per_step_values_save_load_and_pickle(pred, run, tmp_path):
     np.testing.assert_array_equal(again.step_times, run.step_times)
     cut = dataclasses.replace(run, step_loss=None, step_eigenvalues=None)  # saved grid only: still compares
     assert np.isfinite(nqf.compare(pred, cut).half_drop_time).all()
+
+
+def test_a_loss_still_falling_at_the_horizon_has_no_phase_end():
+    """Without a closed-form limit (dense data) the horizon's loss stands in for L_inf only where
+    the curve has flattened; at t1 = 3 (the phase ends near t = 9) it has not: no phase end, no
+    half-drop time, the targets from the horizon, a HorizonWarning."""
+    with pytest.warns(nqf.HorizonWarning, match="does not end within the horizon"):
+        short = nqf.predict(NET, X, Y, t1=3.0, estimate_departure=False)
+    assert short.settings["final_loss"] == "horizon"
+    assert np.isnan(short.phase_end) and np.isnan(short.half_drop_time)
+    assert short.targets_from == "horizon" and np.isfinite(short.ignition_times[short.growing]).all()
