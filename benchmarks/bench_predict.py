@@ -229,9 +229,10 @@ def _table(results: dict) -> str:
 
 
 if __name__ == "__main__":
-    out = {name: measure(name) for name in CHOSEN}
-    print(_table(out))
-    path = os.environ.get("NQF_BENCH_OUT")
-    if path:
-        with open(path, "w") as fh:
-            json.dump(out, fh, indent=1)
+    out, path = {}, os.environ.get("NQF_BENCH_OUT")
+    for name in CHOSEN:  # each problem printed (and written) as soon as it is measured
+        out[name] = measure(name)
+        print(_table({name: out[name]}), flush=True)
+        if path:
+            with open(path, "w") as fh:
+                json.dump(out, fh, indent=1)
