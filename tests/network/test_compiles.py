@@ -2,8 +2,6 @@
 backend compiles counted with JAX's monitoring events (issue 34: predict's cost is a fixed
 compile once, then the width-independent solve)."""
 
-import contextlib
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -12,6 +10,7 @@ import optax
 import pytest
 
 import nqf
+from _jax_events import BACKEND_COMPILE, compile_events
 
 RNG = np.random.default_rng(1)
 N_IN, WIDTH, M = 5, 12, 80
@@ -19,23 +18,6 @@ X = RNG.standard_normal((M, N_IN)) / np.sqrt(N_IN)
 Y = np.tanh(X @ RNG.standard_normal(N_IN))
 MLP = eqx.nn.MLP(N_IN, 1, WIDTH, depth=1, activation=jnp.tanh, use_bias=False, use_final_bias=False,
                  key=jax.random.PRNGKey(1))  # fmt: skip
-BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
-
-
-@contextlib.contextmanager
-def compiles():
-    """Yields a list that collects one entry per backend compile inside the block."""
-    seen: list[str] = []
-
-    def listener(name, duration, **kwargs):
-        if name == BACKEND_COMPILE:
-            seen.append(name)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        yield seen
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
 
 
 SGD = optax.sgd(0.05)
@@ -53,8 +35,8 @@ def test_a_repeated_call_compiles_nothing(call):
     the network; a new `nqf.Network(module)` traces them again and finds them in the persistent
     compilation cache)."""
     net = nqf.Network(MLP)
-    with compiles() as first:
+    with compile_events((BACKEND_COMPILE,)) as first:
         CALLS[call](net)
-    with compiles() as again:
+    with compile_events((BACKEND_COMPILE,)) as again:
         CALLS[call](net)
     assert len(first) > 0 and len(again) == 0, (call, len(first), len(again))

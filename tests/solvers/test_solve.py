@@ -1,7 +1,5 @@
 """The closed MSE flow (Eq. E9) in each form against an independent scipy integration."""
 
-import contextlib
-
 import jax
 import numpy as np
 import pytest
@@ -9,6 +7,7 @@ import scipy.integrate
 
 import nqf
 import nqf.solvers._solve
+from _jax_events import compile_events
 from conftest import random_orthogonal, random_psd
 
 
@@ -170,23 +169,6 @@ def test_no_recompile_for_new_values(rng):
     data2 = nqf.datasets.fig3_data(seed=2)
     nqf.solve_flow(data2, M0=1e-6 * np.eye(5), **{**kw, "t1": 60.0, "ts": np.linspace(0, 60, 11)})
     assert nqf.solvers._solve.TRACE_COUNT[0] == before
-
-
-@contextlib.contextmanager
-def compile_events():
-    """The JAX tracing and backend-compile events recorded inside the block (jax.monitoring)."""
-    names = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/backend_compile_duration")
-    seen = []
-
-    def listener(event, duration, **kw):
-        if event in names:
-            seen.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        yield seen
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
 
 
 def test_repeated_solve_compiles_nothing():
