@@ -176,7 +176,8 @@ def sharpness(
     else:
         M = check_psd(check_symmetric(as_array(M, "M", shape=(p, p)), "M"), "M")
         if d is not None and not is_traced(M):
-            rank = int(np.sum(np.linalg.eigvalsh(np.asarray(M)) > 1e-10 * max(float(np.abs(M).max()), 1e-300)))
+            Mh = np.asarray(M, dtype=float)
+            rank = int(np.sum(np.linalg.eigvalsh(Mh) > 1e-10 * max(float(np.abs(Mh).max()), 1e-300)))
             if rank > d:
                 raise ValueError(f"`M` has rank {rank} > d = {d}: it is not W W^T for any W of width d.")
         if model.has_mean_field and (mu is None or d is None):
