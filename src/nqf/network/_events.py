@@ -55,12 +55,15 @@ def _descending(M) -> np.ndarray:
     return np.linalg.eigvalsh(np.asarray(M, dtype=float))[..., ::-1]
 
 
-def curves_of(trajectory: Any) -> Curves:
+def curves_of(trajectory: Any, eigenvalues: np.ndarray | None = None) -> Curves:
     """The `Curves` of a `FlowSolution` (dense output where it has one), or of a discrete run with
     saved `t`, `loss`, `M` (`MapTrajectory`, `Recording`, `WTrajectory`) and, where present, the
-    per-step `step_loss` / `step_eigenvalues` with their `step_times`."""
+    per-step `step_loss` / `step_eigenvalues` with their `step_times`. `eigenvalues` (n, p): the
+    saved states' eigenvalues in decreasing order when the caller has them (one eigvalsh per
+    saved state, O(n p^3), not done twice)."""
     if isinstance(trajectory, FlowSolution):
-        t, loss, eig = np.asarray(trajectory.ts, float), np.asarray(trajectory.loss, float), _descending(trajectory.M)
+        eig = _descending(trajectory.M) if eigenvalues is None else eigenvalues
+        t, loss = np.asarray(trajectory.ts, float), np.asarray(trajectory.loss, float)
         dense = _has_dense(trajectory)
         return Curves(t, loss, t, eig, trajectory if dense else None, "dense" if dense else "saved")
     t, loss = np.asarray(trajectory.t, float), np.asarray(trajectory.loss, float)
@@ -72,7 +75,7 @@ def curves_of(trajectory: Any) -> Curves:
     if step_eig is not None:
         t_eig, eig = np.asarray(trajectory.step_times, float), np.asarray(step_eig, float)
     if eig is None:
-        eig = getattr(trajectory, "eigenvalues", None)
+        eig = getattr(trajectory, "eigenvalues", None) if eigenvalues is None else eigenvalues
         eig = _descending(trajectory.M) if eig is None or not isinstance(eig, np.ndarray) else eig
     resolution = "step" if step_eig is not None else "loss-step" if step_loss is not None else "saved"
     return Curves(t, loss, t_eig, eig, None, resolution)

@@ -241,7 +241,7 @@ class Prediction(Saveable):
             assert asym is not None  # target="asymptote" raises rather than return None
             final_loss, final_from = float(asym.loss), "asymptote"
         ev = events(
-            curves_of(self.trajectory),
+            curves_of(self.trajectory, eigenvalues=self.eigenvalues),
             target=target,
             rho=float(rho),
             phase_tol=s["phase_tol"],
@@ -433,7 +433,7 @@ def predict(
     asym = None if weight_decay else _asymptote(model, W0, label, float(t[-1]))
     final_loss = float(loss[-1]) if asym is None else float(asym.loss)
     settings["final_loss"] = "horizon" if asym is None else "asymptote"
-    curves = curves_of(traj)
+    curves = curves_of(traj, eigenvalues=eig)
     settings["resolution"] = curves.resolution
     ev = events(curves, target=target, rho=rho, phase_tol=phase_tol, final_loss=final_loss, asym=asym)
     path = weights_along(traj, W0)
