@@ -54,7 +54,7 @@ import warnings
 import numpy as np
 
 from ..data import Network, NQFModel, extract
-from ..dynamics import closed_sgd, train_w
+from ..dynamics import SGD, closed_sgd, train_w
 from ..network import compare, predict
 from ._common import check, chosen, claim, prepare_out_dir, sensitivity, write_outputs
 
@@ -335,14 +335,13 @@ def run_model(name, build, opts, optimizer, x, digits, key_seed: int = 0):
         warnings.simplefilter("always")
         net = Network(module)
         t0 = time.perf_counter()
-        pred = predict(net, x, y, **opts)
+        training = SGD(opts.pop("lr"), steps=opts.pop("steps"), batch_size=opts.pop("batch_size", None))
+        pred = predict(net, x, y, training, **opts)
         t_predict = time.perf_counter() - t0
     warned = sorted({w.category.__name__ for w in caught})
     edge = any("stability edge" in str(w.message) for w in caught)
-    lr = opts["lr"]
-    opt = optax.sgd(lr) if optimizer == "sgd" else optax.adam(1e-3)
     t0 = time.perf_counter()
-    run = pred.record(opt, lr=lr, label=optimizer)
+    run = pred.record(optimizer=optax.adam(1e-3), label="adam") if optimizer == "adam" else pred.record()
     t_record = time.perf_counter() - t0
     cmp = compare(pred, run)
     s = cmp.summary()

@@ -14,21 +14,21 @@ Time is gradient-flow time t = lr * steps, with `lr` the learning rate that sets
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import ArrayLike, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import ArrayLike, Float, PyTree
 
 from .._core import memory
-from .._core._checks import check_positive
 from .._core.io import Saveable
 from ..data import Network
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics._maps import eigenvalues_in_program
-from ._inputs import as_network, check_data, check_optimizer, check_steps, resolve_step_values
+from ..dynamics._training import SGD, Flow, from_keywords, step_times
+from ._inputs import as_network, check_data, check_optimizer, check_steps, initial_weights, resolve_step_values
 
 if TYPE_CHECKING:
     import optax
@@ -62,7 +62,7 @@ class Recording(Saveable):
     @property
     def step_times(self) -> np.ndarray | None:
         """Times t = lr j of the per-step values, j = 0..steps, (steps + 1,); None without them."""
-        return None if self.step_loss is None else self.lr * np.arange(len(self.step_loss))
+        return None if self.step_loss is None else np.asarray(step_times(self.lr, len(self.step_loss) - 1))
 
     @property
     def eigenvalues(self) -> np.ndarray:
@@ -74,44 +74,51 @@ def record(
     network: Network | eqx.Module | Any,
     x: PyTree[Float[ArrayLike, "m ..."]],
     y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"],
-    optimizer: optax.GradientTransformation,
+    training: SGD | optax.GradientTransformation | None = None,
     *,
-    lr: float,
-    steps: int,
+    optimizer: optax.GradientTransformation | None = None,
     save_every: int | None = None,
     W0: Float[ArrayLike, "p d"] | None = None,
-    batch_size: int | None = None,
-    batch_indices: Int[ArrayLike, "steps b"] | None = None,
-    key: PRNGKeyArray | int = 0,
+    init_scale: float | None = None,
     train: str = "neurons",
     label: str | None = None,
     memory_budget: float | None = None,
     step_values: str = "auto",
+    **deprecated: Any,
 ) -> Recording:
-    """Train the module with `optimizer` on the MSE loss and record (M, mu, loss) at saved steps.
+    """Train the module as `training` describes and record (M, mu, loss) at saved steps.
 
-    Step n minimizes L_n = (1/(b k)) sum over the b inputs of its batch and the k outputs of
-    (f(x) - y)^2 (full batch: b = m), the loss whose gradient flow `nqf.predict` integrates
-    (Eq. E8); the update is ``optimizer.update`` / ``optax.apply_updates`` on the module's own
-    parameter arrays, so Adam, gradient clipping, schedules or any optax chain act as they would
-    in the user's own loop.
+    `training` is the `nqf.SGD` description `nqf.predict` takes: `record` builds its optax
+    optimizer from it (``optax.sgd`` with its learning rate or schedule, momentum and Nesterov,
+    after ``optax.add_decayed_weights`` for weight decay) and draws the same batches, so the
+    prediction and the measurement describe one run. Step n minimizes L_n = (1/(b k)) sum over
+    the b inputs of its batch and the k outputs of (f(x) - y)^2 (full batch: b = m), the loss
+    whose gradient flow `nqf.predict` integrates (Eq. E8); the update is ``optimizer.update`` /
+    ``optax.apply_updates`` on the module's own parameter arrays.
 
     **Arguments:**
 
     - `network`: an `nqf.Network`, or a module (equinox / flax.nnx; its neurons located by
       ``neurons="auto"``).
     - `x`: m inputs (an array or a pytree with leading axis m); `y`: labels (m,) or (m, k).
-    - `optimizer`: an `optax.GradientTransformation`.
-    - `lr`: the learning rate that sets the time unit: step n is t = lr * n (> 0).
-    - `steps`: number of steps (>= 1); `save_every`: save every this many steps (default: about
-      200 saves; step 0 and the last step are always saved).
-    - `W0`: initial neuron parameters (p, d) (default: the module's own, `network.W`).
-    - Batches: full batch by default; `batch_size` b with `key` (an int seed or PRNG key) draws
-      the batches `nqf.batch_indices` draws (the same as `nqf.predict` with the same arguments),
-      or `batch_indices` (steps, b) over the m inputs.
+    - `training`: an `nqf.SGD` (steps, learning rate or schedule, momentum, weight decay,
+      batches). Time is gradient-flow time: step n at t = lr_0 + ... + lr_{n-1} (lr * n).
+    - `optimizer`: an `optax.GradientTransformation` that replaces the SGD update, for a
+      deliberate comparison outside the NQF's maps (Adam, clipping, any chain); `training`
+      still gives the steps, batches and the time axis (its lr is the time unit, stated in
+      `Recording.optimizer`), and must then have no momentum or weight decay of its own. An
+      optimizer whose first step is a plain multiple c of the gradient (``optax.sgd(c)``) with c
+      different from the SGD's lr is refused: its time axis would be wrong.
+    - The keywords of earlier versions (`lr`, `steps`, `batch_size`, `batch_indices`, `key`,
+      and an optax optimizer as the fourth argument) still work for this release, with a
+      `DeprecationWarning`.
+    - `save_every`: save every this many steps (default: about 200 saves; step 0 and the last
+      step are always saved).
+    - `W0`: initial neuron parameters (p, d) (default: the module's own, `network.W`), scaled by
+      `init_scale` if given (as in `nqf.predict`).
     - `train`: ``"neurons"`` (default: only the neuron arrays are trained, the frozen arrays keep
       their values, as in the prediction) or ``"all"`` (every floating array of the module).
-    - `label`: a name for the optimizer in tables and plots (default ``"optax"``).
+    - `label`: a name for the optimizer in tables and plots (default: the description's label).
     - `memory_budget`: bytes for the saved (n, p, p) states (`nqf.memory`).
     - `step_values`: values after every step (`step_loss`, `step_eigenvalues`), so that event
       times (`nqf.compare`) have one step's resolution instead of the save grid's:
@@ -123,25 +130,25 @@ def record(
 
     **Returns:** a `Recording`.
 
-    **Raises:** `TypeError` if `optimizer` is not an optax transformation or `network` is not a
-    module; `ValueError` for mismatched `x`/`y`, a `W0` of the wrong shape, `lr` <= 0 or not
-    finite, `steps`/`save_every` not integers >= 1, bad batches, an unknown `train` or `step_values`;
-    `FloatingPointError` if the training diverges (the loss becomes non-finite; the message gives
-    the step); `nqf.memory.MemoryBudgetError` if the saved states exceed the budget.
+    **Raises:** `TypeError` if `training` is not an `nqf.SGD` (an `nqf.Flow` has no steps to
+    run), `optimizer` is not an optax transformation or `network` is not a module; `ValueError`
+    for no training description, mismatched `x`/`y`, a `W0` of the wrong shape,
+    `save_every` not an integer >= 1, bad batches, an unknown `train` or `step_values`, an
+    `optimizer` with an SGD that has momentum or weight decay, or whose step disagrees with the
+    time unit; `FloatingPointError` if the training diverges (the loss becomes non-finite; the
+    message gives the step); `nqf.memory.MemoryBudgetError` if the saved states exceed the budget.
     """
+    training, optimizer = _training_and_optimizer(training, optimizer, deprecated)
     net = as_network(network)
-    optimizer = check_optimizer(optimizer)
-    lr = check_positive(lr, "lr")
-    steps, save_every = check_steps(steps, save_every)
+    steps, save_every = check_steps(training.steps, save_every)
     if train not in ("neurons", "all"):
         raise ValueError(f"`train` must be 'neurons' or 'all'; found {train!r}.")
     x, y2, m, k = check_data(net, x, y)
-    W0 = net.W if W0 is None else W0
-    params = net.with_params_W(net.params, _check_W0(W0, net))
-    if batch_indices is not None or batch_size is not None:
-        idx = _batches(batch_indices, batch_size, key, m, steps)
-    else:
-        idx = None
+    W0 = initial_weights(net, W0, init_scale)
+    params = net.with_params_W(net.params, jnp.asarray(W0))
+    idx = None
+    if not training.full_batch:
+        idx = _batches(training.batch_indices, training.batch_size, training.key, m, steps)
     n_blocks = -(-steps // save_every)
     n_saves = n_blocks + 1
     step_values = resolve_step_values(step_values, idx is None, net.p)
@@ -158,8 +165,11 @@ def record(
         else jax.tree_util.tree_map(lambda a: hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating), params)
     )
     trainable, fixed = eqx.partition(params, mask)
-    opt_state = optimizer.init(trainable)
-    run = _compiled(net, optimizer, save_every, step_values)
+    if optimizer is not None:
+        _check_time_unit(optimizer, trainable, training)
+    run = _compiled(
+        net, optimizer if optimizer is not None else _SGDProgram(training.nesterov), save_every, step_values
+    )
     # pad the batch schedule to whole blocks; the padded steps of the last block are not taken
     sched = None
     if idx is not None:
@@ -169,7 +179,12 @@ def record(
         )
     counts = np.full(n_blocks, save_every)
     counts[-1] = steps - save_every * (n_blocks - 1)
-    M, mu, loss, final, per = run(trainable, fixed, opt_state, x, y2, sched, jnp.asarray(counts))
+    hyper = (
+        jnp.asarray(training.lr, float),
+        jnp.asarray(float(training.momentum)),
+        jnp.asarray(float(training.weight_decay)),
+    )
+    M, mu, loss, final, per = run(trainable, fixed, x, y2, sched, jnp.asarray(counts), hyper)
     loss = np.asarray(loss)
     per = {k: np.concatenate([np.asarray(v)[:steps], np.asarray(v)[-1:]]) for k, v in per.items()}
     bad = np.flatnonzero(~np.isfinite(loss))
@@ -180,28 +195,89 @@ def record(
             f"{save_every}; last finite loss {loss[bad[0] - 1] if bad[0] else float('nan'):.4g}): the optimizer "
             "diverged (learning rate too large for this module?)."
         )
+    name = training.label() if optimizer is None else f"{label or 'optax'} (time axis of {training.label()})"
     return Recording(
         steps=step_numbers,
-        t=lr * step_numbers,
+        t=np.asarray(training.times)[step_numbers],
         M=np.asarray(M),
         mu=np.asarray(mu),
         loss=loss,
         W_final=np.asarray(net.to_W(eqx.combine(final, fixed))),
-        lr=lr,
-        optimizer=label or "optax",
+        lr=training.lr if training.scheduled else float(training.lr),
+        optimizer=label if label is not None and optimizer is None else name,
         trained=train,
         step_loss=per.get("loss"),
         step_eigenvalues=per.get("eigenvalues"),
     )
 
 
-def _check_W0(W0, net: Network):
-    W0 = np.asarray(W0, dtype=float)
-    if W0.shape != (net.p, net.d):
-        raise ValueError(f"`W0` must have shape (p, d) = ({net.p}, {net.d}) (the module's neurons); found {W0.shape}.")
-    if not np.all(np.isfinite(W0)):
-        raise ValueError("`W0` must be finite.")
-    return jnp.asarray(W0)
+def _training_and_optimizer(training, optimizer, deprecated):
+    """(the SGD description, the user's optax optimizer or None) of `record`'s arguments; an
+    optax optimizer as the fourth argument and the keywords lr=, steps=, ... are the deprecated
+    form (a `DeprecationWarning`)."""
+    import warnings
+
+    if training is not None and not isinstance(training, (SGD, Flow)):
+        if optimizer is not None:
+            raise ValueError("Give the optax optimizer once: as `optimizer=`.")
+        optimizer = check_optimizer(training)
+        training = None
+        warnings.warn(
+            "record(net, x, y, optimizer, lr=..., steps=...) is deprecated: pass nqf.SGD(lr, steps=...) as the "
+            "fourth argument (record builds optax.sgd from it), or optimizer=... with it for another update rule.",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+    elif optimizer is not None:
+        optimizer = check_optimizer(optimizer)
+    training = from_keywords("record", training, deprecated, stacklevel=4)
+    if training is None:
+        raise ValueError(
+            "record needs a training description: nqf.record(net, x, y, nqf.SGD(lr, steps=...)) (the same one "
+            "nqf.predict takes)."
+        )
+    if isinstance(training, Flow):
+        raise TypeError(
+            f"record trains the module step by step: give an nqf.SGD (a learning rate and steps); found {training.label()} "
+            "(a flow is the limit lr -> 0: record it with a small lr, e.g. nqf.SGD(lr, t1=...))."
+        )
+    if optimizer is not None and (float(training.momentum) or float(training.weight_decay)):
+        raise ValueError(
+            f"With `optimizer=` the optimizer is the update rule; {training.label()} also has momentum or weight decay: "
+            "put them in the optax chain, and give the SGD only the steps, batches and time unit lr."
+        )
+    return training, optimizer
+
+
+def _check_time_unit(optimizer, trainable, training: SGD) -> None:
+    """Refuse an optimizer whose first step is -c x gradient with c != the time unit lr (e.g.
+    ``optax.sgd(0.2)`` with lr = 0.1): probed on a gradient with distinct entries."""
+    leaves = [a for a in jax.tree_util.tree_leaves(trainable) if hasattr(a, "shape")]
+    probe_vals = jnp.linspace(0.5, 1.5, sum(a.size for a in leaves))
+    offsets = np.cumsum([0] + [a.size for a in leaves])
+    it = iter(range(len(leaves)))
+    probe = jax.tree_util.tree_map(
+        lambda a: (lambda i: probe_vals[offsets[i] : offsets[i + 1]].reshape(a.shape).astype(a.dtype))(next(it)),
+        trainable,
+    )
+    try:
+        updates, _ = optimizer.update(probe, optimizer.init(trainable), trainable)
+    except TypeError:  # an optimizer that needs extra arguments (value, value_fn): not probed
+        return
+    ratio = np.concatenate(
+        [
+            np.ravel(-np.asarray(u) / np.asarray(g))
+            for u, g in zip(jax.tree_util.tree_leaves(updates), jax.tree_util.tree_leaves(probe))
+        ]
+    )
+    c = float(ratio[0])
+    lr0 = float(np.ravel(training.lr)[0])
+    if c > 0 and np.allclose(ratio, c, rtol=1e-6, atol=0) and not np.isclose(c, lr0, rtol=1e-6):
+        raise ValueError(
+            f"`optimizer`'s first step is -{c:g} x gradient, but the time unit is lr = {lr0:g} ({training.label()}): "
+            f"the run would be labelled on a wrong time axis. Pass nqf.SGD({c:g}, steps=...), or drop `optimizer` "
+            "(record builds optax.sgd from the description)."
+        )
 
 
 def _batches(batch_indices, batch_size, key, m: int, steps: int):
@@ -214,8 +290,17 @@ def _batches(batch_indices, batch_size, key, m: int, steps: int):
     return draw_batches(key, m, batch_size, steps)
 
 
+class _SGDProgram(NamedTuple):
+    """`record`'s own SGD (`nqf.SGD.optax`'s update with traced hyperparameters): the program
+    key of `_compiled` (an optax transformation is a NamedTuple too: told apart by this type)."""
+
+    nesterov: bool
+
+
 def _compiled(net: Network, optimizer, save_every: int, step_values: str):
-    """`_program` cached on the network (one per optimizer, block length and `step_values`)."""
+    """`_program` cached on the network (one per optimizer, block length and `step_values`;
+    `optimizer` a `_SGDProgram`: SGD with traced hyperparameters, one program for any
+    learning rate, schedule length, momentum and weight decay)."""
     key = ("record", optimizer, save_every, step_values)
     return net._compiled(key, lambda: _program(net, optimizer, save_every, step_values))
 
@@ -260,17 +345,29 @@ def _program(net: Network, optimizer, save_every: int, step_values: str):
             return values
         return {"loss": values["loss"], "eigenvalues": eigenvalues_in_program(values["M"])}
 
+    def make(hyper):
+        """The optax optimizer: the user's, or SGD from the traced (lr or rates, beta, gamma)."""
+        if not isinstance(optimizer, _SGDProgram):
+            return optimizer
+        rates, beta, gamma = hyper
+        rate = (lambda n: rates) if rates.ndim == 0 else (lambda n: rates[jnp.minimum(n, rates.shape[0] - 1)])
+        sgd = optax.sgd(rate, momentum=beta, nesterov=optimizer.nesterov)
+        return optax.chain(optax.add_decayed_weights(gamma), sgd)
+
     @jax.jit
-    def run(trainable, fixed, opt_state, x, y, sched, counts):
+    def run(trainable, fixed, x, y, sched, counts, hyper):
+        opt = make(hyper)
+        opt_state = opt.init(trainable)
+
         def step(carry, inp):
             trainable, opt_state = carry
             j, count, idx = inp
             value, grads = jax.value_and_grad(step_loss)(trainable, fixed, x, y, idx)
             extra = {}
-            if isinstance(optimizer, optax.GradientTransformationExtraArgs):  # optax's convention (line
+            if isinstance(opt, optax.GradientTransformationExtraArgs):  # optax's convention (line
                 # searches, reduce_on_plateau): the loss, its gradient and the loss as a function
                 extra = dict(value=value, grad=grads, value_fn=lambda t: step_loss(t, fixed, x, y, idx))
-            updates, new_state = optimizer.update(grads, opt_state, trainable, **extra)
+            updates, new_state = opt.update(grads, opt_state, trainable, **extra)
             new = (optax.apply_updates(trainable, updates), new_state)
             values = per_step(trainable, fixed, x, y, value, idx is not None)
             return jax.tree_util.tree_map(lambda a, b: jnp.where(j < count, a, b), new, carry), values
