@@ -273,7 +273,7 @@ _MAP_FIELDS = ("lr", "steps", "momentum", "nesterov", "weight_decay", "batch_siz
 def accepts_training(fn: Callable[..., Any] | None = None, *, schedules: bool = True) -> Any:
     """Let `fn(model, *, lr=, steps=, ...)` (`closed_sgd`, `closed_sgd_sweep`, `map_term`) also
     take an `SGD` as its second positional argument: its keywords come from the description (a
-    keyword given twice is an error). `schedules=False`: `fn` takes a constant lr only, and a
+    keyword given twice is an error; a full-batch description takes a batch schedule beside it). `schedules=False`: `fn` takes a constant lr only, and a
     scheduled description is refused by name."""
     if fn is None:
         return functools.partial(accepts_training, schedules=schedules)
@@ -288,7 +288,8 @@ def accepts_training(fn: Callable[..., Any] | None = None, *, schedules: bool = 
                 f"{fn.__name__}: the second argument must be an nqf.SGD training description; found "
                 f"{type(training).__name__}{hint}"
             )
-        both = sorted(set(kwargs) & set(_MAP_FIELDS))
+        batches = {"batch_size", "batch_indices", "key"} if training.full_batch else set()
+        both = sorted(set(kwargs) & (set(_MAP_FIELDS) - batches))
         if both:
             raise ValueError(
                 f"{fn.__name__}: {', '.join(f'`{k}`' for k in both)} given both as keywords and in the SGD "
@@ -299,7 +300,7 @@ def accepts_training(fn: Callable[..., Any] | None = None, *, schedules: bool = 
                 f"{fn.__name__} takes a constant learning rate; this SGD has a schedule (per-step rates): "
                 "run it with nqf.closed_sgd, which applies rate lr_n at step n."
             )
-        return fn(model, **training.map_keywords(), **kwargs)
+        return fn(model, **(training.map_keywords() | kwargs))
 
     sig = inspect.signature(fn)
     first, *rest = sig.parameters.values()
