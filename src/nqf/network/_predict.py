@@ -34,6 +34,7 @@ in training (the prediction is for the MSE loss); anything outside the expansion
 from __future__ import annotations
 
 import dataclasses
+import time
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,7 @@ from ..dynamics import closed_sgd
 from ..dynamics._train_args import check_momentum
 from ..solvers import FlowSolution, solve_flow
 from ..theory import asymptote
+from . import _heldout as heldout
 from ._departure import InitScaleWarning, check_init, check_neurons, departure_on, remainder, weights_along
 from ._events import HorizonWarning, check_target, curves_of, events
 from ._inputs import as_network, check_data, check_steps, initial_weights, resolve_step_values
@@ -158,6 +160,11 @@ class Prediction(Saveable):
     departure_interval: np.ndarray = dataclasses.field(default_factory=lambda: np.full(2, np.nan))
     remainder_gap_se: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     init_gap: np.ndarray = dataclasses.field(default_factory=lambda: np.full(2, np.nan))
+    test_outputs: np.ndarray | None = None
+    test_loss: np.ndarray | None = None
+    test_accuracy: np.ndarray | None = None
+    x_test: object = None
+    y_test: np.ndarray | None = None
 
     def _after_load(self) -> None:
         object.__setattr__(self, "network", None)
@@ -201,6 +208,8 @@ class Prediction(Saveable):
         options: dict[str, Any] = dict(steps=steps, W0=self.W0, label=label, train=train)
         if s["batch_indices"] is not None and "batch_size" not in kwargs:
             options["batch_indices"] = s["batch_indices"]
+        if self.x_test is not None and "x_test" not in kwargs:  # the same held-out inputs
+            options.update(x_test=self.x_test, y_test=self.y_test)
         options.update(kwargs)
         if options.get("batch_indices") is not None and np.shape(options["batch_indices"])[0] != options["steps"]:
             raise ValueError(
@@ -284,6 +293,8 @@ def predict(
     departure_neurons: int | None = None,
     extract_options: dict[str, Any] | None = None,
     step_values: str = "auto",
+    x_test: PyTree[Float[ArrayLike, "m_test ..."]] | None = None,
+    y_test: Float[ArrayLike, " m_test"] | Float[ArrayLike, "m_test k"] | None = None,
 ) -> Prediction:
     """Predict the training of `network` on (x, y) from its NQF, before training it.
 
@@ -357,8 +368,10 @@ def predict(
     past the edge along the predicted path (``settings["stability_edge"]``, at 5 saved states:
     what follows is the map's instability, not the NQF's learning).
     """
+    t_start = time.perf_counter()
     net = as_network(network)
     x, y2, m, k = check_data(net, x, y)
+    test = heldout.check_test(net, x, y, y2, x_test, y_test)
     W0 = initial_weights(net, W0, init_scale)
     for name, v in (("rho", rho), ("phase_tol", phase_tol), ("gap_tol", gap_tol)):
         if not (isinstance(v, (int, float, np.floating)) and 0.0 < v < 1.0):
@@ -441,6 +454,8 @@ def predict(
     on, why = departure_on(estimate_departure, m * k * net.p)
     dep = remainder(net, model, x, y2, t, loss, path if on else None, gap_tol, neurons=s_dep)
     settings["departure"] = dep.settings if on else {"off": why}
+    held = heldout.predicted(test, lambda xt, yt: _extract(net, xt, yt, k, extract_options), traj, W0, k)
+    settings.update(test=heldout.settings_of(test), wall_time_s=time.perf_counter() - t_start)
     return Prediction(
         t=t,
         loss=loss,
@@ -462,6 +477,7 @@ def predict(
         x=jax.tree_util.tree_map(np.asarray, x),
         y=np.asarray(y2),
         network=net,
+        **held,
     )
 
 

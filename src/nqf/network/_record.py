@@ -14,6 +14,7 @@ Time is gradient-flow time t = lr * steps, with `lr` the learning rate that sets
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
@@ -28,6 +29,7 @@ from .._core.io import Saveable
 from ..data import Network
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics._maps import eigenvalues_in_program
+from . import _heldout as heldout
 from ._inputs import as_network, check_data, check_optimizer, check_steps, resolve_step_values
 
 if TYPE_CHECKING:
@@ -58,6 +60,10 @@ class Recording(Saveable):
     trained: str
     step_loss: np.ndarray | None = None
     step_eigenvalues: np.ndarray | None = None
+    test_outputs: np.ndarray | None = None
+    test_loss: np.ndarray | None = None
+    test_accuracy: np.ndarray | None = None
+    wall_time_s: float = float("nan")
 
     @property
     def step_times(self) -> np.ndarray | None:
@@ -87,6 +93,8 @@ def record(
     label: str | None = None,
     memory_budget: float | None = None,
     step_values: str = "auto",
+    x_test: PyTree[Float[ArrayLike, "m_test ..."]] | None = None,
+    y_test: Float[ArrayLike, " m_test"] | Float[ArrayLike, "m_test k"] | None = None,
 ) -> Recording:
     """Train the module with `optimizer` on the MSE loss and record (M, mu, loss) at saved steps.
 
@@ -129,6 +137,7 @@ def record(
     `FloatingPointError` if the training diverges (the loss becomes non-finite; the message gives
     the step); `nqf.memory.MemoryBudgetError` if the saved states exceed the budget.
     """
+    t_start = time.perf_counter()
     net = as_network(network)
     optimizer = check_optimizer(optimizer)
     lr = check_positive(lr, "lr")
@@ -136,6 +145,7 @@ def record(
     if train not in ("neurons", "all"):
         raise ValueError(f"`train` must be 'neurons' or 'all'; found {train!r}.")
     x, y2, m, k = check_data(net, x, y)
+    test = heldout.check_test(net, x, y, y2, x_test, y_test)
     W0 = net.W if W0 is None else W0
     params = net.with_params_W(net.params, _check_W0(W0, net))
     if batch_indices is not None or batch_size is not None:
@@ -147,7 +157,7 @@ def record(
     step_values = resolve_step_values(step_values, idx is None, net.p)
     per_step = {"none": 0, "loss": 1, "all": net.p + 1}[step_values] * (n_blocks * save_every + 1)
     memory.check(
-        8.0 * (n_saves * net.p * (net.p + 1) + per_step),
+        8.0 * (n_saves * net.p * (net.p + 1) + per_step) + heldout.record_bytes(test, n_saves, k),
         f"record: {n_saves} saved states M (p, p) = ({net.p}, {net.p}) and the per-step values",
         "a larger `save_every`, or NQF_MEMORY_BUDGET / memory_budget=.",
         memory_budget,
@@ -169,7 +179,9 @@ def record(
         )
     counts = np.full(n_blocks, save_every)
     counts[-1] = steps - save_every * (n_blocks - 1)
-    M, mu, loss, final, per = run(trainable, fixed, opt_state, x, y2, sched, jnp.asarray(counts))
+    out = run(trainable, fixed, opt_state, x, y2, sched, jnp.asarray(counts), None if test is None else test.x)
+    (M, mu, loss), (final, per) = out[:3], out[-2:]
+    held = {} if test is None else dict(zip(("test_outputs", "test_loss", "test_accuracy"), heldout.measures(out[3], test)))
     loss = np.asarray(loss)
     per = {k: np.concatenate([np.asarray(v)[:steps], np.asarray(v)[-1:]]) for k, v in per.items()}
     bad = np.flatnonzero(~np.isfinite(loss))
@@ -192,6 +204,8 @@ def record(
         trained=train,
         step_loss=per.get("loss"),
         step_eigenvalues=per.get("eigenvalues"),
+        **held,
+        wall_time_s=time.perf_counter() - t_start,
     )
 
 
@@ -238,10 +252,11 @@ def _program(net: Network, optimizer, save_every: int, step_values: str):
             x, y = jax.tree_util.tree_map(lambda a: a[idx], x), y[idx]
         return loss_of(eqx.combine(trainable, fixed), x, y)
 
-    def observe(trainable, fixed, x, y):
+    def observe(trainable, fixed, x, y, x_test):
         params = eqx.combine(trainable, fixed)
         W = net.to_W(params)
-        return W @ W.T, jnp.sum(W, axis=1), loss_of(params, x, y)
+        test = () if x_test is None else (heldout.module_outputs(net, params, x_test),)
+        return W @ W.T, jnp.sum(W, axis=1), loss_of(params, x, y), *test
 
     def per_step(trainable, fixed, x, y, value, batched: bool):
         """{"loss": L(W_j) over all m inputs, "eigenvalues": of W_j W_j^T} (as `step_values` asks)."""
@@ -261,7 +276,7 @@ def _program(net: Network, optimizer, save_every: int, step_values: str):
         return {"loss": values["loss"], "eigenvalues": eigenvalues_in_program(values["M"])}
 
     @jax.jit
-    def run(trainable, fixed, opt_state, x, y, sched, counts):
+    def run(trainable, fixed, opt_state, x, y, sched, counts, x_test):
         def step(carry, inp):
             trainable, opt_state = carry
             j, count, idx = inp
@@ -279,9 +294,9 @@ def _program(net: Network, optimizer, save_every: int, step_values: str):
             count, idx_block = inp
             js = jnp.arange(save_every)
             carry, values = jax.lax.scan(step, carry, (js, jnp.full(save_every, count), idx_block))
-            return carry, (observe(carry[0], fixed, x, y), eigenvalues(values))
+            return carry, (observe(carry[0], fixed, x, y, x_test), eigenvalues(values))
 
-        first = observe(trainable, fixed, x, y)
+        first = observe(trainable, fixed, x, y, x_test)
         (final, _), (saved, values) = jax.lax.scan(block, (trainable, opt_state), (counts, sched))
         saved = tuple(jnp.concatenate([a[None], b]) for a, b in zip(first, saved))
         last = jax.tree_util.tree_map(lambda a: a[None], per_step(final, fixed, x, y, saved[2][-1], False))
