@@ -62,7 +62,7 @@ def test_record_measures_the_module_on_the_test_inputs(pred, run):
     np.testing.assert_allclose(run.test_outputs[-1], f, rtol=0, atol=1e-14)
     np.testing.assert_allclose(run.test_loss[-1], np.mean((f - YT) ** 2), rtol=1e-13)
     np.testing.assert_allclose(run.test_loss[0], np.mean((_module_outputs(pred.W0, XT) - YT) ** 2), rtol=1e-13)
-    assert run.wall_time_s > 0 and pred.settings["wall_time_s"] > 0
+    assert run.wall_time_s > 0 and pred.wall_time_s > 0
 
 
 def test_compare_reports_the_test_loss_gap(pred, run):
@@ -164,3 +164,47 @@ def test_bad_held_out_input_is_named():
     bad[0, 0] = np.inf
     with pytest.raises(ValueError, match="`x_test` must be finite"):
         nqf.record(NET, X, Y, optax.sgd(0.1), lr=0.1, steps=2, x_test=bad)
+
+
+def test_load_in_a_fresh_process(pred, run, tmp_path):
+    """nqf.load of a Prediction, Recording, Comparison and Plan in a new interpreter that has not
+    imported nqf.network (issue 35, item 6): io's table of home modules imports it on demand."""
+    import dataclasses
+    import subprocess
+    import sys
+
+    from nqf.network import Plan
+
+    plan = Plan(**{f.name: 1.0 for f in dataclasses.fields(Plan)})  # the type is what is tested here
+    cmp = nqf.compare(pred, run)
+    paths = [str(o.save(tmp_path / name)) for name, o in (("p", pred), ("r", run), ("c", cmp), ("plan", plan))]
+    code = (
+        "import sys, nqf\n"
+        "assert 'nqf.network' not in sys.modules\n"
+        "objs = [nqf.load(p) for p in sys.argv[1:]]\n"
+        "print([type(o).__name__ for o in objs], float(objs[0].test_loss[-1]), float(objs[2].test['test_loss_gap']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    names, loss, gap = out.stdout.strip().rsplit(" ", 2)
+    assert names == "['Prediction', 'Recording', 'Comparison', 'Plan']"
+    assert float(loss) == pred.test_loss[-1] and float(gap) == cmp.test["test_loss_gap"]
+
+
+def test_every_saveable_type_has_a_home():
+    """Every nqf class that `save` can write (registered once all of nqf is imported) is in io's
+    table of home modules, and the table names where it is defined."""
+    import importlib
+    import pkgutil
+
+    from nqf._core import io
+
+    for mod in pkgutil.walk_packages(nqf.__path__, "nqf."):
+        if not mod.name.startswith(("nqf.experiments", "nqf.cli", "nqf.__main__")):
+            importlib.import_module(mod.name)
+    ours = {name: cls for name, cls in io._CLASSES.items() if cls.__module__.split(".")[0] == "nqf"}
+    assert len(ours) >= 22 and set(ours) <= set(io._HOMES)
+    for name, cls in ours.items():
+        assert getattr(importlib.import_module(io._HOMES[name]), name) is cls
+    with pytest.raises(ValueError, match="unknown object type 'Nothing'"):
+        io._decode({"object": "Nothing", "fields": {}}, {})

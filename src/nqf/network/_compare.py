@@ -117,7 +117,7 @@ class Comparison(Saveable):
             },
             "growing_modes": int(np.sum(getattr(pred, "growing", grow))),
             "wall_time_s": {
-                "predict": float(getattr(pred, "settings", {}).get("wall_time_s", np.nan)),
+                "predict": float(getattr(pred, "wall_time_s", np.nan)),
                 "record": float(getattr(rec, "wall_time_s", np.nan)),
             },
             "test": None if self.test is None else dict(self.test),

@@ -165,6 +165,7 @@ class Prediction(Saveable):
     test_accuracy: np.ndarray | None = None
     x_test: object = None
     y_test: np.ndarray | None = None
+    wall_time_s: float = float("nan")
 
     def _after_load(self) -> None:
         object.__setattr__(self, "network", None)
@@ -455,7 +456,7 @@ def predict(
     dep = remainder(net, model, x, y2, t, loss, path if on else None, gap_tol, neurons=s_dep)
     settings["departure"] = dep.settings if on else {"off": why}
     held = heldout.predicted(test, lambda xt, yt: _extract(net, xt, yt, k, extract_options), traj, W0, k)
-    settings.update(test=heldout.settings_of(test), wall_time_s=time.perf_counter() - t_start)
+    settings["test"] = heldout.settings_of(test)
     return Prediction(
         t=t,
         loss=loss,
@@ -478,6 +479,7 @@ def predict(
         y=np.asarray(y2),
         network=net,
         **held,
+        wall_time_s=time.perf_counter() - t_start,
     )
 
 
