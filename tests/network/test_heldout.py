@@ -208,3 +208,28 @@ def test_every_saveable_type_has_a_home():
         assert getattr(importlib.import_module(io._HOMES[name]), name) is cls
     with pytest.raises(ValueError, match="unknown object type 'Nothing'"):
         io._decode({"object": "Nothing", "fields": {}}, {})
+
+
+def test_plots_carry_the_markers_the_modes_and_the_training(pred, run):
+    """The figures build without pyplot state and hold the artists they promise (no image test)."""
+    import matplotlib.pyplot as plt
+
+    before = plt.get_fignums()
+    cmp = nqf.compare(pred, run)
+    fig = cmp.plot(logx=True, logy=True, top=3)
+    assert plt.get_fignums() == before and len(fig.axes) == 3
+    a_loss, a_eig, a_gap = fig.axes
+    labels = {t.get_text() for t in a_loss.get_legend().get_texts()}
+    assert {"ignition (predicted)", "ignition (measured)", "half-drop (predicted)", "half-drop (measured)"} <= labels
+    assert {"test loss (predicted)", "test loss (measured)"} <= labels
+    assert [t.get_text() for t in a_eig.get_legend().get_texts()] == ["mode 1"]  # the one growing mode
+    np.testing.assert_allclose(a_gap.get_lines()[0].get_xdata(), cmp.t)
+    np.testing.assert_allclose(a_gap.get_lines()[0].get_ydata(), np.maximum(cmp.gap, np.finfo(float).tiny))
+    assert all(a.get_xscale() == "log" for a in fig.axes) and a_loss.get_yscale() == "log"
+    assert f"SGD lr {LR:g}, {STEPS} steps" in fig._suptitle.get_text() and "network: optax" in fig._suptitle.get_text()
+    two = pred.plot(top=2)
+    assert len(two.axes) == 2 and len(two.axes[1].get_legend().get_texts()) == 1
+    with pytest.raises(ValueError, match="`ax` must be 3 matplotlib Axes"):
+        cmp.plot(ax=two.axes)
+    with pytest.raises(ValueError, match="`top` must be an integer >= 1"):
+        pred.plot(top=0)

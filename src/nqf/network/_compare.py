@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -144,12 +145,24 @@ class Comparison(Saveable):
             "verdicts": dict(self.verdicts),
         }
 
-    def plot(self, *, ax: matplotlib.axes.Axes | None = None) -> matplotlib.figure.Figure:
-        """Predicted vs measured loss (ignition, phase end and departure marked) and eigenvalues of
-        M(t); returns a matplotlib Figure (no pyplot state)."""
+    def plot(
+        self,
+        *,
+        ax: Sequence[matplotlib.axes.Axes] | None = None,
+        logx: bool = False,
+        logy: bool = False,
+        gap: bool = True,
+        top: int = 8,
+    ) -> matplotlib.figure.Figure:
+        """Predicted vs measured loss (predicted and measured ignition and half-drop times, phase
+        end and departure marked; test losses with held-out data), eigenvalues of M(t) by mode
+        (the top `top`, one colour each, with a legend) and, with `gap`, the gap panel
+        |L_measured - L_predicted| / L(0); titled with the prediction's training and the run's
+        optimizer. `logx` / `logy`: log time / loss axes; `ax`: the Axes to draw on (3, or 2
+        without `gap`). Returns a matplotlib Figure (no pyplot state)."""
         from ._plot import plot_prediction
 
-        return plot_prediction(self.prediction, self, ax=ax)
+        return plot_prediction(self.prediction, self, ax=ax, logx=logx, logy=logy, gap=gap, top=top)
 
 
 def _rel(a, b) -> float:

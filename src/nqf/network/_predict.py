@@ -261,12 +261,21 @@ class Prediction(Saveable):
         settings = {**s, "target": label, "rho": float(rho), "final_loss": final_from}
         return dataclasses.replace(self, asymptote=asym, final_loss=final_loss, settings=settings, **ev)
 
-    def plot(self, *, ax: matplotlib.axes.Axes | None = None) -> matplotlib.figure.Figure:
-        """The predicted loss (ignition times marked) and eigenvalues of M(t); returns a matplotlib
-        Figure (no pyplot state)."""
+    def plot(
+        self,
+        *,
+        ax: Sequence[matplotlib.axes.Axes] | None = None,
+        logx: bool = False,
+        logy: bool = False,
+        top: int = 8,
+    ) -> matplotlib.figure.Figure:
+        """The predicted loss (ignition and half-drop times marked; the test loss with held-out
+        data) and the eigenvalues of M(t) by mode (the top `top`, one colour each, with a legend),
+        titled with the training; `logx` / `logy`: log time / loss axes; `ax`: two Axes to draw on.
+        Returns a matplotlib Figure (no pyplot state; `nqf.network._plot.plot_prediction`)."""
         from ._plot import plot_prediction
 
-        return plot_prediction(self, None, ax=ax)
+        return plot_prediction(self, None, ax=ax, logx=logx, logy=logy, top=top)
 
 
 def predict(
