@@ -101,5 +101,7 @@ def mean_loss(
         raise ValueError(f"`loss`: mean_loss supports the MSE only here; found {loss!r}.")
     f, y = jnp.asarray(f), jnp.asarray(y)
     if y.shape != f.shape and not (f.ndim == 2 and f.shape[1] == 1 and y.shape == f.shape[:1]):
-        raise ValueError(f"`y` must have the outputs' shape {f.shape} (or ({f.shape[0]},) for one output); found {y.shape}.")
+        raise ValueError(
+            f"`y` must have the outputs' shape {f.shape} (or ({f.shape[0]},) for one output); found {y.shape}."
+        )
     return jnp.mean((f - y.reshape(f.shape)) ** 2)

@@ -81,7 +81,9 @@ def check_test(net, x, y_given, y2, x_test, y_test) -> TestSet | None:
             raise ValueError(f"`x_test` must be finite; leaf {i} has non-finite entries.")
     ms = {int(np.shape(b)[0]) for b in leaves_t}
     if len(ms) != 1 or 0 in ms:
-        raise ValueError(f"Every leaf of `x_test` must have the same leading batch axis m_test >= 1; found {sorted(ms)}.")
+        raise ValueError(
+            f"Every leaf of `x_test` must have the same leading batch axis m_test >= 1; found {sorted(ms)}."
+        )
     m_test = ms.pop()
     x_test = net.check_inputs(x_test)
     if y_test is None:
@@ -148,10 +150,11 @@ def measures(F, test: TestSet):
     out = F[:, :, 0] if F.shape[2] == 1 else F
     if test.labels is None:
         return out, None, None
-    if test.y is None:  # labels the MSE does not take (class indices for k > 1 outputs)
+    y = test.y
+    if y is None:  # labels the MSE does not take (class indices for k > 1 outputs)
         loss = None
     else:
-        loss = np.asarray(jax.vmap(lambda f: mean_loss("mse", f, test.y))(jnp.asarray(F)))
+        loss = np.asarray(jax.vmap(lambda f: mean_loss("mse", f, y))(jnp.asarray(F)))
     acc = None if test.rule is None else _accuracy(F, test.labels, test.rule)
     return out, loss, acc
 
@@ -261,11 +264,11 @@ def compare_test(prediction, recording, t, inside, in_phase):
     Fp_t = _at(tp, Fp, np.where(inside, t, tp[-1]))
     _, lp, ap = measures(Fp_t, test)
     _, lm, am = measures(Fm, test)
-    _, lp0, _ = measures(Fp[:1], test)
+    lp0 = measures(Fp[:1], test)[1]
     last = np.flatnonzero(inside)[-1]
     entry: dict = {"m_test": int(Fp.shape[1]), "accuracy_rule": test.rule}
     gap = None
-    if lp is not None and lm is not None:
+    if lp is not None and lm is not None and lp0 is not None:
         gap = np.where(inside, np.abs(lm - lp) / float(lp0[0]), np.nan)
         entry.update(
             test_L0=float(lp0[0]),

@@ -81,7 +81,7 @@ def _loss_panel(a, prediction, comparison, modes) -> None:
     if test is not None:
         a.plot(t, test, color="C9", lw=1.4, ls="--", label="test loss (predicted)")
         measured = None if comparison is None else getattr(comparison.recording, "test_loss", None)
-        if measured is not None:
+        if comparison is not None and measured is not None:
             a.plot(comparison.t, measured, "s", ms=2, color="C9", label="test loss (measured)")
     a.axhline(
         prediction.final_loss,
@@ -96,7 +96,9 @@ def _loss_panel(a, prediction, comparison, modes) -> None:
         if np.isfinite(ti):
             a.axvline(ti, color=_colour(j), lw=0.9, ls=":", label="ignition (predicted)" if j == 0 else None)
         if measured_ign is not None and np.isfinite(measured_ign[k]):
-            a.axvline(measured_ign[k], color=_colour(j), lw=0.9, ls="--", label="ignition (measured)" if j == 0 else None)
+            a.axvline(
+                measured_ign[k], color=_colour(j), lw=0.9, ls="--", label="ignition (measured)" if j == 0 else None
+            )
     level = 0.5 * (float(prediction.loss[0]) + float(prediction.final_loss))
     if np.isfinite(prediction.half_drop_time):
         a.plot([prediction.half_drop_time], [level], "x", ms=8, mew=2, color="k", label="half-drop (predicted)")
@@ -118,7 +120,7 @@ def _eig_panel(a, prediction, comparison, modes) -> None:
     rho = prediction.settings.get("rho", 0.5)
     for j, k in enumerate(modes):
         a.plot(t, prediction.eigenvalues[:, k], color=_colour(j), lw=1.5, label=f"mode {k + 1}")
-        if meas is not None:
+        if comparison is not None and meas is not None:
             a.plot(comparison.t, meas[:, k], "o", ms=2, color=_colour(j))
         target = prediction.targets[k] if np.isfinite(prediction.targets[k]) else np.nan
         if np.isfinite(prediction.ignition_times[k]):

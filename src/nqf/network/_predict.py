@@ -120,6 +120,15 @@ class Prediction(Saveable):
     - `init_gap` (2,): |L_module - L_NQF| / L(0) at W0 and at the first saved time after 5 % of
       the horizon (``settings["init_gap_t"]``) on the NQF's path; above 0.01 an
       `InitScaleWarning` says the initialization is not small.
+    - Held-out data (`predict(x_test=, y_test=)`; all None without `x_test`; definitions in
+      `nqf.network._heldout`): `test_outputs` (n, m_test, k), or (n, m_test) for one output:
+      the NQF's f_x(t) = f_x(0) + mu(t)^T g(x) + mu^T B(x) mu + Tr[M(t) A(x)] on the test inputs
+      (their NQF extracted as the training inputs'); `test_loss` (n,): the training loss's
+      definition (mean over inputs and outputs of (f - y)^2) on them (None without `y_test`);
+      `test_accuracy` (n,): argmax over k > 1 outputs for class or one-hot labels, sign(f) for
+      labels in {-1, +1}, f > 0.5 for {0, 1}, None for real-valued targets
+      (``settings["test"]["accuracy"]`` names the rule); `x_test`, `y_test`: the data.
+    - `wall_time_s`: the seconds `predict` took.
     - `settings`: the call's settings (lr, steps, t1, batches, momentum, weight decay, rho,
       phase_tol, gap_tol) and, for a map, ``"stability_edge_init"`` / ``"stability_edge"``: the
       largest stable lr 2 (1 + momentum) / S at W0 and along the predicted path; `x`, `y`: the data; `network`: the `nqf.Network` (not kept by `save`
@@ -357,13 +366,19 @@ def predict(
       ``"none"`` with minibatches, where the full-data loss costs all m inputs per step),
       ``"all"``, ``"loss"`` or ``"none"`` (times interpolated between saved steps). Unused by
       the flow (its dense output is exact).
+    - `x_test`, `y_test`: held-out inputs (a pytree of `x`'s structure and per-input shape,
+      m_test inputs) and optionally their labels (of `y`'s form: (m_test,) or (m_test, k)): the
+      prediction then holds the NQF's outputs, loss and accuracy on them at the saved times
+      (`Prediction.test_outputs`, `test_loss`, `test_accuracy`), at the cost of extracting their
+      NQF and one trace per saved state and test input; `Prediction.record` measures the same.
     - `extract_options`: keywords for `nqf.extract` (e.g. ``{"structure": "dense"}``, or
       ``{"normalization": "mean"}`` for a layer that averages its units: the extracted sum form
       is scaled by c(d) = 1/d or 1/sqrt(d) back to the module at its width d).
 
     **Returns:** a `Prediction`.
 
-    **Raises:** `ValueError` for mismatched or non-finite `x`/`y`, a `W0` of the wrong shape, no
+    **Raises:** `ValueError` for mismatched or non-finite `x`/`y`, an `x_test` of another structure
+    or per-input shape than `x`, a `y_test` of another length or k, or without `x_test`, a `W0` of the wrong shape, no
     horizon, `t1` inconsistent with `lr` x `steps`, `ts` with `lr` or not starting at 0, map
     options without `lr`, bad tolerances, `departure_neurons` outside [2, d];
     `nqf.memory.MemoryBudgetError` if the saved states exceed the memory budget; the

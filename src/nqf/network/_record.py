@@ -46,7 +46,11 @@ class Recording(Saveable):
     (n, p, p) and `mu` = W 1 (n, p) of the module's neurons (its `nqf.Network` layout); `loss`
     (n,): the training loss (1/(m k)) sum (f - y)^2 over all m inputs and k outputs; `W_final`
     (p, d): the neuron parameters after the last step; `lr`; `optimizer`: a label; `trained`:
-    ``"neurons"`` or ``"all"`` (what the optimizer updated).
+    ``"neurons"`` or ``"all"`` (what the optimizer updated); `step_loss`, `step_eigenvalues`: the
+    per-step values (`step_values`); with held-out data (`record(x_test=, y_test=)`, else None)
+    `test_outputs` (n, m_test, k), or (n, m_test) for one output: the module's own outputs on the
+    test inputs at the saved steps, `test_loss` (n,) and `test_accuracy` (n,) (the definitions of
+    `Prediction`'s, `nqf.network._heldout`); `wall_time_s`: the seconds `record` took.
     """
 
     steps: np.ndarray
@@ -129,11 +133,16 @@ def record(
       the loss is the step's own `value` (free); with minibatches it is one more forward pass
       over all m inputs per step; the eigenvalues one O(p^3) `eigvalsh` per step.
 
+    - `x_test`, `y_test`: held-out inputs (`x`'s structure and per-input shape) and optional
+      labels (`y`'s form): the module's outputs on them at the saved steps, inside the compiled
+      program, and their loss and accuracy (`Recording.test_outputs`, `test_loss`, `test_accuracy`).
+
     **Returns:** a `Recording`.
 
     **Raises:** `TypeError` if `optimizer` is not an optax transformation or `network` is not a
     module; `ValueError` for mismatched `x`/`y`, a `W0` of the wrong shape, `lr` <= 0 or not
-    finite, `steps`/`save_every` not integers >= 1, bad batches, an unknown `train` or `step_values`;
+    finite, `steps`/`save_every` not integers >= 1, bad batches, an unknown `train` or `step_values`,
+    an `x_test` / `y_test` that does not fit `x` / `y` (or `y_test` without `x_test`);
     `FloatingPointError` if the training diverges (the loss becomes non-finite; the message gives
     the step); `nqf.memory.MemoryBudgetError` if the saved states exceed the budget.
     """
@@ -181,7 +190,11 @@ def record(
     counts[-1] = steps - save_every * (n_blocks - 1)
     out = run(trainable, fixed, opt_state, x, y2, sched, jnp.asarray(counts), None if test is None else test.x)
     (M, mu, loss), (final, per) = out[:3], out[-2:]
-    held = {} if test is None else dict(zip(("test_outputs", "test_loss", "test_accuracy"), heldout.measures(out[3], test)))
+    held = (
+        {}
+        if test is None
+        else dict(zip(("test_outputs", "test_loss", "test_accuracy"), heldout.measures(out[3], test)))
+    )
     loss = np.asarray(loss)
     per = {k: np.concatenate([np.asarray(v)[:steps], np.asarray(v)[-1:]]) for k, v in per.items()}
     bad = np.flatnonzero(~np.isfinite(loss))
