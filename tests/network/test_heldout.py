@@ -233,3 +233,26 @@ def test_plots_carry_the_markers_the_modes_and_the_training(pred, run):
         cmp.plot(ax=two.axes)
     with pytest.raises(ValueError, match="`top` must be an integer >= 1"):
         pred.plot(top=0)
+
+
+def linear_plus_quadratic(W, x):
+    """sum_i W_0i x_0 + Tr[W' W'^T x' x'^T]: an NQF with a linear term g(x) = (x_0, 0, ...) (Theorem 12)."""
+    return jnp.sum(W[0] * x[0]) + jnp.sum((W[1:].T @ x[1:]) ** 2)
+
+
+def test_a_linear_term_enters_the_test_outputs_through_mu():
+    """With g != 0 the test outputs need mu(t): the map's equal the module's own SGD to rounding."""
+    import warnings
+
+    rng = np.random.default_rng(3)
+    x, xt = rng.standard_normal((40, 4)) / 2, rng.standard_normal((20, 4)) / 2
+    y, yt = (a[:, 0] / 2 + a[:, 1] ** 2 for a in (x, xt))
+    net = nqf.Network(linear_plus_quadratic, W0=1e-2 * rng.standard_normal((4, 6)))
+    opts = dict(lr=0.05, steps=300, save_every=10, x_test=xt, y_test=yt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nqf.ZGZWarning)  # g != 0, as built
+        pred = nqf.predict(net, x, y, estimate_departure=False, **opts)
+    assert pred.model.has_mean_field and pred.trajectory.mu is not None
+    run = nqf.record(net, x, y, optax.sgd(0.05), **opts)
+    np.testing.assert_allclose(pred.test_outputs, run.test_outputs, rtol=0, atol=1e-12)
+    assert np.abs(pred.test_outputs[-1] - pred.test_outputs[0]).max() > 0.1  # the outputs did move
