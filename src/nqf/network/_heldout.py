@@ -32,11 +32,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core import memory
+from .._core._errors import NQFWarning
 from ..data._model import as_model
 from ..dynamics._losses import mean_loss
 from ._departure import weights_along
 
-__all__ = ["TestSet", "check_test", "accuracy_rule", "measures", "predicted_outputs", "compare_test"]
+__all__ = [
+    "TestSet",
+    "check_test",
+    "accuracy_rule",
+    "measures",
+    "predicted_outputs",
+    "module_outputs",
+    "predicted",
+    "recorded",
+    "settings_of",
+    "record_bytes",
+    "compare_test",
+]
 
 _CHUNK_BYTES = 2.0**26  # workspace of one chunk of saved states in `predicted_outputs`
 
@@ -246,6 +259,7 @@ def compare_test(prediction, recording, t, inside, in_phase):
             warnings.warn(
                 "compare: the prediction has held-out outputs and the recording none (record(..., x_test=, "
                 "y_test=), or Prediction.record): no 'test' entry.",
+                NQFWarning,
                 stacklevel=3,
             )
         return None, None
@@ -304,3 +318,11 @@ def settings_of(test: TestSet | None) -> dict | None:
 def record_bytes(test: TestSet | None, n_saves: int, k: int) -> float:
     """Bytes of `record`'s saved test outputs (n_saves, m_test, k)."""
     return 0.0 if test is None else 8.0 * n_saves * test.m * k
+
+
+def recorded(test: TestSet | None, outputs: tuple) -> dict:
+    """`Recording`'s held-out fields from the program's saved test outputs (`outputs` = (F,) with
+    F (n, m_test, k), or () without `x_test`)."""
+    if test is None:
+        return {}
+    return dict(zip(("test_outputs", "test_loss", "test_accuracy"), measures(outputs[0], test)))

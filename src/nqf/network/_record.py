@@ -190,11 +190,7 @@ def record(
     counts[-1] = steps - save_every * (n_blocks - 1)
     out = run(trainable, fixed, opt_state, x, y2, sched, jnp.asarray(counts), None if test is None else test.x)
     (M, mu, loss), (final, per) = out[:3], out[-2:]
-    held = (
-        {}
-        if test is None
-        else dict(zip(("test_outputs", "test_loss", "test_accuracy"), heldout.measures(out[3], test)))
-    )
+    held = heldout.recorded(test, out[3:-2])
     loss = np.asarray(loss)
     per = {k: np.concatenate([np.asarray(v)[:steps], np.asarray(v)[-1:]]) for k, v in per.items()}
     bad = np.flatnonzero(~np.isfinite(loss))
