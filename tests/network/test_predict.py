@@ -150,7 +150,7 @@ def test_flow_prediction_and_plots_leave_pyplot_alone(pred, run):
     before = plt.get_fignums()
     fig = nqf.compare(flow, run).plot()
     assert isinstance(fig, matplotlib.figure.Figure) and plt.get_fignums() == before
-    assert len(fig.axes) == 2 and fig.axes[1].get_yscale() == "log"
+    assert len(fig.axes) == 3 and fig.axes[1].get_yscale() == "log"  # loss, eigenvalues, gap
 
 
 def test_horizon_warnings_and_untested_verdicts(pred, run):

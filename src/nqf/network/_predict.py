@@ -34,6 +34,7 @@ in training (the prediction is for the MSE loss); anything outside the expansion
 from __future__ import annotations
 
 import dataclasses
+import time
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -54,6 +55,7 @@ from ..dynamics import closed_sgd
 from ..dynamics._training import SGD, Flow, from_keywords
 from ..solvers import FlowSolution, solve_flow
 from ..theory import asymptote
+from . import _heldout as heldout
 from ._departure import InitScaleWarning, check_init, check_neurons, departure_on, remainder, weights_along
 from ._events import HorizonWarning, check_target, curves_of, events
 from ._inputs import as_network, check_data, check_steps, initial_weights, resolve_step_values
@@ -118,6 +120,15 @@ class Prediction(Saveable):
     - `init_gap` (2,): |L_module - L_NQF| / L(0) at W0 and at the first saved time after 5 % of
       the horizon (``settings["init_gap_t"]``) on the NQF's path; above 0.01 an
       `InitScaleWarning` says the initialization is not small.
+    - Held-out data (`predict(x_test=, y_test=)`; all None without `x_test`; definitions in
+      `nqf.network._heldout`): `test_outputs` (n, m_test, k), or (n, m_test) for one output:
+      the NQF's f_x(t) = f_x(0) + mu(t)^T g(x) + mu^T B(x) mu + Tr[M(t) A(x)] on the test inputs
+      (their NQF extracted as the training inputs'); `test_loss` (n,): the training loss's
+      definition (mean over inputs and outputs of (f - y)^2) on them (None without `y_test`);
+      `test_accuracy` (n,): argmax over k > 1 outputs for class or one-hot labels, sign(f) for
+      labels in {-1, +1}, f > 0.5 for {0, 1}, None for real-valued targets
+      (``settings["test"]["accuracy"]`` names the rule); `x_test`, `y_test`: the data.
+    - `wall_time_s`: the seconds `predict` took.
     - `settings`: the call's settings (lr, steps, t1, batches, momentum, weight decay, rho,
       phase_tol, gap_tol) and, for a map, ``"stability_edge_init"`` / ``"stability_edge"``: the
       largest stable lr 2 (1 + momentum) / S at W0 and along the predicted path; `x`, `y`: the data; `network`: the `nqf.Network` (not kept by `save`
@@ -158,6 +169,12 @@ class Prediction(Saveable):
     departure_interval: np.ndarray = dataclasses.field(default_factory=lambda: np.full(2, np.nan))
     remainder_gap_se: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     init_gap: np.ndarray = dataclasses.field(default_factory=lambda: np.full(2, np.nan))
+    test_outputs: np.ndarray | None = None
+    test_loss: np.ndarray | None = None
+    test_accuracy: np.ndarray | None = None
+    x_test: object = None
+    y_test: np.ndarray | None = None
+    wall_time_s: float = float("nan")
 
     @property
     def flags(self) -> list[str]:
@@ -203,7 +220,10 @@ class Prediction(Saveable):
                 "This prediction has no `network` (it was loaded from disk or unpickled): pass "
                 "network=nqf.Network(module) (the module it was predicted for)."
             )
-        options: dict[str, Any] = dict(W0=self.W0) | kwargs
+        options: dict[str, Any] = dict(W0=self.W0)
+        if self.x_test is not None and "x_test" not in kwargs:  # the same held-out inputs
+            options.update(x_test=self.x_test, y_test=self.y_test)
+        options |= kwargs
         if training is not None and not isinstance(training, SGD):  # deprecated: record(optax_optimizer, lr=...)
             lr = options.pop("lr", self.settings["lr"])
             if lr is None:
@@ -284,12 +304,21 @@ class Prediction(Saveable):
         settings = {**s, "target": label, "rho": float(rho), "final_loss": final_from}
         return dataclasses.replace(self, asymptote=asym, final_loss=final_loss, settings=settings, **ev)
 
-    def plot(self, *, ax: matplotlib.axes.Axes | None = None) -> matplotlib.figure.Figure:
-        """The predicted loss (ignition times marked) and eigenvalues of M(t); returns a matplotlib
-        Figure (no pyplot state)."""
+    def plot(
+        self,
+        *,
+        ax: Sequence[matplotlib.axes.Axes] | None = None,
+        logx: bool = False,
+        logy: bool = False,
+        top: int = 8,
+    ) -> matplotlib.figure.Figure:
+        """The predicted loss (ignition and half-drop times marked; the test loss with held-out
+        data) and the eigenvalues of M(t) by mode (the top `top`, one colour each, with a legend),
+        titled with the training; `logx` / `logy`: log time / loss axes; `ax`: two Axes to draw on.
+        Returns a matplotlib Figure (no pyplot state; `nqf.network._plot.plot_prediction`)."""
         from ._plot import plot_prediction
 
-        return plot_prediction(self, None, ax=ax)
+        return plot_prediction(self, None, ax=ax, logx=logx, logy=logy, top=top)
 
 
 def predict(
@@ -310,6 +339,8 @@ def predict(
     departure_neurons: int | None = None,
     extract_options: dict[str, Any] | None = None,
     step_values: str = "auto",
+    x_test: PyTree[Float[ArrayLike, "m_test ..."]] | None = None,
+    y_test: Float[ArrayLike, " m_test"] | Float[ArrayLike, "m_test k"] | None = None,
     **deprecated: Any,
 ) -> Prediction:
     """Predict the training of `network` on (x, y) from its NQF, before training it.
@@ -365,13 +396,19 @@ def predict(
       ``"none"`` with minibatches, where the full-data loss costs all m inputs per step),
       ``"all"``, ``"loss"`` or ``"none"`` (times interpolated between saved steps). Unused by
       the flow (its dense output is exact).
+    - `x_test`, `y_test`: held-out inputs (a pytree of `x`'s structure and per-input shape,
+      m_test inputs) and optionally their labels (of `y`'s form: (m_test,) or (m_test, k)): the
+      prediction then holds the NQF's outputs, loss and accuracy on them at the saved times
+      (`Prediction.test_outputs`, `test_loss`, `test_accuracy`), at the cost of extracting their
+      NQF and one trace per saved state and test input; `Prediction.record` measures the same.
     - `extract_options`: keywords for `nqf.extract` (e.g. ``{"structure": "dense"}``, or
       ``{"normalization": "mean"}`` for a layer that averages its units: the extracted sum form
       is scaled by c(d) = 1/d or 1/sqrt(d) back to the module at its width d).
 
     **Returns:** a `Prediction`.
 
-    **Raises:** `ValueError` for mismatched or non-finite `x`/`y`, a `W0` of the wrong shape, no
+    **Raises:** `ValueError` for mismatched or non-finite `x`/`y`, an `x_test` of another structure
+    or per-input shape than `x`, a `y_test` of another length or k, or without `x_test`, a `W0` of the wrong shape, no
     horizon, `t1` inconsistent with `lr` x `steps`, `ts` with `lr` or not starting at 0, map
     options without `lr`, bad tolerances, `departure_neurons` outside [2, d];
     `nqf.memory.MemoryBudgetError` if the saved states exceed the memory budget; the
@@ -392,8 +429,10 @@ def predict(
             "predict needs a training description: nqf.Flow(t1) (gradient flow to time t1) or "
             "nqf.SGD(lr, steps=...) (the exact SGD map), e.g. nqf.predict(net, x, y, nqf.SGD(0.1, steps=500))."
         )
+    t_start = time.perf_counter()
     net = as_network(network)
     x, y2, m, k = check_data(net, x, y)
+    test = heldout.check_test(net, x, y, y2, x_test, y_test)
     W0 = initial_weights(net, W0, init_scale)
     for name, v in (("rho", rho), ("phase_tol", phase_tol), ("gap_tol", gap_tol)):
         if not (isinstance(v, (int, float, np.floating)) and 0.0 < v < 1.0):
@@ -474,6 +513,8 @@ def predict(
     on, why = departure_on(estimate_departure, m * k * net.p)
     dep = remainder(net, model, x, y2, t, loss, path if on else None, gap_tol, neurons=s_dep)
     settings["departure"] = dep.settings if on else {"off": why}
+    held = heldout.predicted(test, lambda xt, yt: _extract(net, xt, yt, k, extract_options), traj, W0, k)
+    settings["test"] = heldout.settings_of(test)
     return Prediction(
         t=t,
         loss=loss,
@@ -495,6 +536,8 @@ def predict(
         x=jax.tree_util.tree_map(np.asarray, x),
         y=np.asarray(y2),
         network=net,
+        **held,
+        wall_time_s=time.perf_counter() - t_start,
     )
 
 

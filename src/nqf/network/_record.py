@@ -14,6 +14,7 @@ Time is gradient-flow time t = lr * steps, with `lr` the learning rate that sets
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import equinox as eqx
@@ -28,6 +29,7 @@ from ..data import Network
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics._maps import eigenvalues_in_program
 from ..dynamics._training import SGD, Flow, from_keywords, step_times
+from . import _heldout as heldout
 from ._inputs import as_network, check_data, check_optimizer, check_steps, initial_weights, resolve_step_values
 
 if TYPE_CHECKING:
@@ -44,7 +46,11 @@ class Recording(Saveable):
     (n, p, p) and `mu` = W 1 (n, p) of the module's neurons (its `nqf.Network` layout); `loss`
     (n,): the training loss (1/(m k)) sum (f - y)^2 over all m inputs and k outputs; `W_final`
     (p, d): the neuron parameters after the last step; `lr`; `optimizer`: a label; `trained`:
-    ``"neurons"`` or ``"all"`` (what the optimizer updated).
+    ``"neurons"`` or ``"all"`` (what the optimizer updated); `step_loss`, `step_eigenvalues`: the
+    per-step values (`step_values`); with held-out data (`record(x_test=, y_test=)`, else None)
+    `test_outputs` (n, m_test, k), or (n, m_test) for one output: the module's own outputs on the
+    test inputs at the saved steps, `test_loss` (n,) and `test_accuracy` (n,) (the definitions of
+    `Prediction`'s, `nqf.network._heldout`); `wall_time_s`: the seconds `record` took.
     """
 
     steps: np.ndarray
@@ -58,6 +64,10 @@ class Recording(Saveable):
     trained: str
     step_loss: np.ndarray | None = None
     step_eigenvalues: np.ndarray | None = None
+    test_outputs: np.ndarray | None = None
+    test_loss: np.ndarray | None = None
+    test_accuracy: np.ndarray | None = None
+    wall_time_s: float = float("nan")
 
     @property
     def step_times(self) -> np.ndarray | None:
@@ -84,6 +94,8 @@ def record(
     label: str | None = None,
     memory_budget: float | None = None,
     step_values: str = "auto",
+    x_test: PyTree[Float[ArrayLike, "m_test ..."]] | None = None,
+    y_test: Float[ArrayLike, " m_test"] | Float[ArrayLike, "m_test k"] | None = None,
     **deprecated: Any,
 ) -> Recording:
     """Train the module as `training` describes and record (M, mu, loss) at saved steps.
@@ -128,22 +140,29 @@ def record(
       the loss is the step's own `value` (free); with minibatches it is one more forward pass
       over all m inputs per step; the eigenvalues one O(p^3) `eigvalsh` per step.
 
+    - `x_test`, `y_test`: held-out inputs (`x`'s structure and per-input shape) and optional
+      labels (`y`'s form): the module's outputs on them at the saved steps, inside the compiled
+      program, and their loss and accuracy (`Recording.test_outputs`, `test_loss`, `test_accuracy`).
+
     **Returns:** a `Recording`.
 
     **Raises:** `TypeError` if `training` is not an `nqf.SGD` (an `nqf.Flow` has no steps to
     run), `optimizer` is not an optax transformation or `network` is not a module; `ValueError`
     for no training description, mismatched `x`/`y`, a `W0` of the wrong shape,
     `save_every` not an integer >= 1, bad batches, an unknown `train` or `step_values`, an
+    `x_test` / `y_test` that does not fit `x` / `y` (or `y_test` without `x_test`), an
     `optimizer` with an SGD that has momentum or weight decay, or whose step disagrees with the
     time unit; `FloatingPointError` if the training diverges (the loss becomes non-finite; the
     message gives the step); `nqf.memory.MemoryBudgetError` if the saved states exceed the budget.
     """
+    t_start = time.perf_counter()
     training, optimizer = _training_and_optimizer(training, optimizer, deprecated)
     net = as_network(network)
     steps, save_every = check_steps(training.steps, save_every)
     if train not in ("neurons", "all"):
         raise ValueError(f"`train` must be 'neurons' or 'all'; found {train!r}.")
     x, y2, m, k = check_data(net, x, y)
+    test = heldout.check_test(net, x, y, y2, x_test, y_test)
     W0 = initial_weights(net, W0, init_scale)
     params = net.with_params_W(net.params, jnp.asarray(W0))
     idx = None
@@ -154,7 +173,7 @@ def record(
     step_values = resolve_step_values(step_values, idx is None, net.p)
     per_step = {"none": 0, "loss": 1, "all": net.p + 1}[step_values] * (n_blocks * save_every + 1)
     memory.check(
-        8.0 * (n_saves * net.p * (net.p + 1) + per_step),
+        8.0 * (n_saves * net.p * (net.p + 1) + per_step) + heldout.record_bytes(test, n_saves, k),
         f"record: {n_saves} saved states M (p, p) = ({net.p}, {net.p}) and the per-step values",
         "a larger `save_every`, or NQF_MEMORY_BUDGET / memory_budget=.",
         memory_budget,
@@ -184,7 +203,9 @@ def record(
         jnp.asarray(float(training.momentum)),
         jnp.asarray(float(training.weight_decay)),
     )
-    M, mu, loss, final, per = run(trainable, fixed, x, y2, sched, jnp.asarray(counts), hyper)
+    out = run(trainable, fixed, x, y2, sched, jnp.asarray(counts), hyper, None if test is None else test.x)
+    (M, mu, loss), (final, per) = out[:3], out[-2:]
+    held = heldout.recorded(test, out[3:-2])
     loss = np.asarray(loss)
     per = {k: np.concatenate([np.asarray(v)[:steps], np.asarray(v)[-1:]]) for k, v in per.items()}
     bad = np.flatnonzero(~np.isfinite(loss))
@@ -208,6 +229,8 @@ def record(
         trained=train,
         step_loss=per.get("loss"),
         step_eigenvalues=per.get("eigenvalues"),
+        **held,
+        wall_time_s=time.perf_counter() - t_start,
     )
 
 
@@ -323,10 +346,11 @@ def _program(net: Network, optimizer, save_every: int, step_values: str):
             x, y = jax.tree_util.tree_map(lambda a: a[idx], x), y[idx]
         return loss_of(eqx.combine(trainable, fixed), x, y)
 
-    def observe(trainable, fixed, x, y):
+    def observe(trainable, fixed, x, y, x_test):
         params = eqx.combine(trainable, fixed)
         W = net.to_W(params)
-        return W @ W.T, jnp.sum(W, axis=1), loss_of(params, x, y)
+        test = () if x_test is None else (heldout.module_outputs(net, params, x_test),)
+        return W @ W.T, jnp.sum(W, axis=1), loss_of(params, x, y), *test
 
     def per_step(trainable, fixed, x, y, value, batched: bool):
         """{"loss": L(W_j) over all m inputs, "eigenvalues": of W_j W_j^T} (as `step_values` asks)."""
@@ -355,7 +379,7 @@ def _program(net: Network, optimizer, save_every: int, step_values: str):
         return optax.chain(optax.add_decayed_weights(gamma), sgd)
 
     @jax.jit
-    def run(trainable, fixed, x, y, sched, counts, hyper):
+    def run(trainable, fixed, x, y, sched, counts, hyper, x_test):
         opt = make(hyper)
         opt_state = opt.init(trainable)
 
@@ -376,9 +400,9 @@ def _program(net: Network, optimizer, save_every: int, step_values: str):
             count, idx_block = inp
             js = jnp.arange(save_every)
             carry, values = jax.lax.scan(step, carry, (js, jnp.full(save_every, count), idx_block))
-            return carry, (observe(carry[0], fixed, x, y), eigenvalues(values))
+            return carry, (observe(carry[0], fixed, x, y, x_test), eigenvalues(values))
 
-        first = observe(trainable, fixed, x, y)
+        first = observe(trainable, fixed, x, y, x_test)
         (final, _), (saved, values) = jax.lax.scan(block, (trainable, opt_state), (counts, sched))
         saved = tuple(jnp.concatenate([a[None], b]) for a, b in zip(first, saved))
         last = jax.tree_util.tree_map(lambda a: a[None], per_step(final, fixed, x, y, saved[2][-1], False))
