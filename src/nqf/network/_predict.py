@@ -26,8 +26,9 @@ its inputs and labels, the initial weights and the optimizer settings, and retur
 the final loss of the network after it leaves the NQF (the NQF's asymptote is the linear limit of
 its feature model: a network keeps learning past it once its weights reach the scale where the
 nonlinearity matters); Adam and other per-coordinate optimizers (not closed on (M, mu): only the
-weight-space simulation is exact for them, `nqf.train_w`); a logistic or cross-entropy loss late
-in training (the prediction is for the MSE loss); anything outside the expansion's radius
+weight-space simulation is exact for them, `nqf.train_w`); the late phase of a separable
+cross-entropy or logistic run (`loss=`: its weights grow without bound, past the expansion's
+radius); anything outside the expansion's radius
 (ReLU, a normalisation across neurons: `nqf.extract` refuses those).
 """
 
@@ -51,6 +52,7 @@ from .._core.io import Saveable
 from ..data import AbstractCommutingData, FeedForwardData, Network, NQFModel, extract
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics import closed_sgd
+from ..dynamics._losses import as_loss
 from ..dynamics._train_args import check_momentum
 from ..solvers import FlowSolution, solve_flow
 from ..theory import asymptote
@@ -81,7 +83,9 @@ class Prediction(Saveable):
 
     **Attributes:**
 
-    - `t` (n,), `loss` (n,): the NQF's training loss (1/(m k)) sum (f - y)^2 (Eq. E8);
+    - `t` (n,), `loss` (n,): the NQF's training loss (1/(m k)) sum (f - y)^2 (Eq. E8), or the
+      mean over inputs of ell for ``settings["loss"]`` (`predict(loss=...)`; `y` then holds the
+      loss's label rows (m, k): one-hot classes for cross-entropy, signs for logistic);
       `eigenvalues` (n, p): eigenvalues of M(t) in decreasing order.
     - `model`: the extracted NQF (a data set or `nqf.NQFModel`); `W0` (p, d): initial weights;
       `trajectory`: the `FlowSolution` or `MapTrajectory` behind the curves.
@@ -199,6 +203,8 @@ class Prediction(Saveable):
             raise ValueError(f"`lr` = {lr:g} is past the prediction's horizon t = {self.t[-1]:g} in one step.")
         steps = s["steps"] if s["lr"] == lr and s["steps"] else max(1, int(round(self.t[-1] / lr)))
         options: dict[str, Any] = dict(steps=steps, W0=self.W0, label=label, train=train)
+        if s.get("loss", "mse") != "callable":  # the same loss (a callable: pass `loss=` again)
+            options["loss"] = s.get("loss", "mse")
         if s["batch_indices"] is not None and "batch_size" not in kwargs:
             options["batch_indices"] = s["batch_indices"]
         options.update(kwargs)
@@ -235,6 +241,10 @@ class Prediction(Saveable):
             raise ValueError(f"`rho` must lie in (0, 1); found {rho!r}.")
         asym, final_loss, final_from = self.asymptote, self.final_loss, s["final_loss"]
         if label == "asymptote" and asym is None:
+            if s.get("loss", "mse") != "mse":
+                raise ValueError(
+                    f"target='asymptote' is the MSE flow's limit; this prediction's loss is {s['loss']!r}."
+                )
             if s["weight_decay"]:
                 raise ValueError("target='asymptote' needs weight_decay = 0 (nqf.asymptote is the plain flow's limit).")
             asym = _asymptote(self.model, self.W0, "asymptote", float(self.t[-1]))
@@ -284,6 +294,7 @@ def predict(
     departure_neurons: int | None = None,
     extract_options: dict[str, Any] | None = None,
     step_values: str = "auto",
+    loss: str | Any = "mse",
 ) -> Prediction:
     """Predict the training of `network` on (x, y) from its NQF, before training it.
 
@@ -291,7 +302,7 @@ def predict(
     small learning rates; or the **exact discrete map** of SGD (with `lr` and `steps`:
     `nqf.closed_sgd`, Theorem 2), full batch or minibatch, with momentum and weight decay, which
     is exact for any width. The loss is the MSE (1/(b k)) sum (f - y)^2 of `nqf.record` (b inputs
-    per batch, k outputs). See the module docstring for what is computed and what the NQF does
+    per batch, k outputs), or the mean over the batch's inputs of the per-input `loss`. See the module docstring for what is computed and what the NQF does
     not predict.
 
     **Arguments:**
@@ -336,6 +347,18 @@ def predict(
       ``"none"`` with minibatches, where the full-data loss costs all m inputs per step),
       ``"all"``, ``"loss"`` or ``"none"`` (times interpolated between saved steps). Unused by
       the flow (its dense output is exact).
+    - `loss`: the training loss, ``"mse"`` (default), ``"cross_entropy"`` (integer classes y (m,)
+      in [0, k), one module output per class), ``"logistic"`` (one output, y in {0, 1} or
+      {-1, +1}) or a JAX-traceable ell(f_x, y_x) of one input (`nqf.dynamics._losses`): the mean
+      over inputs of ell, in the flow (the "M-mu" form, Eq. E10 with l' = ell') and in the map
+      alike. The NQF's labels (`model.y`, the data rows mu k + o) are then the loss's label rows:
+      the one-hot classes for cross-entropy, the signs s = +-1 for logistic. A loss other than
+      MSE has no asymptote (`final_loss` is the loss at the horizon; for a separable
+      cross-entropy problem L_inf = 0 and the loss falls like a logarithm, so the learning phase
+      and the half-drop time, defined against the horizon's loss as for MSE, depend on the
+      horizon), no stability edge (nan) and no departure estimate (the next expansion terms are
+      compared in MSE); the ignition times and the drop times between plateaus are defined as
+      for MSE, on this loss's curve (for cross-entropy L(0) is about log k at small init).
     - `extract_options`: keywords for `nqf.extract` (e.g. ``{"structure": "dense"}``, or
       ``{"normalization": "mean"}`` for a layer that averages its units: the extracted sum form
       is scaled by c(d) = 1/d or 1/sqrt(d) back to the module at its width d).
@@ -358,7 +381,8 @@ def predict(
     what follows is the map's instability, not the NQF's learning).
     """
     net = as_network(network)
-    x, y2, m, k = check_data(net, x, y)
+    x, y2, m, k = check_data(net, x, y, loss)
+    ell = as_loss(loss, k)
     W0 = initial_weights(net, W0, init_scale)
     for name, v in (("rho", rho), ("phase_tol", phase_tol), ("gap_tol", gap_tol)):
         if not (isinstance(v, (int, float, np.floating)) and 0.0 < v < 1.0):
@@ -367,6 +391,10 @@ def predict(
     resolve_step_values(step_values, True, net.p)  # checked before any work
     label = target if isinstance(target, str) else "given"
     weight_decay = check_positive(weight_decay, "weight_decay", allow_zero=True)
+    if label == "asymptote" and not ell.is_mse:
+        raise ValueError(
+            f"target='asymptote' is the MSE flow's limit; found loss={ell.name!r}: use 'phase_end' or 'horizon'."
+        )
     if label == "asymptote" and weight_decay:
         raise ValueError(
             "target='asymptote' needs weight_decay = 0 (nqf.asymptote is the limit of the plain "
@@ -384,7 +412,7 @@ def predict(
         f"predict: {n_saves} saved states (M, a factor, eigenvalues) of p = {net.p}",
         "fewer saves (`save_every`, `ts`), or NQF_MEMORY_BUDGET.",
     )
-    _warn_frozen(net, x, y2, W0)
+    _warn_frozen(net, x, y2, W0, ell)
     model = _extract(net, x, y2, k, extract_options)
     settings: dict[str, Any] = dict(
         lr=None,
@@ -395,6 +423,7 @@ def predict(
         key=key,
         momentum=float(momentum),
         weight_decay=float(weight_decay),
+        loss=ell.name,
         rho=float(rho),
         target=label,
         phase_tol=float(phase_tol),
@@ -411,34 +440,42 @@ def predict(
         t1 = check_positive(t1, "t1")
         traj = solve_flow(
             model,
-            W0=_flow_factor(model, W0),
+            W0=_flow_factor(model, W0) if ell.is_mse else W0,
             t1=t1,
             ts=np.linspace(0.0, t1, 401) if ts is None else ts,
             weight_decay=weight_decay,
+            loss=None if ell.is_mse else ell,
         )
         settings["t1"] = t1
     else:
-        settings["stability_edge_init"] = warn_past_edge_at_init(
-            model, W0, check_positive(lr, "lr"), float(check_momentum(momentum)), weight_decay
+        settings["stability_edge_init"] = (
+            warn_past_edge_at_init(model, W0, check_positive(lr, "lr"), float(check_momentum(momentum)), weight_decay)
+            if ell.is_mse
+            else float("nan")  # the edge 2 (1 + momentum) / S is the MSE sharpness's
         )
         sched = (batch_size, batch_indices, key)
-        traj, rows = _map(model, W0, m, k, lr, steps, t1, save_every, sched, momentum, weight_decay, step_values)
+        opts = (momentum, weight_decay, ell)
+        traj, rows = _map(model, W0, m, k, lr, steps, t1, save_every, sched, opts, step_values)
         settings.update(lr=traj.lr, steps=int(traj.steps[-1]), t1=float(traj.t[-1]), batch_indices=rows)
     t = np.asarray(traj.ts if isinstance(traj, FlowSolution) else traj.t, dtype=float)
     loss = np.asarray(traj.loss, dtype=float)
     if lr is not None:
         full = batch_size is None and batch_indices is None
-        settings["stability_edge"] = edge_along_path(model, traj, W0, lr, momentum, weight_decay, full)
+        settings["stability_edge"] = (
+            edge_along_path(model, traj, W0, lr, momentum, weight_decay, full) if ell.is_mse else float("nan")
+        )
     eig = np.linalg.eigvalsh(np.asarray(traj.M))[:, ::-1]
-    asym = None if weight_decay else _asymptote(model, W0, label, float(t[-1]))
+    asym = None if weight_decay or not ell.is_mse else _asymptote(model, W0, label, float(t[-1]))
     final_loss = float(loss[-1]) if asym is None else float(asym.loss)
     settings["final_loss"] = "horizon" if asym is None else "asymptote"
     curves = curves_of(traj, eigenvalues=eig)
     settings["resolution"] = curves.resolution
     ev = events(curves, target=target, rho=rho, phase_tol=phase_tol, final_loss=final_loss, asym=asym)
     path = weights_along(traj, W0)
-    gap0, settings["init_gap_t"] = check_init(net, model, x, y2, W0, path, t)
+    gap0, settings["init_gap_t"] = check_init(net, model, x, y2, W0, path, t, None if ell.is_mse else ell)
     on, why = departure_on(estimate_departure, m * k * net.p)
+    if not ell.is_mse:
+        on, why = False, f"the departure estimate compares the expansion's next terms in MSE; loss={ell.name!r}"
     dep = remainder(net, model, x, y2, t, loss, path if on else None, gap_tol, neurons=s_dep)
     settings["departure"] = dep.settings if on else {"off": why}
     return Prediction(
@@ -498,14 +535,16 @@ def _extract(net, x, y2, k: int, options):
     return NQFModel(model.data.scaled(c), g=scale(model.g), B=scale(model.B), f0=scale(model.f0))
 
 
-def _map(model, W0, m: int, k: int, lr, steps, t1, save_every, sched, momentum, weight_decay, step_values):
+def _map(model, W0, m: int, k: int, lr, steps, t1, save_every, sched, opts, step_values):
     """Theorem 2's exact map (`nqf.closed_sgd`) for `predict`: (MapTrajectory, the (steps, b) batch
     schedule over the m inputs or None). `sched` = (batch_size, batch_indices, key); the schedule
     is drawn as `nqf.record` draws it and expanded to the m k data rows of a k-output module
-    (Corollary 1: rows mu k + o). `step_values` as in `predict` ("auto" resolved here)."""
+    (Corollary 1: rows mu k + o; `closed_sgd` expands it for a loss that couples the k outputs).
+    `opts` = (momentum, weight_decay, loss); `step_values` as in `predict` ("auto" resolved here)."""
     from ..dynamics._batches import check_batch_indices
 
     batch_size, batch_indices, key = sched
+    momentum, weight_decay, loss = opts
 
     lr = check_positive(lr, "lr")
     if steps is None:
@@ -526,9 +565,10 @@ def _map(model, W0, m: int, k: int, lr, steps, t1, save_every, sched, momentum, 
         lr=lr,
         steps=steps,
         save_every=save_every,
-        batch_indices=data_rows,
+        batch_indices=rows if loss.k > 1 else data_rows,
         momentum=momentum,
         weight_decay=weight_decay,
+        loss=loss,
         step_values=resolve_step_values(step_values, rows is None, model.p),
     )
     return traj, rows
@@ -566,7 +606,7 @@ def _asymptote(model, W0, target: str, horizon: float):
         return None
 
 
-def _warn_frozen(net: Network, x, y, W0) -> None:
+def _warn_frozen(net: Network, x, y, W0, ell) -> None:
     """Warn `FrozenParameterWarning` for frozen arrays with a nonzero loss gradient at W0."""
     if not net.frozen:
         return
@@ -584,7 +624,7 @@ def _warn_frozen(net: Network, x, y, W0) -> None:
     def loss(frozen):
         p = eqx.combine(frozen, rest)
         out = jax.vmap(lambda xx: jnp.atleast_1d(net.apply(p, xx)))(x)
-        return jnp.mean((out - y) ** 2)
+        return ell.mean(out.reshape(y.shape), y)
 
     grads = jax.grad(loss)(frozen)
     flat = jax.tree_util.tree_flatten_with_path(grads)[0]

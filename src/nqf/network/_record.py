@@ -27,6 +27,7 @@ from .._core._checks import check_positive
 from .._core.io import Saveable
 from ..data import Network
 from ..dynamics import batch_indices as draw_batches
+from ..dynamics._losses import as_loss
 from ..dynamics._maps import eigenvalues_in_program
 from ._inputs import as_network, check_data, check_optimizer, check_steps, resolve_step_values
 
@@ -42,7 +43,8 @@ class Recording(Saveable):
 
     **Attributes:** `steps` (n,) int; `t` = lr * steps (n,) (gradient-flow time); `M` = W W^T
     (n, p, p) and `mu` = W 1 (n, p) of the module's neurons (its `nqf.Network` layout); `loss`
-    (n,): the training loss (1/(m k)) sum (f - y)^2 over all m inputs and k outputs; `W_final`
+    (n,): the training loss (1/(m k)) sum (f - y)^2 over all m inputs and k outputs (or the
+    mean over inputs of the `loss` it was recorded with); `W_final`
     (p, d): the neuron parameters after the last step; `lr`; `optimizer`: a label; `trained`:
     ``"neurons"`` or ``"all"`` (what the optimizer updated).
     """
@@ -87,8 +89,9 @@ def record(
     label: str | None = None,
     memory_budget: float | None = None,
     step_values: str = "auto",
+    loss: str | Any = "mse",
 ) -> Recording:
-    """Train the module with `optimizer` on the MSE loss and record (M, mu, loss) at saved steps.
+    """Train the module with `optimizer` on the MSE loss (or `loss`) and record (M, mu, loss) at saved steps.
 
     Step n minimizes L_n = (1/(b k)) sum over the b inputs of its batch and the k outputs of
     (f(x) - y)^2 (full batch: b = m), the loss whose gradient flow `nqf.predict` integrates
@@ -113,6 +116,10 @@ def record(
       their values, as in the prediction) or ``"all"`` (every floating array of the module).
     - `label`: a name for the optimizer in tables and plots (default ``"optax"``).
     - `memory_budget`: bytes for the saved (n, p, p) states (`nqf.memory`).
+    - `loss`: the training loss, as in `nqf.predict` (``"mse"``, ``"cross_entropy"`` with integer
+      classes y (m,), ``"logistic"``, or a callable ell(f_x, y_x) of one input): the mean over
+      the batch's inputs of ell (`nqf.dynamics._losses`, the definition the NQF's map and flow
+      use); `Recording.loss` is that loss over all m inputs.
     - `step_values`: values after every step (`step_loss`, `step_eigenvalues`), so that event
       times (`nqf.compare`) have one step's resolution instead of the save grid's:
       ``"auto"`` (default: ``"all"`` for full batch and p <= 128, ``"loss"`` for larger p,
@@ -135,7 +142,8 @@ def record(
     steps, save_every = check_steps(steps, save_every)
     if train not in ("neurons", "all"):
         raise ValueError(f"`train` must be 'neurons' or 'all'; found {train!r}.")
-    x, y2, m, k = check_data(net, x, y)
+    x, y2, m, k = check_data(net, x, y, loss)
+    loss = as_loss(loss, k)
     W0 = net.W if W0 is None else W0
     params = net.with_params_W(net.params, _check_W0(W0, net))
     if batch_indices is not None or batch_size is not None:
@@ -159,7 +167,7 @@ def record(
     )
     trainable, fixed = eqx.partition(params, mask)
     opt_state = optimizer.init(trainable)
-    run = _compiled(net, optimizer, save_every, step_values)
+    run = _compiled(net, optimizer, save_every, step_values, loss)
     # pad the batch schedule to whole blocks; the padded steps of the last block are not taken
     sched = None
     if idx is not None:
@@ -214,24 +222,24 @@ def _batches(batch_indices, batch_size, key, m: int, steps: int):
     return draw_batches(key, m, batch_size, steps)
 
 
-def _compiled(net: Network, optimizer, save_every: int, step_values: str):
-    """`_program` cached on the network (one per optimizer, block length and `step_values`)."""
-    key = ("record", optimizer, save_every, step_values)
-    return net._compiled(key, lambda: _program(net, optimizer, save_every, step_values))
+def _compiled(net: Network, optimizer, save_every: int, step_values: str, loss):
+    """`_program` cached on the network (one per optimizer, block length, `step_values` and loss)."""
+    key = ("record", optimizer, save_every, step_values, loss)
+    return net._compiled(key, lambda: _program(net, optimizer, save_every, step_values, loss))
 
 
-def _program(net: Network, optimizer, save_every: int, step_values: str):
+def _program(net: Network, optimizer, save_every: int, step_values: str, loss):
     """One compiled program: a scan over save blocks, each a scan of `save_every` optimizer steps
     (steps past a block's count are computed and discarded: only the last block is short). With
     `step_values` the inner scan also returns, before each step, the loss over all m inputs (the
     step's own `value` for a full batch) and the eigenvalues of W W^T; the values after the last
     step come last: (n_blocks save_every + 1, ...) of which `record` keeps the first `steps`
-    and the last."""
+    and the last. `loss`: a `PerSampleLoss`; y its label rows (m, k)."""
     import optax
 
     def loss_of(params, x, y):
         out = jax.vmap(lambda xx: jnp.atleast_1d(net.apply(params, xx)))(x)
-        return jnp.mean((out - y) ** 2)
+        return loss.mean(out.reshape(y.shape), y)
 
     def step_loss(trainable, fixed, x, y, idx):
         if idx is not None:
