@@ -118,7 +118,7 @@ def test_a_callable_over_k_outputs_is_the_named_loss():
     np.testing.assert_allclose(own.loss, named.loss, rtol=1e-13)
 
 
-def test_cross_entropy_flow_against_scipy():
+def test_cross_entropy_flow_against_scipy(tmp_path):
     """solve_flow(loss=...) in the M-mu form against the W-space flow W' = -grad L(W) (scipy)."""
     t1 = 3.0
     sol = nqf.solve_flow(DATA_CE, W0=W0, t1=t1, ts=np.linspace(0, t1, 7), loss=CE, rtol=1e-11, atol=1e-13)
@@ -133,6 +133,8 @@ def test_cross_entropy_flow_against_scipy():
     np.testing.assert_allclose(sol.M, Ms, rtol=0, atol=1e-8 * np.abs(Ms).max())
     np.testing.assert_allclose(sol.loss, [float(_ce_by_hand(jnp.asarray(W))) for W in Ws], rtol=1e-9)
     assert np.isfinite(nqf.drop_times(sol, levels=[sol.loss[0], sol.loss[-1]])).all()  # dense loss: same loss
+    nqf.save(sol, tmp_path / "ce")
+    np.testing.assert_array_equal(nqf.load(tmp_path / "ce.npz").loss, sol.loss)  # the loss is kept by name
 
 
 def test_mse_is_unchanged_by_the_loss_keyword():

@@ -33,9 +33,10 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._core._checks import is_traced
+from .._core.io import register
 from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData
-from ._losses import PerSampleLoss
+from ._losses import _NAMED, PerSampleLoss
 
 __all__ = [
     "FORMS",
@@ -151,14 +152,28 @@ class FactoredG(eqx.Module):
         return out if self.model.B is None else out + c @ self.model.u(mu)
 
 
+@register  # nqf.save / nqf.load (a FlowSolution of solve_flow(loss=...))
 class WithLoss(eqx.Module):
     """An `NQFModel` (or its `FactoredG` form) trained on another loss than MSE (`nqf.PerSampleLoss`):
     the "M-mu" flow (Eq. E10) with l'_x = (1/m) w ell'(f_x, y_x) on its m data rows
     (`PerSampleLoss.grad`; rows mu k + o, the labels `model.y` the loss's label rows). Same
-    outputs as the model; `solve_flow(..., loss=...)` builds it."""
+    outputs as the model; `solve_flow(..., loss=...)` builds it (`of`). The loss is kept by name
+    and k (so that `nqf.save` writes it); a callable loss in `fn` (then not saveable)."""
 
     model: Any
-    loss: PerSampleLoss
+    name: str = eqx.field(static=True)
+    k: int = eqx.field(static=True, default=1)
+    fn: Any = eqx.field(static=True, default=None)
+
+    @classmethod
+    def of(cls, model, loss: PerSampleLoss) -> WithLoss:
+        """`model` with the (non-MSE) `loss`."""
+        named = loss.name != "callable"
+        return cls(model, loss.name, loss.k, None if named else loss.fn)
+
+    @property
+    def loss(self) -> PerSampleLoss:
+        return PerSampleLoss(_NAMED[self.name] if self.fn is None else self.fn, self.k)
 
     @property
     def data(self):

@@ -262,7 +262,7 @@ def _with_loss(data, loss, form):
         raise ValueError("`data` carries its loss already (a WithLoss model): drop `loss`.")
     model = as_model(data)
     loss_inputs(resolved, model.m)
-    return WithLoss(model, resolved), ("M-mu" if form == "auto" else form)
+    return WithLoss.of(model, resolved), ("M-mu" if form == "auto" else form)
 
 
 def _problem(data, inits: tuple, form: str, call: Call) -> Problem:
