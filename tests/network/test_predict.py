@@ -312,6 +312,19 @@ def test_cross_entropy_prediction_follows_the_recorded_network(pred_ce):
     np.testing.assert_allclose(flow.half_drop_time, pred_ce.half_drop_time, rtol=0.05)  # the map at lr 0.5
 
 
+def test_logistic_prediction_follows_the_recorded_network():
+    labels = (Y > 0).astype(int)  # {0, 1}; the NQF's labels are the signs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nqf.InitScaleWarning)
+        pred = nqf.predict(NET, X, labels, lr=LR_CE, steps=1500, init_scale=SCALE_CE, loss="logistic")
+    np.testing.assert_array_equal(pred.y[:, 0], 2.0 * labels - 1.0)
+    np.testing.assert_allclose(pred.loss[0], np.log(2.0), rtol=1e-4)
+    run = pred.record(optax.sgd(LR_CE))
+    s = nqf.compare(pred, run).summary()
+    assert s["half_drop_time"]["relative_error"] < 0.02  # measured 0.0095
+    assert s["ignition_times"]["max_relative_error"] < 0.03  # measured 0.012
+
+
 def test_loss_labels_are_checked():
     net = nqf.Network(MLP_CE)
     with pytest.raises(ValueError, match="integer class labels"):
