@@ -302,8 +302,8 @@ def predict(
     small learning rates; or the **exact discrete map** of SGD (with `lr` and `steps`:
     `nqf.closed_sgd`, Theorem 2), full batch or minibatch, with momentum and weight decay, which
     is exact for any width. The loss is the MSE (1/(b k)) sum (f - y)^2 of `nqf.record` (b inputs
-    per batch, k outputs), or the mean over the batch's inputs of the per-input `loss`. See the module docstring for what is computed and what the NQF does
-    not predict.
+    per batch, k outputs), or the mean over the batch's inputs of the per-input `loss`. See the
+    module docstring for what is computed and what the NQF does not predict.
 
     **Arguments:**
 
