@@ -337,3 +337,11 @@ def test_loss_labels_are_checked():
         nqf.predict(NET, X, Y, t1=1.0, loss="logistic")
     with pytest.raises(ValueError, match="MSE flow's limit"):
         nqf.predict(net, X, CLS, t1=1.0, loss="cross_entropy", target="asymptote")
+    own = lambda f, y: (f - y) ** 2  # noqa: E731  (a callable of one input: MSE again)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nqf.HorizonWarning)
+        mine = nqf.predict(NET, X, Y, lr=LR, steps=5, init_scale=SCALE, loss=own)
+        plain = nqf.predict(NET, X, Y, lr=LR, steps=5, init_scale=SCALE)
+    np.testing.assert_allclose(mine.loss, plain.loss, rtol=1e-13)
+    with pytest.raises(ValueError, match="callable loss"):
+        mine.record(optax.sgd(LR))

@@ -183,10 +183,11 @@ class Prediction(Saveable):
         batches (`nqf.record`); `lr` is the time unit (default: the prediction's learning rate;
         required for a flow prediction); `network`: the `nqf.Network` (default: the prediction's;
         needed after `nqf.load`). Other keywords go to `nqf.record` (`steps`, `batch_size`, ...
-        replace the prediction's).
+        replace the prediction's); the loss is the prediction's (``settings["loss"]``).
 
         **Raises:** `ValueError` without a network, without `lr` for a flow prediction, for an `lr`
-        whose first step already passes the horizon, or a batch schedule of another length."""
+        whose first step already passes the horizon, a batch schedule of another length, or a
+        prediction with a callable loss recorded without `loss=`."""
         from ._record import record
 
         network = self.network if network is None else network
@@ -203,8 +204,9 @@ class Prediction(Saveable):
             raise ValueError(f"`lr` = {lr:g} is past the prediction's horizon t = {self.t[-1]:g} in one step.")
         steps = s["steps"] if s["lr"] == lr and s["steps"] else max(1, int(round(self.t[-1] / lr)))
         options: dict[str, Any] = dict(steps=steps, W0=self.W0, label=label, train=train)
-        if s.get("loss", "mse") != "callable":  # the same loss (a callable: pass `loss=` again)
-            options["loss"] = s.get("loss", "mse")
+        if s.get("loss", "mse") == "callable" and "loss" not in kwargs:
+            raise ValueError("This prediction was made with a callable loss: pass the same function as `loss=`.")
+        options["loss"] = s.get("loss", "mse")  # the prediction's loss (a callable: the `loss=` given)
         if s["batch_indices"] is not None and "batch_size" not in kwargs:
             options["batch_indices"] = s["batch_indices"]
         options.update(kwargs)
