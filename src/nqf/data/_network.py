@@ -319,6 +319,16 @@ class Network:
     float32 after its parameters were cast to float64.
     """
 
+    def __new__(cls, module: Any = None, neurons: Any = "auto", *args: Any, **kwargs: Any):
+        """A `nqf.data.DeepNetwork` for a deep chain of Linear layers with ``neurons="auto"``
+        (`nqf.data._deep_network`), else a `Network`."""
+        if cls is Network and module is not None:
+            from ._deep_network import DeepNetwork, is_deep
+
+            if is_deep(module, neurons, kwargs.get("W0")):
+                return object.__new__(DeepNetwork)
+        return object.__new__(cls)
+
     def __init__(
         self,
         module: Any,

@@ -7,11 +7,13 @@ itself with any optax optimizer and records the same order parameters; `nqf.comp
 the agreement, the ignition and drop times, and when the network leaves the NQF.
 
 May import `nqf._core`, `nqf.data`, `nqf.dynamics`, `nqf.solvers` and `nqf.theory`. Private
-modules: `_inputs`, `_plan`, `_predict`, `_events`, `_departure`, `_record`, `_compare`, `_plot`.
+modules: `_inputs`, `_plan`, `_predict`, `_events`, `_departure`, `_record`, `_compare`, `_plot`,
+`_deep` (deep networks: the multi-layer NQF).
 """
 
 from .._core._exports import publish as _publish
 from ._compare import Comparison, compare
+from ._deep import DeepPrediction
 from ._plan import Plan, plan
 from ._predict import FrozenParameterWarning, HorizonWarning, InitScaleWarning, Prediction, predict
 from ._record import Recording, record
@@ -20,6 +22,7 @@ __all__ = [
     "Plan",
     "plan",
     "Prediction",
+    "DeepPrediction",
     "predict",
     "Recording",
     "record",

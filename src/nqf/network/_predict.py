@@ -48,7 +48,7 @@ from .._core import memory
 from .._core._checks import check_positive
 from .._core._errors import AssumptionError, NQFWarning
 from .._core.io import Saveable
-from ..data import AbstractCommutingData, FeedForwardData, Network, NQFModel, extract
+from ..data import AbstractCommutingData, DeepNetwork, FeedForwardData, Network, NQFModel, extract
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics import closed_sgd
 from ..dynamics._train_args import check_momentum
@@ -358,6 +358,14 @@ def predict(
     what follows is the map's instability, not the NQF's learning).
     """
     net = as_network(network)
+    if isinstance(net, DeepNetwork):  # a deep chain: the multi-layer NQF (Theorem 14, `_deep`)
+        from ._deep import predict_deep
+
+        opts: dict[str, Any] = {"ts": ts, "momentum": momentum, "estimate_departure": estimate_departure}
+        opts.update(departure_neurons=departure_neurons, extract_options=extract_options, step_values=step_values)
+        opts.update(weight_decay=weight_decay, rho=rho, target=target, phase_tol=phase_tol, gap_tol=gap_tol)
+        horizon = dict(lr=lr, steps=steps, t1=t1, save_every=save_every, W0=W0, init_scale=init_scale)
+        return predict_deep(net, x, y, **horizon, sched=(batch_size, batch_indices, key), options=opts)
     x, y2, m, k = check_data(net, x, y)
     W0 = initial_weights(net, W0, init_scale)
     for name, v in (("rho", rho), ("phase_tol", phase_tol), ("gap_tol", gap_tol)):
