@@ -7,6 +7,8 @@ order), and weight-space training of the module itself (`nqf.record(train="all")
 every array).
 """
 
+import warnings
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -25,9 +27,16 @@ X = _rng.standard_normal((M, N_IN))
 Y = 0.5 * X @ np.array([1.0, -0.7, 0.4, 0.2]) + 0.05 * np.tanh(X[:, 0] * X[:, 1])
 
 
-def mlp(depth, bias=False, activation=jnp.tanh, key=0):
+def mlp(depth, bias=False, activation=jnp.tanh, key=0, out=1):
     return eqx.nn.MLP(
-        N_IN, 1, WIDTH, depth=depth, activation=activation, use_bias=bias, use_final_bias=bias, key=jax.random.key(key)
+        N_IN,
+        out,
+        WIDTH,
+        depth=depth,
+        activation=activation,
+        use_bias=bias,
+        use_final_bias=bias,
+        key=jax.random.key(key),
     )
 
 
@@ -36,8 +45,8 @@ def nets():
     return {d: nqf.Network(mlp(d)) for d in (2, 3)}
 
 
-def _pair(net, y, scale, steps, save_every=None):
-    pred = nqf.predict(net, X, y, lr=0.05, steps=steps, init_scale=scale, save_every=save_every)
+def _pair(net, y, scale, steps, save_every=None, **kw):
+    pred = nqf.predict(net, X, y, lr=0.05, steps=steps, init_scale=scale, save_every=save_every, **kw)
     return pred, pred.record(optax.sgd(0.05), train="all", save_every=save_every)
 
 
@@ -50,6 +59,9 @@ def runs(nets):
         out[("tanh", 3, scale)] = _pair(nets[3], Y, scale, 4000)
     for depth, scale, steps in ((2, 0.1, 1000), (3, 0.3, 2000)):  # a deep linear network: its NQF is exact
         out[("linear", depth)] = _pair(nqf.Network(mlp(depth, activation=lambda z: z)), Y, scale, steps, 5)
+    # two outputs (the loss is the mean over outputs too) and minibatches of 8 (record's batches)
+    two = nqf.Network(mlp(2, activation=lambda z: z, out=2))
+    out[("linear", "2 outputs, batches")] = _pair(two, np.stack([Y, 0.1 - 0.5 * Y], 1), 0.1, 1000, 5, batch_size=8, target="horizon")
     return out
 
 
@@ -71,6 +83,11 @@ def test_network_recognises_depth_2_and_3(nets):
 def test_named_layer_keeps_the_frozen_mode():
     net = nqf.Network(mlp(2), neurons={"layers[1].weight": 0, "layers[2].weight": 1})
     assert type(net) is nqf.Network and net.d == WIDTH and "layers[0].weight" in net.frozen
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nqf.HorizonWarning)
+        warnings.simplefilter("ignore", nqf.FrozenParameterWarning)  # the lower layers: frozen by choice
+        pred = nqf.predict(net, X, Y, lr=0.05, steps=20, init_scale=0.1)  # the one-layer NQF
+    assert type(pred) is nqf.Prediction and pred.eigenvalues.shape[1] == WIDTH + 1
 
 
 def test_flax_nnx_chain_and_biases():
@@ -144,7 +161,7 @@ def test_nqf_layers_at_small_init_follow_the_module(nets):
 # -- the prediction against W-space training of the module ----------------------------------
 
 
-@pytest.mark.parametrize("depth", [2, 3])
+@pytest.mark.parametrize("depth", [2, 3, "2 outputs, batches"])
 def test_deep_linear_prediction_is_exact(runs, depth):
     """phi = identity: every pair is exactly quadratic in its neurons and the readout linear, so
     Theorem 14's map is the module's own SGD: loss and every layer's M agree at the saved steps."""
@@ -158,7 +175,8 @@ def test_deep_linear_prediction_is_exact(runs, depth):
         err = np.abs(M - run.M[:, r0 : r0 + p, r0 : r0 + p]).max() / np.abs(M).max()
         assert err < 1e-9, err
         r0 += p
-    assert np.abs(run.M[:, : pred.trajectory.M[0].shape[1], r0 - p :]).max() == 0.0 or depth == 2
+    p1 = pred.trajectory.M[0].shape[1]
+    assert np.abs(run.M[:, :p1, p1:]).max() == 0.0  # the block-diagonal layout: no coupling recorded
 
 
 def _summary(runs, key):

@@ -31,6 +31,10 @@ told otherwise.
   Linear): the first layer's output units (weight and bias) and the second layer's inputs; the
   second layer's bias frozen.
 
+A chain of 3 or 4 Linear layers (an `eqx.nn.MLP` of depth 2 or 3, or equinox / flax.nnx Linear
+layers with one pointwise activation) is a `nqf.data.DeepNetwork` (`Network(module)` returns one):
+the multi-layer NQF's layout, one `Network` per NQF layer (`nqf.data._deep_network`).
+
 Anything else is named explicitly: ``neurons={"l1.kernel": 1, "l1.bias": 0, "l2.kernel": 0}``
 (paths as written in Python, ``"layers[0].weight"`` or ``"layers.0.weight"``; or callables
 ``where(module) -> array`` as in `equinox.tree_at`), in the order their slices are stacked in

@@ -296,7 +296,9 @@ def predict(
 
     **Arguments:**
 
-    - `network`: an `nqf.Network`, or an equinox / flax.nnx module (neurons ``"auto"``).
+    - `network`: an `nqf.Network`, or an equinox / flax.nnx module (neurons ``"auto"``). A
+      `nqf.data.DeepNetwork` (a depth-2/3 MLP) is predicted by the multi-layer NQF (Theorem 14,
+      `nqf.network._deep`: a `DeepPrediction`; `lr` required, no momentum or departure estimate).
     - `x`: m inputs (an array or a pytree with leading axis m); `y`: labels (m,) or (m, k).
     - Horizon: `t1` (gradient-flow time) for a flow; `lr` with `steps` (or `t1`: steps =
       round(t1 / lr)) for the map. `ts`: saved times of a flow (default 401 equally spaced);
