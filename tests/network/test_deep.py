@@ -61,7 +61,9 @@ def runs(nets):
         out[("linear", depth)] = _pair(nqf.Network(mlp(depth, activation=lambda z: z)), Y, scale, steps, 5)
     # two outputs (the loss is the mean over outputs too) and minibatches of 8 (record's batches)
     two = nqf.Network(mlp(2, activation=lambda z: z, out=2))
-    out[("linear", "2 outputs, batches")] = _pair(two, np.stack([Y, 0.1 - 0.5 * Y], 1), 0.1, 1000, 5, batch_size=8, target="horizon")
+    out[("linear", "2 outputs, batches")] = _pair(
+        two, np.stack([Y, 0.1 - 0.5 * Y], 1), 0.1, 1000, 5, batch_size=8, target="horizon"
+    )
     return out
 
 
@@ -107,6 +109,10 @@ def test_flax_nnx_chain_and_biases():
     assert isinstance(net, DeepNetwork) and net.activation_name == "sin" and net.frozen == ("b.bias",)
     np.testing.assert_allclose(np.asarray(net(net.W, X[0])), np.asarray(module(X[0])), rtol=1e-13)
     assert [lay.p for lay in net.layers] == [N_IN + 1 + 3, 3 + 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nqf.FrozenParameterWarning)  # b.bias: a constant of the NQF
+        pred = nqf.predict(net, X, Y, lr=0.05, steps=10, init_scale=0.1, target="horizon")
+    assert pred.init_gap[0] < 1e-3 and pred.loss[-1] < pred.loss[0]
 
 
 # -- structure functions by autodiff against hand-written ones ------------------------------

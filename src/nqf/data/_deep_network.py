@@ -342,10 +342,11 @@ class DeepNetwork(Network):
         return jnp.asarray(W, dtype=jnp.float64)
 
     def _check_widths(self, x0) -> None:
-        """Every NQF layer's sub-module runs at widths 1 and 2 (the structure is derived there)."""
+        """Every NQF layer's sub-module runs at widths 1 and 2 (a readout: 1), where its structure
+        is derived and checked."""
         h = jax.ShapeDtypeStruct(jnp.shape(x0), jnp.float64)
         for l, lay in enumerate(self.layers):
-            for width in (1, 2):
+            for width in (1, 2) if self.kinds[l] == "pair" else (1,):  # a readout is one neuron
                 W = jax.ShapeDtypeStruct((lay.p, width), jnp.float64)
                 try:
                     jax.eval_shape(lambda W, h, l=l: self.layer_output(l, W, h), W, h)
