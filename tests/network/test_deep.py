@@ -45,9 +45,11 @@ def nets():
     return {d: nqf.Network(mlp(d)) for d in (2, 3)}
 
 
-def _pair(net, y, scale, steps, save_every=None, **kw):
-    pred = nqf.predict(net, X, y, lr=0.05, steps=steps, init_scale=scale, save_every=save_every, **kw)
-    return pred, pred.record(optax.sgd(0.05), train="all", save_every=save_every)
+def _pair(net, y, scale, steps, save_every=None, train="all", **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nqf.FrozenParameterWarning)  # a hidden pair's output bias: frozen
+        pred = nqf.predict(net, X, y, lr=0.05, steps=steps, init_scale=scale, save_every=save_every, **kw)
+    return pred, pred.record(optax.sgd(0.05), train=train, save_every=save_every)
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +63,9 @@ def runs(nets):
         out[("linear", depth)] = _pair(nqf.Network(mlp(depth, activation=lambda z: z)), Y, scale, steps, 5)
     # two outputs (the loss is the mean over outputs too) and minibatches of 8 (record's batches)
     two = nqf.Network(mlp(2, activation=lambda z: z, out=2))
+    # biases: the hidden ones in the neurons, the final one its own layer, layers[1].bias frozen (train="neurons")
+    biased = nqf.Network(mlp(3, bias=True, activation=lambda z: z))
+    out[("linear", "3, biases")] = _pair(biased, Y + 0.5, 0.3, 2000, 5, train="neurons", target="horizon")
     out[("linear", "2 outputs, batches")] = _pair(
         two, np.stack([Y, 0.1 - 0.5 * Y], 1), 0.1, 1000, 5, batch_size=8, target="horizon"
     )
@@ -167,7 +172,7 @@ def test_nqf_layers_at_small_init_follow_the_module(nets):
 # -- the prediction against W-space training of the module ----------------------------------
 
 
-@pytest.mark.parametrize("depth", [2, 3, "2 outputs, batches"])
+@pytest.mark.parametrize("depth", [2, 3, "3, biases", "2 outputs, batches"])
 def test_deep_linear_prediction_is_exact(runs, depth):
     """phi = identity: every pair is exactly quadratic in its neurons and the readout linear, so
     Theorem 14's map is the module's own SGD: loss and every layer's M agree at the saved steps."""

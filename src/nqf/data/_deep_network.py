@@ -9,11 +9,15 @@ common ones). The chain is cut into NQF layers (Theorem 14):
 
 - a *pair* (L_a, L_b): neuron i is [row i of L_a's weight; L_a's bias entry i; column i of L_b's
   weight] (the single-layer MLP layout, Prop. 1), p = n_in (+1) + n_out, d = L_a's outputs; its
-  output h = L_b(phi(L_a z)) with L_b's bias frozen (a constant C of the layer);
+  output h = L_b(phi(L_a z)), L_b's bias a frozen constant C of the layer (except the final one);
 - a *readout* L_r: one neuron (d = 1) holding its whole weight (row-major) and bias: h = L_r z is
   linear in it (structure component g only).
 
-Depth 3 (4 Linear layers) is two pairs; depth 2 (3 Linear layers) a pair and a readout. The
+- a *bias*: at depth 3 the final Linear layer's bias, one neuron (d = 1): h + b (its own layer, so
+  that it trains as in the module rather than being frozen in the last pair's constant).
+
+Depth 3 (4 Linear layers) is two pairs (and a bias); depth 2 (3 Linear layers) a pair and a
+readout. The
 input z of every NQF layer after the first is phi(h) of the previous one's output. Each NQF
 layer's W^(l) (p_l, d_l) is read and written by an ordinary `Network` over the same module
 (`DeepNetwork.layers`); the DeepNetwork's own W is their block diagonal
@@ -164,10 +168,10 @@ class DeepNetwork(Network):
     frozen.
 
     **Attributes:** `layers`: one `Network` per NQF layer (same module; its W^(l) (p_l, d_l));
-    `kinds`: ``"pair"`` / ``"readout"`` per layer; `linears`: the Linear layers' paths in chain
+    `kinds`: ``"pair"`` / ``"readout"`` / ``"bias"`` per layer; `linears`: the Linear layers' paths in chain
     order; `activation`: phi; `activation_name`; `depth` (hidden layers); `p` = sum p_l,
     `d` = sum d_l; `W` (p, d): the block diagonal of the layers' W^(l); `frozen`: the arrays in no
-    layer's neurons (the pairs' output biases: each pair's constant C).
+    layer's neurons (a hidden pair's output bias: that pair's constant C).
 
     **Raises:** `NeuronError` (a `ValueError`) for a depth outside (2, 3), Linear layers that do
     not chain, or a module whose output is not the chain with one of the tried activations.
@@ -200,10 +204,15 @@ class DeepNetwork(Network):
         self.linears = tuple(p for p, _ in linears)
         self._kinds_lin = tuple(k for _, k in linears)
         self.depth = len(linears) - 1
-        cuts = [(0, 1), (2, 3)] if len(linears) == 4 else [(0, 1), (2,)]
-        self.kinds = tuple("pair" if len(c) == 2 else "readout" for c in cuts)
+        cuts: list[tuple] = [(0, 1), (2, 3)] if len(linears) == 4 else [(0, 1), (2,)]
+        if len(linears) == 4 and getattr(_get(self.module, self.linears[3]), "bias", None) is not None:
+            cuts.append(("bias", 3))  # the final bias: its own one-neuron layer h + b (trained, not frozen)
+        self.kinds = tuple("bias" if c[0] == "bias" else "pair" if len(c) == 2 else "readout" for c in cuts)
         self._cuts = tuple(cuts)
         self.layers = tuple(self._layer_network(c) for c in cuts)
+        self._base = self._params  # the parameters the pairs are evaluated in: the final bias zeroed
+        if self.kinds[-1] == "bias":
+            self._base = self.layers[-1].with_params_W(self._params, jnp.zeros((self.layers[-1].p, 1)))
         self.activation_name, self.activation = self._find_activation(module, mlp)
         ps = [lay.p for lay in self.layers]
         ds = [lay.d for lay in self.layers]
@@ -236,6 +245,8 @@ class DeepNetwork(Network):
         return spec + ([(b, 0)] if b is not None else [])
 
     def _layer_network(self, cut) -> Network:
+        if cut[0] == "bias":
+            return Network(self.module, neurons=[(_join(self.linears[cut[1]], "bias"), 0)], width=1, apply=self._apply)
         if len(cut) == 2:
             spec = self._weight_spec(cut[0], "out") + self._weight_spec(cut[1], "in")
             return Network(self.module, neurons=spec, apply=self._apply)
@@ -287,8 +298,10 @@ class DeepNetwork(Network):
         with its neurons W (p_l, d') (any width d'): the module's own Linear layers of that layer,
         the activation phi before them (l >= 1) and between them (a pair); traceable."""
         lay = self.layers[l]
-        mod = self._rebuild(lay.with_params_W(self._params, W))
+        mod = self._rebuild(lay.with_params_W(self._base, W))
         cut = self._cuts[l]
+        if cut[0] == "bias":  # h + b: no activation
+            return h + jnp.asarray(_get(mod, self.linears[cut[1]]).bias[...])
         z = h if l == 0 else self.activation(h)
         z = _call_linear(self._kinds_lin[cut[0]], _get(mod, self.linears[cut[0]]), z)
         if len(cut) == 2:
