@@ -291,3 +291,9 @@ def test_layers_not_all_small(nets):
 def test_options_the_multilayer_map_does_not_take(nets, kwargs, name):
     with pytest.raises(ValueError, match=f"`{name}`"):
         nqf.predict(nets[2], X, Y, **kwargs)
+
+
+def test_one_layer_tools_refuse_a_deep_network(nets):
+    for call in (lambda: nqf.extract(nets[2], X, y=Y), lambda: nqf.plan(nets[2], X, Y, lr=0.05)):
+        with pytest.raises(TypeError, match="deep network.*no one-layer NQF.*neurons="):
+            call()
