@@ -44,7 +44,7 @@ def _contenders(width):
         64, 1, width, depth=1, activation=jnp.tanh, use_bias=False, use_final_bias=False, key=jax.random.key(0)
     )
     net = nqf.Network(mlp)
-    kw = dict(lr=LR, steps=STEPS, init_scale=SCALE)
+    kw = dict(training=nqf.SGD(LR, steps=STEPS), init_scale=SCALE)
     pred = nqf.predict(net, x, y, estimate_departure=False, **kw)
     path = _departure.weights_along(pred.trajectory, pred.W0)
 

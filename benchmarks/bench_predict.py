@@ -121,16 +121,15 @@ def _user_sgd(net, x, y, steps: int):
 
 
 def contenders(net, x, y, steps: int) -> dict:
-    import optax
 
     import nqf
 
-    sgd = optax.sgd(LR)  # one object: record's compiled program is cached on it
+    sgd = nqf.SGD(LR, steps=steps)  # the one description of the run: predict, plan and record take it
     return {
-        "predict": lambda: nqf.predict(net, x, y, lr=LR, steps=steps, init_scale=SCALE),
-        "predict_flow": lambda: nqf.predict(net, x, y, t1=LR * steps, init_scale=SCALE),
-        "plan": lambda: nqf.plan(net, x, y, lr=LR, init_scale=SCALE),
-        "record": lambda: nqf.record(net, x, y, sgd, lr=LR, steps=steps, save_every=SAVE, W0=SCALE * net.W),
+        "predict": lambda: nqf.predict(net, x, y, sgd, init_scale=SCALE),
+        "predict_flow": lambda: nqf.predict(net, x, y, nqf.Flow(LR * steps), init_scale=SCALE),
+        "plan": lambda: nqf.plan(net, x, y, sgd, init_scale=SCALE),
+        "record": lambda: nqf.record(net, x, y, sgd, save_every=SAVE, init_scale=SCALE),
         "user_sgd": lambda: _user_sgd(net, x, y, steps),
     }
 

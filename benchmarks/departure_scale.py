@@ -37,7 +37,7 @@ def main(m: int, n_in: int, width: int = 1024) -> None:
     net = nqf.Network(mlp)
     for label in ("cold", "warm"):
         t0 = time.perf_counter()
-        pred = nqf.predict(net, x, y, lr=0.05, steps=300, init_scale=0.01, estimate_departure=False)
+        pred = nqf.predict(net, x, y, nqf.SGD(0.05, steps=300), init_scale=0.01, estimate_departure=False)
         t1 = time.perf_counter()
         path = _departure.weights_along(pred.trajectory, pred.W0)
         _departure.remainder(net, pred.model, pred.x, pred.y, pred.t, pred.loss, path, 0.05)

@@ -118,11 +118,12 @@ def timed(fn):
 
 
 def row(name, build):
-    import optax
 
     import nqf
 
     net, x, y, kw = build()
+    kw = dict(kw)
+    kw["training"] = nqf.SGD(kw.pop("lr"), steps=kw.pop("steps"))
     out = dict(problem=name, d=net.d, p=net.p, m=len(y))
     warnings.simplefilter("ignore", nqf.NQFWarning)
     for label, extra in (
@@ -139,7 +140,7 @@ def row(name, build):
             out[f"gap_max_{label}"] = float(pred.remainder_gap.max())
             out[f"sampling_{label}"] = pred.settings["departure"]["sampling"]
     out["init_gap"] = [float(v) for v in pred.init_gap]
-    run, t_rec = timed(lambda: pred.record(optax.sgd(kw["lr"])))
+    run, t_rec = timed(lambda: pred.record())
     out["time_record"] = round(t_rec, 2)
     cmp = nqf.compare(pred, run)
     out["measured_departure"] = float(cmp.departure_time)

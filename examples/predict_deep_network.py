@@ -5,7 +5,7 @@
 
 `nqf.Network(mlp)` recognises the depth-2 / depth-3 `eqx.nn.MLP` as a chain of Linear layers;
 `nqf.predict` solves its multi-layer NQF (structure functions derived from the module by
-autodiff) and `pred.record(optax.sgd(lr), train="all")` trains every array of the module from
+autodiff) and `pred.record(train="all")` trains every array of the module (optax SGD) from
 the same start; `nqf.compare` puts them side by side (loss, half-drop time, phase end, ignition
 times of every layer's modes).
 """
@@ -16,7 +16,6 @@ import time
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import optax
 
 import nqf
 
@@ -47,10 +46,10 @@ def main(problem="teacher", depth=2, init_scale=0.1, lr=0.05, steps=2000):
     )
     net = nqf.Network(mlp)  # a DeepNetwork: one NQF layer per pair of Linear layers (+ a readout)
     t0 = time.perf_counter()
-    pred = nqf.predict(net, x, y, lr=lr, steps=steps, init_scale=init_scale)
+    pred = nqf.predict(net, x, y, nqf.SGD(lr, steps=steps), init_scale=init_scale)
     t_pred = time.perf_counter() - t0
     t0 = time.perf_counter()
-    run = pred.record(optax.sgd(lr), train="all")
+    run = pred.record(train="all")  # optax.sgd(lr) on every array of the module
     t_rec = time.perf_counter() - t0
     s = nqf.compare(pred, run).summary()
     print(f"{problem} depth {depth} init {init_scale} lr {lr} steps {steps}: {net}")

@@ -60,7 +60,7 @@ _NAMES = {
         He2Data LowRankData NQFModel feedforward_data datasets modules structure DegenerateWarning ExtractionError
         NormalizationError SmoothnessError SymmetryError ZGZWarning data_span extract extract_report k_V Network
         NeuronError PrecisionWarning""",
-    "nqf.dynamics": """MapTrajectory PerSampleLoss WTrajectory batch_indices batch_weights closed_map closed_sgd
+    "nqf.dynamics": """SGD Flow MapTrajectory PerSampleLoss WTrajectory batch_indices batch_weights closed_map closed_sgd
         excess_loss glv_equilibrium mse train_w multilayer ExactMap MapTerm map_term solve_modified_flow sgd_sde
         SDEPaths""",
     "nqf.dynamics.multilayer": "DeepNQF closed_deep_sgd compress_deep train_deep_w",
@@ -197,6 +197,8 @@ __all__ = [
     "ZGZWarning",
     "DegenerateWarning",
     # dynamics
+    "SGD",
+    "Flow",
     "PerSampleLoss",
     "mse",
     "batch_indices",

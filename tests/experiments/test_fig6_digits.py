@@ -213,8 +213,17 @@ def test_digits_quick(tmp_path_factory):
     assert (out / "digits.png").stat().st_size > 10_000
     _check_records(res)
     assert rc == (0 if all(c["passed"] for c in res["checks"]) else 1)
-    assert rc == 0 and len(res["checks"]) == 2 * len(digits.MODEL_NAMES)
-    assert [c["name"].split(":")[0] for c in res["claims"]] == [f"digits {m} | eps=0.01" for m in digits.MODEL_NAMES]
+    assert rc == 0 and len(res["checks"]) == 2 * len(digits.MODEL_NAMES) + 2  # + the held-out outputs' two
+    assert [c["name"].split(":")[0] for c in res["claims"]] == [
+        f"digits {m} | eps=0.01" for m in digits.MODEL_NAMES
+    ] + ["digits MLP | eps=0.01 | GD"]
+    # the held-out claim (issue 35): predicted vs measured test accuracy over the NQF's phase
+    held, claim = res["heldout_mlp"], res["claims"][-1]
+    diff = held["test"]["test_accuracy_difference"]
+    assert claim["value"] == diff["max_over_phase"] and claim["criterion"] == f"<= {digits.TEST_ACC_BOUND:g}"
+    assert held["test"]["accuracy_rule"] == "sign" and held["test"]["m_test"] == 597
+    for v in (diff["max_over_phase"], diff["at_end"], *held["test"]["final_test_accuracy"].values()):
+        np.testing.assert_allclose(v * 597, np.round(v * 597), atol=1e-9)  # counts over the test images
     assert res["settings"]["n_train"] == 1200 and res["settings"]["n_test"] == 597
     for key, r in res["results"].items():
         cur = {k: np.array(v) for k, v in r["curve"].items()}

@@ -48,8 +48,9 @@ def nets():
 def _pair(net, y, scale, steps, save_every=None, train="all", **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", nqf.FrozenParameterWarning)  # a hidden pair's output bias: frozen
-        pred = nqf.predict(net, X, y, lr=0.05, steps=steps, init_scale=scale, save_every=save_every, **kw)
-    return pred, pred.record(optax.sgd(0.05), train=train, save_every=save_every)
+        sgd = nqf.SGD(0.05, steps=steps, batch_size=kw.pop("batch_size", None))
+        pred = nqf.predict(net, X, y, sgd, init_scale=scale, save_every=save_every, **kw)
+    return pred, pred.record(train=train, save_every=save_every)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +94,7 @@ def test_named_layer_keeps_the_frozen_mode():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", nqf.HorizonWarning)
         warnings.simplefilter("ignore", nqf.FrozenParameterWarning)  # the lower layers: frozen by choice
-        pred = nqf.predict(net, X, Y, lr=0.05, steps=20, init_scale=0.1)  # the one-layer NQF
+        pred = nqf.predict(net, X, Y, nqf.SGD(0.05, steps=20), init_scale=0.1)  # the one-layer NQF
     assert type(pred) is nqf.Prediction and pred.eigenvalues.shape[1] == WIDTH + 1
 
 
@@ -116,7 +117,7 @@ def test_flax_nnx_chain_and_biases():
     assert [lay.p for lay in net.layers] == [N_IN + 1 + 3, 3 + 1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", nqf.FrozenParameterWarning)  # b.bias: a constant of the NQF
-        pred = nqf.predict(net, X, Y, lr=0.05, steps=10, init_scale=0.1, target="horizon")
+        pred = nqf.predict(net, X, Y, nqf.SGD(0.05, steps=10), init_scale=0.1, target="horizon")
     assert pred.init_gap[0] < 1e-3 and pred.loss[-1] < pred.loss[0]
 
 
@@ -279,21 +280,33 @@ def test_unknown_activation():
 def test_activation_outside_the_nqf(activation, what):
     net = nqf.Network(mlp(2, activation=activation))
     with pytest.raises(ExtractionError, match=what):
-        nqf.predict(net, X, Y, lr=0.05, steps=10)
+        nqf.predict(net, X, Y, nqf.SGD(0.05, steps=10))
 
 
 def test_layers_not_all_small(nets):
     with pytest.raises(ValueError, match="init_scale.*do not all start small.*layer 1"):
-        nqf.predict(nets[2], X, Y, lr=0.05, steps=10, init_scale=4.0)
+        nqf.predict(nets[2], X, Y, nqf.SGD(0.05, steps=10), init_scale=4.0)
 
 
-@pytest.mark.parametrize("kwargs, name", [(dict(t1=5.0), "lr"), (dict(lr=0.05, steps=10, momentum=0.9), "momentum")])
-def test_options_the_multilayer_map_does_not_take(nets, kwargs, name):
-    with pytest.raises(ValueError, match=f"`{name}`"):
-        nqf.predict(nets[2], X, Y, **kwargs)
+@pytest.mark.parametrize(
+    "training, what",
+    [
+        (nqf.Flow(5.0), "gradient flow"),
+        (nqf.SGD(0.05, steps=10, momentum=0.9), "momentum"),
+        (nqf.SGD(optax.cosine_decay_schedule(0.05, 10), steps=10), "schedule"),
+    ],
+)
+def test_training_the_multilayer_map_does_not_take(nets, training, what):
+    with pytest.raises(ValueError, match=f"`training`.*{what}"):
+        nqf.predict(nets[2], X, Y, training)
+
+
+def test_held_out_data_not_predicted_for_a_deep_network(nets):
+    with pytest.raises(ValueError, match="`x_test`"):
+        nqf.predict(nets[2], X, Y, nqf.SGD(0.05, steps=10), x_test=X[:3], y_test=Y[:3])
 
 
 def test_one_layer_tools_refuse_a_deep_network(nets):
-    for call in (lambda: nqf.extract(nets[2], X, y=Y), lambda: nqf.plan(nets[2], X, Y, lr=0.05)):
+    for call in (lambda: nqf.extract(nets[2], X, y=Y), lambda: nqf.plan(nets[2], X, Y, nqf.SGD(0.05, steps=10))):
         with pytest.raises(TypeError, match="deep network.*no one-layer NQF.*neurons="):
             call()

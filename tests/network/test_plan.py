@@ -68,7 +68,7 @@ def test_the_edge_is_where_the_predicted_map_catapults(small):
 def test_predict_warns_before_the_run_for_an_lr_past_the_edge_at_init(small):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        nqf.predict(NET, X, Y, lr=1.2 * small.lr_edge_init, steps=3, init_scale=SCALE, estimate_departure=False)
+        nqf.predict(NET, X, Y, nqf.SGD(1.2 * small.lr_edge_init, steps=3), init_scale=SCALE, estimate_departure=False)
     first = caught[0]  # before the map runs
     assert first.category is nqf.HorizonWarning and "at the initial weights" in str(first.message)
     assert f"{small.lr_edge_init:.4g}" in str(first.message)
@@ -77,10 +77,14 @@ def test_predict_warns_before_the_run_for_an_lr_past_the_edge_at_init(small):
 def test_plan_warns_for_an_lr_past_the_edge_and_suggests_one(small):
     with pytest.warns(nqf.HorizonWarning, match=f"stability edge 2\\(1\\+beta\\)/S = {small.lr_edge:.4g}"):
         past = nqf.plan(NET, X, Y, init_scale=SCALE, lr=2.0 * small.lr_edge)
-    assert past.stable is False and past.suggestion()["lr"] == pytest.approx(0.5 * small.lr_edge)
+    assert past.stable is False and float(past.suggestion().lr) == pytest.approx(0.5 * small.lr_edge)
     ok = nqf.plan(NET, X, Y, init_scale=SCALE, lr=0.5 * small.lr_edge, momentum=0.5)
     assert ok.stable and ok.lr_edge == pytest.approx(1.5 * small.lr_edge)  # heavy ball: 2 (1 + beta) / S
-    assert ok.suggestion() == {"lr": 0.5 * small.lr_edge, "steps": int(np.ceil(ok.horizon / (0.5 * small.lr_edge)))}
+    sug = ok.suggestion()
+    assert (float(sug.lr), sug.steps) == (0.5 * small.lr_edge, int(np.ceil(ok.horizon / (0.5 * small.lr_edge))))
+    assert float(sug.momentum) == 0.5  # the plan's momentum: the run it checked
+    same = nqf.plan(NET, X, Y, sug, init_scale=SCALE)  # the description itself: its rate and momentum
+    assert same.stable and same.lr_edge == ok.lr_edge
 
 
 def test_init_check_is_the_module_vs_nqf_loss_gap(small):

@@ -150,7 +150,7 @@ def test_flow_prediction_and_plots_leave_pyplot_alone(pred, run):
     before = plt.get_fignums()
     fig = nqf.compare(flow, run).plot()
     assert isinstance(fig, matplotlib.figure.Figure) and plt.get_fignums() == before
-    assert len(fig.axes) == 2 and fig.axes[1].get_yscale() == "log"
+    assert len(fig.axes) == 3 and fig.axes[1].get_yscale() == "log"  # loss, eigenvalues, gap
 
 
 def test_horizon_warnings_and_untested_verdicts(pred, run):
@@ -238,37 +238,34 @@ def test_frozen_output_bias_warns():
 
 
 def test_bad_input_is_named():
+    flow = nqf.Flow(1.0)
     with pytest.raises(ValueError, match=r"`y` must have shape \(120,\)"):
-        nqf.predict(NET, X, Y[:7], t1=1.0)
+        nqf.predict(NET, X, Y[:7], flow)
     with pytest.raises(ValueError, match=r"`W0` must be a finite array of shape \(p, d\) = \(7, 16\)"):
-        nqf.predict(NET, X, Y, t1=1.0, W0=np.zeros((7, 3)))
-    with pytest.raises(ValueError, match="horizon"):
+        nqf.predict(NET, X, Y, flow, W0=np.zeros((7, 3)))
+    with pytest.raises(ValueError, match="needs a training description"):
         nqf.predict(NET, X, Y)
-    with pytest.raises(ValueError, match="give `lr` too"):
-        nqf.predict(NET, X, Y, t1=1.0, batch_size=10)
     with pytest.raises(ValueError, match="`target` must be one of"):
-        nqf.predict(NET, X, Y, t1=1.0, target="end")
+        nqf.predict(NET, X, Y, flow, target="end")
     with pytest.raises(ValueError, match="needs weight_decay = 0"):
-        nqf.predict(NET, X, Y, t1=1.0, weight_decay=0.1, target="asymptote")
-    with pytest.raises(ValueError, match="disagrees with lr x steps"):
-        nqf.predict(NET, X, Y, t1=100.0, lr=0.1, steps=5)
+        nqf.predict(NET, X, Y, nqf.Flow(1.0, weight_decay=0.1), target="asymptote")
     with pytest.raises(ValueError, match="`ts` gives the saved times of a flow"):
-        nqf.predict(NET, X, Y, lr=0.1, steps=5, ts=[0.0, 0.5])
+        nqf.predict(NET, X, Y, nqf.SGD(0.1, steps=5), ts=[0.0, 0.5])
     with pytest.raises(ValueError, match="starting at 0"):
-        nqf.predict(NET, X, Y, t1=10.0, ts=np.linspace(1.0, 10.0, 5))
+        nqf.predict(NET, X, Y, nqf.Flow(10.0), ts=np.linspace(1.0, 10.0, 5))
     bad_x = X.copy()
     bad_x[3, 1] = np.nan
     with pytest.raises(ValueError, match="`x` must be finite"):
-        nqf.predict(NET, bad_x, Y, t1=1.0)
+        nqf.predict(NET, bad_x, Y, flow)
     with pytest.raises(TypeError, match="concrete"):
-        jax.jit(lambda x: nqf.predict(NET, x, Y, t1=1.0).loss)(X)
+        jax.jit(lambda x: nqf.predict(NET, x, Y, flow).loss)(X)
     with pytest.raises(TypeError, match="plain function"):
-        nqf.predict(lambda W, x: W.sum(), X, Y, t1=1.0)
+        nqf.predict(lambda W, x: W.sum(), X, Y, flow)
     relu = eqx.nn.MLP(N_IN, 1, WIDTH, depth=1, activation=jax.nn.relu, use_bias=False, use_final_bias=False, key=KEY)
     with pytest.raises(nqf.SmoothnessError):
-        nqf.predict(nqf.Network(relu), X, Y, t1=1.0)
+        nqf.predict(nqf.Network(relu), X, Y, flow)
     position = lambda W, x: jnp.sum(jnp.arange(1.0, W.shape[1] + 1) * W[-1] * jnp.tanh(W[:-1].T @ x))  # noqa: E731
     with pytest.raises(nqf.SymmetryError):  # neuron i weighted by i: not interchangeable
-        nqf.predict(nqf.Network(position, W0=0.01 * np.ones((N_IN + 1, 4))), X, Y, t1=1.0)
+        nqf.predict(nqf.Network(position, W0=0.01 * np.ones((N_IN + 1, 4))), X, Y, flow)
     with pytest.raises(TypeError, match="nqf.Prediction"):
         nqf.compare("x", None)

@@ -134,7 +134,7 @@ def test_bad_input_is_named():
         nqf.record(NET, X, Y, optax.sgd(0.1), lr=0.1, steps=0)
     with pytest.raises(ValueError, match=r"`y` must have shape \(40,\) or \(40, 1\)"):
         nqf.record(NET, X, Y[:5], optax.sgd(0.1), lr=0.1, steps=3)
-    with pytest.raises(ValueError, match=r"`W0` must have shape \(p, d\) = \(6, 8\)"):
+    with pytest.raises(ValueError, match=r"`W0` must be a finite array of shape \(p, d\) = \(6, 8\)"):
         nqf.record(NET, X, Y, optax.sgd(0.1), lr=0.1, steps=3, W0=np.zeros((6, 3)))
     with pytest.raises(ValueError, match="train"):
         nqf.record(NET, X, Y, optax.sgd(0.1), lr=0.1, steps=3, train="bias")

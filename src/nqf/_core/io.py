@@ -12,7 +12,8 @@ bool, int, str), {"float": "1.5" / "inf" / "nan"}, {"list": [...]}, {"tuple": [.
 {"dict": {key: node}}, or {"object": class name, "fields": {name: node}} for nqf's result
 classes, data sets (`DenseData`, `CommutingData`, `DiagonalData`, `BlockData`, `LowRankData`,
 `FeedForwardData`, `He2Data`) and `NQFModel`. Objects are rebuilt field by field from these names only
-(the classes registered with `register`; no arbitrary imports).
+(the classes registered with `register`; nqf's own classes are found in a fixed table of their
+home modules, imported on first use, so a fresh process loads any nqf result; no arbitrary imports).
 
 What a loaded result keeps: every saved array (states, losses, stats, the data set, the initial
 condition) and the solver settings (`FlowSolution.settings`), so derived quantities (M, z,
@@ -39,6 +40,36 @@ FORMAT, VERSION = "nqf-result", 1
 
 
 _CLASSES: dict = {}  # class name -> class: what `save` writes and `load` rebuilds
+
+# class name -> the (public) module that defines nqf's saveable class: `load` imports that module,
+# and only that one, when a file names a class that is not registered yet, so a fresh process reads
+# any nqf result without importing its layer first (tests/network/test_heldout.py keeps this table
+# complete: every class registered after importing all of nqf is here).
+_HOMES = {
+    **dict.fromkeys(
+        ("BlockData", "CommutingData", "DenseData", "DiagonalData", "FeedForwardData", "He2Data", "LowRankData"),
+        "nqf.data",
+    ),
+    "NQFModel": "nqf.data",
+    **dict.fromkeys(("MapTrajectory", "SDEPaths", "WTrajectory"), "nqf.dynamics"),
+    **dict.fromkeys(("FlowSolution", "MapSweep", "SweepSolution"), "nqf.solvers"),
+    "GLVTrajectory": "nqf.solvers.kernels",
+    **dict.fromkeys(("Asymptote", "OracleSolution"), "nqf.theory"),
+    "SampleOracleSolution": "nqf.theory.samplewise",
+    **dict.fromkeys(("Comparison", "Plan", "Prediction", "Recording"), "nqf.network"),
+}
+
+
+def _registered(name: str):
+    """The class registered under `name`, importing its home module (`_HOMES`) if needed; None
+    for a name nqf does not know."""
+    cls = _CLASSES.get(name)
+    if cls is None and name in _HOMES:
+        import importlib
+
+        importlib.import_module(_HOMES[name])
+        cls = _CLASSES.get(name)
+    return cls
 
 
 def register(*classes):
@@ -142,9 +173,12 @@ def _decode(node, arrays):
         return tuple(_decode(v, arrays) for v in node["tuple"])
     if "dict" in node:
         return {k: _decode(v, arrays) for k, v in node["dict"].items()}
-    cls = _CLASSES.get(node["object"])
+    cls = _registered(node["object"])
     if cls is None:
-        raise ValueError(f"nqf.load: unknown object type {node['object']!r} in the file.")
+        raise ValueError(
+            f"nqf.load: unknown object type {node['object']!r} in the file (not one of nqf's result types; a "
+            "user's own type must be registered with nqf.io.register before loading)."
+        )
     obj = object.__new__(cls)
     for name, v in node["fields"].items():
         object.__setattr__(obj, name, _decode(v, arrays))

@@ -8,12 +8,13 @@ exact closed SGD maps (Theorem 2, Corollary 2) and the same maps as a diffrax so
 tested against), plain gradient descent on the GLV form, and multi-layer NQFs (`nqf.multilayer`,
 Theorems 14, 15). Time is gradient-flow time t = eta * steps.
 
-May import `nqf._core` and `nqf.data`. Private modules: `_losses`, `_batches`, `_flow`, `_glv`,
+May import `nqf._core` and `nqf.data`. Private modules: `_losses`, `_training`, `_batches`, `_flow`, `_glv`,
 `_maps`, `_map_solver`, `_modified`, `_wspace`, `_gd`, `_train_args`, `_sde`.
 """
 
 from .._core._exports import publish as _publish
 from ._losses import PerSampleLoss, as_loss, mse
+from ._training import SGD, Flow
 from ._batches import batch_indices, batch_weights, check_batch_indices, restrict
 from ._flow import (
     FORMS,
@@ -37,6 +38,8 @@ from ._sde import SDEPaths, batch_weight_covariance, sde_coefficients, sgd_sde
 from . import multilayer
 
 __all__ = [
+    "SGD",
+    "Flow",
     "PerSampleLoss",
     "mse",
     "as_loss",

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-__all__ = ["PerSampleLoss", "mse", "as_loss"]
+__all__ = ["PerSampleLoss", "mse", "as_loss", "mean_loss"]
 
 
 def mse(f: Float[Array, "*shape"], y: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
@@ -81,3 +81,27 @@ def as_loss(loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None) 
             f"{getattr(out, 'shape', out)!r} of dtype {getattr(out, 'dtype', type(out))}."
         )
     return PerSampleLoss(loss)
+
+
+def mean_loss(
+    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None,
+    f: Float[Array, "m k"] | Float[Array, " m"],
+    y: Float[Array, "m k"] | Float[Array, " m"],
+) -> Float[Array, ""]:
+    """The training loss's definition on any inputs: the mean over the m inputs and k outputs of
+    ell(f, y), here for the MSE only: (1/(m k)) sum (f - y)^2 (Eq. E8; `nqf.record`'s loss).
+
+    **Arguments:** `loss`: None, ``"mse"`` or the MSE `PerSampleLoss`; `f` (m, k) or (m,): the
+    outputs; `y`: the labels as given, of f's shape, or (m,) for f of shape (m, 1).
+
+    **Returns:** the scalar mean loss (a JAX array; traceable).
+
+    **Raises:** `ValueError` for a loss other than the MSE, or labels of another shape."""
+    if as_loss(loss).fn is not mse:
+        raise ValueError(f"`loss`: mean_loss supports the MSE only here; found {loss!r}.")
+    f, y = jnp.asarray(f), jnp.asarray(y)
+    if y.shape != f.shape and not (f.ndim == 2 and f.shape[1] == 1 and y.shape == f.shape[:1]):
+        raise ValueError(
+            f"`y` must have the outputs' shape {f.shape} (or ({f.shape[0]},) for one output); found {y.shape}."
+        )
+    return jnp.mean((f - y.reshape(f.shape)) ** 2)

@@ -51,6 +51,7 @@ from ._train_args import (
     check_weight_decay,
     resolve_batches,
 )
+from ._training import accepts_training
 
 __all__ = ["MapTerm", "ExactMap", "map_term"]
 
@@ -325,6 +326,7 @@ class ExactMap(diffrax.AbstractSolver):
         return _map_term(terms).vf(t0, y0, args)
 
 
+@accepts_training(schedules=False)
 def map_term(
     model: NQFModel | AbstractData,
     *,

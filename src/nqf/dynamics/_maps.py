@@ -97,7 +97,7 @@ from ._train_args import (
     any_traced,
     check_count,
     check_finite,
-    check_lr,
+    check_lr_or_rates,
     check_momentum,
     check_nesterov,
     check_weight_decay,
@@ -107,6 +107,7 @@ from ._train_args import (
     resolve_batches,
     save_schedule,
 )
+from ._training import accepts_training, step_times
 
 __all__ = ["MapTrajectory", "closed_sgd", "closed_map", "gradient_terms"]
 
@@ -144,14 +145,15 @@ class MapTrajectory(Saveable):
       W_0; None for ``form="M"``.
     - `P`, `Q`: the Corollary 2 representation W_t = P_t W_0 + Q_t 1^T, (n, p, p) and (n, p),
       for ``form="M"`` with momentum; None otherwise.
-    - `d`: the width (None if it was not needed); `lr`: the learning rate; `form`.
+    - `d`: the width (None if it was not needed); `lr`: the learning rate (or the per-step
+      rates (steps,) of a schedule); `form`.
     - `step_loss` (steps + 1,): the full-training-set loss L(W_j) after every step j = 0..steps
       (time t = lr j), and `step_eigenvalues` (steps + 1, p): the eigenvalues of M_j in
       decreasing order; None unless `closed_sgd(step_values=...)` asked for them.
     """
 
     steps: np.ndarray
-    t: np.ndarray
+    t: np.ndarray | Array
     M: np.ndarray
     mu: np.ndarray | None
     outputs: np.ndarray
@@ -160,7 +162,7 @@ class MapTrajectory(Saveable):
     P: np.ndarray | None
     Q: np.ndarray | None
     d: int | None
-    lr: float
+    lr: float | np.ndarray | Array
     form: str
     # keyword-only with defaults: a subclass (`nqf.MapSweep`) may add fields without defaults
     step_loss: np.ndarray | None = dataclasses.field(default=None, kw_only=True)
@@ -171,7 +173,7 @@ class MapTrajectory(Saveable):
         """Times t = lr j of the per-step values, j = 0..steps, (steps + 1,); None without them."""
         if self.step_loss is None:
             return None
-        return self.lr * np.arange(np.shape(self.step_loss)[-1])
+        return np.asarray(step_times(self.lr, np.shape(self.step_loss)[-1] - 1))
 
 
 STEP_VALUES = ("none", "loss", "all")
@@ -371,6 +373,14 @@ def _stepper(model: NQFModel, loss: PerSampleLoss, config, params, init):
     return _EMap(**common)
 
 
+def at_step(stepper, k):
+    """The stepper of step k: itself for a constant learning rate, else with lr = lr[k] of its
+    per-step rates (a schedule, `nqf.SGD`)."""
+    if jnp.ndim(stepper.lr) == 0:
+        return stepper
+    return eqx.tree_at(lambda s: s.lr, stepper, stepper.lr[k])
+
+
 def step_batch(model: NQFModel, idx, k):
     """(model restricted to step k's batch, per-sample weights) for the steppers' `step`: the
     full batch (w = 1/m) when the schedule `idx` (steps, b) is None, else row k of `idx`
@@ -419,11 +429,11 @@ def _simulate(
 
     def body(_, carry):
         state, k = carry
-        return stepper.step(state, step_batch(model, idx, k))[0], k + 1
+        return at_step(stepper, k).step(state, step_batch(model, idx, k))[0], k + 1
 
     def tracked(carry, _):
         state, k = carry
-        new, f = stepper.step(state, step_batch(model, idx, k))
+        new, f = at_step(stepper, k).step(state, step_batch(model, idx, k))
         return (new, k + 1), _step_values(stepper, state, step_values, None if idx is not None else f)
 
     def block(carry, n):
@@ -680,6 +690,7 @@ def _initial_order_params(model: NQFModel, M0, mu0, d, W0):
     return M0, mu0, d, _centered_factor_from_M(M0, mu0, d)
 
 
+@accepts_training
 def closed_sgd(
     model: NQFModel | AbstractData,
     *,
@@ -687,7 +698,7 @@ def closed_sgd(
     M0: Float[ArrayLike, "p p"] | None = None,
     mu0: Float[ArrayLike, " p"] | None = None,
     d: int | None = None,
-    lr: float | Float[Array, ""],
+    lr: float | Float[Array, ""] | Float[ArrayLike, " steps"],
     steps: int,
     batch_indices: Int[ArrayLike, "steps b"] | None = None,
     batch_size: int | None = None,
@@ -715,10 +726,15 @@ def closed_sgd(
 
     - `model`: an `nqf.NQFModel` (any data representation; g, B, f0 optional) or a bare data set
       (the plain model f = Tr[M A]).
+    - `training` (second positional, optional): an `nqf.SGD` description, which stands for the
+      keywords `lr`, `steps`, `momentum`, `nesterov`, `weight_decay`, batches and `loss` below
+      (``closed_sgd(model, nqf.SGD(0.1, steps=500), W0=W0)``; giving one of them twice is a
+      `ValueError`).
     - Initial condition: `W0` (p, d), or `M0` (p, p) symmetric, `mu0` (p,) and the width `d`
       (an integer >= 1). For a plain model (g = B = 0) mu does not affect M and `mu0`, `d` may be
       omitted (then `mu` is not reported).
-    - `lr`: learning rate eta > 0; step n is gradient-flow time t = eta * n.
+    - `lr`: learning rate eta > 0, step n at gradient-flow time t = eta * n; or per-step rates
+      (steps,) (a schedule's values, finite and >= 0): step n at t_n = lr_0 + ... + lr_{n-1}.
     - `steps`: number of steps (integer >= 1); `save_every`: save every this many steps (step 0
       and the last step are always saved).
     - Batches: full batch by default; or `batch_indices` (steps, b) integer array shared with
@@ -776,8 +792,8 @@ def closed_sgd(
     `TypeError` for a bad model or loss; `FloatingPointError` if the iteration diverges (reduce `lr`).
     """
     model = as_model(model)
-    lr = check_lr(lr)
     steps = check_count(steps, "steps")
+    lr = check_lr_or_rates(lr, steps)
     save_every = check_count(save_every, "save_every")
     gamma = check_weight_decay(weight_decay)
     beta = check_momentum(momentum)
@@ -806,7 +822,7 @@ def closed_sgd(
     Ms, mus, outputs, losses, extras = check_finite(out, out[0], saved, "The closed map diverged: non-finite M", lr)
     return MapTrajectory(
         steps=saved,
-        t=lr * saved,
+        t=step_times(lr, steps)[saved],
         M=Ms,
         mu=None if mu0 is None else mus,
         outputs=outputs,

@@ -65,6 +65,39 @@ def check_lr(lr):
     return check_hyper(lr, "lr")
 
 
+def check_rates(values, steps: int | None):
+    """Per-step learning rates (steps,) (a schedule's values): finite, >= 0, not all zero, one per
+    step; or, traced, of shape (steps,) with those conditions checked at run time."""
+    if is_traced(values):
+        values = jnp.asarray(values, dtype=jnp.float64)
+        if values.ndim != 1 or (steps is not None and values.shape[0] != steps):
+            raise ValueError(f"`lr` per-step rates must have shape (steps,) = ({steps},); found {values.shape}.")
+        ok = jnp.all(jnp.isfinite(values) & (values >= 0)) & (jnp.sum(values) > 0)
+        return guard(values, ~ok, "`lr` must be finite and >= 0 at every step, not all zero")
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 1:
+        raise ValueError(f"`lr` must be a scalar, a schedule or a per-step array (steps,); found shape {values.shape}.")
+    if steps is not None and values.shape[0] != steps:
+        raise ValueError(
+            f"`lr` has {values.shape[0]} per-step values but `steps` = {steps}: give one learning rate per step."
+        )
+    bad = np.flatnonzero(~np.isfinite(values) | (values < 0.0))
+    if bad.size:
+        raise ValueError(
+            f"`lr` must be finite and >= 0 at every step; found {float(values[bad[0]])!r} at step {int(bad[0])}."
+        )
+    if not values.sum() > 0.0:
+        raise ValueError("`lr` is zero at every step: the run would not move.")
+    return values
+
+
+def check_lr_or_rates(lr, steps: int):
+    """`lr` of the map: a scalar > 0 (`check_lr`) or per-step rates (steps,) (`check_rates`)."""
+    if jnp.ndim(lr) == 0:
+        return check_lr(lr)
+    return check_rates(lr, steps)
+
+
 def check_weight_decay(gamma):
     return check_hyper(gamma, "weight_decay", allow_zero=True)
 
@@ -231,8 +264,16 @@ def check_finite(tree, values, saved, what: str, lr):
         return guard(tree, ~jnp.all(jnp.isfinite(values)), f"{what}; reduce `lr`")
     bad = first_nonfinite_step(saved, values)
     if bad is not None:
-        raise FloatingPointError(f"{what} by step {bad} (lr={lr:g}). Reduce `lr`.")
+        raise FloatingPointError(f"{what} by step {bad} (lr={_rate_label(lr, bad)}). Reduce `lr`.")
     return tree
+
+
+def _rate_label(lr, step: int) -> str:
+    """The learning rate as printed in a message: the scalar, or a schedule's rate near `step`."""
+    if np.ndim(lr) == 0:
+        return f"{float(lr):g}"
+    rates = np.asarray(lr)
+    return f"schedule, {float(rates[min(max(step - 1, 0), rates.size - 1)]):g} at step {step}"
 
 
 def loop_counts(save_every: int, remainder: int, static: bool = False):

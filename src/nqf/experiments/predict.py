@@ -25,6 +25,9 @@ Models (each as a user writes it: `nqf.Network(module)` with ``neurons="auto"``)
   at lr 0.003 the map is at its stability edge and `predict` warns; a float64 convolution over
   all 1797 images for 6000 steps would dominate the run time);
 - ``flax.nnx MLP``: two `nnx.Linear` (64 -> 256 -> 1), float32 parameters cast to float64;
+- ``MLP, cosine schedule + momentum``: the first MLP trained with `nqf.SGD` of optax's
+  warmup-cosine schedule (0 -> 0.05 over the first 10 % of the steps, then down to 0) and
+  heavy-ball momentum 0.5 (the exact map applies rate lr_n at step n; time t = sum of the rates);
 - ``MLP, Adam``: the first MLP trained with `optax.adam(1e-3)` for the same number of steps
   (not predicted: Adam is not closed on M, Theorem 2; reported against the SGD prediction).
 
@@ -54,7 +57,7 @@ import warnings
 import numpy as np
 
 from ..data import Network, NQFModel, extract
-from ..dynamics import closed_sgd, train_w
+from ..dynamics import SGD, closed_sgd, train_w
 from ..network import compare, predict
 from ._common import check, chosen, claim, prepare_out_dir, sensitivity, write_outputs
 
@@ -155,6 +158,7 @@ def _models(quick: bool):
         ),
         ("CNN", cnn, dict(lr=0.0015, steps=int(6000 * s), init_scale=0.05, target="phase_end", subset=600), "sgd"),
         ("flax.nnx MLP", flax_mlp, sgd, "sgd"),
+        ("MLP, cosine schedule + momentum", mlp(), dict(sgd, schedule="warmup_cosine", momentum=0.5), "sgd"),
         ("MLP, Adam", mlp(), sgd, "adam"),
     ]
 
@@ -172,6 +176,18 @@ def load(quick: bool):
     return images[:n] / 16.0, digits[:n]
 
 
+def _training(opts: dict) -> SGD:
+    """The `nqf.SGD` of a model's options (popped from `opts`): lr, steps, batch_size, momentum and
+    ``schedule="warmup_cosine"`` (optax's warmup-cosine from 0 to lr over the first 10 % of the
+    steps, then down to 0)."""
+    import optax
+
+    lr, steps = opts.pop("lr"), opts.pop("steps")
+    if opts.pop("schedule", None) == "warmup_cosine":
+        lr = optax.warmup_cosine_decay_schedule(0.0, lr, steps // 10, steps)
+    return SGD(lr, steps=steps, batch_size=opts.pop("batch_size", None), momentum=opts.pop("momentum", 0.0))
+
+
 def _checks(name, net, pred, run, x, y) -> list[dict]:
     """The package-correctness checks of one model (module docstring)."""
     import jax
@@ -187,8 +203,10 @@ def _checks(name, net, pred, run, x, y) -> list[dict]:
     batches = None if s["batch_indices"] is None else s["batch_indices"][:20]
     k = pred.y.shape[1]
     rows = None if batches is None else (batches[:, :, None] * k + np.arange(k)).reshape(20, -1)
-    ws = train_w(model, pred.W0, lr=s["lr"], steps=20, batch_indices=rows, save_every=20)
-    closed = closed_sgd(model, W0=pred.W0, lr=s["lr"], steps=20, batch_indices=rows, save_every=20)
+    training = pred.training()  # its optax form runs in weight space: an independent autodiff computation
+    lr20 = training.lr[:20] if training.scheduled else training.lr
+    ws = train_w(model, pred.W0, lr=training.lr_max, optimizer=training.optax(), steps=20, batch_indices=rows)
+    closed = closed_sgd(model, SGD(lr20, steps=20, momentum=training.momentum), W0=pred.W0, batch_indices=rows)
     theorem2 = float(np.abs(ws.M[-1] - closed.M[-1]).max() / np.abs(ws.M[-1]).max())
     sub = jax.tree_util.tree_map(lambda a: a[:16], x)
     ysub = np.asarray(y)[:16]
@@ -335,14 +353,13 @@ def run_model(name, build, opts, optimizer, x, digits, key_seed: int = 0):
         warnings.simplefilter("always")
         net = Network(module)
         t0 = time.perf_counter()
-        pred = predict(net, x, y, **opts)
+        training = _training(opts)
+        pred = predict(net, x, y, training, **opts)
         t_predict = time.perf_counter() - t0
     warned = sorted({w.category.__name__ for w in caught})
     edge = any("stability edge" in str(w.message) for w in caught)
-    lr = opts["lr"]
-    opt = optax.sgd(lr) if optimizer == "sgd" else optax.adam(1e-3)
     t0 = time.perf_counter()
-    run = pred.record(opt, lr=lr, label=optimizer)
+    run = pred.record(optimizer=optax.adam(1e-3), label="adam") if optimizer == "adam" else pred.record()
     t_record = time.perf_counter() - t0
     cmp = compare(pred, run)
     s = cmp.summary()

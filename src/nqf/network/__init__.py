@@ -7,8 +7,8 @@ itself with any optax optimizer and records the same order parameters; `nqf.comp
 the agreement, the ignition and drop times, and when the network leaves the NQF.
 
 May import `nqf._core`, `nqf.data`, `nqf.dynamics`, `nqf.solvers` and `nqf.theory`. Private
-modules: `_inputs`, `_plan`, `_predict`, `_events`, `_departure`, `_record`, `_compare`, `_plot`,
-`_deep` (deep networks: the multi-layer NQF).
+modules: `_inputs`, `_plan`, `_predict`, `_events`, `_departure`, `_record`, `_compare`, `_heldout` (held-out data),
+`_plot`, `_deep` (deep networks: the multi-layer NQF).
 """
 
 from .._core._exports import publish as _publish

@@ -41,13 +41,14 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from .._core._errors import NQFWarning
 from .._core.io import Saveable
-from . import _events
+from . import _events, _heldout
 
 if TYPE_CHECKING:
     import matplotlib.axes
@@ -69,7 +70,9 @@ class Comparison(Saveable):
     the expansion), `departure_estimate_module` (module at the NQF's weights);
     `half_drop_time` (predicted, measured); `drop_times` (2, K) predicted / measured;
     `ignition_times` (2, p) predicted / measured (nan for modes that do not grow);
-    `gap_tol`, `time_rtol`; `verdicts` {criterion: bool}; `prediction`, `recording`.
+    `gap_tol`, `time_rtol`; `verdicts` {criterion: bool}; `prediction`, `recording`;
+    `test_gap` (n,): |test L_meas - test L_pred| / test L_pred(0) and `test` (the summary's
+    "test" entry), None without held-out data on both sides.
 
     **Methods:** `summary()` (a dict of plain numbers), `plot()` (a matplotlib Figure).
     """
@@ -92,12 +95,33 @@ class Comparison(Saveable):
     verdicts: dict
     prediction: object
     recording: object
+    test_gap: np.ndarray | None = None
+    test: dict | None = None
 
     def summary(self) -> dict:
-        """Plain numbers: predicted and measured times, relative errors, gaps and verdicts."""
+        """Plain numbers: predicted and measured times, relative errors, gaps and verdicts;
+        ``L0`` (the predicted L(0)), ``final_loss`` (predicted and measured at the last measured
+        time inside the horizon, and the NQF's final loss L_inf), ``growing_modes`` (how many
+        modes the prediction has growing), ``wall_time_s`` (predict and record, seconds; nan where
+        not recorded), ``test`` (held-out data, `nqf.network._heldout.compare_test`; None without)."""
         ign = self.ignition_times
         grow = np.isfinite(ign[0])
+        pred, rec = self.prediction, self.recording
+        last = np.flatnonzero(np.isfinite(self.loss_predicted))
+        last = int(last[-1]) if last.size else -1
         return {
+            "L0": float(getattr(pred, "loss", [np.nan])[0]),
+            "final_loss": {
+                "predicted": float(self.loss_predicted[last]),
+                "measured": float(self.loss_measured[last]),
+                "nqf_final_loss": float(getattr(pred, "final_loss", np.nan)),
+            },
+            "growing_modes": int(np.sum(getattr(pred, "growing", grow))),
+            "wall_time_s": {
+                "predict": float(getattr(pred, "wall_time_s", np.nan)),
+                "record": float(getattr(rec, "wall_time_s", np.nan)),
+            },
+            "test": None if self.test is None else dict(self.test),
             "half_drop_time": {
                 "predicted": float(self.half_drop_time[0]),
                 "measured": float(self.half_drop_time[1]),
@@ -122,12 +146,24 @@ class Comparison(Saveable):
             **_layers(self.prediction, self.recording),
         }
 
-    def plot(self, *, ax: matplotlib.axes.Axes | None = None) -> matplotlib.figure.Figure:
-        """Predicted vs measured loss (ignition, phase end and departure marked) and eigenvalues of
-        M(t); returns a matplotlib Figure (no pyplot state)."""
+    def plot(
+        self,
+        *,
+        ax: Sequence[matplotlib.axes.Axes] | None = None,
+        logx: bool = False,
+        logy: bool = False,
+        gap: bool = True,
+        top: int = 8,
+    ) -> matplotlib.figure.Figure:
+        """Predicted vs measured loss (predicted and measured ignition and half-drop times, phase
+        end and departure marked; test losses with held-out data), eigenvalues of M(t) by mode
+        (the top `top`, one colour each, with a legend) and, with `gap`, the gap panel
+        |L_measured - L_predicted| / L(0); titled with the prediction's training and the run's
+        optimizer. `logx` / `logy`: log time / loss axes; `ax`: the Axes to draw on (3, or 2
+        without `gap`). Returns a matplotlib Figure (no pyplot state)."""
         from ._plot import plot_prediction
 
-        return plot_prediction(self.prediction, self, ax=ax)
+        return plot_prediction(self.prediction, self, ax=ax, logx=logx, logy=logy, gap=gap, top=top)
 
 
 def _layers(prediction, recording) -> dict:
@@ -269,6 +305,7 @@ def compare(
         float(prediction.remainder_t[over_m[0]]) if over_m.size else (float("inf") if module_est.size else float("nan"))
     )
     predicted_drops = np.isfinite(drops[0])
+    test_gap, test = _heldout.compare_test(prediction, recording, t, inside, in_phase)
     verdicts = {  # None: not tested (module docstring)
         "phase_gap": bool(phase_gap <= gap_tol) if covers else (False if phase_gap > gap_tol else None),
         "half_drop_time": _within(*half, time_rtol),
@@ -296,4 +333,6 @@ def compare(
         verdicts=verdicts,
         prediction=prediction,
         recording=recording,
+        test_gap=test_gap,
+        test=test,
     )

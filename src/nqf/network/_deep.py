@@ -24,7 +24,8 @@ training input and on a random h (`_check_layer`): a module whose layer is not o
 refused with an `nqf.ExtractionError` naming the layer.
 
 **The prediction.** `closed_deep_sgd` (Theorem 14, exact for any widths) from the per-layer
-W^(l)(0) with the learning rate, steps, batches and weight decay of `predict`; the loss is the
+W^(l)(0) with the learning rate, steps, batches and weight decay of the `nqf.SGD` given to
+`predict` (a constant learning rate, no momentum, the MSE); the loss is the
 MSE (1/(m k)) sum (f - y)^2 of `nqf.record`. The result is a `DeepPrediction` (a `Prediction`):
 its `eigenvalues` are those of the block-diagonal M = diag(M^(1), ..., M^(L)) (what `nqf.record`
 records for a `DeepNetwork`), so `nqf.compare` puts the loss curve, half-drop time, phase end and
@@ -34,8 +35,9 @@ ignition times, and `compare(...).summary()["layers"]` the measured ones per lay
 **Small initialization.** The multi-layer NQF is the leading order of every layer's expansion:
 `predict` refuses (ValueError naming `init_scale` / `W0`) a start where a layer's NQF output
 differs from the module's layer output by more than `INIT_LAYER_TOL` = 0.1 (relative, RMS over
-the training inputs, propagated through the NQF layers below). Not covered: the gradient flow
-(give `lr`), momentum, the a-priori departure estimate, `target="asymptote"`.
+the training inputs, propagated through the NQF layers below). Not covered (a `ValueError`
+naming the argument): `nqf.Flow`, momentum, a schedule, a loss other than the MSE, held-out data,
+the a-priori departure estimate, `target="asymptote"`.
 """
 
 from __future__ import annotations
@@ -49,12 +51,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core import memory
-from .._core._checks import check_positive
 from .._core.io import Saveable
 from ..data import DeepNetwork
 from ..data._extract import ExtractionError
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics import multilayer as ml
+from ..dynamics._training import SGD, Flow
 from . import _events
 from ._events import Curves, check_target
 from ._inputs import check_data, check_steps, initial_weights, resolve_step_values
@@ -273,23 +275,32 @@ def _mse_mean(k: int):
     return _MSE_K[k]
 
 
-def _unsupported(options: dict) -> None:
-    """ValueError naming the first `predict` option the multi-layer NQF does not take."""
+def _unsupported(training, options: dict) -> None:
+    """ValueError naming the first `predict` argument the multi-layer NQF's map does not take."""
     why = {
         "ts": "saved times of a flow",
-        "momentum": "heavy-ball momentum (closed for one layer, Corollary 2; not in nqf.multilayer)",
         "estimate_departure": "the a-priori departure estimate",
         "departure_neurons": "the a-priori departure estimate",
         "extract_options": "options of nqf.extract (the deep structure is derived by autodiff)",
+        "x_test": "held-out inputs (not predicted for a deep network yet)",
     }
-    default = {"ts": None, "momentum": 0.0, "estimate_departure": None, "departure_neurons": None}
-    for name, v in options.items():
-        if name in why and v not in (default.get(name), False) and not (name == "extract_options" and not v):
-            raise ValueError(
-                f"`{name}` = {v!r}: a deep network is predicted by the multi-layer NQF's map (Theorem 14), which "
-                f"does not take {why[name]}. Leave it out, or name one layer's neurons (nqf.Network(module, "
-                "neurons=...)) for the one-layer NQF with the other layers frozen."
-            )
+    given = lambda v: v is not None and v is not False and not (isinstance(v, dict) and not v)  # noqa: E731
+    found = {name: options[name] for name in why if given(options.get(name))}
+    if isinstance(training, Flow):
+        found["training"], why["training"] = training.label(), "the gradient flow (give nqf.SGD(lr, steps=...))"
+    elif isinstance(training, SGD):
+        if training.scheduled:
+            found["training"], why["training"] = "a learning-rate schedule", "a schedule (a constant lr only)"
+        elif float(training.momentum) or training.nesterov:
+            found["training"], why["training"] = f"momentum {float(training.momentum):g}", "momentum"
+        elif not (isinstance(training.loss, str) and training.loss.lower() == "mse"):
+            found["training"], why["training"] = f"loss {training.loss!r}", "a loss other than the MSE"
+    for name, v in found.items():
+        raise ValueError(
+            f"`{name}` = {v!r:.60}: a deep network is predicted by the multi-layer NQF's map (Theorem 14), which "
+            f"does not take {why[name]}. Leave it out, or name one layer's neurons (nqf.Network(module, "
+            "neurons=...)) for the one-layer NQF with the other layers frozen."
+        )
 
 
 @eqx.filter_jit
@@ -356,31 +367,18 @@ def _schedule(m: int, steps: int, batch_size: int | None, batch_indices: Any, ke
     return None
 
 
-def predict_deep(
-    net: DeepNetwork, x, y, *, lr, steps, t1, save_every, W0, init_scale, sched, options
-) -> DeepPrediction:
-    """`nqf.predict` for a `DeepNetwork` (module docstring); `sched` = (batch_size, batch_indices,
-    key); `options`: the other keywords of `predict` (weight_decay, rho, target, phase_tol,
-    gap_tol, step_values and the unsupported ones, refused by name)."""
-    _unsupported(options)
+def predict_deep(net: DeepNetwork, x, y, training, *, save_every, W0, init_scale, options) -> DeepPrediction:
+    """`nqf.predict` for a `DeepNetwork` (module docstring): `training` an `nqf.SGD` (constant lr,
+    no momentum, MSE; full batch or minibatches); `options`: the other keywords of `predict`
+    (rho, target, phase_tol, gap_tol, step_values and the unsupported ones, refused by name)."""
+    _unsupported(training, options)
     rho, phase_tol, gap_tol = options["rho"], options["phase_tol"], options["gap_tol"]
     for name, v in (("rho", rho), ("phase_tol", phase_tol), ("gap_tol", gap_tol)):
         if not (isinstance(v, (int, float, np.floating)) and 0.0 < v < 1.0):
             raise ValueError(f"`{name}` must lie in (0, 1); found {v!r}.")
     resolve_step_values(options["step_values"], True, net.p)
-    weight_decay = check_positive(options["weight_decay"], "weight_decay", allow_zero=True)
-    if lr is None:
-        raise ValueError(
-            "A deep network is predicted by the multi-layer NQF's exact map (Theorem 14): give `lr` (with `steps` or "
-            "`t1`); the gradient flow (t1 alone) is not available for it."
-        )
-    lr = check_positive(lr, "lr")
-    if steps is None:
-        if t1 is None:
-            raise ValueError("Give the horizon of the map: `steps` (or `t1`, steps = round(t1 / lr)).")
-        steps = max(1, int(round(check_positive(t1, "t1") / lr)))
-    elif t1 is not None and not np.isclose(float(t1), lr * steps, rtol=1e-9):
-        raise ValueError(f"`t1` = {t1!r} disagrees with lr x steps = {lr * steps:g}: give `steps` or `t1`.")
+    weight_decay = float(training.weight_decay)
+    lr, steps = float(training.lr), training.n_steps
     steps, save_every = check_steps(steps, save_every if save_every is not None else max(1, steps // 400))
     x, y2, m, k = check_data(net, x, y)
     if not hasattr(x, "shape") or np.ndim(x) != 2:
@@ -405,7 +403,7 @@ def predict_deep(
             f"{INIT_LAYER_TOL:g}). Use a smaller `init_scale`, or name one layer's neurons (nqf.Network(module, "
             "neurons=...)) for the one-layer NQF with the other layers frozen."
         )
-    rows = _schedule(m, steps, *sched)
+    rows = _schedule(m, steps, training.batch_size, training.batch_indices, training.key)
     traj = ml.closed_deep_sgd(
         deep,
         W0s,
@@ -424,13 +422,16 @@ def predict_deep(
     init_gap = np.array([abs(L0m - loss[0]) / loss[0] if loss[0] > 0 else 0.0, np.nan])
     label = options["target"] if isinstance(options["target"], str) else "given"
     settings: dict[str, Any] = dict(
+        training=training.label(),
         lr=lr,
         steps=int(steps),
         t1=float(t[-1]),
-        batch_size=sched[0],
+        batch_size=training.batch_size,
         batch_indices=rows,
-        key=sched[2],
+        key=None if training.full_batch else training.key,
         momentum=0.0,
+        nesterov=False,
+        loss="mse",
         weight_decay=float(weight_decay),
         rho=float(rho),
         target=label,

@@ -87,8 +87,17 @@ def _loss_curve(c: Curves) -> tuple:
 
 
 def drops(c: Curves, levels) -> np.ndarray:
-    """`nqf.drop_times` of the loss curve of `c` between the plateau `levels`."""
-    return np.asarray(drop_times(*_loss_curve(c), levels=levels), dtype=float)
+    """`nqf.drop_times` of the loss curve of `c` between the plateau `levels` (K + 1,), (K,).
+    A drop between levels that do not decrease (a flat NQF, a loss that oscillates with momentum
+    or rises in a catapult) or that are not finite has no time: nan there, the others measured."""
+    levels = np.asarray(levels, dtype=float)
+    ok = np.isfinite(levels[:-1]) & np.isfinite(levels[1:]) & (np.diff(levels) < 0)
+    if ok.all():
+        return np.asarray(drop_times(*_loss_curve(c), levels=levels), dtype=float)
+    out = np.full(levels.size - 1, np.nan)
+    for i in np.flatnonzero(ok):
+        out[i] = float(np.asarray(drop_times(*_loss_curve(c), levels=levels[i : i + 2]))[0])
+    return out
 
 
 def phase_end(c: Curves, final_loss: float, tol: float) -> float:

@@ -37,6 +37,7 @@ from jaxtyping import ArrayLike, Float, PyTree
 from .._core._checks import check_positive
 from .._core.io import Saveable
 from ..data import Network, NQFModel
+from ..dynamics._training import SGD
 from ..solvers import MaxStepsReached, Stop, solve_flow
 from ..theory._sharpness import stability_edge
 from ._departure import INIT_GAP_TOL, check_init, weights_along
@@ -98,9 +99,10 @@ class Plan(Saveable):
     settings: dict
     still_sharpening: bool = False
 
-    def suggestion(self) -> dict:
-        """{"lr": ..., "steps": ...}: the given lr (if stable, else the suggested one) and the
-        steps that reach the suggested horizon, for ``nqf.predict(net, x, y, **plan.suggestion())``.
+    def suggestion(self) -> SGD:
+        """The `nqf.SGD` to run: the given lr (if stable, else the suggested one), the plan's
+        momentum and the steps that reach the suggested horizon, for
+        ``nqf.predict(net, x, y, plan.suggestion())`` and ``nqf.record`` alike.
 
         **Raises:** `ValueError` when the plan found no end of the learning phase within `t_max`
         or no finite edge (then it has nothing to suggest)."""
@@ -111,7 +113,7 @@ class Plan(Saveable):
                 f"curvature (lr_edge = {self.lr_edge}). Plan again with a larger `t_max` or a smaller initialization."
             )
         lr = self.lr if self.lr is not None and self.stable else self.suggested_lr
-        return {"lr": float(lr), "steps": max(1, math.ceil(self.horizon / lr))}
+        return SGD(float(lr), steps=max(1, math.ceil(self.horizon / lr)), momentum=self.settings["momentum"])
 
     def summary(self) -> dict:
         """Plain numbers: the times, edges, suggestion and init check."""
@@ -157,7 +159,7 @@ class Plan(Saveable):
         )
         try:
             s = self.suggestion()
-            run = f"run: lr = {s['lr']:.4g}, steps = {s['steps']}"
+            run = f"run: lr = {float(s.lr):.4g}, steps = {s.steps} ({s.label()})"
         except ValueError:
             run = "run: no suggestion (the learning phase does not end within t_max)"
         return "\n".join([head, edge, init, run])
@@ -167,6 +169,7 @@ def plan(
     network: Network | Any,
     x: PyTree[Float[ArrayLike, "m ..."]],
     y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"],
+    training: SGD | None = None,
     *,
     lr: float | None = None,
     momentum: float = 0.0,
@@ -185,6 +188,8 @@ def plan(
     **Arguments:**
 
     - `network`, `x`, `y`, `W0`, `init_scale`, `extract_options`: as in `nqf.predict`.
+    - `training`: the `nqf.SGD` you intend to run (optional): its largest rate and momentum
+      are checked, as `lr` and `momentum` are (give one or the other).
     - `lr`: the learning rate you intend to use (optional): checked against the edge (a
       `HorizonWarning` with the edge's value when it is past it). `momentum`: heavy-ball beta in
       [0, 1) (the edge is 2 (1 + beta) / S).
@@ -203,6 +208,12 @@ def plan(
     horizon is `t_max`) or when `lr` is past the stability edge; `nqf.InitScaleWarning` when the
     initialization is not small (a module-vs-NQF loss gap above 1 % of L(0)).
     """
+    if training is not None:
+        if not isinstance(training, SGD):
+            raise TypeError(f"plan: `training` must be an nqf.SGD (the run to check); found {type(training).__name__}.")
+        if lr is not None or momentum:
+            raise ValueError("plan: give `training` or `lr`/`momentum`, not both.")
+        lr, momentum = training.lr_max, float(training.momentum)
     net = as_network(network)
     x, y2, m, k = check_data(net, x, y)
     W0 = initial_weights(net, W0, init_scale)

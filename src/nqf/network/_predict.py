@@ -34,26 +34,28 @@ in training (the prediction is for the MSE loss); anything outside the expansion
 from __future__ import annotations
 
 import dataclasses
+import time
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from .._core import memory
 from .._core._checks import check_positive
 from .._core._errors import AssumptionError, NQFWarning
 from .._core.io import Saveable
-from ..data import AbstractCommutingData, DeepNetwork, FeedForwardData, Network, NQFModel, extract
+from ..data import AbstractCommutingData, DeepNetwork, DegenerateWarning, FeedForwardData, Network, NQFModel, extract
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics import closed_sgd
-from ..dynamics._train_args import check_momentum
+from ..dynamics._training import SGD, Flow, from_keywords
 from ..solvers import FlowSolution, solve_flow
 from ..theory import asymptote
+from . import _heldout as heldout
 from ._departure import InitScaleWarning, check_init, check_neurons, departure_on, remainder, weights_along
 from ._events import HorizonWarning, check_target, curves_of, events
 from ._inputs import as_network, check_data, check_steps, initial_weights, resolve_step_values
@@ -118,6 +120,15 @@ class Prediction(Saveable):
     - `init_gap` (2,): |L_module - L_NQF| / L(0) at W0 and at the first saved time after 5 % of
       the horizon (``settings["init_gap_t"]``) on the NQF's path; above 0.01 an
       `InitScaleWarning` says the initialization is not small.
+    - Held-out data (`predict(x_test=, y_test=)`; all None without `x_test`; definitions in
+      `nqf.network._heldout`): `test_outputs` (n, m_test, k), or (n, m_test) for one output:
+      the NQF's f_x(t) = f_x(0) + mu(t)^T g(x) + mu^T B(x) mu + Tr[M(t) A(x)] on the test inputs
+      (their NQF extracted as the training inputs'); `test_loss` (n,): the training loss's
+      definition (mean over inputs and outputs of (f - y)^2) on them (None without `y_test`);
+      `test_accuracy` (n,): argmax over k > 1 outputs for class or one-hot labels, sign(f) for
+      labels in {-1, +1}, f > 0.5 for {0, 1}, None for real-valued targets
+      (``settings["test"]["accuracy"]`` names the rule); `x_test`, `y_test`: the data.
+    - `wall_time_s`: the seconds `predict` took.
     - `settings`: the call's settings (lr, steps, t1, batches, momentum, weight decay, rho,
       phase_tol, gap_tol) and, for a map, ``"stability_edge_init"`` / ``"stability_edge"``: the
       largest stable lr 2 (1 + momentum) / S at W0 and along the predicted path; `x`, `y`: the data; `network`: the `nqf.Network` (not kept by `save`
@@ -158,6 +169,20 @@ class Prediction(Saveable):
     departure_interval: np.ndarray = dataclasses.field(default_factory=lambda: np.full(2, np.nan))
     remainder_gap_se: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     init_gap: np.ndarray = dataclasses.field(default_factory=lambda: np.full(2, np.nan))
+    test_outputs: np.ndarray | None = None
+    test_loss: np.ndarray | None = None
+    test_accuracy: np.ndarray | None = None
+    x_test: object = None
+    y_test: np.ndarray | None = None
+    wall_time_s: float = float("nan")
+
+    @property
+    def flags(self) -> list[str]:
+        """What makes this prediction special, each announced by a warning when predicted:
+        ``"flat"`` (the NQF does not learn: no mode grows, the loss falls by < 1e-3 L(0)),
+        ``"unstable"`` (the map is at or past its stability edge, or its full-batch loss rises: a
+        catapult). Event times that do not exist there are nan, never an error."""
+        return list(self.settings.get("flags", []))
 
     def _after_load(self) -> None:
         object.__setattr__(self, "network", None)
@@ -167,22 +192,26 @@ class Prediction(Saveable):
 
     def record(
         self,
-        optimizer: optax.GradientTransformation,
+        training: SGD | optax.GradientTransformation | None = None,
         *,
-        lr: float | None = None,
-        label: str | None = None,
-        train: str = "neurons",
+        optimizer: optax.GradientTransformation | None = None,
         network: Network | None = None,
         **kwargs: Any,
     ) -> Recording:
-        """Train the module with `optimizer` on this prediction's data, initial weights, horizon and
-        batches (`nqf.record`); `lr` is the time unit (default: the prediction's learning rate;
-        required for a flow prediction); `network`: the `nqf.Network` (default: the prediction's;
-        needed after `nqf.load`). Other keywords go to `nqf.record` (`steps`, `batch_size`, ...
-        replace the prediction's).
+        """Train the module as this prediction describes: `nqf.record` on its data and initial
+        weights with its `nqf.SGD` description (its learning rate or schedule, steps, momentum,
+        weight decay and the very batches), so the recording is the predicted run.
 
-        **Raises:** `ValueError` without a network, without `lr` for a flow prediction, for an `lr`
-        whose first step already passes the horizon, or a batch schedule of another length."""
+        **Arguments:** `training`: another `nqf.SGD` (required for a flow prediction: the
+        learning rate of the run that the flow approximates; its horizon is at most the
+        prediction's); `optimizer`: an optax optimizer that replaces the update (see
+        `nqf.record`); `network`: the `nqf.Network` (default: the prediction's; needed after
+        `nqf.load`); other keywords go to `nqf.record` (`save_every`, `train`, `label`, ...).
+        An optax optimizer as `training` with ``lr=`` is the deprecated form of earlier
+        versions (a `DeprecationWarning`).
+
+        **Raises:** `ValueError` without a network, without `training` for a flow prediction, or for
+        a `training` whose horizon passes the prediction's."""
         from ._record import record
 
         network = self.network if network is None else network
@@ -191,23 +220,47 @@ class Prediction(Saveable):
                 "This prediction has no `network` (it was loaded from disk or unpickled): pass "
                 "network=nqf.Network(module) (the module it was predicted for)."
             )
-        s = self.settings
-        lr = s["lr"] if lr is None else check_positive(lr, "lr")
-        if lr is None:
-            raise ValueError("A flow prediction has no learning rate: pass `lr` (the time unit t = lr * steps).")
-        if lr > self.t[-1] * (1 + 1e-12):
-            raise ValueError(f"`lr` = {lr:g} is past the prediction's horizon t = {self.t[-1]:g} in one step.")
-        steps = s["steps"] if s["lr"] == lr and s["steps"] else max(1, int(round(self.t[-1] / lr)))
-        options: dict[str, Any] = dict(steps=steps, W0=self.W0, label=label, train=train)
-        if s["batch_indices"] is not None and "batch_size" not in kwargs:
-            options["batch_indices"] = s["batch_indices"]
-        options.update(kwargs)
-        if options.get("batch_indices") is not None and np.shape(options["batch_indices"])[0] != options["steps"]:
+        options: dict[str, Any] = dict(W0=self.W0)
+        if self.x_test is not None and "x_test" not in kwargs:  # the same held-out inputs
+            options.update(x_test=self.x_test, y_test=self.y_test)
+        options |= kwargs
+        if training is not None and not isinstance(training, SGD):  # deprecated: record(optax_optimizer, lr=...)
+            lr = options.pop("lr", self.settings["lr"])
+            if lr is None:
+                raise ValueError("A flow prediction has no learning rate: pass nqf.SGD(lr, steps=...).")
+            lr = check_positive(lr, "lr")
+            if "steps" not in options:
+                same = np.ndim(self.settings["lr"]) == 0 and self.settings["lr"] == lr
+                options["steps"] = self.settings["steps"] if same else max(1, int(round(self.t[-1] / lr)))
+            if self.settings["batch_indices"] is not None and "batch_size" not in options:
+                options.setdefault("batch_indices", self.settings["batch_indices"])
+            return record(network, self.x, self.y, training, lr=lr, optimizer=optimizer, **options)
+        if training is None:
+            training = self.training()
+        if float(training.t_final) > self.t[-1] * (1 + 1e-9):
             raise ValueError(
-                f"The prediction's batch schedule has {np.shape(options['batch_indices'])[0]} steps; "
-                f"this record would take {options['steps']}."
+                f"{training.label()} runs to t = {float(training.t_final):g}, past the prediction's horizon "
+                f"t = {self.t[-1]:g}."
             )
-        return record(network, self.x, self.y, optimizer, lr=lr, **options)
+        return record(network, self.x, self.y, training, optimizer=optimizer, **options)
+
+    def training(self) -> SGD:
+        """The `nqf.SGD` description this map prediction ran (with its batch schedule), rebuilt
+        from `settings`. **Raises:** `ValueError` for a flow prediction (it has no learning rate)."""
+        s = self.settings
+        if s["lr"] is None:
+            raise ValueError(
+                "A flow prediction has no learning rate: pass nqf.SGD(lr, steps=...) for the run it approximates."
+            )
+        return SGD(
+            s["lr"],
+            steps=s["steps"] if np.ndim(s["lr"]) == 0 else None,
+            momentum=s["momentum"],
+            nesterov=s.get("nesterov", False),
+            weight_decay=s["weight_decay"],
+            batch_indices=s["batch_indices"],
+            loss=s.get("loss", "mse"),
+        )
 
     def with_targets(
         self, target: str | Float[ArrayLike, " p"] | None = None, *, rho: float | None = None
@@ -251,31 +304,33 @@ class Prediction(Saveable):
         settings = {**s, "target": label, "rho": float(rho), "final_loss": final_from}
         return dataclasses.replace(self, asymptote=asym, final_loss=final_loss, settings=settings, **ev)
 
-    def plot(self, *, ax: matplotlib.axes.Axes | None = None) -> matplotlib.figure.Figure:
-        """The predicted loss (ignition times marked) and eigenvalues of M(t); returns a matplotlib
-        Figure (no pyplot state)."""
+    def plot(
+        self,
+        *,
+        ax: Sequence[matplotlib.axes.Axes] | None = None,
+        logx: bool = False,
+        logy: bool = False,
+        top: int = 8,
+    ) -> matplotlib.figure.Figure:
+        """The predicted loss (ignition and half-drop times marked; the test loss with held-out
+        data) and the eigenvalues of M(t) by mode (the top `top`, one colour each, with a legend),
+        titled with the training; `logx` / `logy`: log time / loss axes; `ax`: two Axes to draw on.
+        Returns a matplotlib Figure (no pyplot state; `nqf.network._plot.plot_prediction`)."""
         from ._plot import plot_prediction
 
-        return plot_prediction(self, None, ax=ax)
+        return plot_prediction(self, None, ax=ax, logx=logx, logy=logy, top=top)
 
 
 def predict(
     network: Network | eqx.Module | Any,
     x: PyTree[Float[ArrayLike, "m ..."]],
     y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"],
+    training: SGD | Flow | None = None,
     *,
-    t1: float | None = None,
-    lr: float | None = None,
-    steps: int | None = None,
     ts: Float[np.ndarray, " n"] | Float[Array, " n"] | Sequence[float] | None = None,
     save_every: int | None = None,
     W0: Float[ArrayLike, "p d"] | None = None,
     init_scale: float | None = None,
-    batch_size: int | None = None,
-    batch_indices: Int[ArrayLike, "steps b"] | None = None,
-    key: PRNGKeyArray | int = 0,
-    momentum: float = 0.0,
-    weight_decay: float = 0.0,
     rho: float = 0.5,
     target: str | Float[ArrayLike, " p"] = "phase_end",
     phase_tol: float = 0.02,
@@ -284,30 +339,35 @@ def predict(
     departure_neurons: int | None = None,
     extract_options: dict[str, Any] | None = None,
     step_values: str = "auto",
+    x_test: PyTree[Float[ArrayLike, "m_test ..."]] | None = None,
+    y_test: Float[ArrayLike, " m_test"] | Float[ArrayLike, "m_test k"] | None = None,
+    **deprecated: Any,
 ) -> Prediction:
     """Predict the training of `network` on (x, y) from its NQF, before training it.
 
-    Two predictions: the **gradient flow** (no `lr`: `nqf.solve_flow` to `t1`), the limit of
-    small learning rates; or the **exact discrete map** of SGD (with `lr` and `steps`:
-    `nqf.closed_sgd`, Theorem 2), full batch or minibatch, with momentum and weight decay, which
-    is exact for any width. The loss is the MSE (1/(b k)) sum (f - y)^2 of `nqf.record` (b inputs
-    per batch, k outputs). See the module docstring for what is computed and what the NQF does
-    not predict.
+    `training` says which training: ``nqf.Flow(t1)``, the **gradient flow** (`nqf.solve_flow`
+    to `t1`), the limit of small learning rates; or ``nqf.SGD(lr, steps=...)``, the **exact
+    discrete map** of SGD (`nqf.closed_sgd`, Theorem 2), full batch or minibatch, with momentum,
+    Nesterov, weight decay and a learning-rate schedule, which is exact for any width. The same
+    description given to `nqf.record` trains the module itself, so both describe one run. The
+    loss is the MSE (1/(b k)) sum (f - y)^2 of `nqf.record` (b inputs per batch, k outputs). See
+    the module docstring for what is computed and what the NQF does not predict.
 
     **Arguments:**
 
     - `network`: an `nqf.Network`, or an equinox / flax.nnx module (neurons ``"auto"``). A
       `nqf.data.DeepNetwork` (a depth-2/3 MLP) is predicted by the multi-layer NQF (Theorem 14,
-      `nqf.network._deep`: a `DeepPrediction`; `lr` required, no momentum or departure estimate).
+      `nqf.network._deep`: a `DeepPrediction`; an `nqf.SGD` with a constant lr, no momentum).
     - `x`: m inputs (an array or a pytree with leading axis m); `y`: labels (m,) or (m, k).
-    - Horizon: `t1` (gradient-flow time) for a flow; `lr` with `steps` (or `t1`: steps =
-      round(t1 / lr)) for the map. `ts`: saved times of a flow (default 401 equally spaced);
-      `save_every`: saved steps of a map (default: about 400 saves).
+    - `training`: an `nqf.Flow` or `nqf.SGD` (lr a scalar, an optax schedule or per-step
+      rates; time t = sum of the rates). The keywords of earlier versions (`t1`, `lr`, `steps`,
+      `batch_size`, `batch_indices`, `key`, `momentum`, `weight_decay`) still build one, with a
+      `DeprecationWarning`, for this release. `ts`: saved times of a flow (default 401 equally
+      spaced); `save_every`: saved steps of a map (default: about 400 saves).
     - `W0` (p, d): initial neuron parameters (default: the module's own, `network.W`), scaled
       by `init_scale` if given (the module's initialization times `init_scale`).
-    - Map options: `batch_size` with `key` (the batches `nqf.batch_indices` draws, identical to
-      `nqf.record`'s), or `batch_indices` (steps, b) over the m inputs; `momentum` (heavy ball);
-      `weight_decay` (penalty gamma/2 |W|^2; also for the flow).
+    - Batches (`SGD(batch_size=, key=)`) are the ones `nqf.batch_indices` draws, identical to
+      `nqf.record`'s; `SGD(batch_indices=)` (steps, b) are over the m inputs.
     - `rho`: the ignition fraction. `target`: the values whose fraction rho a mode reaches at its
       ignition time: ``"phase_end"`` (default: the eigenvalues of M at the end of the learning
       phase; independent of the horizon once it covers the phase, and defined for every module;
@@ -338,13 +398,19 @@ def predict(
       ``"none"`` with minibatches, where the full-data loss costs all m inputs per step),
       ``"all"``, ``"loss"`` or ``"none"`` (times interpolated between saved steps). Unused by
       the flow (its dense output is exact).
+    - `x_test`, `y_test`: held-out inputs (a pytree of `x`'s structure and per-input shape,
+      m_test inputs) and optionally their labels (of `y`'s form: (m_test,) or (m_test, k)): the
+      prediction then holds the NQF's outputs, loss and accuracy on them at the saved times
+      (`Prediction.test_outputs`, `test_loss`, `test_accuracy`), at the cost of extracting their
+      NQF and one trace per saved state and test input; `Prediction.record` measures the same.
     - `extract_options`: keywords for `nqf.extract` (e.g. ``{"structure": "dense"}``, or
       ``{"normalization": "mean"}`` for a layer that averages its units: the extracted sum form
       is scaled by c(d) = 1/d or 1/sqrt(d) back to the module at its width d).
 
     **Returns:** a `Prediction`.
 
-    **Raises:** `ValueError` for mismatched or non-finite `x`/`y`, a `W0` of the wrong shape, no
+    **Raises:** `ValueError` for mismatched or non-finite `x`/`y`, an `x_test` of another structure
+    or per-input shape than `x`, a `y_test` of another length or k, or without `x_test`, a `W0` of the wrong shape, no
     horizon, `t1` inconsistent with `lr` x `steps`, `ts` with `lr` or not starting at 0, map
     options without `lr`, bad tolerances, `departure_neurons` outside [2, d];
     `nqf.memory.MemoryBudgetError` if the saved states exceed the memory budget; the
@@ -359,16 +425,23 @@ def predict(
     past the edge along the predicted path (``settings["stability_edge"]``, at 5 saved states:
     what follows is the map's instability, not the NQF's learning).
     """
+    training = from_keywords("predict", training, deprecated)
+    if training is None:
+        raise ValueError(
+            "predict needs a training description: nqf.Flow(t1) (gradient flow to time t1) or "
+            "nqf.SGD(lr, steps=...) (the exact SGD map), e.g. nqf.predict(net, x, y, nqf.SGD(0.1, steps=500))."
+        )
+    t_start = time.perf_counter()
     net = as_network(network)
     if isinstance(net, DeepNetwork):  # a deep chain: the multi-layer NQF (Theorem 14, `_deep`)
         from ._deep import predict_deep
 
-        opts: dict[str, Any] = {"ts": ts, "momentum": momentum, "estimate_departure": estimate_departure}
+        opts: dict[str, Any] = {"ts": ts, "estimate_departure": estimate_departure, "x_test": x_test}
         opts.update(departure_neurons=departure_neurons, extract_options=extract_options, step_values=step_values)
-        opts.update(weight_decay=weight_decay, rho=rho, target=target, phase_tol=phase_tol, gap_tol=gap_tol)
-        horizon = dict(lr=lr, steps=steps, t1=t1, save_every=save_every, W0=W0, init_scale=init_scale)
-        return predict_deep(net, x, y, **horizon, sched=(batch_size, batch_indices, key), options=opts)
+        opts.update(rho=rho, target=target, phase_tol=phase_tol, gap_tol=gap_tol)
+        return predict_deep(net, x, y, training, save_every=save_every, W0=W0, init_scale=init_scale, options=opts)
     x, y2, m, k = check_data(net, x, y)
+    test = heldout.check_test(net, x, y, y2, x_test, y_test)
     W0 = initial_weights(net, W0, init_scale)
     for name, v in (("rho", rho), ("phase_tol", phase_tol), ("gap_tol", gap_tol)):
         if not (isinstance(v, (int, float, np.floating)) and 0.0 < v < 1.0):
@@ -376,19 +449,16 @@ def predict(
     target = check_target(target, net.p)
     resolve_step_values(step_values, True, net.p)  # checked before any work
     label = target if isinstance(target, str) else "given"
-    weight_decay = check_positive(weight_decay, "weight_decay", allow_zero=True)
+    flow = isinstance(training, Flow)
+    weight_decay = float(training.weight_decay)
     if label == "asymptote" and weight_decay:
         raise ValueError(
             "target='asymptote' needs weight_decay = 0 (nqf.asymptote is the limit of the plain "
             "flow); use target='phase_end' or 'horizon'."
         )
-    _check_horizon(t1, lr, steps, ts)
+    _check_saves(training, ts, save_every)
     s_dep = check_neurons(departure_neurons, net.d)
-    n_saves = (
-        (len(ts) if ts is not None else 401)
-        if lr is None
-        else (min(steps or 10**9, 400) + 2 if steps is not None or t1 is not None else 402)
-    )
+    n_saves = len(ts) if ts is not None else 401 if flow else min(training.steps, 400) + 2
     memory.check(
         8.0 * 3 * n_saves * net.p**2,
         f"predict: {n_saves} saved states (M, a factor, eigenvalues) of p = {net.p}",
@@ -397,28 +467,23 @@ def predict(
     _warn_frozen(net, x, y2, W0)
     model = _extract(net, x, y2, k, extract_options)
     settings: dict[str, Any] = dict(
+        training=training.label(),
         lr=None,
         steps=None,
         t1=None,
-        batch_size=batch_size,
+        batch_size=None if flow else training.batch_size,
         batch_indices=None,
-        key=key,
-        momentum=float(momentum),
-        weight_decay=float(weight_decay),
+        key=None if flow or training.full_batch else training.key,
+        momentum=0.0 if flow else float(training.momentum),
+        nesterov=False if flow else training.nesterov,
+        weight_decay=weight_decay,
         rho=float(rho),
         target=label,
         phase_tol=float(phase_tol),
         gap_tol=float(gap_tol),
     )
-    if lr is None:
-        if steps is not None or batch_size is not None or batch_indices is not None or momentum:
-            raise ValueError(
-                "`steps`, batches and `momentum` describe the discrete map: give `lr` too (without "
-                "`lr` the prediction is the gradient flow to `t1`)."
-            )
-        if t1 is None:
-            raise ValueError("Give the horizon: `t1` (gradient-flow time) for the flow, or `lr` and `steps`.")
-        t1 = check_positive(t1, "t1")
+    if flow:
+        t1 = training.t1
         traj = solve_flow(
             model,
             W0=_flow_factor(model, W0),
@@ -428,17 +493,19 @@ def predict(
         )
         settings["t1"] = t1
     else:
-        settings["stability_edge_init"] = warn_past_edge_at_init(
-            model, W0, check_positive(lr, "lr"), float(check_momentum(momentum)), weight_decay
-        )
-        sched = (batch_size, batch_indices, key)
-        traj, rows = _map(model, W0, m, k, lr, steps, t1, save_every, sched, momentum, weight_decay, step_values)
-        settings.update(lr=traj.lr, steps=int(traj.steps[-1]), t1=float(traj.t[-1]), batch_indices=rows)
+        beta = float(training.momentum)
+        settings["stability_edge_init"] = warn_past_edge_at_init(model, W0, training.lr_max, beta, weight_decay)
+        traj, rows = _map(model, W0, m, k, training, save_every, step_values)
+        lr = traj.lr if not training.scheduled else np.asarray(training.lr)
+        settings.update(lr=lr, steps=int(traj.steps[-1]), t1=float(traj.t[-1]), batch_indices=rows)
     t = np.asarray(traj.ts if isinstance(traj, FlowSolution) else traj.t, dtype=float)
     loss = np.asarray(traj.loss, dtype=float)
-    if lr is not None:
-        full = batch_size is None and batch_indices is None
-        settings["stability_edge"] = edge_along_path(model, traj, W0, lr, momentum, weight_decay, full)
+    flags = []
+    if not flow:
+        settings["stability_edge"], unstable = edge_along_path(
+            model, traj, W0, training.lr_max, float(training.momentum), weight_decay, training.full_batch
+        )
+        flags += ["unstable"] if unstable else []
     eig = np.linalg.eigvalsh(np.asarray(traj.M))[:, ::-1]
     asym = None if weight_decay else _asymptote(model, W0, label, float(t[-1]))
     final_loss = float(loss[-1]) if asym is None else float(asym.loss)
@@ -446,11 +513,17 @@ def predict(
     curves = curves_of(traj, eigenvalues=eig)
     settings["resolution"] = curves.resolution
     ev = events(curves, target=target, rho=rho, phase_tol=phase_tol, final_loss=final_loss, asym=asym)
+    flags += _flat(loss, ev["growing"])
+    if "flat" in flags:  # no drop happens: its time does not exist (not the rounding-level crossing)
+        ev.update(half_drop_time=float("nan"), drop_times=np.full_like(ev["drop_times"], np.nan))
+    settings["flags"] = flags
     path = weights_along(traj, W0)
     gap0, settings["init_gap_t"] = check_init(net, model, x, y2, W0, path, t)
     on, why = departure_on(estimate_departure, m * k * net.p)
     dep = remainder(net, model, x, y2, t, loss, path if on else None, gap_tol, neurons=s_dep)
     settings["departure"] = dep.settings if on else {"off": why}
+    held = heldout.predicted(test, lambda xt, yt: _extract(net, xt, yt, k, extract_options), traj, W0, k)
+    settings["test"] = heldout.settings_of(test)
     return Prediction(
         t=t,
         loss=loss,
@@ -472,19 +545,41 @@ def predict(
         x=jax.tree_util.tree_map(np.asarray, x),
         y=np.asarray(y2),
         network=net,
+        **held,
+        wall_time_s=time.perf_counter() - t_start,
     )
 
 
-def _check_horizon(t1, lr, steps, ts) -> None:
-    """The horizon arguments of `predict` are consistent (each names what it found)."""
-    if lr is not None:
+FLAT_DROP = 1e-3  # a predicted loss that falls by less than this fraction of L(0): a flat NQF
+
+
+def _flat(loss: np.ndarray, growing: np.ndarray) -> list[str]:
+    """["flat"] with a `DegenerateWarning` when no mode grows and the predicted loss falls by less
+    than `FLAT_DROP` L(0) within the horizon (a layer whose leading term at W = 0 is not quadratic,
+    e.g. a cubic activation: its NQF does not learn), else []."""
+    drop = (loss[0] - np.min(loss)) / loss[0] if loss[0] > 0 else 0.0
+    if growing.any() or drop >= FLAT_DROP:
+        return []
+    warnings.warn(
+        f"The NQF is flat: no mode grows and the predicted loss falls by {drop:.2g} L(0) within the horizon "
+        "(settings['flags'] has 'flat'). A layer whose leading term at W = 0 is not quadratic (a cubic or square "
+        "activation, a linear readout with fixed weights) has an NQF that does not learn; the network itself may "
+        "still learn through higher orders, which the NQF does not predict.",
+        DegenerateWarning,
+        stacklevel=3,
+    )
+    return ["flat"]
+
+
+def _check_saves(training, ts, save_every) -> None:
+    """The save arguments of `predict` fit the training description (each names what it found)."""
+    if isinstance(training, SGD):
         if ts is not None:
-            raise ValueError(
-                "`ts` gives the saved times of a flow; the map (with `lr`) saves every `save_every` steps."
-            )
-        if t1 is not None and steps is not None and not np.isclose(float(t1), float(lr) * steps, rtol=1e-9):
-            raise ValueError(f"`t1` = {t1!r} disagrees with lr x steps = {float(lr) * steps:g}: give `steps` or `t1`.")
-    elif ts is not None:
+            raise ValueError("`ts` gives the saved times of a flow; the map (nqf.SGD) saves every `save_every` steps.")
+        return
+    if save_every is not None:
+        raise ValueError("`save_every` gives the saved steps of the map (nqf.SGD); a flow saves at `ts`.")
+    if ts is not None:
         tsa = np.asarray(ts, dtype=float)
         if tsa.ndim != 1 or tsa.size < 2 or tsa[0] != 0.0 or np.any(np.diff(tsa) <= 0):
             raise ValueError(
@@ -508,38 +603,29 @@ def _extract(net, x, y2, k: int, options):
     return NQFModel(model.data.scaled(c), g=scale(model.g), B=scale(model.B), f0=scale(model.f0))
 
 
-def _map(model, W0, m: int, k: int, lr, steps, t1, save_every, sched, momentum, weight_decay, step_values):
-    """Theorem 2's exact map (`nqf.closed_sgd`) for `predict`: (MapTrajectory, the (steps, b) batch
-    schedule over the m inputs or None). `sched` = (batch_size, batch_indices, key); the schedule
-    is drawn as `nqf.record` draws it and expanded to the m k data rows of a k-output module
+def _map(model, W0, m: int, k: int, training: SGD, save_every, step_values):
+    """Theorem 2's exact map (`nqf.closed_sgd`) of the description `training` for `predict`:
+    (MapTrajectory, the (steps, b) batch schedule over the m inputs or None). The schedule is
+    drawn as `nqf.record` draws it and expanded to the m k data rows of a k-output module
     (Corollary 1: rows mu k + o). `step_values` as in `predict` ("auto" resolved here)."""
     from ..dynamics._batches import check_batch_indices
 
-    batch_size, batch_indices, key = sched
-
-    lr = check_positive(lr, "lr")
-    if steps is None:
-        if t1 is None:
-            raise ValueError("Give the horizon of the map: `steps` (or `t1`, steps = round(t1 / lr)).")
-        steps = max(1, int(round(check_positive(t1, "t1") / lr)))
+    steps = training.steps
     steps, save_every = check_steps(steps, save_every if save_every is not None else max(1, steps // 400))
     rows = None
-    if batch_size is not None or batch_indices is not None:
-        if batch_indices is not None and batch_size is not None:
-            raise ValueError("Give `batch_indices` or `batch_size`, not both.")
-        rows = draw_batches(key, m, batch_size, steps) if batch_indices is None else batch_indices
+    if not training.full_batch:
+        rows = training.batch_indices
+        if rows is None:
+            rows = draw_batches(training.key, m, int(cast(int, training.batch_size)), steps)
         rows = np.asarray(check_batch_indices(rows, m, steps))
     data_rows = None if rows is None else (rows[:, :, None] * k + np.arange(k)).reshape(steps, -1)
+    keywords = training.map_keywords() | dict(batch_indices=data_rows, batch_size=None, key=None)
     traj = closed_sgd(
         model,
         W0=W0,
-        lr=lr,
-        steps=steps,
         save_every=save_every,
-        batch_indices=data_rows,
-        momentum=momentum,
-        weight_decay=weight_decay,
         step_values=resolve_step_values(step_values, rows is None, model.p),
+        **keywords,
     )
     return traj, rows
 

@@ -14,21 +14,23 @@ Time is gradient-flow time t = lr * steps, with `lr` the learning rate that sets
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+import time
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import ArrayLike, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import ArrayLike, Float, PyTree
 
 from .._core import memory
-from .._core._checks import check_positive
 from .._core.io import Saveable
 from ..data import Network
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics._maps import eigenvalues_in_program
-from ._inputs import as_network, check_data, check_optimizer, check_steps, resolve_step_values
+from ..dynamics._training import SGD, Flow, from_keywords, step_times
+from . import _heldout as heldout
+from ._inputs import as_network, check_data, check_optimizer, check_steps, initial_weights, resolve_step_values
 
 if TYPE_CHECKING:
     import optax
@@ -44,7 +46,11 @@ class Recording(Saveable):
     (n, p, p) and `mu` = W 1 (n, p) of the module's neurons (its `nqf.Network` layout); `loss`
     (n,): the training loss (1/(m k)) sum (f - y)^2 over all m inputs and k outputs; `W_final`
     (p, d): the neuron parameters after the last step; `lr`; `optimizer`: a label; `trained`:
-    ``"neurons"`` or ``"all"`` (what the optimizer updated).
+    ``"neurons"`` or ``"all"`` (what the optimizer updated); `step_loss`, `step_eigenvalues`: the
+    per-step values (`step_values`); with held-out data (`record(x_test=, y_test=)`, else None)
+    `test_outputs` (n, m_test, k), or (n, m_test) for one output: the module's own outputs on the
+    test inputs at the saved steps, `test_loss` (n,) and `test_accuracy` (n,) (the definitions of
+    `Prediction`'s, `nqf.network._heldout`); `wall_time_s`: the seconds `record` took.
     """
 
     steps: np.ndarray
@@ -58,11 +64,15 @@ class Recording(Saveable):
     trained: str
     step_loss: np.ndarray | None = None
     step_eigenvalues: np.ndarray | None = None
+    test_outputs: np.ndarray | None = None
+    test_loss: np.ndarray | None = None
+    test_accuracy: np.ndarray | None = None
+    wall_time_s: float = float("nan")
 
     @property
     def step_times(self) -> np.ndarray | None:
         """Times t = lr j of the per-step values, j = 0..steps, (steps + 1,); None without them."""
-        return None if self.step_loss is None else self.lr * np.arange(len(self.step_loss))
+        return None if self.step_loss is None else np.asarray(step_times(self.lr, len(self.step_loss) - 1))
 
     @property
     def eigenvalues(self) -> np.ndarray:
@@ -74,44 +84,53 @@ def record(
     network: Network | eqx.Module | Any,
     x: PyTree[Float[ArrayLike, "m ..."]],
     y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"],
-    optimizer: optax.GradientTransformation,
+    training: SGD | optax.GradientTransformation | None = None,
     *,
-    lr: float,
-    steps: int,
+    optimizer: optax.GradientTransformation | None = None,
     save_every: int | None = None,
     W0: Float[ArrayLike, "p d"] | None = None,
-    batch_size: int | None = None,
-    batch_indices: Int[ArrayLike, "steps b"] | None = None,
-    key: PRNGKeyArray | int = 0,
+    init_scale: float | None = None,
     train: str = "neurons",
     label: str | None = None,
     memory_budget: float | None = None,
     step_values: str = "auto",
+    x_test: PyTree[Float[ArrayLike, "m_test ..."]] | None = None,
+    y_test: Float[ArrayLike, " m_test"] | Float[ArrayLike, "m_test k"] | None = None,
+    **deprecated: Any,
 ) -> Recording:
-    """Train the module with `optimizer` on the MSE loss and record (M, mu, loss) at saved steps.
+    """Train the module as `training` describes and record (M, mu, loss) at saved steps.
 
-    Step n minimizes L_n = (1/(b k)) sum over the b inputs of its batch and the k outputs of
-    (f(x) - y)^2 (full batch: b = m), the loss whose gradient flow `nqf.predict` integrates
-    (Eq. E8); the update is ``optimizer.update`` / ``optax.apply_updates`` on the module's own
-    parameter arrays, so Adam, gradient clipping, schedules or any optax chain act as they would
-    in the user's own loop.
+    `training` is the `nqf.SGD` description `nqf.predict` takes: `record` builds its optax
+    optimizer from it (``optax.sgd`` with its learning rate or schedule, momentum and Nesterov,
+    after ``optax.add_decayed_weights`` for weight decay) and draws the same batches, so the
+    prediction and the measurement describe one run. Step n minimizes L_n = (1/(b k)) sum over
+    the b inputs of its batch and the k outputs of (f(x) - y)^2 (full batch: b = m), the loss
+    whose gradient flow `nqf.predict` integrates (Eq. E8); the update is ``optimizer.update`` /
+    ``optax.apply_updates`` on the module's own parameter arrays.
 
     **Arguments:**
 
     - `network`: an `nqf.Network`, or a module (equinox / flax.nnx; its neurons located by
       ``neurons="auto"``).
     - `x`: m inputs (an array or a pytree with leading axis m); `y`: labels (m,) or (m, k).
-    - `optimizer`: an `optax.GradientTransformation`.
-    - `lr`: the learning rate that sets the time unit: step n is t = lr * n (> 0).
-    - `steps`: number of steps (>= 1); `save_every`: save every this many steps (default: about
-      200 saves; step 0 and the last step are always saved).
-    - `W0`: initial neuron parameters (p, d) (default: the module's own, `network.W`).
-    - Batches: full batch by default; `batch_size` b with `key` (an int seed or PRNG key) draws
-      the batches `nqf.batch_indices` draws (the same as `nqf.predict` with the same arguments),
-      or `batch_indices` (steps, b) over the m inputs.
+    - `training`: an `nqf.SGD` (steps, learning rate or schedule, momentum, weight decay,
+      batches). Time is gradient-flow time: step n at t = lr_0 + ... + lr_{n-1} (lr * n).
+    - `optimizer`: an `optax.GradientTransformation` that replaces the SGD update, for a
+      deliberate comparison outside the NQF's maps (Adam, clipping, any chain); `training`
+      still gives the steps, batches and the time axis (its lr is the time unit, stated in
+      `Recording.optimizer`), and must then have no momentum or weight decay of its own. An
+      optimizer whose first step is a plain multiple c of the gradient (``optax.sgd(c)``) with c
+      different from the SGD's lr is refused: its time axis would be wrong.
+    - The keywords of earlier versions (`lr`, `steps`, `batch_size`, `batch_indices`, `key`,
+      and an optax optimizer as the fourth argument) still work for this release, with a
+      `DeprecationWarning`.
+    - `save_every`: save every this many steps (default: about 200 saves; step 0 and the last
+      step are always saved).
+    - `W0`: initial neuron parameters (p, d) (default: the module's own, `network.W`), scaled by
+      `init_scale` if given (as in `nqf.predict`).
     - `train`: ``"neurons"`` (default: only the neuron arrays are trained, the frozen arrays keep
       their values, as in the prediction) or ``"all"`` (every floating array of the module).
-    - `label`: a name for the optimizer in tables and plots (default ``"optax"``).
+    - `label`: a name for the optimizer in tables and plots (default: the description's label).
     - `memory_budget`: bytes for the saved (n, p, p) states (`nqf.memory`).
     - `step_values`: values after every step (`step_loss`, `step_eigenvalues`), so that event
       times (`nqf.compare`) have one step's resolution instead of the save grid's:
@@ -121,33 +140,40 @@ def record(
       the loss is the step's own `value` (free); with minibatches it is one more forward pass
       over all m inputs per step; the eigenvalues one O(p^3) `eigvalsh` per step.
 
+    - `x_test`, `y_test`: held-out inputs (`x`'s structure and per-input shape) and optional
+      labels (`y`'s form): the module's outputs on them at the saved steps, inside the compiled
+      program, and their loss and accuracy (`Recording.test_outputs`, `test_loss`, `test_accuracy`).
+
     **Returns:** a `Recording`.
 
-    **Raises:** `TypeError` if `optimizer` is not an optax transformation or `network` is not a
-    module; `ValueError` for mismatched `x`/`y`, a `W0` of the wrong shape, `lr` <= 0 or not
-    finite, `steps`/`save_every` not integers >= 1, bad batches, an unknown `train` or `step_values`;
-    `FloatingPointError` if the training diverges (the loss becomes non-finite; the message gives
-    the step); `nqf.memory.MemoryBudgetError` if the saved states exceed the budget.
+    **Raises:** `TypeError` if `training` is not an `nqf.SGD` (an `nqf.Flow` has no steps to
+    run), `optimizer` is not an optax transformation or `network` is not a module; `ValueError`
+    for no training description, mismatched `x`/`y`, a `W0` of the wrong shape,
+    `save_every` not an integer >= 1, bad batches, an unknown `train` or `step_values`, an
+    `x_test` / `y_test` that does not fit `x` / `y` (or `y_test` without `x_test`), an
+    `optimizer` with an SGD that has momentum or weight decay, or whose step disagrees with the
+    time unit; `FloatingPointError` if the training diverges (the loss becomes non-finite; the
+    message gives the step); `nqf.memory.MemoryBudgetError` if the saved states exceed the budget.
     """
+    t_start = time.perf_counter()
+    training, optimizer = _training_and_optimizer(training, optimizer, deprecated)
     net = as_network(network)
-    optimizer = check_optimizer(optimizer)
-    lr = check_positive(lr, "lr")
-    steps, save_every = check_steps(steps, save_every)
+    steps, save_every = check_steps(training.steps, save_every)
     if train not in ("neurons", "all"):
         raise ValueError(f"`train` must be 'neurons' or 'all'; found {train!r}.")
     x, y2, m, k = check_data(net, x, y)
-    W0 = net.W if W0 is None else W0
-    params = net.with_params_W(net.params, _check_W0(W0, net))
-    if batch_indices is not None or batch_size is not None:
-        idx = _batches(batch_indices, batch_size, key, m, steps)
-    else:
-        idx = None
+    test = heldout.check_test(net, x, y, y2, x_test, y_test)
+    W0 = initial_weights(net, W0, init_scale)
+    params = net.with_params_W(net.params, jnp.asarray(W0))
+    idx = None
+    if not training.full_batch:
+        idx = _batches(training.batch_indices, training.batch_size, training.key, m, steps)
     n_blocks = -(-steps // save_every)
     n_saves = n_blocks + 1
     step_values = resolve_step_values(step_values, idx is None, net.p)
     per_step = {"none": 0, "loss": 1, "all": net.p + 1}[step_values] * (n_blocks * save_every + 1)
     memory.check(
-        8.0 * (n_saves * net.p * (net.p + 1) + per_step),
+        8.0 * (n_saves * net.p * (net.p + 1) + per_step) + heldout.record_bytes(test, n_saves, k),
         f"record: {n_saves} saved states M (p, p) = ({net.p}, {net.p}) and the per-step values",
         "a larger `save_every`, or NQF_MEMORY_BUDGET / memory_budget=.",
         memory_budget,
@@ -158,8 +184,11 @@ def record(
         else jax.tree_util.tree_map(lambda a: hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating), params)
     )
     trainable, fixed = eqx.partition(params, mask)
-    opt_state = optimizer.init(trainable)
-    run = _compiled(net, optimizer, save_every, step_values)
+    if optimizer is not None:
+        _check_time_unit(optimizer, trainable, training)
+    run = _compiled(
+        net, optimizer if optimizer is not None else _SGDProgram(training.nesterov), save_every, step_values
+    )
     # pad the batch schedule to whole blocks; the padded steps of the last block are not taken
     sched = None
     if idx is not None:
@@ -169,7 +198,14 @@ def record(
         )
     counts = np.full(n_blocks, save_every)
     counts[-1] = steps - save_every * (n_blocks - 1)
-    M, mu, loss, final, per = run(trainable, fixed, opt_state, x, y2, sched, jnp.asarray(counts))
+    hyper = (
+        jnp.asarray(training.lr, float),
+        jnp.asarray(float(training.momentum)),
+        jnp.asarray(float(training.weight_decay)),
+    )
+    out = run(trainable, fixed, x, y2, sched, jnp.asarray(counts), hyper, None if test is None else test.x)
+    (M, mu, loss), (final, per) = out[:3], out[-2:]
+    held = heldout.recorded(test, out[3:-2])
     loss = np.asarray(loss)
     per = {k: np.concatenate([np.asarray(v)[:steps], np.asarray(v)[-1:]]) for k, v in per.items()}
     bad = np.flatnonzero(~np.isfinite(loss))
@@ -180,28 +216,91 @@ def record(
             f"{save_every}; last finite loss {loss[bad[0] - 1] if bad[0] else float('nan'):.4g}): the optimizer "
             "diverged (learning rate too large for this module?)."
         )
+    name = training.label() if optimizer is None else f"{label or 'optax'} (time axis of {training.label()})"
     return Recording(
         steps=step_numbers,
-        t=lr * step_numbers,
+        t=np.asarray(training.times)[step_numbers],
         M=np.asarray(M),
         mu=np.asarray(mu),
         loss=loss,
         W_final=np.asarray(net.to_W(eqx.combine(final, fixed))),
-        lr=lr,
-        optimizer=label or "optax",
+        lr=training.lr if training.scheduled else float(training.lr),
+        optimizer=label if label is not None and optimizer is None else name,
         trained=train,
         step_loss=per.get("loss"),
         step_eigenvalues=per.get("eigenvalues"),
+        **held,
+        wall_time_s=time.perf_counter() - t_start,
     )
 
 
-def _check_W0(W0, net: Network):
-    W0 = np.asarray(W0, dtype=float)
-    if W0.shape != (net.p, net.d):
-        raise ValueError(f"`W0` must have shape (p, d) = ({net.p}, {net.d}) (the module's neurons); found {W0.shape}.")
-    if not np.all(np.isfinite(W0)):
-        raise ValueError("`W0` must be finite.")
-    return jnp.asarray(W0)
+def _training_and_optimizer(training, optimizer, deprecated):
+    """(the SGD description, the user's optax optimizer or None) of `record`'s arguments; an
+    optax optimizer as the fourth argument and the keywords lr=, steps=, ... are the deprecated
+    form (a `DeprecationWarning`)."""
+    import warnings
+
+    if training is not None and not isinstance(training, (SGD, Flow)):
+        if optimizer is not None:
+            raise ValueError("Give the optax optimizer once: as `optimizer=`.")
+        optimizer = check_optimizer(training)
+        training = None
+        warnings.warn(
+            "record(net, x, y, optimizer, lr=..., steps=...) is deprecated: pass nqf.SGD(lr, steps=...) as the "
+            "fourth argument (record builds optax.sgd from it), or optimizer=... with it for another update rule.",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+    elif optimizer is not None:
+        optimizer = check_optimizer(optimizer)
+    training = from_keywords("record", training, deprecated, stacklevel=4)
+    if training is None:
+        raise ValueError(
+            "record needs a training description: nqf.record(net, x, y, nqf.SGD(lr, steps=...)) (the same one "
+            "nqf.predict takes)."
+        )
+    if isinstance(training, Flow):
+        raise TypeError(
+            f"record trains the module step by step: give an nqf.SGD (a learning rate and steps); found {training.label()} "
+            "(a flow is the limit lr -> 0: record it with a small lr, e.g. nqf.SGD(lr, t1=...))."
+        )
+    if optimizer is not None and (float(training.momentum) or float(training.weight_decay)):
+        raise ValueError(
+            f"With `optimizer=` the optimizer is the update rule; {training.label()} also has momentum or weight decay: "
+            "put them in the optax chain, and give the SGD only the steps, batches and time unit lr."
+        )
+    return training, optimizer
+
+
+def _check_time_unit(optimizer, trainable, training: SGD) -> None:
+    """Refuse an optimizer whose first step is -c x gradient with c != the time unit lr (e.g.
+    ``optax.sgd(0.2)`` with lr = 0.1): probed on a gradient with distinct entries."""
+    leaves = [a for a in jax.tree_util.tree_leaves(trainable) if hasattr(a, "shape")]
+    probe_vals = jnp.linspace(0.5, 1.5, sum(a.size for a in leaves))
+    offsets = np.cumsum([0] + [a.size for a in leaves])
+    it = iter(range(len(leaves)))
+    probe = jax.tree_util.tree_map(
+        lambda a: (lambda i: probe_vals[offsets[i] : offsets[i + 1]].reshape(a.shape).astype(a.dtype))(next(it)),
+        trainable,
+    )
+    try:
+        updates, _ = optimizer.update(probe, optimizer.init(trainable), trainable)
+    except TypeError:  # an optimizer that needs extra arguments (value, value_fn): not probed
+        return
+    ratio = np.concatenate(
+        [
+            np.ravel(-np.asarray(u) / np.asarray(g))
+            for u, g in zip(jax.tree_util.tree_leaves(updates), jax.tree_util.tree_leaves(probe))
+        ]
+    )
+    c = float(ratio[0])
+    lr0 = float(np.ravel(training.lr)[0])
+    if c > 0 and np.allclose(ratio, c, rtol=1e-6, atol=0) and not np.isclose(c, lr0, rtol=1e-6):
+        raise ValueError(
+            f"`optimizer`'s first step is -{c:g} x gradient, but the time unit is lr = {lr0:g} ({training.label()}): "
+            f"the run would be labelled on a wrong time axis. Pass nqf.SGD({c:g}, steps=...), or drop `optimizer` "
+            "(record builds optax.sgd from the description)."
+        )
 
 
 def _batches(batch_indices, batch_size, key, m: int, steps: int):
@@ -214,8 +313,17 @@ def _batches(batch_indices, batch_size, key, m: int, steps: int):
     return draw_batches(key, m, batch_size, steps)
 
 
+class _SGDProgram(NamedTuple):
+    """`record`'s own SGD (`nqf.SGD.optax`'s update with traced hyperparameters): the program
+    key of `_compiled` (an optax transformation is a NamedTuple too: told apart by this type)."""
+
+    nesterov: bool
+
+
 def _compiled(net: Network, optimizer, save_every: int, step_values: str):
-    """`_program` cached on the network (one per optimizer, block length and `step_values`)."""
+    """`_program` cached on the network (one per optimizer, block length and `step_values`;
+    `optimizer` a `_SGDProgram`: SGD with traced hyperparameters, one program for any
+    learning rate, schedule length, momentum and weight decay)."""
     key = ("record", optimizer, save_every, step_values)
     return net._compiled(key, lambda: _program(net, optimizer, save_every, step_values))
 
@@ -238,10 +346,11 @@ def _program(net: Network, optimizer, save_every: int, step_values: str):
             x, y = jax.tree_util.tree_map(lambda a: a[idx], x), y[idx]
         return loss_of(eqx.combine(trainable, fixed), x, y)
 
-    def observe(trainable, fixed, x, y):
+    def observe(trainable, fixed, x, y, x_test):
         params = eqx.combine(trainable, fixed)
         W = net.to_W(params)
-        return W @ W.T, jnp.sum(W, axis=1), loss_of(params, x, y)
+        test = () if x_test is None else (heldout.module_outputs(net, params, x_test),)
+        return W @ W.T, jnp.sum(W, axis=1), loss_of(params, x, y), *test
 
     def per_step(trainable, fixed, x, y, value, batched: bool):
         """{"loss": L(W_j) over all m inputs, "eigenvalues": of W_j W_j^T} (as `step_values` asks)."""
@@ -260,17 +369,29 @@ def _program(net: Network, optimizer, save_every: int, step_values: str):
             return values
         return {"loss": values["loss"], "eigenvalues": eigenvalues_in_program(values["M"])}
 
+    def make(hyper):
+        """The optax optimizer: the user's, or SGD from the traced (lr or rates, beta, gamma)."""
+        if not isinstance(optimizer, _SGDProgram):
+            return optimizer
+        rates, beta, gamma = hyper
+        rate = (lambda n: rates) if rates.ndim == 0 else (lambda n: rates[jnp.minimum(n, rates.shape[0] - 1)])
+        sgd = optax.sgd(rate, momentum=beta, nesterov=optimizer.nesterov)
+        return optax.chain(optax.add_decayed_weights(gamma), sgd)
+
     @jax.jit
-    def run(trainable, fixed, opt_state, x, y, sched, counts):
+    def run(trainable, fixed, x, y, sched, counts, hyper, x_test):
+        opt = make(hyper)
+        opt_state = opt.init(trainable)
+
         def step(carry, inp):
             trainable, opt_state = carry
             j, count, idx = inp
             value, grads = jax.value_and_grad(step_loss)(trainable, fixed, x, y, idx)
             extra = {}
-            if isinstance(optimizer, optax.GradientTransformationExtraArgs):  # optax's convention (line
+            if isinstance(opt, optax.GradientTransformationExtraArgs):  # optax's convention (line
                 # searches, reduce_on_plateau): the loss, its gradient and the loss as a function
                 extra = dict(value=value, grad=grads, value_fn=lambda t: step_loss(t, fixed, x, y, idx))
-            updates, new_state = optimizer.update(grads, opt_state, trainable, **extra)
+            updates, new_state = opt.update(grads, opt_state, trainable, **extra)
             new = (optax.apply_updates(trainable, updates), new_state)
             values = per_step(trainable, fixed, x, y, value, idx is not None)
             return jax.tree_util.tree_map(lambda a, b: jnp.where(j < count, a, b), new, carry), values
@@ -279,9 +400,9 @@ def _program(net: Network, optimizer, save_every: int, step_values: str):
             count, idx_block = inp
             js = jnp.arange(save_every)
             carry, values = jax.lax.scan(step, carry, (js, jnp.full(save_every, count), idx_block))
-            return carry, (observe(carry[0], fixed, x, y), eigenvalues(values))
+            return carry, (observe(carry[0], fixed, x, y, x_test), eigenvalues(values))
 
-        first = observe(trainable, fixed, x, y)
+        first = observe(trainable, fixed, x, y, x_test)
         (final, _), (saved, values) = jax.lax.scan(block, (trainable, opt_state), (counts, sched))
         saved = tuple(jnp.concatenate([a[None], b]) for a, b in zip(first, saved))
         last = jax.tree_util.tree_map(lambda a: a[None], per_step(final, fixed, x, y, saved[2][-1], False))

@@ -56,10 +56,13 @@ def warn_past_edge_at_init(model, W0, lr: float, momentum: float, weight_decay: 
     return edge
 
 
-def edge_along_path(model, traj, W0, lr: float, momentum: float, weight_decay: float, full_batch: bool) -> float:
+def edge_along_path(
+    model, traj, W0, lr: float, momentum: float, weight_decay: float, full_batch: bool
+) -> tuple[float, bool]:
     """The smallest edge 2 (1 + beta) / S over `PATH_POINTS` saved states of the map `traj`;
-    warns `HorizonWarning` when the full-batch predicted loss rises between saved steps (a
-    catapult) or when lr is past that edge, with its value."""
+    warns `HorizonWarning` when the full-batch predicted loss rises between saved steps without
+    momentum (a catapult) or when lr (a schedule's largest rate) is past that edge, with its value.
+    Returns (the edge, whether it warned: the map is unstable there)."""
     n = len(traj.t)
     idx = np.unique(np.linspace(0, n - 1, PATH_POINTS).round().astype(int))
     mu = None if traj.mu is None else np.asarray(traj.mu)[idx]
@@ -67,8 +70,10 @@ def edge_along_path(model, traj, W0, lr: float, momentum: float, weight_decay: f
     edge = float(stability_edge(S.max())) * (1.0 + momentum)
     t_edge = float(np.asarray(traj.t)[idx][int(np.argmax(S))])
     loss = np.asarray(traj.loss, dtype=float)
-    rise = float(np.diff(loss).max() / loss[0]) if full_batch and loss.size > 1 else 0.0
-    if rise > 0.01 or lr >= edge:
+    # heavy-ball momentum makes the loss oscillate at any stable lr: a rise is a catapult only without it
+    rise = float(np.diff(loss).max() / loss[0]) if full_batch and not momentum and loss.size > 1 else 0.0
+    unstable = rise > 0.01 or lr >= edge
+    if unstable:
         what = (
             f"the predicted full-batch loss rises by up to {rise:.3g} L(0) between saved steps: " if rise > 0.01 else ""
         )
@@ -80,4 +85,4 @@ def edge_along_path(model, traj, W0, lr: float, momentum: float, weight_decay: f
             HorizonWarning,
             stacklevel=3,
         )
-    return edge
+    return edge, unstable

@@ -67,6 +67,7 @@ from ..dynamics._train_args import (
     resolve_batches,
     save_schedule,
 )
+from ..dynamics._training import accepts_training
 from . import _distributed as _dist
 from ._sweep import Members, _check_gather, _pad, _resolve_devices
 
@@ -162,7 +163,7 @@ class MapSweep(Members, MapTrajectory):
         }
         if self.seed is not None:
             cols["seed"] = per_member(self.seed)
-        cols.update(step=np.tile(self.steps, B), t=self.t.reshape(-1), loss=self.loss.reshape(-1))
+        cols.update(step=np.tile(self.steps, B), t=np.asarray(self.t).reshape(-1), loss=self.loss.reshape(-1))
         return pd.DataFrame(cols)
 
 
@@ -358,6 +359,7 @@ def _place(args, devs, B: int, batched: tuple):
 # Front end
 
 
+@accepts_training(schedules=False)
 def closed_sgd_sweep(
     model,
     *,
