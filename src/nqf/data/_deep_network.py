@@ -40,7 +40,7 @@ from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from .._core._checks import shape_str
 from .._core._config import require_x64
-from ._network import Network, NeuronError, _float64, _is_nnx, _join, _layers, _path_name, _split
+from ._network import _DEEP_CHAIN, Network, NeuronError, _float64, _is_nnx, _join, _layers, _path_name, _split
 
 __all__ = ["DeepNetwork", "DEPTHS"]
 
@@ -375,3 +375,6 @@ class DeepNetwork(Network):
             f"DeepNetwork(depth={self.depth}, layers={[(k, lay.p, lay.d) for k, lay in zip(self.kinds, self.layers)]}, "
             f"activation={self.activation_name}, frozen={list(self.frozen)})"
         )
+
+
+_DEEP_CHAIN.append((is_deep, DeepNetwork))  # `Network(module)` returns a DeepNetwork for a deep chain

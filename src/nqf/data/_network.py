@@ -67,6 +67,9 @@ from .._core._errors import NQFWarning
 __all__ = ["Network", "NeuronError", "PrecisionWarning"]
 
 
+_DEEP_CHAIN: list = []  # [(is_deep, DeepNetwork)], registered by `nqf.data._deep_network` (no import cycle)
+
+
 class NeuronError(ValueError):
     """The neurons of a module cannot be located: unknown names, bad axes, arrays that disagree on
     the number of neurons, or no layout recognised by ``neurons="auto"``."""
@@ -326,11 +329,10 @@ class Network:
     def __new__(cls, module: Any = None, neurons: Any = "auto", *args: Any, **kwargs: Any):
         """A `nqf.data.DeepNetwork` for a deep chain of Linear layers with ``neurons="auto"``
         (`nqf.data._deep_network`), else a `Network`."""
-        if cls is Network and module is not None:
-            from ._deep_network import DeepNetwork, is_deep
-
+        if cls is Network and module is not None and _DEEP_CHAIN:
+            is_deep, deep_network = _DEEP_CHAIN[0]
             if is_deep(module, neurons, kwargs.get("W0")):
-                return object.__new__(DeepNetwork)
+                return object.__new__(deep_network)
         return object.__new__(cls)
 
     def __init__(

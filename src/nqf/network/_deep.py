@@ -60,7 +60,7 @@ from ..dynamics._training import SGD, Flow
 from . import _events
 from ._events import Curves, check_target
 from ._inputs import check_data, check_steps, initial_weights, resolve_step_values
-from ._predict import Prediction, _warn_frozen
+from ._predict import _DEEP_PREDICT, Prediction, _warn_frozen
 
 __all__ = ["DeepPrediction", "DeepPath", "predict_deep", "nqf_layers", "INIT_LAYER_TOL"]
 
@@ -466,3 +466,6 @@ def predict_deep(net: DeepNetwork, x, y, training, *, save_every, W0, init_scale
         layer_init_error=init_err,
         **layers,
     )
+
+
+_DEEP_PREDICT.append(predict_deep)  # `nqf.predict` of a DeepNetwork

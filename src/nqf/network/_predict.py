@@ -71,6 +71,9 @@ if TYPE_CHECKING:
 __all__ = ["Prediction", "predict", "FrozenParameterWarning", "HorizonWarning", "InitScaleWarning"]
 
 
+_DEEP_PREDICT: list = []  # [`nqf.network._deep.predict_deep`], registered there (no import cycle)
+
+
 class FrozenParameterWarning(NQFWarning):
     """An array of the module that is not a neuron parameter (so frozen in the NQF) has a nonzero
     loss gradient at the initial weights: training it would change the run the NQF predicts."""
@@ -434,8 +437,7 @@ def predict(
     t_start = time.perf_counter()
     net = as_network(network)
     if isinstance(net, DeepNetwork):  # a deep chain: the multi-layer NQF (Theorem 14, `_deep`)
-        from ._deep import predict_deep
-
+        (predict_deep,) = _DEEP_PREDICT  # registered by `nqf.network._deep` (imported with nqf.network)
         opts: dict[str, Any] = {"ts": ts, "estimate_departure": estimate_departure, "x_test": x_test}
         opts.update(departure_neurons=departure_neurons, extract_options=extract_options, step_values=step_values)
         opts.update(rho=rho, target=target, phase_tol=phase_tol, gap_tol=gap_tol)
