@@ -522,7 +522,7 @@ BAD = [
     (_train(optimizer="adam", momentum=0.9), ValueError, r"do not apply to optimizer='adam'"),
     (_train(optimizer="adam", adam_b2=1.0), ValueError, r"`adam_b1` and `adam_b2` must lie in \[0, 1\)"),
     (_closed(form="P"), ValueError, r"`form` must be one of \('factor', 'M'\); found 'P'"),
-    (_closed(loss="huber"), ValueError, r"`loss` must be 'mse' or a callable"),
+    (_closed(loss="huber"), ValueError, r"`loss` must be one of \('mse', 'cross_entropy', 'logistic'\) or a callable"),
     (_closed(loss=lambda f, y: jnp.stack([f, y])), TypeError, r"`loss` must return a real scalar"),
     (
         lambda m, W: nqf.closed_sgd(np.eye(3), W0=W, lr=0.1, steps=5),

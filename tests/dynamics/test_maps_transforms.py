@@ -95,7 +95,7 @@ def test_traced_value_checks_raise_at_run_time():
 def test_program_arguments_must_stay_concrete():
     with pytest.raises(ValueError, match=r"`steps` must be an integer >= 1; found .*Tracer"):
         jax.jit(lambda s: nqf.closed_sgd(MODEL, W0=W0, lr=LR, steps=s))(5)
-    with pytest.raises(ValueError, match=r"`lr` must be a scalar; found shape \(2,\)"):
+    with pytest.raises(ValueError, match=r"`lr` per-step rates must have shape \(steps,\) = \(5,\); found \(2,\)"):
         jax.jit(lambda lr: nqf.closed_sgd(MODEL, W0=W0, lr=lr, steps=5))(jnp.ones(2))
 
 

@@ -269,3 +269,83 @@ def test_bad_input_is_named():
         nqf.predict(nqf.Network(position, W0=0.01 * np.ones((N_IN + 1, 4))), X, Y, flow)
     with pytest.raises(TypeError, match="nqf.Prediction"):
         nqf.compare("x", None)
+
+
+# ---- losses other than MSE: cross-entropy over K outputs (the map and the flow) against record ----
+K_CE = 3
+CLS = np.argmax(X @ RNG.standard_normal((N_IN, K_CE)), axis=1)
+MLP_CE = eqx.nn.MLP(N_IN, K_CE, WIDTH, depth=1, activation=jnp.tanh, use_bias=False, use_final_bias=False, key=KEY)
+LR_CE, SCALE_CE = 0.5, 0.01
+
+
+CE = nqf.SGD(LR_CE, steps=1500, loss="cross_entropy")
+
+
+@pytest.fixture(scope="module")
+def pred_ce():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nqf.InitScaleWarning)  # 0.0095 L(0) at 5 % of the horizon
+        return nqf.predict(nqf.Network(MLP_CE), X, CLS, CE, init_scale=SCALE_CE)
+
+
+def test_cross_entropy_prediction_follows_the_recorded_network(pred_ce):
+    """The map with cross-entropy is W-space GD on the extracted NQF (the same loss by hand), and
+    the tanh MLP trained on the mean cross-entropy (record) follows it within the NQF's gap."""
+    assert pred_ce.settings["loss"] == "cross_entropy" and pred_ce.asymptote is None
+    np.testing.assert_allclose(pred_ce.loss[0], np.log(K_CE), rtol=1e-4)  # small init: f ~ 0
+    F = pred_ce.trajectory.outputs[-1].reshape(M, K_CE)
+    want = np.mean(np.log(np.exp(F).sum(1)) - F[np.arange(M), CLS])
+    np.testing.assert_allclose(pred_ce.loss[-1], want, rtol=1e-12)
+    run = pred_ce.record()  # the prediction's description, its loss included
+    direct = nqf.record(nqf.Network(MLP_CE), X, CLS, CE, W0=pred_ce.W0)
+    np.testing.assert_array_equal(run.loss, direct.loss)
+    np.testing.assert_allclose(run.loss[0], pred_ce.loss[0], rtol=1e-8)
+    s = nqf.compare(pred_ce, run).summary()
+    assert s["half_drop_time"]["relative_error"] < 0.03  # measured 0.012
+    assert s["ignition_times"]["max_relative_error"] < 0.06  # measured 0.032
+    gap = np.abs(np.interp(run.t, pred_ce.t, pred_ce.loss) - run.loss).max() / run.loss[0]
+    assert gap < 0.03  # measured 0.018
+    flow = nqf.predict(nqf.Network(MLP_CE), X, CLS, nqf.Flow(LR_CE * 1500, loss="cross_entropy"),
+                       init_scale=SCALE_CE, ts=np.linspace(0, LR_CE * 1500, 101))  # fmt: skip
+    assert flow.trajectory.form == "M-mu"
+    np.testing.assert_allclose(flow.half_drop_time, pred_ce.half_drop_time, rtol=0.05)  # the map at lr 0.5
+
+
+def test_logistic_prediction_follows_the_recorded_network():
+    labels = (Y > 0).astype(int)  # {0, 1}; the NQF's labels are the signs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nqf.InitScaleWarning)
+        pred = nqf.predict(NET, X, labels, nqf.SGD(LR_CE, steps=1500, loss="logistic"), init_scale=SCALE_CE)
+    np.testing.assert_array_equal(pred.y[:, 0], 2.0 * labels - 1.0)
+    np.testing.assert_allclose(pred.loss[0], np.log(2.0), rtol=1e-4)
+    run = pred.record()
+    s = nqf.compare(pred, run).summary()
+    assert s["half_drop_time"]["relative_error"] < 0.02  # measured 0.0095
+    assert s["ignition_times"]["max_relative_error"] < 0.03  # measured 0.012
+
+
+def test_loss_labels_are_checked():
+    net = nqf.Network(MLP_CE)
+    ce_flow = nqf.Flow(1.0, loss="cross_entropy")
+    with pytest.raises(ValueError, match="integer class labels"):
+        nqf.predict(net, X, CLS + 0.5, ce_flow)
+    with pytest.raises(ValueError, match=r"found labels in \[0, 4\]"):
+        nqf.record(net, X, CLS * 2, nqf.SGD(0.1, steps=2, loss="cross_entropy"))
+    with pytest.raises(ValueError, match="one output per class"):
+        nqf.predict(NET, X, CLS, ce_flow)
+    with pytest.raises(ValueError, match=r"\{0, 1\} or \{-1, \+1\}"):
+        nqf.predict(NET, X, Y, nqf.Flow(1.0, loss="logistic"))
+    with pytest.raises(ValueError, match="MSE flow's limit"):
+        nqf.predict(net, X, CLS, ce_flow, target="asymptote")
+    with pytest.raises(ValueError, match="`loss` must be one of"):
+        nqf.SGD(0.1, steps=2, loss="hinge")
+    own = lambda f, y: (f - y) ** 2  # noqa: E731  (a callable of one input: MSE again)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nqf.HorizonWarning)
+        mine = nqf.predict(NET, X, Y, nqf.SGD(LR, steps=5, loss=own), init_scale=SCALE)
+        plain = nqf.predict(NET, X, Y, nqf.SGD(LR, steps=5), init_scale=SCALE)
+    np.testing.assert_allclose(mine.loss, plain.loss, rtol=1e-13)
+    with pytest.raises(ValueError, match="callable loss"):
+        mine.record()
+    again = mine.record(nqf.SGD(LR, steps=5, loss=own))  # the same function in the description
+    np.testing.assert_allclose(again.loss, plain.record().loss, rtol=1e-13)

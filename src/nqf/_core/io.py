@@ -51,7 +51,7 @@ _HOMES = {
         "nqf.data",
     ),
     "NQFModel": "nqf.data",
-    **dict.fromkeys(("MapTrajectory", "SDEPaths", "WTrajectory"), "nqf.dynamics"),
+    **dict.fromkeys(("MapTrajectory", "SDEPaths", "WTrajectory", "WithLoss"), "nqf.dynamics"),
     **dict.fromkeys(("FlowSolution", "MapSweep", "SweepSolution"), "nqf.solvers"),
     "GLVTrajectory": "nqf.solvers.kernels",
     **dict.fromkeys(("Asymptote", "OracleSolution"), "nqf.theory"),

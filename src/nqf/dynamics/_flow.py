@@ -13,7 +13,10 @@ Time is gradient-flow time: t = eta * (number of GD steps). Four exact forms:
   u = u0 + D_mask (Lambda^T G - 2 gamma t) exactly.
 - ``"M-mu"`` (the general model f = f0 + g^T mu + mu^T B mu + Tr[M A], `nqf.NQFModel`): state
   (M, mu), mu' = -(d v + H mu), M' = -(v mu^T + mu v^T + H M + M H) (Eq. E10, Theorem 2 in the
-  flow limit), v = sum_x l'_x u(x), H = sum_x 2 l'_x A(x) + gamma I, l'_x = (2/m)(f_x - y_x).
+  flow limit), v = sum_x l'_x u(x), H = sum_x 2 l'_x A(x) + gamma I, l'_x = (2/m)(f_x - y_x);
+  for a model wrapped with another loss (`WithLoss`, `solve_flow(loss=...)`) l'_x =
+  (1/m) ell'(f_x, y_x) (`PerSampleLoss.grad` on the m data rows: cross-entropy couples the k
+  rows of an input), the only change.
   Cost per evaluation: the data's `traces` and one `apply` to p + 1 columns, plus two passes over
   the model's g (m, p) (G mu and v) and, with B, over B (m, p, p). A g of low rank r (e.g. the
   constant g = phi(0) [0; 1] of a bias-free MLP with phi(0) != 0) can be passed as factors
@@ -30,8 +33,10 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._core._checks import is_traced
+from .._core.io import register
 from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData
+from ._losses import _NAMED, PerSampleLoss
 
 __all__ = [
     "FORMS",
@@ -45,6 +50,7 @@ __all__ = [
     "reduced_log_z",
     "glv_z",
     "check_form",
+    "WithLoss",
 ]
 
 FORMS = ("M", "factor", "glv", "M-mu")
@@ -146,14 +152,75 @@ class FactoredG(eqx.Module):
         return out if self.model.B is None else out + c @ self.model.u(mu)
 
 
+@register  # nqf.save / nqf.load (a FlowSolution of solve_flow(loss=...))
+class WithLoss(eqx.Module):
+    """An `NQFModel` (or its `FactoredG` form) trained on another loss than MSE (`nqf.PerSampleLoss`):
+    the "M-mu" flow (Eq. E10) with l'_x = (1/m) w ell'(f_x, y_x) on its m data rows
+    (`PerSampleLoss.grad`; rows mu k + o, the labels `model.y` the loss's label rows). Same
+    outputs as the model; `solve_flow(..., loss=...)` builds it (`of`). The loss is kept by name
+    and k (so that `nqf.save` writes it); a callable loss in `fn` (then not saveable)."""
+
+    model: Any
+    name: str = eqx.field(static=True)
+    k: int = eqx.field(static=True, default=1)
+    fn: Any = eqx.field(static=True, default=None)
+
+    @classmethod
+    def of(cls, model, loss: PerSampleLoss) -> WithLoss:
+        """`model` with the (non-MSE) `loss`."""
+        named = loss.name != "callable"
+        return cls(model, loss.name, loss.k, None if named else loss.fn)
+
+    @property
+    def loss(self) -> PerSampleLoss:
+        return PerSampleLoss(_NAMED[self.name] if self.fn is None else self.fn, self.k)
+
+    @property
+    def data(self):
+        return self.model.data
+
+    @property
+    def y(self):
+        return self.model.y
+
+    @property
+    def m(self) -> int:
+        return self.model.m
+
+    @property
+    def p(self) -> int:
+        return self.model.p
+
+    @property
+    def f0(self):
+        return self.model.f0
+
+    @property
+    def has_mean_field(self) -> bool:
+        return self.model.has_mean_field
+
+    def outputs(self, M: Float[Array, "p p"], mu: Float[Array, " p"]) -> Float[Array, " m"]:
+        """f_x for every training row (Eq. E2), shape (m,)."""
+        return self.model.outputs(M, mu)
+
+    def pullback_u(self, c: Float[Array, " m"], mu: Float[Array, " p"]) -> Float[Array, " p"]:
+        """sum_mu c_mu u(x_mu), u = g + 2 B mu (Eq. E4), shape (p,)."""
+        return _pullback_u(self.model, c, mu)
+
+
 def is_model(x) -> bool:
-    """True for an `NQFModel` or its `FactoredG` form (False for a bare data set)."""
-    return isinstance(x, (NQFModel, FactoredG))
+    """True for an `NQFModel`, its `FactoredG` form or a `WithLoss` (False for a bare data set)."""
+    return isinstance(x, (NQFModel, FactoredG, WithLoss))
+
+
+def loss_of(model) -> PerSampleLoss | None:
+    """The loss of a `WithLoss` model (None: MSE)."""
+    return model.loss if isinstance(model, WithLoss) else None
 
 
 def _pullback_u(model, c, mu):
-    """sum_mu c_mu u(x_mu) (p,) for an `NQFModel` or a `FactoredG`."""
-    return model.pullback_u(c, mu) if isinstance(model, FactoredG) else c @ model.u(mu)
+    """sum_mu c_mu u(x_mu) (p,) for an `NQFModel`, a `FactoredG` or a `WithLoss`."""
+    return model.pullback_u(c, mu) if isinstance(model, (FactoredG, WithLoss)) else c @ model.u(mu)
 
 
 FACTOR_MAX_RANK = 8  # `factor_linear_term` looks for a rank of g up to this
@@ -203,12 +270,13 @@ def rhs_M_mu(
     general = is_model(model)
     data = model.data if general else model
     f = model.outputs(M, mu) if general else data.traces(M)
-    delta = f - data.y
-    HX = data.apply(4.0 / data.m * delta, jnp.concatenate([M, mu[:, None]], axis=1))
+    loss = loss_of(model)
+    lp = 2.0 / data.m * (f - data.y) if loss is None else loss.grad(f, data.y) / data.m  # l'_x
+    HX = data.apply(2.0 * lp, jnp.concatenate([M, mu[:, None]], axis=1))
     H_M = HX[:, :-1] + gamma * M
     H_mu = HX[:, -1] + gamma * mu
     if general and model.has_mean_field:
-        v = _pullback_u(model, 2.0 / data.m * delta, mu)
+        v = _pullback_u(model, lp, mu)
         vmu = jnp.outer(v, mu)
         return -(H_M + H_M.T + vmu + vmu.T), -(d * v + H_mu)
     return -(H_M + H_M.T), -H_mu
@@ -249,13 +317,14 @@ def _saved_losses(t, y, args, *, form, z_star, grad):
     else:
         f = model.outputs(*y) if model is not None else data.traces(y[0])
         z = None
-    return _losses(data, f, z, z_star, grad)
+    return _losses(data, f, z, z_star, grad, loss_of(model))
 
 
-def _losses(data, f, z, z_star, grad):
-    """{"loss": (1/m) |f - y|^2} for outputs f (m,), plus "excess_loss" from the mode
-    strengths z (p,) when the equilibrium z_star (and the loss gradient there) is given."""
-    out = {"loss": jnp.mean((f - data.y) ** 2)}
+def _losses(data, f, z, z_star, grad, loss=None):
+    """{"loss": (1/m) |f - y|^2} for outputs f (m,) (with a `PerSampleLoss` `loss`: the mean of
+    its row values, the mean over inputs of ell), plus "excess_loss" from the mode strengths z
+    (p,) when the equilibrium z_star (and the loss gradient there) is given."""
+    out = {"loss": jnp.mean((f - data.y) ** 2) if loss is None else jnp.mean(loss.value(f, data.y))}
     if z_star is not None:
         dz = z - z_star
         lin = jnp.sum(jnp.where(z_star == 0, jnp.maximum(grad, 0.0) * z, 0.0))

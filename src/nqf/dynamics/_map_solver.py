@@ -42,14 +42,15 @@ from .._core._config import require_x64
 from ..data._model import NQFModel, as_model
 from ..data._operators import AbstractData
 from ._batches import check_batch_indices
-from ._losses import PerSampleLoss, as_loss
+from ._losses import PerSampleLoss, as_loss, expand_rows
 from ._maps import FORMS, _initial_order_params, _numeric, _stepper, step_batch
 from ._train_args import (
     check_lr,
     check_momentum,
     check_nesterov,
     check_weight_decay,
-    resolve_batches,
+    loss_inputs,
+    resolve_loss_batches,
 )
 from ._training import accepts_training
 
@@ -387,15 +388,15 @@ def map_term(
             )
         if steps is not None and steps != shape[0]:
             raise ValueError(f"`batch_indices` has {shape[0]} rows but `steps` = {steps}; they must agree.")
-        idx = check_batch_indices(cast(Any, batch_indices), model.m, shape[0])
+        idx = expand_rows(check_batch_indices(cast(Any, batch_indices), loss_inputs(loss, model.m), shape[0]), loss.k)
         if batch_size is not None or key is not None:
             raise ValueError("Give either `batch_indices` or (`batch_size`, `key`, `steps`), not both.")
     elif batch_size is not None:
         if steps is None:
             raise ValueError("`batch_size` draws a batch schedule of `steps` rows: give `steps` too.")
-        idx = resolve_batches(None, batch_size, key, model.m, steps)
+        idx = resolve_loss_batches(loss, None, batch_size, key, model.m, steps)
     else:
-        idx = resolve_batches(None, None, key, model.m, 1)
+        idx = resolve_loss_batches(loss, None, None, key, model.m, 1)
     config = (form, is_traced(beta) or beta > 0.0, bool(nesterov))
     params, init = _numeric(True, lr, d, gamma, beta, M0, mu0, L0)
     stepper = _stepper(model, loss, config, params, init)

@@ -104,7 +104,7 @@ from ._train_args import (
     guard,
     loop_counts,
     parse_optimizer,
-    resolve_batches,
+    resolve_loss_batches,
     save_schedule,
 )
 from ._training import accepts_training, step_times
@@ -745,8 +745,12 @@ def closed_sgd(
       paper's "-gamma M" of Sec. 4 / Appendix B.3 is -2 gamma M in this convention).
     - `momentum`: beta in [0, 1) (heavy ball, `torch.optim.SGD` convention); `nesterov`: Nesterov
       momentum instead.
-    - `loss`: per-sample loss, ``"mse"`` (default, (f - y)^2) or a callable ell(f, y) -> scalar
-      (see `nqf.PerSampleLoss`).
+    - `loss`: ``"mse"`` (default, (f - y)^2 per row), ``"logistic"`` (labels y the signs +-1),
+      a callable ell(f, y) -> scalar per row, or a `nqf.PerSampleLoss` that couples the k outputs
+      of one input (``as_loss("cross_entropy", k)``: rows mu k + o, labels y the one-hot rows;
+      ``as_loss(fn, k)``: fn on (k,) arrays); the loss is the mean over inputs of ell
+      (`nqf.dynamics._losses`). With k > 1 the batches (`batch_indices`, `batch_size`) select
+      inputs, 0 <= index < m / k, each with its k rows.
     - `form`: ``"factor"`` (default: (L, mu) with M = L L^T + mu mu^T / d; rank-preserving) or
       ``"M"`` (E5-E6 on (M, mu), E7 with (P, Q) for momentum).
     - `step_values`: values after every step, not only the saved ones: ``"none"`` (default),
@@ -789,7 +793,8 @@ def closed_sgd(
     <= d - 1) or disagrees with W0, an unknown `form`, lr <= 0 or not finite, momentum outside
     [0, 1) (or 0 with `nesterov=True`), weight_decay < 0, a batch schedule of the wrong shape,
     out-of-range indices or a batch size outside [1, m], steps/save_every not integers >= 1;
-    `TypeError` for a bad model or loss; `FloatingPointError` if the iteration diverges (reduce `lr`).
+    `TypeError` for a bad model or loss (`ValueError` for a loss coupling k outputs on m rows not
+    a multiple of k); `FloatingPointError` if the iteration diverges (reduce `lr`).
     """
     model = as_model(model)
     steps = check_count(steps, "steps")
@@ -804,7 +809,7 @@ def closed_sgd(
         raise ValueError(f"`step_values` must be one of {STEP_VALUES}; found {step_values!r}.")
     loss = as_loss(loss)
     M0, mu0, d, L0 = _initial_order_params(model, M0, mu0, d, W0)
-    idx = resolve_batches(batch_indices, batch_size, key, model.m, steps)
+    idx = resolve_loss_batches(loss, batch_indices, batch_size, key, model.m, steps)
     saved, n_saves, remainder = save_schedule(steps, save_every)
     traced = any_traced(model, lr, gamma, beta, M0, mu0, L0, idx)
     config = (form, is_traced(beta) or beta > 0.0, bool(nesterov))

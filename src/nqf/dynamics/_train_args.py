@@ -239,6 +239,29 @@ def resolve_batches(batch_indices, batch_size, key, m: int, steps: int):
     return draw_batches(0 if key is None else key, m, batch_size, steps)
 
 
+def loss_inputs(loss, m: int) -> int:
+    """The number of inputs m / k of `m` data rows for a loss that couples k outputs per input
+    (`PerSampleLoss.k`; m for k = 1).
+
+    **Raises:** `ValueError` naming `loss` if m is not a multiple of k."""
+    k = loss.k
+    if m % k:
+        raise ValueError(
+            f"`loss` ({loss.name}) couples k = {k} outputs per input, but the model has m = {m} data rows, "
+            f"not a multiple of k (rows mu k + o, Corollary 1)."
+        )
+    return m // k
+
+
+def resolve_loss_batches(loss, batch_indices, batch_size, key, m: int, steps: int):
+    """`resolve_batches` over the loss's samples: for a loss that couples k > 1 outputs the
+    schedule (steps, b) selects inputs (0 <= index < m / k), expanded to their b k data rows
+    (`expand_rows`: all k rows of an input together); for k = 1 the rows themselves."""
+    from ._losses import expand_rows
+
+    return expand_rows(resolve_batches(batch_indices, batch_size, key, loss_inputs(loss, m), steps), loss.k)
+
+
 def save_schedule(steps: int, save_every: int):
     """(saved step numbers (n,), number of full save blocks, remainder steps)."""
     n_saves, remainder = divmod(steps, save_every)

@@ -33,10 +33,18 @@ __all__ = ["SGD", "Flow", "step_times", "accepts_training"]
 
 
 def _check_loss(loss):
-    from ._losses import as_loss
+    """`loss` of a description: a name of `nqf.dynamics._losses.LOSSES`, a callable ell(f, y) of one
+    input or a `PerSampleLoss` (resolved, and a callable traced, where the number of outputs k is
+    known: `predict`, `record`, `as_loss(loss, k)`)."""
+    from ._losses import LOSSES, PerSampleLoss
 
-    as_loss(loss)  # raises for an unknown name or a callable that does not trace
-    return loss
+    if isinstance(loss, str):
+        if loss.lower().replace("-", "_") not in LOSSES:
+            raise ValueError(f"`loss` must be one of {LOSSES} or a callable ell(f, y) -> scalar; found {loss!r}.")
+        return loss
+    if isinstance(loss, PerSampleLoss) or callable(loss):
+        return loss
+    raise TypeError(f"`loss` must be one of {LOSSES} or a callable ell(f, y) -> scalar; found {type(loss).__name__}.")
 
 
 def _schedule_values(lr, steps: int | None) -> np.ndarray:
@@ -279,7 +287,11 @@ def accepts_training(fn: Callable[..., Any] | None = None, *, schedules: bool = 
         return functools.partial(accepts_training, schedules=schedules)
 
     @functools.wraps(fn)
-    def wrapper(model, training: SGD | None = None, /, **kwargs):
+    def wrapper(*args, **kwargs):
+        if len(args) > 2:
+            raise TypeError(f"{fn.__name__} takes the model and an optional nqf.SGD positionally; found {len(args)}.")
+        model = args[0] if args else kwargs.pop("model")
+        training = args[1] if len(args) == 2 else kwargs.pop("training", None)
         if training is None:
             return fn(model, **kwargs)
         if not isinstance(training, SGD):
@@ -304,10 +316,10 @@ def accepts_training(fn: Callable[..., Any] | None = None, *, schedules: bool = 
 
     sig = inspect.signature(fn)
     first, *rest = sig.parameters.values()
-    training = inspect.Parameter("training", inspect.Parameter.POSITIONAL_ONLY, default=None, annotation="SGD | None")
-    wrapper.__signature__ = sig.replace(  # type: ignore[attr-defined]
-        parameters=[first.replace(kind=inspect.Parameter.POSITIONAL_ONLY), training, *rest]
+    training = inspect.Parameter(
+        "training", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation="SGD | None"
     )
+    wrapper.__signature__ = sig.replace(parameters=[first, training, *rest])  # type: ignore[attr-defined]
     return wrapper
 
 

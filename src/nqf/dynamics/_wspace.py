@@ -58,7 +58,7 @@ from ._train_args import (
     loop_counts,
     optax_transformation,
     parse_optimizer,
-    resolve_batches,
+    resolve_loss_batches,
     save_schedule,
 )
 
@@ -252,7 +252,9 @@ def train_w(
       e.g. ``optax.adamw(1e-3, weight_decay=1e-4)`` or ``optax.add_decayed_weights``.
     - Batches: `batch_indices` (steps, b), or `batch_size` with `key` (default seed 0) drawn by
       `nqf.batch_indices`; full batch if neither.
-    - `loss`: ``"mse"`` (default) or a callable ell(f, y) -> scalar (`nqf.PerSampleLoss`).
+    - `loss`: ``"mse"`` (default), ``"logistic"``, a callable ell(f, y) -> scalar, or a
+      `nqf.PerSampleLoss` over k outputs (``as_loss("cross_entropy", k)``; batches then select
+      inputs, as in `closed_sgd`).
     - `adam_b1`, `adam_b2` in [0, 1), `adam_eps` > 0: Adam's constants.
 
     **Returns:** a `WTrajectory` (W (n, p, d), M, mu, outputs, loss); step n is at t = lr * n
@@ -301,7 +303,7 @@ def train_w(
     W0 = as_weights(W0, model.p)
     if is_traced(W0):
         W0 = guard(W0, ~jnp.all(jnp.isfinite(W0)), "`W0` must be finite")
-    idx = resolve_batches(batch_indices, batch_size, key, model.m, steps)
+    idx = resolve_loss_batches(loss, batch_indices, batch_size, key, model.m, steps)
     saved, n_saves, remainder = save_schedule(steps, save_every)
     if name in ("adam", "optax"):
         kind = name

@@ -56,6 +56,7 @@ from ..data import DeepNetwork
 from ..data._extract import ExtractionError
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics import multilayer as ml
+from ..dynamics._losses import as_loss
 from ..dynamics._training import SGD, Flow
 from . import _events
 from ._events import Curves, check_target
@@ -392,7 +393,7 @@ def predict_deep(net: DeepNetwork, x, y, training, *, save_every, W0, init_scale
         f"predict: {n_saves} saved states of the layers' M (p_l = {[lay.p for lay in net.layers]})",
         "a larger `save_every`, or NQF_MEMORY_BUDGET.",
     )
-    _warn_frozen(net, x, y2, W0)
+    _warn_frozen(net, x, y2, W0, as_loss("mse", k))
     deep = ml.DeepNQF(nqf_layers(net, x[0]), x, y2)
     init_err = _init_errors(net, deep, W0s, x)
     if np.max(init_err) > INIT_LAYER_TOL:

@@ -482,33 +482,36 @@ def _derivatives(g, n: int):
 # -- the init-size check --------------------------------------------------------------------------
 
 
-def init_gap(net: Network, model, x, y, W0, W_short) -> np.ndarray:
+def init_gap(net: Network, model, x, y, W0, W_short, loss=None) -> np.ndarray:
     """The module-vs-NQF loss gap (2,) |L_module(W) - L_NQF(W)| / L_NQF(W0) at W = W0 and at
     W = `W_short` (p, d), the NQF's weights after a short time (nan where None). The NQF is the
     module's expansion at W = 0 (Theorem 1): a gap of more than a per cent of L(0) says the
-    initialization is not small. x: the m inputs, y (m,) or (m, k) labels (MSE over all)."""
+    initialization is not small. x: the m inputs, y (m,) or (m, k) labels (MSE over all), or
+    with a `PerSampleLoss` `loss` its label rows (m, k) (`PerSampleLoss.targets`)."""
     model = as_model(model)
     yf = jnp.asarray(y).reshape(-1)
-    fn = net._compiled(("init_gap",), lambda: jax.jit(_loss_pair(net)))
+    fn = net._compiled(("init_gap", loss), lambda: jax.jit(_loss_pair(net, loss)))
     pairs = [np.full(2, np.nan) if W is None else np.asarray(fn(jnp.asarray(W), x, yf, model)) for W in (W0, W_short)]
     L0 = pairs[0][1]
     return np.array([abs(a - b) / L0 for a, b in pairs])
 
 
-def _loss_pair(net: Network):
+def _loss_pair(net: Network, loss=None):
+    mean = (lambda f, y: jnp.mean((f - y) ** 2)) if loss is None else (lambda f, y: jnp.mean(loss.value(f, y)))
+
     def losses(W, x, y, model):
         out = jax.vmap(lambda xx: jnp.atleast_1d(net(W, xx)))(x).reshape(-1)
-        return jnp.stack([jnp.mean((out - y) ** 2), jnp.mean((model.outputs_factor(W, jnp.sum(W, axis=1)) - y) ** 2)])
+        return jnp.stack([mean(out, y), mean(model.outputs_factor(W, jnp.sum(W, axis=1)), y)])
 
     return losses
 
 
-def check_init(net: Network, model, x, y, W0, path: WeightPath | None, t) -> tuple[np.ndarray, float]:
+def check_init(net: Network, model, x, y, W0, path: WeightPath | None, t, loss=None) -> tuple[np.ndarray, float]:
     """`init_gap` at W0 and at the first saved time t_s >= 5 % of the horizon t[-1] (the NQF's
     path `path`; nan without it); warns `InitScaleWarning` when either exceeds `INIT_GAP_TOL`.
     Returns (init_gap (2,), t_s)."""
     i = int(np.searchsorted(t, 0.05 * t[-1]))
-    gap = init_gap(net, model, x, y, W0, None if path is None else path(i))
+    gap = init_gap(net, model, x, y, W0, None if path is None else path(i), loss)
     if np.nanmax(gap) > INIT_GAP_TOL:
         warnings.warn(
             f"The initialization is not small: the module's loss differs from its NQF's by {gap[0]:.3g} L(0) at "

@@ -16,6 +16,15 @@ A run's curves (`Curves`, from `curves_of`) are, by what the trajectory holds:
   values): linear interpolation between saved steps, whose spacing then bounds the time error.
 
 Times are gradient-flow times t = lr * steps.
+
+**Any loss.** Nothing here assumes MSE: the events are read off the run's own loss curve (the
+mean over inputs of its ell, `nqf.dynamics._losses`) and eigenvalues of M. For cross-entropy
+the loss starts near log k at small init (f ~ 0) and, on separable data, tends to L_inf = 0
+with the weights growing without bound (no asymptote: `nqf.predict` uses the horizon's loss as
+L_inf); the half-drop time is when L falls half-way from L(0) to that horizon loss, the phase
+end when L - L_inf <= phase_tol (L(0) - L_inf), both nan while the curve is `still_falling` at
+the horizon (a slowly decaying cross-entropy tail often is: lengthen the horizon); ignition
+targets and times are defined on M exactly as for MSE.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ the saved steps (inside its compiled program), and `nqf.compare` puts them side 
 from __future__ import annotations
 
 import warnings
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -63,16 +63,19 @@ class TestSet(NamedTuple):
     labels: np.ndarray | None
     m: int
     rule: str | None
+    loss: Any = None
 
 
 def _shape_str(shape) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def check_test(net, x, y_given, y2, x_test, y_test) -> TestSet | None:
+def check_test(net, x, y_given, y2, x_test, y_test, ell=None) -> TestSet | None:
     """`x_test`, `y_test` checked against the training data: the same pytree structure and
     per-input shape as `x` (already checked), labels of the form of `y` (`y_given` as the user
-    gave it, `y2` (m, k)): (m_test,) or (m_test, k). None without `x_test`.
+    gave it, `y2` (m, k)): (m_test,) or (m_test, k). None without `x_test`. `ell`: the training
+    loss (`nqf.dynamics._losses.PerSampleLoss`; None: MSE), whose label rows (one-hot classes for
+    cross-entropy, signs for logistic) the test loss reads.
 
     **Raises:** `ValueError` naming `y_test` (given without `x_test`, another k or length, not
     finite) or `x_test` (another structure or per-input shape, no inputs, not finite)."""
@@ -112,7 +115,10 @@ def check_test(net, x, y_given, y2, x_test, y_test) -> TestSet | None:
         )
     if not np.all(np.isfinite(labels.astype(float))):
         raise ValueError("`y_test` must be finite.")
-    return TestSet(x_test, _mse_labels(labels, k), labels, m_test, accuracy_rule(np.asarray(y_given), labels, k))
+    rule = accuracy_rule(np.asarray(y_given), labels, k)
+    if ell is not None and not ell.is_mse:  # the loss's label rows (m_test, k), checked by the loss
+        return TestSet(x_test, jnp.asarray(ell.targets(labels, m_test, k)), labels, m_test, rule, ell)
+    return TestSet(x_test, _mse_labels(labels, k), labels, m_test, rule)
 
 
 def _mse_labels(labels, k: int):
@@ -167,7 +173,10 @@ def measures(F, test: TestSet):
     if y is None:  # labels the MSE does not take (class indices for k > 1 outputs)
         loss = None
     else:
-        loss = np.asarray(jax.vmap(lambda f: mean_loss("mse", f, y))(jnp.asarray(F)))
+        if test.loss is None:
+            loss = np.asarray(jax.vmap(lambda f: mean_loss("mse", f, y))(jnp.asarray(F)))
+        else:  # the training loss on its label rows
+            loss = np.asarray(jax.vmap(lambda f: test.loss.mean(f, y))(jnp.asarray(F)))
     acc = None if test.rule is None else _accuracy(F, test.labels, test.rule)
     return out, loss, acc
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from .._core._checks import shape_str
 from ..data import Network
+from ..dynamics._losses import as_loss
 
 
 def as_network(network) -> Network:
@@ -33,9 +34,11 @@ def as_network(network) -> Network:
     )
 
 
-def check_data(net: Network, x, y):
+def check_data(net: Network, x, y, loss=None):
     """(x, y (m, k), m, k): inputs in float64 (one `PrecisionWarning` if cast), labels checked
-    against the number of inputs m and of module outputs k.
+    against the number of inputs m and of module outputs k. With a `loss` other than MSE (a
+    name, callable or `PerSampleLoss`) y is that loss's label rows (m, k)
+    (`PerSampleLoss.targets`: the one-hot classes for cross-entropy, the signs for logistic).
 
     **Raises:** `ValueError` naming `x` or `y` for mismatched or non-finite data."""
     leaves = jax.tree_util.tree_leaves(x)
@@ -57,6 +60,8 @@ def check_data(net: Network, x, y):
     x = net.check_inputs(x)
     out = jax.eval_shape(lambda xx: net.apply(net.params, xx), jax.tree_util.tree_map(lambda a: a[0], x))
     k = int(np.prod(out.shape, dtype=int)) if out.shape else 1
+    if loss is not None and not as_loss(loss, k).is_mse:
+        return x, as_loss(loss, k).targets(y, m, k), m, k
     y = np.asarray(y, dtype=float)
     if y.shape == (m,) and k == 1:
         y = y[:, None]

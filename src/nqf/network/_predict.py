@@ -52,6 +52,7 @@ from .._core.io import Saveable
 from ..data import AbstractCommutingData, DeepNetwork, DegenerateWarning, FeedForwardData, Network, NQFModel, extract
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics import closed_sgd
+from ..dynamics._losses import as_loss
 from ..dynamics._training import SGD, Flow, from_keywords
 from ..solvers import FlowSolution, solve_flow
 from ..theory import asymptote
@@ -86,7 +87,9 @@ class Prediction(Saveable):
 
     **Attributes:**
 
-    - `t` (n,), `loss` (n,): the NQF's training loss (1/(m k)) sum (f - y)^2 (Eq. E8);
+    - `t` (n,), `loss` (n,): the NQF's training loss (1/(m k)) sum (f - y)^2 (Eq. E8), or the
+      mean over inputs of ell for ``settings["loss"]`` (the description's `loss`; `y` then holds
+      the loss's label rows (m, k): one-hot classes for cross-entropy, signs for logistic);
       `eigenvalues` (n, p): eigenvalues of M(t) in decreasing order.
     - `model`: the extracted NQF (a data set or `nqf.NQFModel`); `W0` (p, d): initial weights;
       `trajectory`: the `FlowSolution` or `MapTrajectory` behind the curves.
@@ -255,6 +258,11 @@ class Prediction(Saveable):
             raise ValueError(
                 "A flow prediction has no learning rate: pass nqf.SGD(lr, steps=...) for the run it approximates."
             )
+        if s.get("loss", "mse") == "callable":
+            raise ValueError(
+                "This prediction was made with a callable loss: pass the same function in the description, "
+                "pred.record(nqf.SGD(..., loss=fn))."
+            )
         return SGD(
             s["lr"],
             steps=s["steps"] if np.ndim(s["lr"]) == 0 else None,
@@ -353,8 +361,9 @@ def predict(
     discrete map** of SGD (`nqf.closed_sgd`, Theorem 2), full batch or minibatch, with momentum,
     Nesterov, weight decay and a learning-rate schedule, which is exact for any width. The same
     description given to `nqf.record` trains the module itself, so both describe one run. The
-    loss is the MSE (1/(b k)) sum (f - y)^2 of `nqf.record` (b inputs per batch, k outputs). See
-    the module docstring for what is computed and what the NQF does not predict.
+    loss is the description's `loss`: the MSE (1/(b k)) sum (f - y)^2 of `nqf.record` (b inputs
+    per batch, k outputs) by default, or the mean over the batch's inputs of a per-input loss.
+    See the module docstring for what is computed and what the NQF does not predict.
 
     **Arguments:**
 
@@ -406,6 +415,18 @@ def predict(
       prediction then holds the NQF's outputs, loss and accuracy on them at the saved times
       (`Prediction.test_outputs`, `test_loss`, `test_accuracy`), at the cost of extracting their
       NQF and one trace per saved state and test input; `Prediction.record` measures the same.
+    - The loss (``training.loss``): ``"mse"`` (default), ``"cross_entropy"`` (integer classes y
+      (m,) in [0, k), one module output per class), ``"logistic"`` (one output, y in {0, 1} or
+      {-1, +1}) or a JAX-traceable ell(f_x, y_x) of one input (`nqf.dynamics._losses`): the mean
+      over inputs of ell, in the flow (the "M-mu" form, Eq. E10 with l' = ell') and in the map
+      alike. The NQF's labels (`model.y`, the data rows mu k + o) are then the loss's label rows:
+      the one-hot classes for cross-entropy, the signs s = +-1 for logistic. A loss other than
+      MSE has no asymptote (`final_loss` is the loss at the horizon; for a separable
+      cross-entropy problem L_inf = 0 and the loss falls like a logarithm, so the learning phase
+      and the half-drop time, defined against the horizon's loss as for MSE, depend on the
+      horizon), no stability edge (nan) and no departure estimate (the next expansion terms are
+      compared in MSE); the ignition times and the drop times between plateaus are defined as
+      for MSE, on this loss's curve (for cross-entropy L(0) is about log k at small init).
     - `extract_options`: keywords for `nqf.extract` (e.g. ``{"structure": "dense"}``, or
       ``{"normalization": "mean"}`` for a layer that averages its units: the extracted sum form
       is scaled by c(d) = 1/d or 1/sqrt(d) back to the module at its width d).
@@ -442,8 +463,9 @@ def predict(
         opts.update(departure_neurons=departure_neurons, extract_options=extract_options, step_values=step_values)
         opts.update(rho=rho, target=target, phase_tol=phase_tol, gap_tol=gap_tol)
         return predict_deep(net, x, y, training, save_every=save_every, W0=W0, init_scale=init_scale, options=opts)
-    x, y2, m, k = check_data(net, x, y)
-    test = heldout.check_test(net, x, y, y2, x_test, y_test)
+    x, y2, m, k = check_data(net, x, y, training.loss)
+    ell = as_loss(training.loss, k)
+    test = heldout.check_test(net, x, y, y2, x_test, y_test, ell)
     W0 = initial_weights(net, W0, init_scale)
     for name, v in (("rho", rho), ("phase_tol", phase_tol), ("gap_tol", gap_tol)):
         if not (isinstance(v, (int, float, np.floating)) and 0.0 < v < 1.0):
@@ -453,6 +475,10 @@ def predict(
     label = target if isinstance(target, str) else "given"
     flow = isinstance(training, Flow)
     weight_decay = float(training.weight_decay)
+    if label == "asymptote" and not ell.is_mse:
+        raise ValueError(
+            f"target='asymptote' is the MSE flow's limit; found loss={ell.name!r}: use 'phase_end' or 'horizon'."
+        )
     if label == "asymptote" and weight_decay:
         raise ValueError(
             "target='asymptote' needs weight_decay = 0 (nqf.asymptote is the limit of the plain "
@@ -466,7 +492,7 @@ def predict(
         f"predict: {n_saves} saved states (M, a factor, eigenvalues) of p = {net.p}",
         "fewer saves (`save_every`, `ts`), or NQF_MEMORY_BUDGET.",
     )
-    _warn_frozen(net, x, y2, W0)
+    _warn_frozen(net, x, y2, W0, ell)
     model = _extract(net, x, y2, k, extract_options)
     settings: dict[str, Any] = dict(
         training=training.label(),
@@ -479,6 +505,7 @@ def predict(
         momentum=0.0 if flow else float(training.momentum),
         nesterov=False if flow else training.nesterov,
         weight_decay=weight_decay,
+        loss=ell.name,
         rho=float(rho),
         target=label,
         phase_tol=float(phase_tol),
@@ -488,40 +515,46 @@ def predict(
         t1 = training.t1
         traj = solve_flow(
             model,
-            W0=_flow_factor(model, W0),
+            W0=_flow_factor(model, W0) if ell.is_mse else W0,
             t1=t1,
             ts=np.linspace(0.0, t1, 401) if ts is None else ts,
             weight_decay=weight_decay,
+            loss=None if ell.is_mse else ell,
         )
         settings["t1"] = t1
     else:
         beta = float(training.momentum)
-        settings["stability_edge_init"] = warn_past_edge_at_init(model, W0, training.lr_max, beta, weight_decay)
-        traj, rows = _map(model, W0, m, k, training, save_every, step_values)
+        settings["stability_edge_init"] = (  # the edge 2 (1 + momentum) / S is the MSE sharpness's
+            warn_past_edge_at_init(model, W0, training.lr_max, beta, weight_decay) if ell.is_mse else float("nan")
+        )
+        traj, rows = _map(model, W0, m, k, training, ell, save_every, step_values)
         lr = traj.lr if not training.scheduled else np.asarray(training.lr)
         settings.update(lr=lr, steps=int(traj.steps[-1]), t1=float(traj.t[-1]), batch_indices=rows)
     t = np.asarray(traj.ts if isinstance(traj, FlowSolution) else traj.t, dtype=float)
     loss = np.asarray(traj.loss, dtype=float)
     flags = []
-    if not flow:
+    settings["stability_edge"] = float("nan")
+    if not flow and ell.is_mse:
         settings["stability_edge"], unstable = edge_along_path(
             model, traj, W0, training.lr_max, float(training.momentum), weight_decay, training.full_batch
         )
         flags += ["unstable"] if unstable else []
     eig = np.linalg.eigvalsh(np.asarray(traj.M))[:, ::-1]
-    asym = None if weight_decay else _asymptote(model, W0, label, float(t[-1]))
+    asym = None if weight_decay or not ell.is_mse else _asymptote(model, W0, label, float(t[-1]))
     final_loss = float(loss[-1]) if asym is None else float(asym.loss)
     settings["final_loss"] = "horizon" if asym is None else "asymptote"
     curves = curves_of(traj, eigenvalues=eig)
     settings["resolution"] = curves.resolution
     ev = events(curves, target=target, rho=rho, phase_tol=phase_tol, final_loss=final_loss, asym=asym)
-    flags += _flat(loss, ev["growing"])
+    flags += _flat(loss, ev["growing"], eig)
     if "flat" in flags:  # no drop happens: its time does not exist (not the rounding-level crossing)
         ev.update(half_drop_time=float("nan"), drop_times=np.full_like(ev["drop_times"], np.nan))
     settings["flags"] = flags
     path = weights_along(traj, W0)
-    gap0, settings["init_gap_t"] = check_init(net, model, x, y2, W0, path, t)
+    gap0, settings["init_gap_t"] = check_init(net, model, x, y2, W0, path, t, None if ell.is_mse else ell)
     on, why = departure_on(estimate_departure, m * k * net.p)
+    if not ell.is_mse:
+        on, why = False, f"the departure estimate compares the expansion's next terms in MSE; loss={ell.name!r}"
     dep = remainder(net, model, x, y2, t, loss, path if on else None, gap_tol, neurons=s_dep)
     settings["departure"] = dep.settings if on else {"off": why}
     held = heldout.predicted(test, lambda xt, yt: _extract(net, xt, yt, k, extract_options), traj, W0, k)
@@ -555,12 +588,18 @@ def predict(
 FLAT_DROP = 1e-3  # a predicted loss that falls by less than this fraction of L(0): a flat NQF
 
 
-def _flat(loss: np.ndarray, growing: np.ndarray) -> list[str]:
-    """["flat"] with a `DegenerateWarning` when no mode grows and the predicted loss falls by less
-    than `FLAT_DROP` L(0) within the horizon (a layer whose leading term at W = 0 is not quadratic,
-    e.g. a cubic activation: its NQF does not learn), else []."""
+FLAT_MOVE = 1e-8  # M's eigenvalues change by less than this (relative): M does not move
+
+
+def _flat(loss: np.ndarray, growing: np.ndarray, eig: np.ndarray) -> list[str]:
+    """["flat"] with a `DegenerateWarning` when no mode grows, the eigenvalues of M (n, p) do not
+    move (relative change < `FLAT_MOVE`: not merely a short horizon) and the predicted loss falls
+    by less than `FLAT_DROP` L(0) (a layer whose leading term at W = 0 is not quadratic, e.g. a
+    cubic activation: its NQF does not learn), else []."""
     drop = (loss[0] - np.min(loss)) / loss[0] if loss[0] > 0 else 0.0
-    if growing.any() or drop >= FLAT_DROP:
+    scale = max(float(np.abs(eig[0]).max()), np.finfo(float).tiny)
+    moved = float(np.abs(eig - eig[0]).max()) / scale
+    if growing.any() or drop >= FLAT_DROP or moved >= FLAT_MOVE:
         return []
     warnings.warn(
         f"The NQF is flat: no mode grows and the predicted loss falls by {drop:.2g} L(0) within the horizon "
@@ -605,11 +644,12 @@ def _extract(net, x, y2, k: int, options):
     return NQFModel(model.data.scaled(c), g=scale(model.g), B=scale(model.B), f0=scale(model.f0))
 
 
-def _map(model, W0, m: int, k: int, training: SGD, save_every, step_values):
-    """Theorem 2's exact map (`nqf.closed_sgd`) of the description `training` for `predict`:
-    (MapTrajectory, the (steps, b) batch schedule over the m inputs or None). The schedule is
-    drawn as `nqf.record` draws it and expanded to the m k data rows of a k-output module
-    (Corollary 1: rows mu k + o). `step_values` as in `predict` ("auto" resolved here)."""
+def _map(model, W0, m: int, k: int, training: SGD, ell, save_every, step_values):
+    """Theorem 2's exact map (`nqf.closed_sgd`) of the description `training` with the resolved
+    loss `ell` for `predict`: (MapTrajectory, the (steps, b) batch schedule over the m inputs or
+    None). The schedule is drawn as `nqf.record` draws it and expanded to the m k data rows of a
+    k-output module (Corollary 1: rows mu k + o; `closed_sgd` expands it itself for a loss that
+    couples the k outputs). `step_values` as in `predict` ("auto" resolved here)."""
     from ..dynamics._batches import check_batch_indices
 
     steps = training.steps
@@ -621,7 +661,8 @@ def _map(model, W0, m: int, k: int, training: SGD, save_every, step_values):
             rows = draw_batches(training.key, m, int(cast(int, training.batch_size)), steps)
         rows = np.asarray(check_batch_indices(rows, m, steps))
     data_rows = None if rows is None else (rows[:, :, None] * k + np.arange(k)).reshape(steps, -1)
-    keywords = training.map_keywords() | dict(batch_indices=data_rows, batch_size=None, key=None)
+    batches = rows if ell.k > 1 else data_rows
+    keywords = training.map_keywords() | dict(batch_indices=batches, batch_size=None, key=None, loss=ell)
     traj = closed_sgd(
         model,
         W0=W0,
@@ -664,7 +705,7 @@ def _asymptote(model, W0, target: str, horizon: float):
         return None
 
 
-def _warn_frozen(net: Network, x, y, W0) -> None:
+def _warn_frozen(net: Network, x, y, W0, ell) -> None:
     """Warn `FrozenParameterWarning` for frozen arrays with a nonzero loss gradient at W0."""
     if not net.frozen:
         return
@@ -682,7 +723,7 @@ def _warn_frozen(net: Network, x, y, W0) -> None:
     def loss(frozen):
         p = eqx.combine(frozen, rest)
         out = jax.vmap(lambda xx: jnp.atleast_1d(net.apply(p, xx)))(x)
-        return jnp.mean((out - y) ** 2)
+        return ell.mean(out.reshape(y.shape), y)
 
     grads = jax.grad(loss)(frozen)
     flat = jax.tree_util.tree_flatten_with_path(grads)[0]

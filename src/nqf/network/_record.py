@@ -27,6 +27,7 @@ from .._core import memory
 from .._core.io import Saveable
 from ..data import Network
 from ..dynamics import batch_indices as draw_batches
+from ..dynamics._losses import as_loss
 from ..dynamics._maps import eigenvalues_in_program
 from ..dynamics._training import SGD, Flow, from_keywords, step_times
 from . import _heldout as heldout
@@ -44,7 +45,8 @@ class Recording(Saveable):
 
     **Attributes:** `steps` (n,) int; `t` = lr * steps (n,) (gradient-flow time); `M` = W W^T
     (n, p, p) and `mu` = W 1 (n, p) of the module's neurons (its `nqf.Network` layout); `loss`
-    (n,): the training loss (1/(m k)) sum (f - y)^2 over all m inputs and k outputs; `W_final`
+    (n,): the training loss (1/(m k)) sum (f - y)^2 over all m inputs and k outputs (or the
+    mean over inputs of the `loss` it was recorded with); `W_final`
     (p, d): the neuron parameters after the last step; `lr`; `optimizer`: a label; `trained`:
     ``"neurons"`` or ``"all"`` (what the optimizer updated); `step_loss`, `step_eigenvalues`: the
     per-step values (`step_values`); with held-out data (`record(x_test=, y_test=)`, else None)
@@ -98,7 +100,7 @@ def record(
     y_test: Float[ArrayLike, " m_test"] | Float[ArrayLike, "m_test k"] | None = None,
     **deprecated: Any,
 ) -> Recording:
-    """Train the module as `training` describes and record (M, mu, loss) at saved steps.
+    """Train the module as `training` describes (its loss, `nqf.SGD(loss=)`) and record (M, mu, loss) at saved steps.
 
     `training` is the `nqf.SGD` description `nqf.predict` takes: `record` builds its optax
     optimizer from it (``optax.sgd`` with its learning rate or schedule, momentum and Nesterov,
@@ -132,6 +134,10 @@ def record(
       their values, as in the prediction) or ``"all"`` (every floating array of the module).
     - `label`: a name for the optimizer in tables and plots (default: the description's label).
     - `memory_budget`: bytes for the saved (n, p, p) states (`nqf.memory`).
+    - The loss is the description's (``training.loss``, as in `nqf.predict`: ``"mse"``,
+      ``"cross_entropy"`` with integer classes y (m,), ``"logistic"``, or a callable ell(f_x,
+      y_x) of one input): the mean over the batch's inputs of ell (`nqf.dynamics._losses`, the
+      definition the NQF's map and flow use); `Recording.loss` is that loss over all m inputs.
     - `step_values`: values after every step (`step_loss`, `step_eigenvalues`), so that event
       times (`nqf.compare`) have one step's resolution instead of the save grid's:
       ``"auto"`` (default: ``"all"`` for full batch and p <= 128, ``"loss"`` for larger p,
@@ -161,8 +167,9 @@ def record(
     steps, save_every = check_steps(training.steps, save_every)
     if train not in ("neurons", "all"):
         raise ValueError(f"`train` must be 'neurons' or 'all'; found {train!r}.")
-    x, y2, m, k = check_data(net, x, y)
-    test = heldout.check_test(net, x, y, y2, x_test, y_test)
+    x, y2, m, k = check_data(net, x, y, training.loss)
+    ell = as_loss(training.loss, k)
+    test = heldout.check_test(net, x, y, y2, x_test, y_test, ell)
     W0 = initial_weights(net, W0, init_scale)
     params = net.with_params_W(net.params, jnp.asarray(W0))
     idx = None
@@ -187,7 +194,7 @@ def record(
     if optimizer is not None:
         _check_time_unit(optimizer, trainable, training)
     run = _compiled(
-        net, optimizer if optimizer is not None else _SGDProgram(training.nesterov), save_every, step_values
+        net, optimizer if optimizer is not None else _SGDProgram(training.nesterov), save_every, step_values, ell
     )
     # pad the batch schedule to whole blocks; the padded steps of the last block are not taken
     sched = None
@@ -320,26 +327,26 @@ class _SGDProgram(NamedTuple):
     nesterov: bool
 
 
-def _compiled(net: Network, optimizer, save_every: int, step_values: str):
+def _compiled(net: Network, optimizer, save_every: int, step_values: str, loss):
     """`_program` cached on the network (one per optimizer, block length and `step_values`;
     `optimizer` a `_SGDProgram`: SGD with traced hyperparameters, one program for any
-    learning rate, schedule length, momentum and weight decay)."""
-    key = ("record", optimizer, save_every, step_values)
-    return net._compiled(key, lambda: _program(net, optimizer, save_every, step_values))
+    learning rate, schedule length, momentum and weight decay; one per loss)."""
+    key = ("record", optimizer, save_every, step_values, loss)
+    return net._compiled(key, lambda: _program(net, optimizer, save_every, step_values, loss))
 
 
-def _program(net: Network, optimizer, save_every: int, step_values: str):
+def _program(net: Network, optimizer, save_every: int, step_values: str, loss):
     """One compiled program: a scan over save blocks, each a scan of `save_every` optimizer steps
     (steps past a block's count are computed and discarded: only the last block is short). With
     `step_values` the inner scan also returns, before each step, the loss over all m inputs (the
     step's own `value` for a full batch) and the eigenvalues of W W^T; the values after the last
     step come last: (n_blocks save_every + 1, ...) of which `record` keeps the first `steps`
-    and the last."""
+    and the last. `loss`: a `PerSampleLoss`; y its label rows (m, k)."""
     import optax
 
     def loss_of(params, x, y):
         out = jax.vmap(lambda xx: jnp.atleast_1d(net.apply(params, xx)))(x)
-        return jnp.mean((out - y) ** 2)
+        return loss.mean(out.reshape(y.shape), y)
 
     def step_loss(trainable, fixed, x, y, idx):
         if idx is not None:

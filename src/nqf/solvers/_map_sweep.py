@@ -54,7 +54,7 @@ from .._core._checks import as_array, check_flag, shape_str
 from ..data._model import as_model
 from ..dynamics import _maps as maps
 from ..dynamics._batches import _draw, check_batch_indices
-from ..dynamics._losses import as_loss
+from ..dynamics._losses import as_loss, expand_rows
 from ..dynamics._maps import FORMS, MapTrajectory
 from ..dynamics._train_args import (
     check_count,
@@ -64,6 +64,7 @@ from ..dynamics._train_args import (
     check_weight_decay,
     first_nonfinite_step,
     loop_counts,
+    loss_inputs,
     resolve_batches,
     save_schedule,
 )
@@ -479,7 +480,8 @@ def closed_sgd_sweep(
     for name, x, ndim in (("W0", W0, 2), ("M0", M0, 2), ("mu0", mu0, 1)):
         if x is not None and np.ndim(x) == ndim + 1:
             sizes[name] = np.shape(x)[0]
-    idx, idx_batched, seeds, n_idx = _schedules(batch_indices, batch_size, key, model.m, steps)
+    idx, idx_batched, seeds, n_idx = _schedules(batch_indices, batch_size, key, loss_inputs(loss, model.m), steps)
+    idx = expand_rows(idx, loss.k)  # a loss coupling k outputs: batches select inputs (all k rows)
     if n_idx is not None:
         sizes["batch_indices" if batch_indices is not None else "key"] = n_idx
     B = _batch_size(sizes)

@@ -22,6 +22,7 @@ from .._core._config import require_x64
 from .._core.io import Saveable
 from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData
+from ..dynamics._flow import loss_of
 from ..dynamics._glv import excess_loss as _excess_loss
 from ..dynamics._glv import glv_equilibrium
 from ._events import Stop
@@ -247,13 +248,17 @@ class FlowSolution(Saveable):
     @functools.cached_property
     def loss(self):
         """MSE loss (1/m) sum_x (f_x - y_x)^2 at the saved times, shape (n,); f_x = Tr[M A_x]
-        or, for the ``"M-mu"`` form of a model, the model outputs (Eq. E2)."""
+        or, for the ``"M-mu"`` form of a model, the model outputs (Eq. E2). A solve with
+        ``loss=`` (`solve_flow`): that loss, the mean over inputs of ell (`nqf.dynamics._losses`)."""
         require_x64()
         if self.saved == "loss":
             return _host(self.ys["loss"])
         # eager, not `convert`: the same rounding as the dense-output loss of `nqf.plateau_levels`
         # and friends (a compiled, fused mean differs in the last ulp)
         f = plain_method(self.form_object, "outputs")(self, self.ys)
+        loss = loss_of(self.model)
+        if loss is not None:  # a `WithLoss` model: the mean over inputs of its ell
+            return _host(jax.vmap(lambda fx: jnp.mean(loss.value(fx, self.data.y)))(jnp.asarray(f)))
         return _host(jnp.mean((f - self.data.y) ** 2, axis=-1))
 
     @functools.cached_property

@@ -33,9 +33,11 @@ import jax
 import numpy as np
 
 from .._core._checks import any_traced, check_int, check_positive
-from ..data._model import NQFModel
+from ..data._model import NQFModel, as_model
 from ..data._operators import AbstractData, CommutingData
-from ..dynamics._flow import check_form, factor_linear_term
+from ..dynamics._flow import WithLoss, check_form, factor_linear_term
+from ..dynamics._losses import as_loss
+from ..dynamics._train_args import loss_inputs
 from . import _distributed as _dist
 from ._backends import BACKENDS, CVODE, LSODA, AbstractBackend, Exact, Problem  # noqa: F401  (Exact, ...: old home)
 from ._core import (  # noqa: F401  (re-exported: the names of this module before the split)
@@ -137,6 +139,7 @@ def solve_flow(
     stop: Stop | None = None,
     max_steps: int = 100_000,
     weight_decay: float = 0.0,
+    loss=None,
     **options,
 ) -> FlowSolution:
     """Integrate the MSE gradient flow M' = Y M + M Y - K(M) M - M K(M) (Eq. E9), or for a
@@ -144,7 +147,12 @@ def solve_flow(
     H M + M H), v = sum_x l'_x u(x), u(x) = g(x) + 2 B(x) mu, H = sum_x 2 l'_x A(x) + gamma I,
     l'_x = (2/m)(f_x - y_x); cost notes in the module docstring).
 
-    Time is gradient-flow time t = eta * (GD steps); the loss is L = (1/m) sum_x (f_x - y_x)^2.
+    Time is gradient-flow time t = eta * (GD steps); the loss is L = (1/m) sum_x (f_x - y_x)^2,
+    or with `loss` (``"logistic"``, a callable, or ``as_loss("cross_entropy", k)``, see
+    `nqf.dynamics._losses`) the mean over inputs of ell: then the (M, mu) flow of Eq. E10 with
+    l'_x = (1/m) ell'(f_x, y_x) (`WithLoss`; ``form="auto"`` goes to ``"M-mu"``, the MSE-only
+    forms ``"M"``, ``"factor"``, ``"glv"`` raise), `FlowSolution.loss` and the dense loss of
+    `nqf.drop_times` are that loss. MSE (None, the default) is unchanged.
     Weight decay gamma (penalty gamma/2 |W|^2) adds -2 gamma M (H -> H + gamma I, THEORY sec. 4;
     in Eq. E10 also mu' gets -gamma mu); the paper's "-gamma M" (Sec. 4, Appendix B.3) and its
     threshold r_k - gamma (Sec. 9) use a gamma twice as large (here: -2 gamma M, r_k - 2 gamma;
@@ -202,17 +210,19 @@ def solve_flow(
     keyword; `ValueError` for inconsistent shapes, non-finite or non-PSD initial conditions, a
     model with g or B solved in a form other than ``"M-mu"``, ``"M-mu"`` from `M0` without `mu0`
     and `d` (or `mu0`/`d` with `W0` or another form), `d` not an integer >= 1, non-positive
-    tolerances, bad `ts`, an alias given with the object it folds into; `MaxStepsReached` if
+    tolerances, bad `ts`, an alias given with the object it folds into, a non-MSE `loss` with a
+    form other than ``"M-mu"`` / ``"auto"``; `MaxStepsReached` if
     `max_steps` is used up before `t1`; `nqf.AssumptionError` (with the residual) for the exact
     backend on data whose features are not orthogonal.
     """
     check_options(options, FLOW_OPTIONS, "solve_flow")
+    source, form = _with_loss(data, loss, form)
     form, form_d = as_form(form)
     call = resolve_call(
         options, solver=solver, stepsize_controller=stepsize_controller, saveat=saveat, adjoint=adjoint, d=form_d
     )
     settings = _settings(form, call, t0, t1, max_steps, weight_decay, stop)
-    problem = _problem(data, (M0, W0, z0), form, call)._replace(
+    problem = _problem(source, (M0, W0, z0), form, call)._replace(
         t0=t0, t1=t1, weight_decay=weight_decay, max_steps=max_steps, stop=stop, settings=settings
     )
     if call.backend == "exact":
@@ -233,13 +243,37 @@ def solve_flow(
 _FRONT_END["solve_flow"] = solve_flow  # a loaded FlowSolution rebuilds its dense output through it
 
 
+def _with_loss(data, loss, form):
+    """(data, form) of a solve with `loss`: for a loss other than MSE the model wrapped with it
+    (`WithLoss`) in the "M-mu" form (Eq. E10 with l'_x = (1/m) ell'(f_x, y_x); ``"auto"`` routes
+    there); unchanged for MSE. **Raises:** `ValueError` for another form with a non-MSE loss,
+    or data rows that are not whole inputs of the loss."""
+    if loss is None:
+        return data, form
+    resolved = as_loss(loss)
+    if resolved.is_mse:
+        return data, form
+    if (isinstance(form, str) and form not in ("auto", "M-mu")) or not isinstance(form, (str, MMuForm)):
+        raise ValueError(
+            f"`form={form!r}` integrates the MSE flow (Eq. E9); loss={resolved.name!r} runs in the general "
+            "(M, mu) form: use form='M-mu' or 'auto'."
+        )
+    if isinstance(data, WithLoss):
+        raise ValueError("`data` carries its loss already (a WithLoss model): drop `loss`.")
+    model = as_model(data)
+    loss_inputs(resolved, model.m)
+    return WithLoss.of(model, resolved), ("M-mu" if form == "auto" else form)
+
+
 def _problem(data, inits: tuple, form: str, call: Call) -> Problem:
     """The checked problem of `solve_flow` (data, form, initial state); the time interval and
     the rest are filled in by the caller."""
     M0, W0, z0 = inits
-    model = data if isinstance(data, NQFModel) else None
-    if model is not None:
-        data = model.data
+    model = None
+    if isinstance(data, (NQFModel, WithLoss)):
+        model, data = data, data.data
+        if isinstance(model, WithLoss) and form == "auto":
+            form = "M-mu"
     elif not isinstance(data, AbstractData):
         raise TypeError(
             f"`data` must be an nqf data set (e.g. `DenseData`) or an `NQFModel`; found {type(data).__name__}."
