@@ -137,8 +137,8 @@ def test_errors_name_what_was_wrong():
         Network(mlp, neurons={"layers.0.weight": 0, "layers.1.weight": 0})
     with pytest.raises(NeuronError, match="does not divide"):
         Network(mlp, neurons={"layers.0.weight": 0}, width=2)
-    with pytest.raises(NeuronError, match="depth 2"):
-        Network(eqx.nn.MLP(4, 1, 3, depth=2, key=KEY))
+    with pytest.raises(NeuronError, match="depth 4.*covers depth 2 and 3"):  # depth 2, 3: `DeepNetwork`
+        Network(eqx.nn.MLP(4, 1, 3, depth=4, key=KEY))
     with pytest.raises(NeuronError, match="recognises"):
         Network(eqx.nn.Linear(3, 3, key=KEY))
     with pytest.raises(TypeError, match="W0"):

@@ -56,7 +56,8 @@ _HOMES = {
     "GLVTrajectory": "nqf.solvers.kernels",
     **dict.fromkeys(("Asymptote", "OracleSolution"), "nqf.theory"),
     "SampleOracleSolution": "nqf.theory.samplewise",
-    **dict.fromkeys(("Comparison", "Plan", "Prediction", "Recording"), "nqf.network"),
+    **dict.fromkeys(("Comparison", "Plan", "Prediction", "Recording", "DeepPrediction"), "nqf.network"),
+    "DeepPath": "nqf.network._deep",
 }
 
 

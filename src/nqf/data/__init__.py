@@ -40,6 +40,7 @@ from ._extract import (
     module_fn,
 )
 from ._network import Network, NeuronError, PrecisionWarning
+from ._deep_network import DeepNetwork
 from . import datasets, modules, structure
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "extract_report",
     "module_fn",
     "Network",
+    "DeepNetwork",
     "NeuronError",
     "PrecisionWarning",
     "ExtractionReport",

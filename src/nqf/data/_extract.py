@@ -343,6 +343,17 @@ def _quadratic(model, W):
     return model.outputs_factor(W, jnp.sum(W, axis=1))
 
 
+def _refuse_deep(f) -> None:
+    """A `DeepNetwork` has no one-layer NQF: `TypeError` naming `f` and the ways out."""
+    from ._deep_network import DeepNetwork
+
+    if isinstance(f, DeepNetwork):
+        raise TypeError(
+            f"`f` is a deep network ({f!r}): it has no one-layer NQF. nqf.predict solves its multi-layer NQF "
+            "(Theorem 14); for one layer with the others frozen, name its neurons: nqf.Network(module, neurons=...)."
+        )
+
+
 def extract_report(
     f: Callable[[Float[Array, "p d"], Any], ArrayLike],
     x: PyTree[Float[ArrayLike, "m ..."]],
@@ -428,6 +439,7 @@ def extract_report(
     **Raises:** as `extract`.
     """
     require_x64()  # in float32 the symmetry check fails at ~1e-7 and would blame the module
+    _refuse_deep(f)
     if on_error not in ("raise", "warn"):
         raise ValueError(f"`on_error` must be 'raise' or 'warn'; found {on_error!r}.")
     if normalization not in _NORMALIZATIONS:

@@ -31,6 +31,10 @@ told otherwise.
   Linear): the first layer's output units (weight and bias) and the second layer's inputs; the
   second layer's bias frozen.
 
+A chain of 3 or 4 Linear layers (an `eqx.nn.MLP` of depth 2 or 3, or equinox / flax.nnx Linear
+layers with one pointwise activation) is a `nqf.data.DeepNetwork` (`Network(module)` returns one):
+the multi-layer NQF's layout, one `Network` per NQF layer (`nqf.data._deep_network`).
+
 Anything else is named explicitly: ``neurons={"l1.kernel": 1, "l1.bias": 0, "l2.kernel": 0}``
 (paths as written in Python, ``"layers[0].weight"`` or ``"layers.0.weight"``; or callables
 ``where(module) -> array`` as in `equinox.tree_at`), in the order their slices are stacked in
@@ -61,6 +65,9 @@ from .._core._config import require_x64
 from .._core._errors import NQFWarning
 
 __all__ = ["Network", "NeuronError", "PrecisionWarning"]
+
+
+_DEEP_CHAIN: list = []  # [(is_deep, DeepNetwork)], registered by `nqf.data._deep_network` (no import cycle)
 
 
 class NeuronError(ValueError):
@@ -318,6 +325,15 @@ class Network:
     of another kind, or a plain function without `W0`; `ValueError` for a module that computes in
     float32 after its parameters were cast to float64.
     """
+
+    def __new__(cls, module: Any = None, neurons: Any = "auto", *args: Any, **kwargs: Any):
+        """A `nqf.data.DeepNetwork` for a deep chain of Linear layers with ``neurons="auto"``
+        (`nqf.data._deep_network`), else a `Network`."""
+        if cls is Network and module is not None and _DEEP_CHAIN:
+            is_deep, deep_network = _DEEP_CHAIN[0]
+            if is_deep(module, neurons, kwargs.get("W0")):
+                return object.__new__(deep_network)
+        return object.__new__(cls)
 
     def __init__(
         self,

@@ -8,11 +8,12 @@ the agreement, the ignition and drop times, and when the network leaves the NQF.
 
 May import `nqf._core`, `nqf.data`, `nqf.dynamics`, `nqf.solvers` and `nqf.theory`. Private
 modules: `_inputs`, `_plan`, `_predict`, `_events`, `_departure`, `_record`, `_compare`, `_heldout` (held-out data),
-`_plot`.
+`_plot`, `_deep` (deep networks: the multi-layer NQF).
 """
 
 from .._core._exports import publish as _publish
 from ._compare import Comparison, compare
+from ._deep import DeepPrediction
 from ._plan import Plan, plan
 from ._predict import FrozenParameterWarning, HorizonWarning, InitScaleWarning, Prediction, predict
 from ._record import Recording, record
@@ -21,6 +22,7 @@ __all__ = [
     "Plan",
     "plan",
     "Prediction",
+    "DeepPrediction",
     "predict",
     "Recording",
     "record",

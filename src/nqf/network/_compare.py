@@ -143,6 +143,7 @@ class Comparison(Saveable):
             "gap_tol": self.gap_tol,
             "time_rtol": self.time_rtol,
             "verdicts": dict(self.verdicts),
+            **_layers(self.prediction, self.recording),
         }
 
     def plot(
@@ -163,6 +164,12 @@ class Comparison(Saveable):
         from ._plot import plot_prediction
 
         return plot_prediction(self.prediction, self, ax=ax, logx=logx, logy=logy, gap=gap, top=top)
+
+
+def _layers(prediction, recording) -> dict:
+    """{"layers": per-layer ignition times} for a deep network's prediction (`DeepPrediction`)."""
+    summary = getattr(prediction, "layer_summary", None)
+    return {} if summary is None else {"layers": summary(recording)}
 
 
 def _rel(a, b) -> float:

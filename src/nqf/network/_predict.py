@@ -49,7 +49,7 @@ from .._core import memory
 from .._core._checks import check_positive
 from .._core._errors import AssumptionError, NQFWarning
 from .._core.io import Saveable
-from ..data import AbstractCommutingData, DegenerateWarning, FeedForwardData, Network, NQFModel, extract
+from ..data import AbstractCommutingData, DeepNetwork, DegenerateWarning, FeedForwardData, Network, NQFModel, extract
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics import closed_sgd
 from ..dynamics._losses import as_loss
@@ -70,6 +70,9 @@ if TYPE_CHECKING:
     from ._record import Recording
 
 __all__ = ["Prediction", "predict", "FrozenParameterWarning", "HorizonWarning", "InitScaleWarning"]
+
+
+_DEEP_PREDICT: list = []  # [`nqf.network._deep.predict_deep`], registered there (no import cycle)
 
 
 class FrozenParameterWarning(NQFWarning):
@@ -364,7 +367,9 @@ def predict(
 
     **Arguments:**
 
-    - `network`: an `nqf.Network`, or an equinox / flax.nnx module (neurons ``"auto"``).
+    - `network`: an `nqf.Network`, or an equinox / flax.nnx module (neurons ``"auto"``). A
+      `nqf.data.DeepNetwork` (a depth-2/3 MLP) is predicted by the multi-layer NQF (Theorem 14,
+      `nqf.network._deep`: a `DeepPrediction`; an `nqf.SGD` with a constant lr, no momentum).
     - `x`: m inputs (an array or a pytree with leading axis m); `y`: labels (m,) or (m, k).
     - `training`: an `nqf.Flow` or `nqf.SGD` (lr a scalar, an optax schedule or per-step
       rates; time t = sum of the rates). The keywords of earlier versions (`t1`, `lr`, `steps`,
@@ -452,6 +457,12 @@ def predict(
         )
     t_start = time.perf_counter()
     net = as_network(network)
+    if isinstance(net, DeepNetwork):  # a deep chain: the multi-layer NQF (Theorem 14, `_deep`)
+        (predict_deep,) = _DEEP_PREDICT  # registered by `nqf.network._deep` (imported with nqf.network)
+        opts: dict[str, Any] = {"ts": ts, "estimate_departure": estimate_departure, "x_test": x_test}
+        opts.update(departure_neurons=departure_neurons, extract_options=extract_options, step_values=step_values)
+        opts.update(rho=rho, target=target, phase_tol=phase_tol, gap_tol=gap_tol)
+        return predict_deep(net, x, y, training, save_every=save_every, W0=W0, init_scale=init_scale, options=opts)
     x, y2, m, k = check_data(net, x, y, training.loss)
     ell = as_loss(training.loss, k)
     test = heldout.check_test(net, x, y, y2, x_test, y_test, ell)
