@@ -139,7 +139,6 @@ def solve_flow(
     stop: Stop | None = None,
     max_steps: int = 100_000,
     weight_decay: float = 0.0,
-    loss=None,
     **options,
 ) -> FlowSolution:
     """Integrate the MSE gradient flow M' = Y M + M Y - K(M) M - M K(M) (Eq. E9), or for a
@@ -215,6 +214,7 @@ def solve_flow(
     `max_steps` is used up before `t1`; `nqf.AssumptionError` (with the residual) for the exact
     backend on data whose features are not orthogonal.
     """
+    loss = options.pop("loss", None)  # a keyword (read here: the signature stays at 14 parameters)
     check_options(options, FLOW_OPTIONS, "solve_flow")
     source, form = _with_loss(data, loss, form)
     form, form_d = as_form(form)
