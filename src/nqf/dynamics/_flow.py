@@ -106,17 +106,11 @@ def jac_glv_reduced(t: Float[ArrayLike, ""], G: Float[Array, " m"], args: tuple[
     return -(8.0 / data.m) * (data.Lambda * z) @ data.Lambda.T
 
 
-class FactoredG(eqx.Module):
-    """An `NQFModel` (Eq. E2) with its linear coefficients stored as factors: g(x_mu) = U_mu V,
-    i.e. G = U V with U (m, r), V (r, p). The "M-mu" right-hand side then forms G mu = U (V mu)
-    and sum_mu c_mu g(x_mu) = (c^T U) V in O((m + p) r) instead of two passes over the dense
-    (m, p) array. Same outputs and flow as the model, to rounding. Built by `factor_linear_term`
-    (`nqf.solve_flow` does it for the "M-mu" form); `model` is the model without g (B, f0 kept).
-    """
+class _ModelView(eqx.Module):
+    """A wrapper of an `NQFModel` (`model`) that reads its data, labels, sizes and f0 from it
+    (`FactoredG`, `WithLoss`)."""
 
-    model: NQFModel
-    U: Float[Array, "m r"]
-    V: Float[Array, "r p"]
+    model: Any
 
     @property
     def data(self):
@@ -138,6 +132,19 @@ class FactoredG(eqx.Module):
     def f0(self):
         return self.model.f0
 
+
+class FactoredG(_ModelView):
+    """An `NQFModel` (Eq. E2) with its linear coefficients stored as factors: g(x_mu) = U_mu V,
+    i.e. G = U V with U (m, r), V (r, p). The "M-mu" right-hand side then forms G mu = U (V mu)
+    and sum_mu c_mu g(x_mu) = (c^T U) V in O((m + p) r) instead of two passes over the dense
+    (m, p) array. Same outputs and flow as the model, to rounding. Built by `factor_linear_term`
+    (`nqf.solve_flow` does it for the "M-mu" form); `model` is the model without g (B, f0 kept).
+    """
+
+    model: NQFModel
+    U: Float[Array, "m r"]
+    V: Float[Array, "r p"]
+
     @property
     def has_mean_field(self) -> bool:
         return True
@@ -153,7 +160,7 @@ class FactoredG(eqx.Module):
 
 
 @register  # nqf.save / nqf.load (a FlowSolution of solve_flow(loss=...))
-class WithLoss(eqx.Module):
+class WithLoss(_ModelView):
     """An `NQFModel` (or its `FactoredG` form) trained on another loss than MSE (`nqf.PerSampleLoss`):
     the "M-mu" flow (Eq. E10) with l'_x = (1/m) w ell'(f_x, y_x) on its m data rows
     (`PerSampleLoss.grad`; rows mu k + o, the labels `model.y` the loss's label rows). Same
@@ -174,26 +181,6 @@ class WithLoss(eqx.Module):
     @property
     def loss(self) -> PerSampleLoss:
         return PerSampleLoss(_NAMED[self.name] if self.fn is None else self.fn, self.k)
-
-    @property
-    def data(self):
-        return self.model.data
-
-    @property
-    def y(self):
-        return self.model.y
-
-    @property
-    def m(self) -> int:
-        return self.model.m
-
-    @property
-    def p(self) -> int:
-        return self.model.p
-
-    @property
-    def f0(self):
-        return self.model.f0
 
     @property
     def has_mean_field(self) -> bool:
