@@ -32,6 +32,9 @@ Models (each as a user writes it: `nqf.Network(module)` with ``neurons="auto"``)
   loss on the last third predicted (`predict(x_test=, y_test=)`) and measured (`record`);
 - ``MLP, cross-entropy (10 classes)``: 10 outputs trained on the softmax cross-entropy of the
   integer digit classes (`nqf.SGD(loss="cross_entropy")`), lr 0.1, targets at the horizon;
+- ``MLP depth 2 (multi-layer NQF)``: `eqx.nn.MLP(64, 1, 64, depth=2, tanh)` (quick: width 8), init
+  0.3, every layer trained (`record(train="all")`), predicted by the multi-layer NQF (Theorems
+  14/15, each layer's structure functions by autodiff);
 - ``MLP, Adam``: the first MLP trained with `optax.adam(1e-3)` for the same number of steps
   (not predicted: Adam is not closed on M, Theorem 2; reported against the SGD prediction).
 
@@ -172,6 +175,14 @@ def _models(quick: bool):
             dict(lr=0.1, steps=int(1500 * s), init_scale=0.01, target="horizon", loss="cross_entropy"),
             "sgd",
         ),
+        (
+            "MLP depth 2 (multi-layer NQF)",
+            lambda key: eqx.nn.MLP(
+                64, 1, width // 4, depth=2, activation=jnp.tanh, use_bias=False, use_final_bias=False, key=key
+            ),
+            dict(lr=0.05, steps=int(2000 * s), init_scale=0.3, target="phase_end", estimate_departure=False),
+            "deep",
+        ),
         ("MLP, Adam", mlp(), sgd, "adam"),
     ]
 
@@ -205,6 +216,21 @@ def _training(opts: dict) -> SGD:
         momentum=opts.pop("momentum", 0.0),
         loss=opts.pop("loss", "mse"),
     )
+
+
+def _deep_checks(name, net, pred, run) -> list[dict]:
+    """The checks of a deep model (the multi-layer NQF's own correctness is tests/network/test_deep.py's:
+    autodiff structure against hand-written layers, exact on a deep linear chain): the layout round
+    trip and the recorded start."""
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((net.p, net.d)) * (np.asarray(net.W) != 0)  # the block-diagonal pattern
+    roundtrip = float(np.abs(np.asarray(net.to_W(net.with_params_W(net.params, W))) - W).max())
+    M0 = pred.W0 @ pred.W0.T
+    start = float(np.abs(run.M[0] - M0).max() / np.abs(M0).max())
+    return [
+        check(f"predict {name}: layout round trip module -> W -> module (max abs error)", roundtrip, 0.0),
+        check(f"predict {name}: recorded M(0) vs W0 W0^T (relative)", start, 1e-14),
+    ]
 
 
 def _checks(name, net, pred, run, x, y) -> list[dict]:
@@ -390,7 +416,10 @@ def run_model(name, build, opts, optimizer, x, digits, key_seed: int = 0):
     warned = sorted({w.category.__name__ for w in caught})
     edge = any("stability edge" in str(w.message) for w in caught)
     t0 = time.perf_counter()
-    run = pred.record(optimizer=optax.adam(1e-3), label="adam") if optimizer == "adam" else pred.record()
+    if optimizer == "adam":
+        run = pred.record(optimizer=optax.adam(1e-3), label="adam")
+    else:  # a deep network trains every array (its layers are all NQF layers)
+        run = pred.record(train="all") if optimizer == "deep" else pred.record()
     t_record = time.perf_counter() - t0
     cmp = compare(pred, run)
     s = cmp.summary()
@@ -422,7 +451,13 @@ def run_model(name, build, opts, optimizer, x, digits, key_seed: int = 0):
     }
     row["settings"].pop("x_test", None)
     row["settings"].pop("y_test", None)
-    checks = [] if optimizer == "adam" else _checks(name, net, pred, run, pred.x, pred.y)
+    checks = (
+        []
+        if optimizer == "adam"
+        else _deep_checks(name, net, pred, run)
+        if optimizer == "deep"
+        else _checks(name, net, pred, run, pred.x, pred.y)
+    )
     return row, checks, _claims(name, cmp, optimizer == "adam", edge) + _test_claims(name, s.get("test")), cmp
 
 
