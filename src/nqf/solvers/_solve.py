@@ -39,6 +39,7 @@ from ..dynamics._flow import WithLoss, check_form, factor_linear_term
 from ..dynamics._losses import as_loss
 from ..dynamics._train_args import loss_inputs
 from . import _distributed as _dist
+from ._accuracy import with_accuracy
 from ._backends import BACKENDS, CVODE, LSODA, AbstractBackend, Exact, Problem  # noqa: F401  (Exact, ...: old home)
 from ._core import (  # noqa: F401  (re-exported: the names of this module before the split)
     SOLVERS,
@@ -123,6 +124,7 @@ FLOW_OPTIONS = (
 )
 
 
+@with_accuracy
 def solve_flow(
     data: AbstractData | NQFModel,
     *,

@@ -95,6 +95,7 @@ from ..data._model import NQFModel
 from ..data._operators import AbstractCommutingData, AbstractData, DiagonalData
 from ..dynamics._flow import check_form
 from . import _distributed as _dist
+from ._accuracy import with_accuracy
 from ._core import _FlowArgs, _FlowConfig, _make_solver, _partition_solver, _solve_core, _solve_filter_jit
 from ._forms import FORMS, AbstractForm, JointForm, _joint_rhs, _member_rms_max, as_form  # noqa: F401
 from ._initial import _check_mode_strengths, _check_solve_memory, _initial_state, _time_grid
@@ -642,6 +643,7 @@ SWEEP_OPTIONS = (
 )
 
 
+@with_accuracy
 def solve_sweep(
     data,
     *,
