@@ -24,7 +24,7 @@ Fig. 3) make the estimate conservative by up to 1.6x at r1/r2 = 10.
 again at r_next = 0.5 r (a / (4 estimate))^(1/alpha), clipped to [r / 10^4, r / 3] and to
 >= 1e-14 (the tightest rtol float64 solves support), and estimate from the last two solves. The
 factor 4 is a safety margin: on Fig. 3, the MLP problem and the power law (rtol 1e-3 .. 1e-13,
-ratios 3, 10, 30) the true error of the tighter solve was 0.14 to 4.6 times the estimate
+ratios 3, 10, 30) the true error of the tighter solve was 0.14 to 4.9 times the estimate
 (median 0.7), so stopping at a / 4 meets the target where the estimate comes out low. At most
 `MAX_SOLVES` solves; a target that is not met raises `ValueError` naming `accuracy`. Sweeps
 share one rtol: the loop runs until every successful member's estimate meets a / 4. The

@@ -103,7 +103,9 @@ class FlowSolution(Saveable):
       in another form: its data with labels y - f0, the same flow).
     - `stats`: solver statistics {num_steps, num_accepted_steps, num_rejected_steps, max_steps}
       (plus nfev, njev for ``solver="lsoda"`` and ``"cvode"``; CVODE's step counts are -1, its
-      step times `step_times`); `result`: diffrax's result message (under
+      step times `step_times`; with ``accuracy=``: ``global_error``, the estimated global
+      relative error of the saved z or M, ``rtol`` chosen and ``accuracy_solves``, see
+      `solve_flow`); `result`: diffrax's result message (under
       tracing: its integer code); `successful`: True if the solve reached t1.
     - `model`: the `NQFModel` that was passed (None for a bare data set); `d`: the width used by
       the ``"M-mu"`` form (None for the other forms); `method`: ``"ode"`` or ``"exact"``.

@@ -433,7 +433,9 @@ class SweepSolution(Members, Saveable):
     - `data`: the members' data sets (a list of length B; the same object repeated when one data
       set was swept over initial conditions); `init`: initial conditions (B, ...) (M0, W0, or
       the mode strengths z0 (B, p) when `init_is_z`).
-    - `stats`: {num_steps, num_accepted_steps, num_rejected_steps: int arrays (B,), max_steps};
+    - `stats`: {num_steps, num_accepted_steps, num_rejected_steps: int arrays (B,), max_steps}
+      (with ``accuracy=``: also ``global_error`` (B,), the estimated global relative error of
+      each member (NaN for a failed one), ``rtol`` and ``accuracy_solves``, see `solve_flow`);
       `results`: diffrax's result message per member; `successful`: bool array (B,).
     - `atol`: the absolute tolerance of each member (B,) (`solve_flow`'s default rule, per
       member, unless given).
@@ -715,6 +717,9 @@ def solve_sweep(
       `result`; ``throw=False``: marked in `successful` / `results`); option ``timeout``
       (seconds, the whole sweep, with an executor) bounds the wait (`TimeoutError` naming the
       unfinished members); ``mode="host"``.
+    - Option ``accuracy``: the global relative error to reach, as in `solve_flow` (one rtol
+      shared by the members, tightened until every successful member's estimate is at most
+      accuracy / 4); `stats` gains ``global_error`` (B,), ``rtol`` and ``accuracy_solves``.
     - Option ``checkpoint``: a directory: run the members in chunks of `chunk_size` (JAX sweeps: default
       B/16 rounded up, each chunk one compiled sub-sweep) and save each finished chunk there
       (`nqf.save` format) with a fingerprint of the arguments; a rerun with the same arguments
