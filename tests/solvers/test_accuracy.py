@@ -39,6 +39,8 @@ def test_sweep_meets_the_accuracy_for_every_member():
     for i, e in enumerate(eps):
         true = rel_z(sw.z[i], np.asarray(nqf.theorem6(FIG3, TS, M0=e * np.eye(5)).z))
         assert true <= 1e-7 and true / 10 <= est[i] <= 10 * true
+    with pytest.raises(ValueError, match="drop `checkpoint`"):
+        nqf.solve_sweep(FIG3, eps=eps, t1=250.0, ts=TS, accuracy=1e-7, checkpoint="unused-dir")
 
 
 def test_factor_form_measure_is_the_relative_change_of_M():

@@ -57,8 +57,8 @@ def check_accuracy(accuracy, kwargs: dict) -> float:
     """`accuracy` as a float in [1e-13, 1), and the call's other settings compatible with it.
 
     **Raises:** `TypeError` for a non-real `accuracy` or traced arguments; `ValueError` for a value
-    out of range, `rtol` / `atol` / `stepsize_controller` given too, ``save="loss"``, or the exact
-    backend."""
+    out of range, `rtol` / `atol` / `stepsize_controller` or a sweep's `checkpoint` given too,
+    ``save="loss"``, or the exact backend."""
     a = real_scalar(accuracy, "accuracy", "in [1e-13, 1)")
     if not (math.isfinite(a) and ACCURACY_MIN <= a < 1.0):
         raise ValueError(
@@ -74,6 +74,11 @@ def check_accuracy(accuracy, kwargs: dict) -> float:
     saveat = kwargs.get("saveat")
     if kwargs.get("save", getattr(saveat, "what", "state")) != "state":
         raise ValueError("`accuracy` measures the error of the saved state: use save='state' (the default).")
+    if kwargs.get("checkpoint") is not None:  # each solve has its own rtol: a checkpoint holds one
+        raise ValueError(
+            "`accuracy` runs the sweep at several tolerances, and a `checkpoint` directory keeps one "
+            "solve: drop `checkpoint`, or checkpoint a sweep at a fixed `rtol`."
+        )
     if kwargs.get("method") == "exact" or isinstance(kwargs.get("solver"), Exact):
         raise ValueError("`accuracy` chooses the tolerance of an ODE solve; the exact backend has none: drop it.")
     return a

@@ -204,18 +204,11 @@ def solve_flow(
     - `**options`: the keyword aliases above, and ``progress`` (diffrax's text progress meter)
       and ``memory_budget`` (bytes this call may allocate; `nqf.memory`: the saved states, stage
       vectors, a stiff solver's dense matrices and a dense output are estimated first).
-    - ``accuracy`` (option; float in [1e-13, 1)): the global relative error to reach, instead of
-      a tolerance. The solve runs at decreasing rtol (default atol rule), estimates the global
-      error of its tightest solve from the difference of the last two (`nqf.solvers._accuracy`)
-      and returns that solve once the estimate is at most accuracy / 4 (a safety margin),
-      usually after 2-4 solves. Error measure: max over the saved times of
-      |x(t) - x_true(t)| / |x_true(t)|, x = z (Euclidean norm) for commuting data, else M
-      (Frobenius norm). `stats` gains ``global_error`` (the estimate), ``rtol`` (the rtol
-      chosen; also in `settings`) and ``accuracy_solves``. Works with the diffrax solvers and
-      ``"lsoda"`` / ``"cvode"``; not with ``rtol`` / ``atol`` / `stepsize_controller`,
-      ``save="loss"``, the exact backend, or under jit / vmap / grad. Measured (Fig. 3, the MLP
-      problem, the power law; docs/numerics.md): the target met, the estimate within 7x of the
-      true error.
+    - ``accuracy`` (option, in [1e-13, 1)): the global relative error to reach (max over saved
+      times of |x - x_true| / |x_true|, x = z or, for other data, M): solves at decreasing rtol
+      until a two-tolerance estimate is <= accuracy / 4 (`nqf.solvers._accuracy`,
+      docs/numerics.md); `stats` gains ``global_error``, ``rtol``, ``accuracy_solves``. Not
+      with rtol / atol / `stepsize_controller`, save="loss", the exact backend, under jit.
 
     **Returns:** a `FlowSolution`.
 
@@ -224,9 +217,7 @@ def solve_flow(
     model with g or B solved in a form other than ``"M-mu"``, ``"M-mu"`` from `M0` without `mu0`
     and `d` (or `mu0`/`d` with `W0` or another form), `d` not an integer >= 1, non-positive
     tolerances, bad `ts`, an alias given with the object it folds into, a non-MSE `loss` with a
-    form other than ``"M-mu"`` / ``"auto"``, an ``accuracy`` out of range, given with a
-    tolerance, or not reached (naming the estimate at rtol = 1e-14 or after 6 solves);
-    `TypeError` for ``accuracy`` under jit / vmap / grad; `MaxStepsReached` if
+    form other than ``"M-mu"`` / ``"auto"``, a bad or unreached ``accuracy``; `MaxStepsReached` if
     `max_steps` is used up before `t1`; `nqf.AssumptionError` (with the residual) for the exact
     backend on data whose features are not orthogonal.
     """

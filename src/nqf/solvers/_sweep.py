@@ -719,7 +719,7 @@ def solve_sweep(
       unfinished members); ``mode="host"``.
     - Option ``accuracy``: the global relative error to reach, as in `solve_flow` (one rtol
       shared by the members, tightened until every successful member's estimate is at most
-      accuracy / 4); `stats` gains ``global_error`` (B,), ``rtol`` and ``accuracy_solves``.
+      accuracy / 4; not with ``checkpoint``); `stats` gains ``global_error`` (B,), ``rtol``, ``accuracy_solves``.
     - Option ``checkpoint``: a directory: run the members in chunks of `chunk_size` (JAX sweeps: default
       B/16 rounded up, each chunk one compiled sub-sweep) and save each finished chunk there
       (`nqf.save` format) with a fingerprint of the arguments; a rerun with the same arguments
