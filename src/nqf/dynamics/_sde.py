@@ -86,6 +86,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from .._core import memory
 from .._core._checks import as_array, is_traced
 from .._core._config import require_x64
 from .._core.io import Saveable
@@ -439,6 +440,29 @@ def _keys(key, n_paths):
     return jax.random.split(k, int(n_paths)), True
 
 
+def _check_paths_memory(key, n_paths, n_saved: int, p: int, m: int, form: str, commuting: bool) -> None:
+    """Raise `nqf.memory.MemoryBudgetError` before `sgd_sde` splits its keys and runs the
+    vmapped ensemble over the budget: per path its key, the saved values at `n_saved` times (z
+    in log space; M, and z for commuting data, in M space; (M, mu) in the "M-mu" form; the
+    loss) and the working state of the vmapped solve (~20 states and noise vectors of size m)."""
+    if n_paths is not None:
+        if isinstance(n_paths, (bool, np.bool_)) or not isinstance(n_paths, (int, np.integer)) or n_paths < 1:
+            raise ValueError(f"`n_paths` must be an integer >= 1 or None; found {n_paths!r}.")
+        paths = int(n_paths)
+    else:
+        paths = int(np.shape(key)[0]) if np.ndim(key) == 1 else 1
+    state = p if form == "log_z" else p * p + p
+    saved = p if form == "log_z" else p * p + (p if commuting or form == "M-mu" else 0)
+    per_path = 8.0 * (2 + n_saved * (saved + 1) + 20 * (state + m))
+    memory.check(
+        paths * per_path,
+        f"sgd_sde: {paths} paths (n_paths) x {n_saved} saved times (ts) of {saved + 1} values each, "
+        f"with the vmapped solve's working state",
+        "fewer `n_paths` per call (run the ensemble in chunks of keys: `key` a 1-d array of seeds, "
+        "and concatenate), or fewer saved times `ts`.",
+    )
+
+
 def sgd_sde(
     data: AbstractData | NQFModel,
     M0: Float[ArrayLike, "p p"] | Float[ArrayLike, " p"],
@@ -562,6 +586,7 @@ def sgd_sde(
         raise TypeError(
             f"`solver` must be a diffrax SDE solver (AbstractItoSolver or AbstractStratonovichSolver); found {solver!r}."
         )
+    _check_paths_memory(key, n_paths, len(ts), p, m, form, commuting)
     keys, batched = _keys(key, n_paths)
     s2 = _kappa(m, b, bool(replace)) / (b * m)
     if form == "log_z":
