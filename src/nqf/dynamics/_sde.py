@@ -416,7 +416,7 @@ def _check_float64(x, name):
 
 def _check_ts(ts):
     ts = np.asarray(as_array(ts, "ts", ndim=1, host=True))
-    if ts.size < 1 or ts[0] < 0 or np.any(np.diff(ts) < 0) or ts[-1] <= 0:
+    if ts.size < 1 or ts[0] < 0 or np.any(ts[1:] < ts[:-1]) or ts[-1] <= 0:
         raise ValueError(f"`ts` must be non-decreasing times >= 0 with ts[-1] > 0; found {ts!r}.")
     return ts
 

@@ -281,7 +281,7 @@ def theorem6(
             detail="Residual: |sum_mu lambda_{mu,k} lambda_{mu,j}| / (|lambda_k| |lambda_j|).",
         )
     p = cdata.p
-    ts = _times(ts)
+    ts = _times(ts, p, "theorem6")
     if (M0 is None) == (W0 is None):
         raise ValueError("Give exactly one initial condition: `M0` (p, p) or `W0` (p, d).")
     if W0 is not None:
@@ -528,7 +528,7 @@ def theorem7(data: AbstractData, ts, *, M0, weight_decay: float = 0.0, tol: floa
     _check_data(data)
     p = data.p
     data, c = _check_isotropic(data, tol, theorem)
-    ts = _times(ts)
+    ts = _times(ts, p, "theorem7")
     M0 = _initial_M(M0, p)
     with jax.ensure_compile_time_eval():  # concrete parts inside someone's jit: evaluated at once
         g, V = jnp.linalg.eigh(data.Y())
