@@ -12,17 +12,22 @@ from .._core._checks import as_array, check, check_psd, check_symmetric, is_trac
 from ._operators import AbstractData
 
 
-def _times(ts, p: int | None = None, where: str = "The oracle"):
-    """Gradient-flow times (n,) >= 0: a numpy array for concrete `ts`; traced, a float64 JAX
-    array with t >= 0 checked at run time (`check`). With `p`, `nqf.memory.MemoryBudgetError`
-    first if the oracle's ~3 (n, p, p) arrays (M(t), its rotated copy, the result) exceed the budget."""
-    if p is not None:
+def check_times_memory(ts, p, where: str) -> None:
+    """Raise `nqf.memory.MemoryBudgetError` before an oracle builds ~3 (n, p, p) arrays (M(t),
+    its rotated copy, the result) at the n times `ts` over the budget; nothing for p = None (a
+    data argument without p: the oracle's own check names it)."""
+    if isinstance(p, (int, np.integer)):
         n = int(np.shape(ts)[0]) if np.ndim(ts) == 1 else 1
         memory.check(
             8.0 * n * (3 * p * p + 2 * p),
             f"{where}: M(t) (p, p) = ({p}, {p}) at {n} times (ts)",
             "fewer times `ts` per call (split them and concatenate).",
         )
+
+
+def _times(ts):
+    """Gradient-flow times (n,) >= 0: a numpy array for concrete `ts`; traced, a float64 JAX
+    array with t >= 0 checked at run time (`check`)."""
     ts = as_array(ts, "ts", ndim=1, host=True)
     if is_traced(ts):
         ts = jnp.asarray(ts, dtype=jnp.float64)

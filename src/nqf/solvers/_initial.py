@@ -70,7 +70,7 @@ def solve_bytes(
     copies = DATA_COPIES * _data_bytes(data)  # shared by the members
     if copies > total:
         return total + copies, "the solver's copies of the data's arrays (A)"
-    return total + copies, max(parts, key=parts.get)
+    return total + copies, max(parts, key=lambda k: parts[k])
 
 
 # Copies of the data's arrays that a solve holds besides the user's own (measured on DenseData,

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -481,11 +482,12 @@ def closed_sgd_sweep(
     for name, x, ndim in (("W0", W0, 2), ("M0", M0, 2), ("mu0", mu0, 1)):
         if x is not None and np.ndim(x) == ndim + 1:
             sizes[name] = np.shape(x)[0]
-    members = max([1, *sizes.values(), np.shape(key)[0] if np.ndim(key) == 1 else 1])  # checked below
-    if np.ndim(batch_indices) == 3:
-        members = max(members, np.shape(batch_indices)[0])
+    keys, rows = cast(Any, key), cast(Any, batch_indices)
+    members = max([1, *sizes.values(), np.shape(keys)[0] if np.ndim(keys) == 1 else 1])  # checked below
+    if np.ndim(rows) == 3:
+        members = max(members, np.shape(rows)[0])
     check_saves_memory("closed_sgd_sweep", steps, save_every, maps.saved_floats(model), members, " or members per call")
-    if batch_size is not None and np.ndim(key) == 1:  # one schedule per member, drawn at once
+    if batch_size is not None and np.ndim(keys) == 1:  # one schedule per member, drawn at once
         check_schedule_memory(loss_inputs(loss, model.m), int(batch_size), steps, members)
     idx, idx_batched, seeds, n_idx = _schedules(batch_indices, batch_size, key, loss_inputs(loss, model.m), steps)
     idx = expand_rows(idx, loss.k)  # a loss coupling k outputs: batches select inputs (all k rows)
