@@ -57,8 +57,8 @@ def _cases():
             lambda: (fig3(),),
             lambda d: nqf.sgd_sde(d, z5, lr=1e-3, batch_size=2, ts=[0.0, 1.0], key=0, n_paths=10**9),
         ),
-        "sgd_sde ts=1e8 points": (
-            lambda: (fig3(), np.linspace(0.0, 1.0, 10**8)),
+        "sgd_sde ts=3e7 points": (
+            lambda: (fig3(), np.linspace(0.0, 1.0, 3 * 10**7)),
             lambda d, ts: nqf.sgd_sde(d, z5, lr=1e-3, batch_size=2, ts=ts, key=0, n_paths=4),
         ),
         # closed_sgd: saved states, the batch schedule, step times
