@@ -7,8 +7,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core import memory
 from .._core._checks import as_array, check, check_psd, check_symmetric, is_traced, shape_str
 from ._operators import AbstractData
+
+
+def check_times_memory(ts, p, where: str) -> None:
+    """Raise `nqf.memory.MemoryBudgetError` before an oracle builds ~3 (n, p, p) arrays (M(t),
+    its rotated copy, the result) at the n times `ts` over the budget; nothing for p = None (a
+    data argument without p: the oracle's own check names it)."""
+    if isinstance(p, (int, np.integer)):
+        n = int(np.shape(ts)[0]) if np.ndim(ts) == 1 else 1
+        memory.check(
+            8.0 * n * (3 * p * p + 2 * p),
+            f"{where}: M(t) (p, p) = ({p}, {p}) at {n} times (ts)",
+            "fewer times `ts` per call (split them and concatenate).",
+        )
 
 
 def _times(ts):

@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .._core import memory
+
 if TYPE_CHECKING:
     from ..data._model import NQFModel
 
@@ -58,7 +60,8 @@ def batch_indices(key: PRNGKeyArray | int, m: int, batch_size: int, steps: int) 
     **Returns:** an int32 array of shape (steps, batch_size).
 
     **Raises:** `ValueError` if `batch_size` is not in [1, m] or `m`, `steps` are not integers
-    >= 1; `TypeError` for a bad key.
+    >= 1; `TypeError` for a bad key; `nqf.memory.MemoryBudgetError` before drawing a schedule
+    over the memory budget (`check_schedule_memory`).
     """
     m = _check_count(m, "m")
     steps = _check_count(steps, "steps")
@@ -69,7 +72,21 @@ def batch_indices(key: PRNGKeyArray | int, m: int, batch_size: int, steps: int) 
             f"`batch_size` must be an integer in [1, m={m}] (a batch draws distinct training "
             f"inputs); found {batch_size}."
         )
+    check_schedule_memory(m, int(batch_size), steps)
     return _draw(_as_key(key), m, batch_size, steps)
+
+
+def check_schedule_memory(m: int, batch_size: int, steps: int, members: int = 1) -> None:
+    """Raise `nqf.memory.MemoryBudgetError` before `_draw` builds `members` schedules over the
+    budget: per step m uniform float64 draws and their int64 argsort, then b int32 indices."""
+    nbytes = 8.0 * members * steps * (2 * m + batch_size / 2)
+    count = f"{members} members x " if members > 1 else ""
+    memory.check(
+        nbytes,
+        f"The batch schedule ({count}steps={steps} rows of batch_size={batch_size} out of m={m} "
+        "inputs, drawn from steps x m uniform draws)",
+        "fewer `steps` per call (continue from the last state), or your own `batch_indices`.",
+    )
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))

@@ -48,6 +48,7 @@ from ._train_args import (
     check_lr,
     check_momentum,
     check_nesterov,
+    check_saves_memory,
     check_weight_decay,
     loss_inputs,
     resolve_loss_batches,
@@ -234,6 +235,7 @@ class MapTerm(diffrax.AbstractTerm):
             )
         if saveat is None:
             saveat = diffrax.SaveAt(t0=True, steps=True, fn=self.save_M)
+        _check_saveat_memory(saveat, self.y0, int(steps), kwargs.get("args"))
         return diffrax.diffeqsolve(
             self,
             ExactMap(),
@@ -247,6 +249,21 @@ class MapTerm(diffrax.AbstractTerm):
             max_steps=int(steps),
             **kwargs,
         )
+
+
+def _check_saveat_memory(saveat: diffrax.SaveAt, y0, steps: int, args) -> None:
+    """Raise `nqf.memory.MemoryBudgetError` before `MapTerm.solve` saves, for each `SubSaveAt`
+    with ``steps=True``, one value of its ``fn`` (shapes from `jax.eval_shape`) per step: diffrax
+    reserves that buffer for max_steps = `steps` steps up front."""
+    subs = jax.tree.leaves(saveat.subs, is_leaf=lambda x: isinstance(x, diffrax.SubSaveAt))
+    floats = 0
+    for sub in subs:
+        if sub.steps:
+            fn = sub.fn if sub.fn is not None else (lambda t, y, args: y)
+            out = jax.eval_shape(fn, 0.0, y0, args)
+            floats += sum(int(np.prod(x.shape)) for x in jax.tree.leaves(out))
+    if floats:
+        check_saves_memory("MapTerm.solve", steps, 1, floats, ways=" per call (solve again from the last state)")
 
 
 def _map_term(terms) -> MapTerm:

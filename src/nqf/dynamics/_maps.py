@@ -100,6 +100,7 @@ from ._train_args import (
     check_lr_or_rates,
     check_momentum,
     check_nesterov,
+    check_saves_memory,
     check_weight_decay,
     guard,
     loop_counts,
@@ -809,6 +810,7 @@ def closed_sgd(
         raise ValueError(f"`step_values` must be one of {STEP_VALUES}; found {step_values!r}.")
     loss = as_loss(loss)
     M0, mu0, d, L0 = _initial_order_params(model, M0, mu0, d, W0)
+    check_saves_memory("closed_sgd", steps, save_every, saved_floats(model))
     idx = resolve_loss_batches(loss, batch_indices, batch_size, key, model.m, steps)
     saved, n_saves, remainder = save_schedule(steps, save_every)
     traced = any_traced(model, lr, gamma, beta, M0, mu0, L0, idx)
@@ -827,7 +829,7 @@ def closed_sgd(
     Ms, mus, outputs, losses, extras = check_finite(out, out[0], saved, "The closed map diverged: non-finite M", lr)
     return MapTrajectory(
         steps=saved,
-        t=step_times(lr, steps)[saved],
+        t=lr * saved if np.ndim(lr) == 0 else step_times(lr, steps)[saved],  # no (steps + 1,) array
         M=Ms,
         mu=None if mu0 is None else mus,
         outputs=outputs,
@@ -841,6 +843,13 @@ def closed_sgd(
         step_loss=extras.get("step_loss"),
         step_eigenvalues=extras.get("step_eigenvalues"),
     )
+
+
+def saved_floats(model) -> int:
+    """Float64 values of one saved state of the closed map: M and L (p, p), mu (p,), outputs
+    (m,), the loss, and with momentum (P, Q) (p, p) each (`check_saves_memory`)."""
+    p = model.p
+    return 4 * p * p + p + model.m + 1
 
 
 def _numeric(traced: bool, lr, d, gamma, beta, M0, mu0, L0):

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from .._core import memory
 from .._core._checks import as_array
 from ..data._model import NQFModel
 from ._flow import is_model
@@ -155,6 +156,11 @@ def solve_modified_flow(
     if not (np.isfinite(t1) and t1 > 0):
         raise ValueError(f"`t1` must be finite and > 0 (gradient-flow time); found {t1!r}.")
     if ts is not None:
+        memory.check(  # diffrax's saved M (n, p, p) (and mu) at every time of `ts`
+            8.0 * np.size(ts) * (data.p + 1) * data.p,
+            f"solve_modified_flow: M (p, p) = ({data.p}, {data.p}) saved at {np.size(ts)} times (ts)",
+            "fewer times `ts` per call (solve again from the last state).",
+        )
         ts = np.asarray(as_array(ts, "ts", ndim=1, host=True))
         if np.any(np.diff(ts) < 0) or ts[0] < 0 or ts[-1] > t1:
             raise ValueError(f"`ts` must be non-decreasing times in [0, t1] = [0, {t1:g}]; found {ts!r}.")

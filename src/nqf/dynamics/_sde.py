@@ -86,6 +86,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from .._core import memory
 from .._core._checks import as_array, is_traced
 from .._core._config import require_x64
 from .._core.io import Saveable
@@ -415,7 +416,7 @@ def _check_float64(x, name):
 
 def _check_ts(ts):
     ts = np.asarray(as_array(ts, "ts", ndim=1, host=True))
-    if ts.size < 1 or ts[0] < 0 or np.any(np.diff(ts) < 0) or ts[-1] <= 0:
+    if ts.size < 1 or ts[0] < 0 or np.any(ts[1:] < ts[:-1]) or ts[-1] <= 0:
         raise ValueError(f"`ts` must be non-decreasing times >= 0 with ts[-1] > 0; found {ts!r}.")
     return ts
 
@@ -437,6 +438,29 @@ def _keys(key, n_paths):
     if isinstance(n_paths, (bool, np.bool_)) or not isinstance(n_paths, (int, np.integer)) or n_paths < 1:
         raise ValueError(f"`n_paths` must be an integer >= 1 or None; found {n_paths!r}.")
     return jax.random.split(k, int(n_paths)), True
+
+
+def _check_paths_memory(key, n_paths, n_saved: int, p: int, m: int, form: str, commuting: bool) -> None:
+    """Raise `nqf.memory.MemoryBudgetError` before `sgd_sde` splits its keys and runs the
+    vmapped ensemble over the budget: per path its key, the saved values at `n_saved` times (z
+    in log space; M, and z for commuting data, in M space; (M, mu) in the "M-mu" form; the
+    loss) and the working state of the vmapped solve (~20 states and noise vectors of size m)."""
+    if n_paths is not None:
+        if isinstance(n_paths, (bool, np.bool_)) or not isinstance(n_paths, (int, np.integer)) or n_paths < 1:
+            raise ValueError(f"`n_paths` must be an integer >= 1 or None; found {n_paths!r}.")
+        paths = int(n_paths)
+    else:
+        paths = int(np.shape(key)[0]) if np.ndim(key) == 1 else 1
+    state = p if form == "log_z" else p * p + p
+    saved = p if form == "log_z" else p * p + (p if commuting or form == "M-mu" else 0)
+    per_path = 8.0 * (2 + n_saved * (saved + 1) + 20 * (state + m))
+    memory.check(
+        paths * per_path,
+        f"sgd_sde: {paths} paths (n_paths) x {n_saved} saved times (ts) of {saved + 1} values each, "
+        f"with the vmapped solve's working state",
+        "fewer `n_paths` per call (run the ensemble in chunks of keys: `key` a 1-d array of seeds, "
+        "and concatenate), or fewer saved times `ts`.",
+    )
 
 
 def sgd_sde(
@@ -562,6 +586,7 @@ def sgd_sde(
         raise TypeError(
             f"`solver` must be a diffrax SDE solver (AbstractItoSolver or AbstractStratonovichSolver); found {solver!r}."
         )
+    _check_paths_memory(key, n_paths, len(ts), p, m, form, commuting)
     keys, batched = _keys(key, n_paths)
     s2 = _kappa(m, b, bool(replace)) / (b * m)
     if form == "log_z":

@@ -17,6 +17,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
+from .._core import memory
 from .._core._checks import (
     RUN_TIME,
     any_traced,  # noqa: F401 (re-exported for the simulators)
@@ -269,6 +270,20 @@ def save_schedule(steps: int, save_every: int):
     if remainder:
         saved = np.append(saved, steps)
     return saved, n_saves, remainder
+
+
+def check_saves_memory(where: str, steps: int, save_every: int, floats: int, members: int = 1, ways: str = "") -> None:
+    """Raise `nqf.memory.MemoryBudgetError` before a run of `steps` steps that saves every
+    `save_every` steps (`save_schedule`: steps // save_every + 2 saves at most) `floats` float64
+    values per save, for each of `members` members, allocates them over the memory budget."""
+    n = steps // save_every + 2
+    count = f"{members} members x " if members > 1 else ""
+    memory.check(
+        8.0 * members * n * floats,
+        f"{where}: the saved states ({count}{n - 1} saves for steps={steps}, save_every={save_every}, "
+        f"{floats} values each)",
+        f"a larger `save_every` (fewer saved states), fewer `steps`{ways}.",
+    )
 
 
 def first_nonfinite_step(saved, values) -> int | None:

@@ -52,6 +52,7 @@ from ._train_args import (
     check_hyper,
     check_lr,
     check_optax_args,
+    check_saves_memory,
     check_unit_interval,
     check_weight_decay,
     guard,
@@ -303,6 +304,10 @@ def train_w(
     W0 = as_weights(W0, model.p)
     if is_traced(W0):
         W0 = guard(W0, ~jnp.all(jnp.isfinite(W0)), "`W0` must be finite")
+    p = model.p
+    check_saves_memory(
+        "train_w", steps, save_every, int(np.size(W0)) + p * p + p + model.m + 1
+    )  # W, M, mu, outputs, loss
     idx = resolve_loss_batches(loss, batch_indices, batch_size, key, model.m, steps)
     saved, n_saves, remainder = save_schedule(steps, save_every)
     if name in ("adam", "optax"):

@@ -50,7 +50,14 @@ from .._core._checks import as_array, check_positive, shape_str
 from ..data._span import DEFAULT_RTOL, Span, _rows_dense, _rows_vectors, helmert_rows, span_from_rows
 from ._losses import PerSampleLoss, as_loss
 from ._maps import _centered_factor_from_W
-from ._train_args import check_count, first_nonfinite_step, loop_counts, resolve_batches, save_schedule
+from ._train_args import (
+    check_count,
+    check_saves_memory,
+    first_nonfinite_step,
+    loop_counts,
+    resolve_batches,
+    save_schedule,
+)
 
 __all__ = [
     "Structure",
@@ -425,7 +432,7 @@ def _run(stepper, state0, idx, n_saves: int, save_every, remainder, has_remainde
     return Ms, mus, states, outs, losses
 
 
-def _common_args(deep, lr, steps, save_every, weight_decay, batch_indices, batch_size, key, loss):
+def _common_args(deep, lr, steps, save_every, weight_decay, batch_indices, batch_size, key, loss, where: str):
     if not isinstance(deep, DeepNQF):
         raise TypeError(f"`deep` must be an `nqf.multilayer.DeepNQF`; found {type(deep).__name__}.")
     L = deep.L
@@ -433,6 +440,8 @@ def _common_args(deep, lr, steps, save_every, weight_decay, batch_indices, batch
     gammas = _per_layer(weight_decay, L, "weight_decay", lambda v: check_positive(v, "weight_decay", allow_zero=True))
     steps = check_count(steps, "steps")
     save_every = check_count(save_every, "save_every")
+    floats = sum(2 * lay.p * lay.p + lay.p for lay in deep.layers) + 2 * deep.m + 1  # M, L or W, mu; outputs, loss
+    check_saves_memory(where, steps, save_every, floats)
     idx = resolve_batches(batch_indices, batch_size, key, deep.m, steps)
     return L, lrs, gammas, steps, save_every, idx, as_loss(loss)
 
@@ -506,7 +515,7 @@ def closed_deep_sgd(
     form; `FloatingPointError` on divergence.
     """
     L, lrs, gammas, steps, save_every, idx, loss = _common_args(
-        deep, lr, steps, save_every, weight_decay, batch_indices, batch_size, key, loss
+        deep, lr, steps, save_every, weight_decay, batch_indices, batch_size, key, loss, "closed_deep_sgd"
     )
     if form not in ("factor", "M"):
         raise ValueError(f"`form` must be 'factor' or 'M'; found {form!r}.")
@@ -543,7 +552,7 @@ def train_deep_w(
     not used). Same arguments as `closed_deep_sgd` (no `form`); cost O(sum_l p_l^2 d_l) more per
     step. Returns a `DeepTrajectory` with `W` filled."""
     L, lrs, gammas, steps, save_every, idx, loss = _common_args(
-        deep, lr, steps, save_every, weight_decay, batch_indices, batch_size, key, loss
+        deep, lr, steps, save_every, weight_decay, batch_indices, batch_size, key, loss, "train_deep_w"
     )
     W0 = _check_W0(deep, W0)
     widths = [W.shape[1] for W in W0]

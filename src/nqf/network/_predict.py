@@ -486,7 +486,13 @@ def predict(
         )
     _check_saves(training, ts, save_every)
     s_dep = check_neurons(departure_neurons, net.d)
-    n_saves = len(ts) if ts is not None else 401 if flow else min(training.steps, 400) + 2
+    if ts is not None or flow:
+        n_saves = len(ts) if ts is not None else 401
+    else:  # the map's saves (`_map`): every `save_every` steps, about 400 by default
+        valid = isinstance(save_every, (int, np.integer)) and not isinstance(save_every, bool) and save_every >= 1
+        n_saves = (
+            training.steps // int(cast(Any, save_every)) if valid else min(training.steps, 400)
+        ) + 2  # bad: `_map` says
     memory.check(
         8.0 * 3 * n_saves * net.p**2,
         f"predict: {n_saves} saved states (M, a factor, eigenvalues) of p = {net.p}",

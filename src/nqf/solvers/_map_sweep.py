@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -53,7 +54,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .._core._checks import as_array, check_flag, shape_str
 from ..data._model import as_model
 from ..dynamics import _maps as maps
-from ..dynamics._batches import _draw, check_batch_indices
+from ..dynamics._batches import _draw, check_batch_indices, check_schedule_memory
 from ..dynamics._losses import as_loss, expand_rows
 from ..dynamics._maps import FORMS, MapTrajectory
 from ..dynamics._train_args import (
@@ -61,6 +62,7 @@ from ..dynamics._train_args import (
     check_lr,
     check_momentum,
     check_nesterov,
+    check_saves_memory,
     check_weight_decay,
     first_nonfinite_step,
     loop_counts,
@@ -480,6 +482,13 @@ def closed_sgd_sweep(
     for name, x, ndim in (("W0", W0, 2), ("M0", M0, 2), ("mu0", mu0, 1)):
         if x is not None and np.ndim(x) == ndim + 1:
             sizes[name] = np.shape(x)[0]
+    keys, rows = cast(Any, key), cast(Any, batch_indices)
+    members = max([1, *sizes.values(), np.shape(keys)[0] if np.ndim(keys) == 1 else 1])  # checked below
+    if np.ndim(rows) == 3:
+        members = max(members, np.shape(rows)[0])
+    check_saves_memory("closed_sgd_sweep", steps, save_every, maps.saved_floats(model), members, " or members per call")
+    if batch_size is not None and np.ndim(keys) == 1:  # one schedule per member, drawn at once
+        check_schedule_memory(loss_inputs(loss, model.m), int(batch_size), steps, members)
     idx, idx_batched, seeds, n_idx = _schedules(batch_indices, batch_size, key, loss_inputs(loss, model.m), steps)
     idx = expand_rows(idx, loss.k)  # a loss coupling k outputs: batches select inputs (all k rows)
     if n_idx is not None:

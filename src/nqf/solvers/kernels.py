@@ -91,6 +91,7 @@ from .._core.io import Saveable
 from ..dynamics._train_args import (
     check_count,
     check_lr,
+    check_saves_memory,
     check_weight_decay,
     loop_counts,
     resolve_batches,
@@ -491,6 +492,7 @@ def glv_gd(
     _check_finite(z0, "z0")
     if (z0 < 0).any():
         raise _first_bad(z0, "z0", ">= 0 (z_k = (P^T M P)_kk of a PSD M)", z0 < 0)
+    check_saves_memory("glv_gd", steps, save_every, prob.p + 1)  # z (p,) and the loss
     idx = resolve_batches(batch_indices, batch_size, key, prob.m, steps)
     saved, n_saves, remainder = save_schedule(steps, save_every)
     if backend == "jax":

@@ -56,7 +56,16 @@ from .._core._checks import (
 )
 from .._core._errors import AssumptionError
 from .._core.io import Saveable
-from ..data._isotropic import _check_data, _initial_M, _isotropy, _riccati_isotropic, _times, isotropy, sym_basis
+from ..data._isotropic import (
+    _check_data,
+    _initial_M,
+    _isotropy,
+    _riccati_isotropic,
+    _times,
+    check_times_memory,
+    isotropy,
+    sym_basis,
+)
 from ..data._operators import AbstractCommutingData, AbstractData, CommutingData, DiagonalData
 from ..dynamics._glv import _THM6_COND, _logistic_terms, features_cosines
 from ..dynamics._train_args import check_weight_decay
@@ -267,6 +276,7 @@ def theorem6(
     tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
     gamma = check_weight_decay(weight_decay)
     theorem = "Theorem 6"
+    check_times_memory(ts, getattr(data, "p", None), "theorem6")  # before the data's checks (~1 s)
     cdata = _as_commuting(data, theorem, tol, "theorem6")
     if not isinstance(cdata, DiagonalData):  # DiagonalData: one feature per sample, orthogonal
         with jax.ensure_compile_time_eval():
@@ -525,6 +535,7 @@ def theorem7(data: AbstractData, ts, *, M0, weight_decay: float = 0.0, tol: floa
     tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
     gamma = check_weight_decay(weight_decay)
     theorem = "Theorem 7"
+    check_times_memory(ts, getattr(data, "p", None), "theorem7")
     _check_data(data)
     p = data.p
     data, c = _check_isotropic(data, tol, theorem)
