@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import equinox as eqx
+import jax.numpy as jnp
 
 __all__ = ["Stop"]
 
@@ -92,6 +93,22 @@ def condition(stop: Stop, form: str, target) -> Callable:
         return stop.fn(t, natural_state(form, y, args))
 
     return cond
+
+
+def met_at_start(cond: Callable, up: bool, t0) -> Callable:
+    """A boolean diffrax condition that holds at the initial time t0 exactly when the float
+    condition `cond` (a crossing event, `up` for up-crossings) is already met there (loss below
+    the threshold, mode already ignited, fn already > 0): diffrax then stops at t0. A crossing
+    event alone needs a sign change within a step and would miss a condition met at t0. False for
+    a boolean `cond` (diffrax already stops at t0 when it holds there) and at every t > t0."""
+
+    def start(t, y, args, **kwargs):
+        c = cond(t, y, args, **kwargs)
+        if jnp.issubdtype(jnp.result_type(c), jnp.bool_):
+            return jnp.asarray(False)
+        return (t <= t0) & ((c > 0) if up else (c <= 0))
+
+    return start
 
 
 def direction(stop: Stop):
