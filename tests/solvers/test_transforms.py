@@ -186,7 +186,7 @@ def test_results_pickle_and_round_trip(fig3, tmp_path):
     sw = nqf.load(sweep.save(tmp_path / "sweep"))
     np.testing.assert_allclose(sw[1].z_at([7.5]), sweep[1].z_at([7.5]), rtol=1e-12)
     frame = sweep.to_dataframe()
-    assert list(frame.columns) == ["member", "eps", "t", "loss", "excess_loss"] and len(frame) == 2 * 201
+    assert list(frame.columns) == ["member", "eps", "successful", "t", "loss", "excess_loss"] and len(frame) == 2 * 201
     np.testing.assert_array_equal(frame["loss"].to_numpy().reshape(2, -1), sweep.loss)
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     with pytest.raises(Exception):  # noqa: B017 (whatever numpy raises on a corrupt archive)
