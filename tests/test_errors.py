@@ -76,6 +76,11 @@ Y2 = np.array([1.0, 2.0])
             r"`C` \(self-competition\) must be >= 0; found minimum -1",
         ),
         (lambda: nqf.datasets.orthogonal_features_data([1.0, 2.0], m=1), ValueError, r"m >= p"),
+        (  # issue 36 B11: was numpy's broadcast message
+            lambda: nqf.predicted_ignition_times(np.ones(5), np.ones(4), 1e-3 * np.ones(5)),
+            ValueError,
+            r"`zeta`, `C` and `z0` must have the same shape \(p,\).*found zeta \(5,\), C \(4,\), z0 \(5,\)",
+        ),
     ],
 )
 def test_bad_data(make, exc, match):
@@ -194,3 +199,29 @@ def test_max_steps_reached_carries_the_partial_solution():
 def test_solver_settings_are_checked(kw, msg):
     with pytest.raises(ValueError, match=msg):
         nqf.solve_flow(nqf.datasets.fig3_data(), W0=np.eye(5) * 1e-3, t1=1.0, **kw)
+
+
+@pytest.mark.parametrize(
+    "make, exc, match",
+    [
+        (lambda: nqf.Stop("bogus"), ValueError, r"`kind` of an nqf.Stop must be one of .*found 'bogus'"),
+        (lambda: nqf.Stop("when"), TypeError, r"Stop\('when'\) needs `fn`"),
+        (
+            lambda: nqf.solve_sweep(nqf.datasets.fig3_data(), eps=[1e-3, 1e-2], t1=1.0, checkpoint=""),
+            ValueError,
+            r"`checkpoint` must be a directory path.*found an empty path ''",
+        ),
+        (
+            lambda: nqf.closed_sgd(
+                nqf.datasets.fig3_data(), nqf.SGD(0.1, steps=5, batch_size=2, key=2**70), M0=np.eye(5)
+            ),
+            ValueError,
+            r"`key` as an integer seed must lie in \[-2\*\*63, 2\*\*63\).*found 1180591620717411303424",
+        ),
+    ],
+)
+def test_bad_arguments_are_named_at_the_boundary(make, exc, match):
+    """Issue 36 B11: these were accepted and failed later ('NoneType' object is not callable), or
+    raised os.makedirs' FileNotFoundError for '' and JAX's OverflowError for the seed."""
+    with pytest.raises(exc, match=match):
+        make()

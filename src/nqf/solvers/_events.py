@@ -27,6 +27,8 @@ import jax.numpy as jnp
 
 __all__ = ["Stop"]
 
+KINDS = ("loss_below", "ignition", "when")
+
 
 class Stop(eqx.Module):
     """A stopping condition for `solve_flow` (build it with `loss_below`, `ignition` or
@@ -37,6 +39,17 @@ class Stop(eqx.Module):
     k: int = eqx.field(static=True, default=-1)
     fn: Callable | None = eqx.field(static=True, default=None)
     name: str = eqx.field(static=True, default="")
+
+    def __check_init__(self):
+        """Refuse an unknown `kind` (or a ``"when"`` without a function) at construction: it
+        failed later, inside the solve, as ``'NoneType' object is not callable``."""
+        if self.kind not in KINDS:
+            raise ValueError(
+                f"`kind` of an nqf.Stop must be one of {KINDS}; found {self.kind!r}. Build it with "
+                "Stop.loss_below(value), Stop.ignition(k, rho) or Stop.when(fn)."
+            )
+        if self.kind == "when" and not callable(self.fn):
+            raise TypeError(f"Stop('when') needs `fn`, a function of (t, state); found {type(self.fn).__name__}.")
 
     @classmethod
     def loss_below(cls, value) -> Stop:
