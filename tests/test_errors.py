@@ -225,3 +225,18 @@ def test_bad_arguments_are_named_at_the_boundary(make, exc, match):
     raised os.makedirs' FileNotFoundError for '' and JAX's OverflowError for the seed."""
     with pytest.raises(exc, match=match):
         make()
+
+
+def test_labels_past_float64s_range_are_named_and_a_huge_loss_warns():
+    """Issue 36 B11 / B13: labels whose loss overflows (y * 1e200) are refused up front naming `y`
+    (it was MaxStepsReached after 6 s, no word of overflow); a finite loss past 1e150 (here
+    1.7e297) warns PrecisionWarning when read (it was returned silently); an ordinary one does not."""
+    fig3 = nqf.datasets.fig3_data()
+    with pytest.raises(ValueError, match=r"`y` reaches 5.56e\+199: the loss .* overflows float64"):
+        nqf.solve_flow(nqf.CommutingData(np.asarray(fig3.Lambda), fig3.y * 1e200), M0=np.eye(5), t1=250.0)
+    huge = nqf.solve_flow(
+        nqf.CommutingData(np.asarray(fig3.Lambda), fig3.y * 1e149), M0=np.eye(5), t1=1e-300, ts=[0.0, 1e-300]
+    )
+    with pytest.warns(nqf.PrecisionWarning, match=r"The loss reaches 1.67e\+297, past 1e\+150"):
+        assert np.isfinite(huge.loss).all()
+    assert nqf.solve_flow(fig3, M0=np.eye(5), t1=1.0).loss[-1] < 1.0  # no warning (NQFWarnings are errors here)
