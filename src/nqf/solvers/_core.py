@@ -141,13 +141,15 @@ def _solve_core(cfg: _FlowConfig, dyn: dict):
         adjoint=diffrax.ForwardMode() if cfg.adjoint == "forward" else diffrax.RecursiveCheckpointAdjoint(),
     )
     if event is not None:
-        sol = _saved_at_start(sol, dyn.ts, dyn.params[0], saver, state0, args)
+        sol = _saved_at_start(sol, dyn, saver, state0, args)
     return _outputs(cfg, dyn, sol, args, y0, mask)
 
 
-def _saved_at_start(sol, ts, t0, saver, state0, args):
+def _saved_at_start(sol, dyn, saver, state0, args):
     """`sol` with the saved times ts <= t0 filled with the initial state when a stop condition
-    already held at t0: diffrax then ends the solve before its first step and saves nothing."""
+    already held at t0: diffrax then ends the solve before its first step and saves nothing.
+    `dyn`: the `_FlowArgs` of the solve (its `ts` and t0 = params[0])."""
+    ts, t0 = dyn.ts, dyn.params[0]
     first = state0 if saver is None else saver(t0, state0, args)
     at_start = (sol.ts[1][0] <= t0) & (ts <= t0)
 
