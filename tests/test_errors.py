@@ -76,6 +76,11 @@ Y2 = np.array([1.0, 2.0])
             r"`C` \(self-competition\) must be >= 0; found minimum -1",
         ),
         (lambda: nqf.datasets.orthogonal_features_data([1.0, 2.0], m=1), ValueError, r"m >= p"),
+        (  # issue 36 B11: was numpy's broadcast message
+            lambda: nqf.predicted_ignition_times(np.ones(5), np.ones(4), 1e-3 * np.ones(5)),
+            ValueError,
+            r"`zeta`, `C` and `z0` must have the same shape \(p,\).*found zeta \(5,\), C \(4,\), z0 \(5,\)",
+        ),
     ],
 )
 def test_bad_data(make, exc, match):
@@ -194,3 +199,44 @@ def test_max_steps_reached_carries_the_partial_solution():
 def test_solver_settings_are_checked(kw, msg):
     with pytest.raises(ValueError, match=msg):
         nqf.solve_flow(nqf.datasets.fig3_data(), W0=np.eye(5) * 1e-3, t1=1.0, **kw)
+
+
+@pytest.mark.parametrize(
+    "make, exc, match",
+    [
+        (lambda: nqf.Stop("bogus"), ValueError, r"`kind` of an nqf.Stop must be one of .*found 'bogus'"),
+        (lambda: nqf.Stop("when"), TypeError, r"Stop\('when'\) needs `fn`"),
+        (
+            lambda: nqf.solve_sweep(nqf.datasets.fig3_data(), eps=[1e-3, 1e-2], t1=1.0, checkpoint=""),
+            ValueError,
+            r"`checkpoint` must be a directory path.*found an empty path ''",
+        ),
+        (
+            lambda: nqf.closed_sgd(
+                nqf.datasets.fig3_data(), nqf.SGD(0.1, steps=5, batch_size=2, key=2**70), M0=np.eye(5)
+            ),
+            ValueError,
+            r"`key` as an integer seed must lie in \[-2\*\*63, 2\*\*63\).*found 1180591620717411303424",
+        ),
+    ],
+)
+def test_bad_arguments_are_named_at_the_boundary(make, exc, match):
+    """Issue 36 B11: these were accepted and failed later ('NoneType' object is not callable), or
+    raised os.makedirs' FileNotFoundError for '' and JAX's OverflowError for the seed."""
+    with pytest.raises(exc, match=match):
+        make()
+
+
+def test_labels_past_float64s_range_are_named_and_a_huge_loss_warns():
+    """Issue 36 B11 / B13: labels whose loss overflows (y * 1e200) are refused up front naming `y`
+    (it was MaxStepsReached after 6 s, no word of overflow); a finite loss past 1e150 (here
+    1.7e297) warns PrecisionWarning when read (it was returned silently); an ordinary one does not."""
+    fig3 = nqf.datasets.fig3_data()
+    with pytest.raises(ValueError, match=r"`y` reaches 5.56e\+199: the loss .* overflows float64"):
+        nqf.solve_flow(nqf.CommutingData(np.asarray(fig3.Lambda), fig3.y * 1e200), M0=np.eye(5), t1=250.0)
+    huge = nqf.solve_flow(
+        nqf.CommutingData(np.asarray(fig3.Lambda), fig3.y * 1e149), M0=np.eye(5), t1=1e-300, ts=[0.0, 1e-300]
+    )
+    with pytest.warns(nqf.PrecisionWarning, match=r"The loss reaches 1.67e\+297, past 1e\+150"):
+        assert np.isfinite(huge.loss).all()
+    assert nqf.solve_flow(fig3, M0=np.eye(5), t1=1.0).loss[-1] < 1.0  # no warning (NQFWarnings are errors here)

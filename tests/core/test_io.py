@@ -41,3 +41,18 @@ def test_a_registered_user_result_round_trips(tmp_path):
     back = nqf.load(rec.save(tmp_path / "rec"))
     assert type(back) is MyRunRecord and back.label == "run 1"
     assert np.array_equal(back.losses, rec.losses) and np.array_equal(back.data.A, DATA.A)
+
+
+def test_a_file_that_is_not_an_nqf_result_is_named(tmp_path):
+    """Issue 36 B11: a non-zip file, a truncated result and a plain .npy are refused with a
+    ValueError naming the path (not numpy's pickle message or a raw BadZipFile); a missing file
+    stays a FileNotFoundError."""
+    whole = open(nqf.save(DATA, tmp_path / "good"), "rb").read()
+    (tmp_path / "junk.nqf").write_bytes(b"not an nqf file")
+    (tmp_path / "cut.npz").write_bytes(whole[: len(whole) // 2])
+    np.save(tmp_path / "plain.npy", np.ones(3))
+    for name, why in (("junk.nqf", "numpy.load could not read it"), ("cut.npz", "BadZipFile"), ("plain.npy", "npy")):
+        with pytest.raises(ValueError, match=rf"{name}' is not an nqf result file.*{why}"):
+            nqf.load(tmp_path / name)
+    with pytest.raises(FileNotFoundError):
+        nqf.load(tmp_path / "missing.npz")

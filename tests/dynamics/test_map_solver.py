@@ -149,8 +149,10 @@ def test_divergence_is_reported_with_its_step(fig3):
     with pytest.raises(FloatingPointError, match=r"by step (\d+)") as ref_err:
         nqf.closed_sgd(data, W0=W0, lr=lr, steps=200)
     step = ref_err.value.args[0].split("by step ")[1].split(" ")[0]
-    with pytest.raises(Exception, match=rf"FloatingPointError: The exact map diverged: non-finite M by step {step} "):
+    # issue 36 B7: the documented type at the boundary (it was JAX's JaxRuntimeError, nqf's text last)
+    with pytest.raises(FloatingPointError, match=rf"^MapTerm.solve: The exact map diverged: .* by step {step} ") as err:
         solve(map_term(data, W0=W0, lr=lr), 200)
+    assert isinstance(err.value.__cause__, jax.errors.JaxRuntimeError)
 
 
 def test_bad_input_names_the_argument(fig3, general):
@@ -185,9 +187,11 @@ def test_bad_input_names_the_argument(fig3, general):
 
 
 def test_step_must_be_the_learning_rate(fig3, general):
+    """A user's own `diffrax.diffeqsolve` of `ExactMap` (compiled outside nqf): the run-time
+    checks arrive as JAX's `JaxRuntimeError` with nqf's message, as docs/numerics.md says."""
     data, W0 = fig3
     term = map_term(data, W0=W0, lr=LR)
-    with pytest.raises(Exception, match="must equal the term's learning rate"):
+    with pytest.raises(jax.errors.JaxRuntimeError, match="ValueError: ExactMap: every step dt must equal the term's"):
         diffrax.diffeqsolve(term, ExactMap(), t0=0.0, t1=0.1, dt0=2 * LR, y0=term.y0)
     with pytest.raises(Exception, match="must equal the term's learning rate"):  # t1 not a multiple of lr
         diffrax.diffeqsolve(term, ExactMap(), t0=0.0, t1=10.5 * LR, dt0=LR, y0=term.y0)
@@ -195,3 +199,14 @@ def test_step_must_be_the_learning_rate(fig3, general):
     term = map_term(model, W0=Wg, lr=LR, batch_indices=np.zeros((10, 2), dtype=int))
     with pytest.raises(Exception, match="has 10 rows"):
         diffrax.diffeqsolve(term, ExactMap(), t0=0.0, t1=12 * LR, dt0=LR, y0=term.y0)
+
+
+def test_run_time_checks_under_a_users_jit_are_jaxs_errors(fig3):
+    """Issue 36 B7, the documented limit (docs/numerics.md): under the user's own jax.jit the
+    check of a traced lr runs in the compiled program and arrives as JAX's JaxRuntimeError with
+    nqf's message; the same call outside jit raises the documented ValueError."""
+    data, W0 = fig3
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"`lr` must be finite and > 0 \(checked at run time"):
+        jax.block_until_ready(jax.jit(lambda lr: nqf.closed_sgd(data, W0=W0, lr=lr, steps=3).M)(-0.1))
+    with pytest.raises(ValueError, match=r"`lr` must be finite and > 0"):
+        nqf.closed_sgd(data, W0=W0, lr=-0.1, steps=3)

@@ -140,3 +140,12 @@ def test_solve_modified_flow_matches_its_field_and_checks_lr():
     for lr in (0.0, -1.0, np.nan):
         with pytest.raises(ValueError, match="`lr`"):
             solve_modified_flow(data, M0=M0, lr=lr, t1=1.0)
+    # issue 36 B9: tolerances refused up front (rtol=0 failed inside diffrax after 8.5 s)
+    for kw, msg in (
+        (dict(rtol=0.0), r"`rtol` must be finite and > 0; found 0"),
+        (dict(rtol=1.5), r"`rtol` must be < 1"),
+        (dict(atol=-1.0), r"`atol` must be finite and > 0"),
+        (dict(max_steps=0), r"`max_steps` must be an integer >= 1"),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            solve_modified_flow(data, M0=M0, lr=0.05, t1=1.0, **kw)

@@ -243,6 +243,10 @@ def test_bad_input_is_named():
         nqf.predict(NET, X, Y[:7], flow)
     with pytest.raises(ValueError, match=r"`W0` must be a finite array of shape \(p, d\) = \(7, 16\)"):
         nqf.predict(NET, X, Y, flow, W0=np.zeros((7, 3)))
+    with pytest.raises(TypeError, match=r"`W0` must be real; found complex"):  # issue 36 B6: was cast to real
+        nqf.predict(NET, X, Y, flow, W0=NET.W + 0.1j)
+    with pytest.raises(TypeError, match=r"`extract_options` has 1 unknown option\(s\) \['bogus'\].*takes width, scale"):
+        nqf.predict(NET, X, Y, flow, extract_options={"bogus": 1})  # issue 36 B11: named extract_report's keyword
     with pytest.raises(ValueError, match="needs a training description"):
         nqf.predict(NET, X, Y)
     with pytest.raises(ValueError, match="`target` must be one of"):

@@ -83,7 +83,7 @@ def test_to_dataframe(sweep):
     pd = pytest.importorskip("pandas")
     df = sweep.to_dataframe()
     assert isinstance(df, pd.DataFrame)
-    assert list(df.columns) == ["member", "lr", "momentum", "weight_decay", "seed", "step", "t", "loss"]
+    assert list(df.columns) == ["member", "lr", "momentum", "weight_decay", "seed", "successful", "step", "t", "loss"]
     assert len(df) == B * (STEPS + 1)
     row = df[(df.member == 2) & (df.step == 7)].iloc[0]
     assert row.lr == LRS[2] and row.momentum == BETAS[2] and row.seed == SEEDS[2]
@@ -110,6 +110,8 @@ def test_divergence_is_reported_per_member(sweep):
     sw = nqf.closed_sgd_sweep(MODEL, throw=False, **kw)
     assert sw.successful.tolist() == [True, False, True, True]
     assert np.isfinite(sw.M[0]).all() and not np.isfinite(sw.M[1]).all()
+    df = sw.to_dataframe()  # issue 36: the failed member is flagged in the table
+    assert df.groupby("member").successful.all().tolist() == [True, False, True, True]
 
 
 M0_BAD = np.eye(P)

@@ -220,6 +220,20 @@ def test_host_sweep_is_the_loop_sequential_and_through_an_executor(host_loop):
         np.testing.assert_array_equal(ex.ys[i], ref.ys)
 
 
+def _failed_members_are_nan(sol, failed):
+    """Issue 36 B1: a failed member is NaN in every derived field (not the values of M = 0, which
+    a mask of dead modes gave: loss 0.68, z = 0), in the member itself and in the table, flagged
+    there; the others are finite."""
+    ok = [i for i in range(len(sol)) if i not in failed]
+    for name in ("loss", "z", "M", "excess_loss"):
+        values = sol._stack(name) if name == "excess_loss" else getattr(sol, name)
+        assert np.isnan(values[failed]).all() and np.isfinite(values[ok]).all(), name
+    assert np.isnan(sol[failed[0]].loss).all() and np.isnan(sol[failed[0]].z).all()
+    df = sol.to_dataframe()
+    assert df.groupby("member").successful.all().tolist() == [i not in failed for i in range(len(sol))]
+    assert df[~df.successful].loss.isna().all() and df[df.successful].loss.notna().all()
+
+
 def test_host_sweep_reports_failed_members_and_keeps_the_others(host_loop, tmp_path):
     atol = np.full(6, 1e-9)
     atol[[1, 4]] = -1.0  # members 1 and 4 raise (atol must be > 0); the others finish
@@ -232,6 +246,7 @@ def test_host_sweep_reports_failed_members_and_keeps_the_others(host_loop, tmp_p
     sol = err.result
     assert sol.successful.tolist() == [True, False, True, True, False, True]
     assert sol.results[1].startswith("error: ValueError") and np.isnan(sol.ys[1]).all()
+    _failed_members_are_nan(sol, [1, 4])
     good = [nqf.solve_flow(COUPLED, z0=HEPS[i] * np.ones(40), atol=1e-9, **HOST) for i in (0, 5)]
     np.testing.assert_array_equal(sol.ys[0], good[0].ys)
     np.testing.assert_array_equal(sol.ys[5], good[1].ys)
@@ -250,6 +265,7 @@ def test_host_sweep_reports_failed_members_and_keeps_the_others(host_loop, tmp_p
         5: True,
     }
     same_sweeps(back, sol)
+    _failed_members_are_nan(back, [1, 4])
     # every member failing the same way: a shared bad argument, raised as itself
     with pytest.raises(ValueError, match="atol"):
         nqf.solve_sweep(COUPLED, eps=HEPS, atol=-1.0, **HOST)

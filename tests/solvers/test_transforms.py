@@ -136,6 +136,24 @@ def test_events_against_closed_forms(fig3):
         nqf.solve_flow(fig3, W0=W0, t1=1.0, stop=0.5)
 
 
+def test_a_condition_met_at_the_start_stops_at_the_start(fig3):
+    """Issue 36 B5: a stop condition that already holds at t0 (loss 0.084 below 1.0; z_0 above
+    rho z_0(inf); a user condition > 0) stops at t0 with its reason, the state at t0 saved; the
+    same under jit. A crossing event alone missed it and ran to t1 with stop_reason None."""
+    W0 = 0.5 * np.eye(5)
+    sol = nqf.solve_flow(fig3, W0=W0, t1=250.0, stop=nqf.Stop.loss_below(1.0))
+    assert sol.stop_time == 0.0 and sol.stop_reason == "loss_below(1)" and sol.ts.tolist() == [0.0]
+    np.testing.assert_allclose(sol.M[0], W0 @ W0.T, rtol=1e-15)
+    assert np.isfinite(sol.loss).all() and sol.loss[0] < 1.0
+    z_inf = nqf.glv_equilibrium(fig3)
+    ign = nqf.solve_flow(fig3, z0=0.9 * z_inf, t1=10.0, stop=nqf.Stop.ignition(0))
+    assert ign.stop_time == 0.0 and ign.stop_reason == "ignition(0)"
+    user = nqf.solve_flow(fig3, W0=W0, t1=10.0, stop=nqf.Stop.when(lambda t, z: z[0] - 0.1, name="z0"))
+    assert user.stop_time == 0.0 and user.stop_reason == "z0"
+    under_jit = jax.jit(lambda w: nqf.solve_flow(fig3, W0=w, t1=250.0, stop=nqf.Stop.loss_below(1.0)).stop_time)
+    assert float(under_jit(W0)) == 0.0
+
+
 def test_results_pickle_and_round_trip(fig3, tmp_path):
     """Every result type at default settings pickles and round-trips through save/load with its
     arrays identical and its derived quantities (loss, excess loss, dense output by re-solving,
@@ -168,7 +186,7 @@ def test_results_pickle_and_round_trip(fig3, tmp_path):
     sw = nqf.load(sweep.save(tmp_path / "sweep"))
     np.testing.assert_allclose(sw[1].z_at([7.5]), sweep[1].z_at([7.5]), rtol=1e-12)
     frame = sweep.to_dataframe()
-    assert list(frame.columns) == ["member", "eps", "t", "loss", "excess_loss"] and len(frame) == 2 * 201
+    assert list(frame.columns) == ["member", "eps", "successful", "t", "loss", "excess_loss"] and len(frame) == 2 * 201
     np.testing.assert_array_equal(frame["loss"].to_numpy().reshape(2, -1), sweep.loss)
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     with pytest.raises(Exception):  # noqa: B017 (whatever numpy raises on a corrupt archive)

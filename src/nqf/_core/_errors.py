@@ -1,7 +1,14 @@
 """The error an oracle raises when its theorem's assumption fails on the given data, and the
 base class of nqf's warnings."""
 
+import re
+
 __all__ = ["AssumptionError", "NQFWarning"]
+
+# The exception types nqf's host callbacks raise inside compiled code (`jax.pure_callback`): JAX
+# reports them as `jax.errors.JaxRuntimeError` with the callback's traceback as text.
+_CALLBACK_TYPES = {"FloatingPointError": FloatingPointError, "ValueError": ValueError, "IndexError": IndexError}
+_CALLBACK_LINE = re.compile(r"^(FloatingPointError|ValueError|IndexError): (.+)$", re.MULTILINE)
 
 
 class NQFWarning(UserWarning):
@@ -40,3 +47,19 @@ class AssumptionError(ValueError):
 
     def __reduce__(self):  # pickles (e.g. across a process pool) with the arguments it was built from
         return type(self), self._args
+
+
+def raised_in_callback(err: BaseException, where: str = "") -> BaseException | None:
+    """The documented exception an nqf host callback raised inside compiled code, rebuilt from the
+    `jax.errors.JaxRuntimeError` ("INTERNAL: CpuCallback error ...") that JAX reports it as: the
+    type and message of the callback's last ``FloatingPointError`` / ``ValueError`` /
+    ``IndexError`` line, prefixed with `where` (e.g. ``"MapTerm.solve: "``), the JAX error
+    chained by the caller (``raise new from err``). None when `err` carries no such line.
+
+    Used at the public boundary of functions whose compiled core checks at run time; under a
+    user's own `jax.jit` the error surfaces outside nqf's code and stays JAX's (docs/numerics.md)."""
+    found = _CALLBACK_LINE.findall(str(err))
+    if not found:
+        return None
+    name, message = found[-1]
+    return _CALLBACK_TYPES[name](where + message)

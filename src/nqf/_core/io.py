@@ -204,15 +204,41 @@ def save(obj, path) -> str:
     return path
 
 
+def _read(path: str) -> tuple[dict, dict]:
+    """(header, arrays) of the nqf result file `path`; `ValueError` naming the path when it is not
+    one (another format, a plain .npy, a truncated or damaged archive), the reader's error chained."""
+    try:
+        f = np.load(path, allow_pickle=False)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise
+    except Exception as err:  # numpy's pickle message, zipfile.BadZipFile, EOFError, ...
+        raise ValueError(
+            f"{path!r} is not an nqf result file (written by nqf.save: a zip archive with an '__nqf__' header); "
+            f"numpy.load could not read it ({type(err).__name__}, chained): another format, or a truncated or "
+            "damaged nqf file (save it again)."
+        ) from err
+    if not isinstance(f, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path!r} is not an nqf result file (written by nqf.save); found a plain .npy array.")
+    with f:
+        if "__nqf__" not in f.files:
+            raise ValueError(f"{path!r} is not an nqf result file (no '__nqf__' header).")
+        try:
+            header = json.loads(str(f["__nqf__"]))
+            arrays = {k: f[k] for k in f.files if k != "__nqf__"}
+        except Exception as err:  # a damaged member: zlib.error, BadZipFile, EOFError, JSONDecodeError
+            raise ValueError(
+                f"{path!r}: the nqf result file is damaged (truncated or corrupt): {type(err).__name__}: {err}"
+            ) from err
+    return header, arrays
+
+
 def load(path):
     """Read a result written by `save` / `result.save`.
 
-    **Raises:** `ValueError` if the file is not an nqf result (or a newer format version)."""
-    with np.load(os.fspath(path), allow_pickle=False) as f:
-        if "__nqf__" not in f.files:
-            raise ValueError(f"{os.fspath(path)!r} is not an nqf result file (no '__nqf__' header).")
-        header = json.loads(str(f["__nqf__"]))
-        arrays = {k: f[k] for k in f.files if k != "__nqf__"}
+    **Raises:** `ValueError` naming the path if the file is not an nqf result (another format, a
+    truncated or damaged file) or has a newer format version; `FileNotFoundError` if it does not
+    exist."""
+    header, arrays = _read(os.fspath(path))
     if header.get("format") != FORMAT or header.get("version", math.inf) > VERSION:
         raise ValueError(
             f"{os.fspath(path)!r}: unsupported format {header.get('format')!r} "

@@ -29,6 +29,8 @@ __all__ = ["batch_indices", "batch_weights", "check_batch_indices", "restrict"]
 
 def _as_key(key):
     if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+        if not -(2**63) <= int(key) < 2**63:  # jax.random.key's OverflowError said nothing of `key`
+            raise ValueError(f"`key` as an integer seed must lie in [-2**63, 2**63) (int64); found {int(key)}.")
         return jax.random.key(int(key))
     if (
         isinstance(key, jax.core.Tracer) and key.shape == () and jnp.issubdtype(key.dtype, jnp.integer)

@@ -39,6 +39,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from .._core._checks import is_traced
 from .._core._config import require_x64
+from .._core._errors import raised_in_callback
 from ..data._model import NQFModel, as_model
 from ..data._operators import AbstractData
 from ._batches import check_batch_indices
@@ -224,7 +225,11 @@ class MapTerm(diffrax.AbstractTerm):
         saves the raw state (the factor (L, mu) in the factor form), not M.
 
         **Raises:** `ValueError` when `steps` is not a positive int or exceeds the rows of the
-        term's batch schedule.
+        term's batch schedule; at run time (`ExactMap`'s checks, raised here as these types with
+        JAX's `JaxRuntimeError` chained): `FloatingPointError` naming the step where the map
+        diverged (M not finite: lr past the stability edge), `ValueError` for a step past the
+        batch schedule. Under your own `jax.jit` around `solve` they stay JAX's
+        `jax.errors.JaxRuntimeError` with nqf's message inside (docs/numerics.md).
         """
         if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 1:
             raise ValueError(f"`steps` must be a positive int; found {steps!r}.")
@@ -236,6 +241,16 @@ class MapTerm(diffrax.AbstractTerm):
         if saveat is None:
             saveat = diffrax.SaveAt(t0=True, steps=True, fn=self.save_M)
         _check_saveat_memory(saveat, self.y0, int(steps), kwargs.get("args"))
+        try:
+            return self._diffeqsolve(steps, saveat, event, kwargs)
+        except jax.errors.JaxRuntimeError as err:  # a run-time check of `ExactMap.step` (host callback)
+            documented = raised_in_callback(err, "MapTerm.solve: ")
+            if documented is None:
+                raise
+            raise documented from err
+
+    def _diffeqsolve(self, steps: int, saveat, event, kwargs: dict) -> diffrax.Solution:
+        """`solve`'s `diffrax.diffeqsolve` call (after its checks)."""
         return diffrax.diffeqsolve(
             self,
             ExactMap(),
@@ -296,8 +311,10 @@ class ExactMap(diffrax.AbstractSolver):
     `TypeError` if the time (t0, t1) is not float64 (step numbers are round(t / lr)) or the terms
     are not a `MapTerm`; `ValueError` if `y0` does not have the structure of `term.y0` (diffrax
     itself promotes a float32 `y0` to the float64 time dtype). At run time, from a host callback
-    (`jax.pure_callback`, run only when a check fails; the exception surfaces as a
-    `jax.errors.JaxRuntimeError` whose message contains it): `ValueError` for a step dt that is
+    (`jax.pure_callback`, run only when a check fails; `MapTerm.solve` raises it as its own type,
+    while in your own `diffrax.diffeqsolve` or `jax.jit` it surfaces as a
+    `jax.errors.JaxRuntimeError` whose message contains it: catch that; docs/numerics.md,
+    "Errors raised inside compiled code"): `ValueError` for a step dt that is
     not the term's `lr` (relative 1e-8: a step-size controller other than `ConstantStepSize`,
     dt0 != lr, or t1 - t0 not a multiple of lr) or a step beyond the rows of the batch schedule;
     `FloatingPointError` naming the step for divergence (M not finite, e.g. lr above

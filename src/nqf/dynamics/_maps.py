@@ -777,7 +777,10 @@ def closed_sgd(
     be concrete. What changes under tracing: lr > 0, momentum in [0, 1), weight_decay >= 0,
     finite W0/M0/mu0, batch indices in [0, m) and divergence (non-finite M) are checked at run
     time with `equinox.error_if` (an error raised by the compiled program, or NaN outputs with
-    ``EQX_ON_ERROR=nan``) instead of raising `ValueError`/`FloatingPointError` here; the
+    ``EQX_ON_ERROR=nan``) instead of raising `ValueError`/`FloatingPointError` here: under your
+    `jax.jit` catch `jax.errors.JaxRuntimeError` (`equinox.EquinoxRuntimeError` under
+    `equinox.filter_jit` or an eager `jax.vmap`), nqf's message in its text (docs/numerics.md,
+    "Errors raised inside compiled code"); `nqf.closed_sgd_sweep` raises the documented types; the
     symmetry of M0 and the realizability of (M0, mu0, d) are NOT checked. A traced `momentum`
     always runs the momentum program (with beta = 0 it is plain SGD: the same numbers for
     ``form="factor"``). The loops become fixed-length scans, so `jax.grad` (reverse mode) works

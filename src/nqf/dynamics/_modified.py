@@ -45,7 +45,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .._core import memory
-from .._core._checks import as_array
+from .._core._checks import as_array, check_positive
 from ..data._model import NQFModel
 from ._flow import is_model
 from ._losses import PerSampleLoss, mse
@@ -111,6 +111,19 @@ def rhs_M_mu_modified(
     return -2.0 * (SM + SM.T) - (rmu + rmu.T), -(2.0 * S @ mu + d * r)
 
 
+def _check_tolerances(rtol, atol, max_steps) -> tuple[float, float | None, int]:
+    """`rtol` in (0, 1), `atol` (None or finite and > 0) and `max_steps` (an integer >= 1) of
+    `solve_modified_flow`, checked before the solve (rtol = 0 failed inside diffrax after seconds).
+
+    **Raises:** `ValueError` naming the argument and the value found."""
+    from ._train_args import check_count
+
+    rtol = check_positive(rtol, "rtol")
+    if rtol >= 1.0:
+        raise ValueError(f"`rtol` must be < 1 (a relative tolerance); found {rtol!r}.")
+    return rtol, None if atol is None else check_positive(atol, "atol"), check_count(max_steps, "max_steps")
+
+
 def solve_modified_flow(
     model,
     *,
@@ -135,13 +148,15 @@ def solve_modified_flow(
     M0 (lr x the spectral radius of H(M0) > 2: GD oscillates or diverges there and the O(eta)
     expansion does not hold), `M0` of the wrong shape, not finite, not symmetric or not
     realizable (M0 - mu0 mu0^T / d PSD), `t1` not finite and > 0, `ts` outside [0, t1] or
-    decreasing, a general model without `mu0`/`d`; `RuntimeError` if float64 is off.
+    decreasing, a general model without `mu0`/`d`, `rtol` not in (0, 1), `atol` not finite and
+    > 0, `max_steps` not an integer >= 1 (all before the solve); `RuntimeError` if float64 is off.
     """
     from ._maps import _check_realizable
     from ._train_args import check_lr, check_weight_decay
 
     lr = check_lr(lr)
     gamma = check_weight_decay(weight_decay)
+    rtol, atol, max_steps = _check_tolerances(rtol, atol, max_steps)
     data = model.data if is_model(model) else model
     general = is_model(model) and (model.has_mean_field or model.f0 is not None)
     M0 = as_array(M0, "M0", shape=(data.p, data.p), host=True)

@@ -124,10 +124,36 @@ def initial_weights(net: Network, W0, init_scale) -> np.ndarray:
     """The initial neuron parameters W0 (p, d) (default: the module's own, `net.W`), times
     `init_scale` if given.
 
-    **Raises:** `ValueError` naming `W0` (shape, finiteness) or `init_scale` (not > 0)."""
-    from .._core._checks import check_positive
+    **Raises:** `ValueError` naming `W0` (shape, finiteness) or `init_scale` (not > 0);
+    `TypeError` naming `W0` for a complex or non-numeric array (not cast: that dropped the
+    imaginary part)."""
+    from .._core._checks import as_array, check_positive
 
-    W0 = net.W if W0 is None else np.asarray(W0, dtype=float)
+    W0 = net.W if W0 is None else np.asarray(as_array(W0, "W0", finite=False, host=True), dtype=float)
     if W0.shape != (net.p, net.d) or not np.all(np.isfinite(W0)):
         raise ValueError(f"`W0` must be a finite array of shape (p, d) = ({net.p}, {net.d}); found {W0.shape}.")
     return W0 if init_scale is None else check_positive(init_scale, "init_scale") * W0
+
+
+def check_extract_options(options) -> dict:
+    """`extract_options` of `predict` / `plan` as a dict of `nqf.extract`'s keyword options,
+    checked before any extraction runs.
+
+    **Raises:** `TypeError` for a value that is not a dict (or None), or for a key that is not a
+    keyword option of `nqf.extract` (naming it and listing the valid ones)."""
+    import inspect
+
+    from ..data._extract import extract_report
+
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise TypeError(f"`extract_options` must be a dict of nqf.extract options; found {type(options).__name__}.")
+    params = inspect.signature(extract_report).parameters.values()
+    valid = [q.name for q in params if q.kind is inspect.Parameter.KEYWORD_ONLY]
+    bad = [key for key in options if key not in valid]
+    if bad:
+        raise TypeError(
+            f"`extract_options` has {len(bad)} unknown option(s) {bad}: nqf.extract takes {', '.join(valid)}."
+        )
+    return dict(options)

@@ -41,7 +41,7 @@ from ..dynamics._training import SGD
 from ..solvers import MaxStepsReached, Stop, solve_flow
 from ..theory._sharpness import stability_edge
 from ._departure import INIT_GAP_TOL, check_init, weights_along
-from ._inputs import as_network, check_data, initial_weights
+from ._inputs import as_network, check_data, check_extract_options, initial_weights
 from ._predict import HorizonWarning, _asymptote, _extract, _flow_factor
 from ._stability import path_sharpness
 
@@ -217,6 +217,7 @@ def plan(
     net = as_network(network)
     x, y2, m, k = check_data(net, x, y)
     W0 = initial_weights(net, W0, init_scale)
+    extract_options = check_extract_options(extract_options)
     lr = None if lr is None else check_positive(lr, "lr")
     t_max = check_positive(t_max, "t_max")
     momentum = _check_unit(momentum, "momentum", closed_left=True)

@@ -59,7 +59,14 @@ from ..theory import asymptote
 from . import _heldout as heldout
 from ._departure import InitScaleWarning, check_init, check_neurons, departure_on, remainder, weights_along
 from ._events import HorizonWarning, check_target, curves_of, events
-from ._inputs import as_network, check_data, check_steps, initial_weights, resolve_step_values
+from ._inputs import (
+    as_network,
+    check_data,
+    check_extract_options,
+    check_steps,
+    initial_weights,
+    resolve_step_values,
+)
 from ._stability import edge_along_path, warn_past_edge_at_init
 
 if TYPE_CHECKING:
@@ -440,7 +447,8 @@ def predict(
     `nqf.memory.MemoryBudgetError` if the saved states exceed the memory budget; the
     `nqf.ExtractionError`s of `nqf.extract` (not permutation-symmetric, not C^3 such as ReLU, a
     normalisation across neurons), naming the module; `TypeError` for a `network` that is not a
-    module. Warns `FrozenParameterWarning` when a frozen array has a nonzero loss gradient at W0,
+    module, a complex or non-numeric `W0`, or an `extract_options` key that `nqf.extract` does
+    not take (raised before the extraction). Warns `FrozenParameterWarning` when a frozen array has a nonzero loss gradient at W0,
     `nqf.data.PrecisionWarning` when float32 parameters or inputs were cast, `InitScaleWarning`
     when the initialization is not small (`init_gap`), `HorizonWarning` when the learning phase
     does not end within the horizon (the ``"phase_end"`` targets are then the values at the
@@ -457,6 +465,7 @@ def predict(
         )
     t_start = time.perf_counter()
     net = as_network(network)
+    extract_options = check_extract_options(extract_options)
     if isinstance(net, DeepNetwork):  # a deep chain: the multi-layer NQF (Theorem 14, `_deep`)
         (predict_deep,) = _DEEP_PREDICT  # registered by `nqf.network._deep` (imported with nqf.network)
         opts: dict[str, Any] = {"ts": ts, "estimate_departure": estimate_departure, "x_test": x_test}

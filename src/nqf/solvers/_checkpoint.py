@@ -304,6 +304,11 @@ def open_checkpoint(checkpoint, function: str, args: dict, B: int, K: int) -> Ch
         return None
     if not isinstance(checkpoint, (str, os.PathLike)):
         raise TypeError(f"`checkpoint` must be a directory path (str or os.PathLike); found {checkpoint!r}.")
+    if not os.fspath(checkpoint).strip():  # '' was os.makedirs' FileNotFoundError
+        raise ValueError(
+            f"`checkpoint` must be a directory path (e.g. 'sweep-parts'); found an empty path {checkpoint!r}. "
+            "Pass checkpoint=None for no checkpoint."
+        )
     return Checkpoint(checkpoint, function, {**args, "chunk_size": K}, B, K)
 
 

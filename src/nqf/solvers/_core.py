@@ -21,7 +21,7 @@ from ..data._operators import AbstractCommutingData, AbstractData, CommutingData
 from ..dynamics._flow import _saved_losses, is_model, reduced_log_z
 from ..dynamics._glv import glv_equilibrium
 from ._defaults import _DEFAULT_SOLVERS, _default_instance, _partition_solver  # noqa: F401  (their old home)
-from ._events import Stop, condition
+from ._events import Stop, condition, met_at_start
 from ._events import direction as event_direction
 from ._forms import FORMS, ReducedGLVForm
 from ._initial import _state_size
@@ -140,7 +140,23 @@ def _solve_core(cfg: _FlowConfig, dyn: dict):
         # reverse: binomially checkpointed loops, for jax.grad
         adjoint=diffrax.ForwardMode() if cfg.adjoint == "forward" else diffrax.RecursiveCheckpointAdjoint(),
     )
+    if event is not None:
+        sol = _saved_at_start(sol, dyn, saver, state0, args)
     return _outputs(cfg, dyn, sol, args, y0, mask)
+
+
+def _saved_at_start(sol, dyn, saver, state0, args):
+    """`sol` with the saved times ts <= t0 filled with the initial state when a stop condition
+    already held at t0: diffrax then ends the solve before its first step and saves nothing.
+    `dyn`: the `_FlowArgs` of the solve (its `ts` and t0 = params[0])."""
+    ts, t0 = dyn.ts, dyn.params[0]
+    first = state0 if saver is None else saver(t0, state0, args)
+    at_start = (sol.ts[1][0] <= t0) & (ts <= t0)
+
+    def fill(y, y_first):
+        return jnp.where(at_start.reshape((-1,) + (1,) * (y.ndim - 1)), jnp.expand_dims(y_first, 0), y)
+
+    return eqx.tree_at(lambda s: s.ys[0], sol, jax.tree.map(fill, sol.ys[0], first))
 
 
 def _setup(cfg: _FlowConfig, dyn: _FlowArgs) -> tuple:
@@ -172,8 +188,11 @@ def _setup(cfg: _FlowConfig, dyn: _FlowArgs) -> tuple:
         cond = condition(cfg.stop, cfg.form, dyn.stop_target)
         if cfg.reduced:
             cond = form.condition(cond)
-        event = diffrax.Event(
-            cond, root_finder=optx.Newton(rtol=1e-12, atol=1e-12), direction=event_direction(cfg.stop)
+        up = event_direction(cfg.stop)
+        event = diffrax.Event(  # the crossing, and the condition already met at t0 (then stop at t0)
+            (cond, met_at_start(cond, up, t0)),
+            root_finder=optx.Newton(rtol=1e-12, atol=1e-12),
+            direction=(up, None),
         )
     return rhs, state0, args, solver, controller, saver, event, y0, mask
 

@@ -23,8 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import equinox as eqx
+import jax.numpy as jnp
 
 __all__ = ["Stop"]
+
+KINDS = ("loss_below", "ignition", "when")
 
 
 class Stop(eqx.Module):
@@ -36,6 +39,17 @@ class Stop(eqx.Module):
     k: int = eqx.field(static=True, default=-1)
     fn: Callable | None = eqx.field(static=True, default=None)
     name: str = eqx.field(static=True, default="")
+
+    def __check_init__(self):
+        """Refuse an unknown `kind` (or a ``"when"`` without a function) at construction: it
+        failed later, inside the solve, as ``'NoneType' object is not callable``."""
+        if self.kind not in KINDS:
+            raise ValueError(
+                f"`kind` of an nqf.Stop must be one of {KINDS}; found {self.kind!r}. Build it with "
+                "Stop.loss_below(value), Stop.ignition(k, rho) or Stop.when(fn)."
+            )
+        if self.kind == "when" and not callable(self.fn):
+            raise TypeError(f"Stop('when') needs `fn`, a function of (t, state); found {type(self.fn).__name__}.")
 
     @classmethod
     def loss_below(cls, value) -> Stop:
@@ -92,6 +106,22 @@ def condition(stop: Stop, form: str, target) -> Callable:
         return stop.fn(t, natural_state(form, y, args))
 
     return cond
+
+
+def met_at_start(cond: Callable, up: bool, t0) -> Callable:
+    """A boolean diffrax condition that holds at the initial time t0 exactly when the float
+    condition `cond` (a crossing event, `up` for up-crossings) is already met there (loss below
+    the threshold, mode already ignited, fn already > 0): diffrax then stops at t0. A crossing
+    event alone needs a sign change within a step and would miss a condition met at t0. False for
+    a boolean `cond` (diffrax already stops at t0 when it holds there) and at every t > t0."""
+
+    def start(t, y, args, **kwargs):
+        c = cond(t, y, args, **kwargs)
+        if jnp.issubdtype(jnp.result_type(c), jnp.bool_):
+            return jnp.asarray(False)
+        return (t <= t0) & ((c > 0) if up else (c <= 0))
+
+    return start
 
 
 def direction(stop: Stop):

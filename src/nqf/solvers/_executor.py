@@ -231,7 +231,9 @@ def _assemble(records: list, calls: list, kw: dict, atol_given, eps, datas, erro
                 init=np.asarray(init, dtype=float) if np.shape(init) == np.shape(r0["init"]) else nan_like(r0["init"]),
                 info=np.zeros(5, dtype=np.int64),
                 y0=nan_like(r0["y0"]),
-                mask=None if r0["mask"] is None else np.zeros(np.shape(r0["mask"]), bool),
+                # every mode live: the NaN state gives NaN z, M, W and loss (a mask of zeros made
+                # them the values of M = 0, finite; issue 36 B1)
+                mask=None if r0["mask"] is None else np.ones(np.shape(r0["mask"]), bool),
             )
         )
     info = np.stack([r["info"] for r in full]).astype(np.int64)

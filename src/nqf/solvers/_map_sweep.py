@@ -143,7 +143,8 @@ class MapSweep(Members, MapTrajectory):
         """A tidy `pandas.DataFrame`, one row per member and saved step (B * n rows).
 
         Columns: ``member`` (0..B-1), the swept parameters ``lr``, ``momentum``,
-        ``weight_decay`` (and ``seed`` when the keys were integer seeds), ``step``, ``t``
+        ``weight_decay`` (and ``seed`` when the keys were integer seeds), ``successful`` (False
+        for a member that diverged, ``throw=False``: non-finite from its divergence on), ``step``, ``t``
         (= lr * step, gradient-flow time) and ``loss`` (full training set, no penalty).
 
         **Raises:** `ImportError` if pandas is not installed (``pip install pandas``).
@@ -166,6 +167,7 @@ class MapSweep(Members, MapTrajectory):
         }
         if self.seed is not None:
             cols["seed"] = per_member(self.seed)
+        cols["successful"] = per_member(np.asarray(self.successful, dtype=bool))
         cols.update(step=np.tile(self.steps, B), t=np.asarray(self.t).reshape(-1), loss=self.loss.reshape(-1))
         return pd.DataFrame(cols)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from typing import Any
 
 import diffrax
@@ -21,6 +22,7 @@ from .._core._checks import any_traced
 from .._core._config import require_x64
 from .._core.io import Saveable
 from ..data._model import NQFModel
+from ..data._network import PrecisionWarning
 from ..data._operators import AbstractCommutingData, AbstractData
 from ..dynamics._flow import loss_of
 from ..dynamics._glv import excess_loss as _excess_loss
@@ -65,6 +67,27 @@ def _host(x):
 
 
 _STAT_NAMES = ("num_steps", "num_accepted_steps", "num_rejected_steps")
+
+# A loss above this is past the square root of float64's range (1.8e308): the squares and
+# products of residuals that the flow, its loss and its derivatives form overflow, so such a
+# result has no correct digits to rely on (issue 36 B13).
+LOSS_OVERFLOW = 1e150
+
+
+def warn_if_huge(loss):
+    """`loss` (returned as it is), with an `nqf.data.PrecisionWarning` when a concrete, finite
+    value exceeds `LOSS_OVERFLOW`."""
+    if type(loss) is np.ndarray and loss.size:
+        finite = np.abs(loss[np.isfinite(loss)])
+        if finite.size and finite.max() > LOSS_OVERFLOW:
+            warnings.warn(
+                f"The loss reaches {finite.max():.3g}, past {LOSS_OVERFLOW:.0e} (the square root of float64's range): "
+                "squares and products of the residuals overflow, so the result is not reliable. Rescale the labels "
+                "y (and the data): the flow is covariant under y -> c y, M -> c M, t -> t / c.",
+                PrecisionWarning,
+                stacklevel=3,
+            )
+    return loss
 
 
 @functools.partial(
@@ -251,17 +274,19 @@ class FlowSolution(Saveable):
     def loss(self):
         """MSE loss (1/m) sum_x (f_x - y_x)^2 at the saved times, shape (n,); f_x = Tr[M A_x]
         or, for the ``"M-mu"`` form of a model, the model outputs (Eq. E2). A solve with
-        ``loss=`` (`solve_flow`): that loss, the mean over inputs of ell (`nqf.dynamics._losses`)."""
+        ``loss=`` (`solve_flow`): that loss, the mean over inputs of ell (`nqf.dynamics._losses`).
+        Warns `nqf.data.PrecisionWarning` when a value exceeds 1e150 (`LOSS_OVERFLOW`: products of
+        the residuals overflow float64 there, so the value is not reliable)."""
         require_x64()
         if self.saved == "loss":
-            return _host(self.ys["loss"])
+            return warn_if_huge(_host(self.ys["loss"]))
         # eager, not `convert`: the same rounding as the dense-output loss of `nqf.plateau_levels`
         # and friends (a compiled, fused mean differs in the last ulp)
         f = plain_method(self.form_object, "outputs")(self, self.ys)
         loss = loss_of(self.model)
         if loss is not None:  # a `WithLoss` model: the mean over inputs of its ell
-            return _host(jax.vmap(lambda fx: jnp.mean(loss.value(fx, self.data.y)))(jnp.asarray(f)))
-        return _host(jnp.mean((f - self.data.y) ** 2, axis=-1))
+            return warn_if_huge(_host(jax.vmap(lambda fx: jnp.mean(loss.value(fx, self.data.y)))(jnp.asarray(f))))
+        return warn_if_huge(_host(jnp.mean((f - self.data.y) ** 2, axis=-1)))
 
     @functools.cached_property
     def z_inf(self):

@@ -217,8 +217,9 @@ def solve_flow(
     model with g or B solved in a form other than ``"M-mu"``, ``"M-mu"`` from `M0` without `mu0`
     and `d` (or `mu0`/`d` with `W0` or another form), `d` not an integer >= 1, non-positive
     tolerances, bad `ts`, an alias given with the object it folds into, a non-MSE `loss` with a
-    form other than ``"M-mu"`` / ``"auto"``, a bad or unreached ``accuracy``; `MaxStepsReached` if
-    `max_steps` is used up before `t1`; `nqf.AssumptionError` (with the residual) for the exact
+    form other than ``"M-mu"`` / ``"auto"``, a bad or unreached ``accuracy``, labels `y` whose mean
+    square overflows float64 (|y| ~ 1e154 and beyond); `MaxStepsReached` if `max_steps` is used up
+    before `t1`; `nqf.AssumptionError` (with the residual) for the exact
     backend on data whose features are not orthogonal.
     """
     loss = options.pop("loss", None)  # a keyword (read here: the signature stays at 14 parameters)
@@ -232,6 +233,7 @@ def solve_flow(
     problem = _problem(source, (M0, W0, z0), form, call)._replace(
         t0=t0, t1=t1, weight_decay=weight_decay, max_steps=max_steps, stop=stop, settings=settings
     )
+    _check_label_scale(problem.data)
     if call.backend == "exact":
         return BACKENDS["exact"].solve(problem, call)
     if stop is not None and call.backend != "ode":
@@ -270,6 +272,25 @@ def _with_loss(data, loss, form):
     model = as_model(data)
     loss_inputs(resolved, model.m)
     return WithLoss.of(model, resolved), ("M-mu" if form == "auto" else form)
+
+
+def _check_label_scale(data) -> None:
+    """Refuse labels whose mean square overflows float64 (|y| near 1e154 and beyond): the loss
+    is then infinite from t = 0 and the solve ran into max_steps without a word about it (issue
+    36 B11). Concrete labels only.
+
+    **Raises:** `ValueError` naming `y`, its largest magnitude and the way out."""
+    if any_traced(data.y):
+        return
+    y = np.abs(np.asarray(data.y, dtype=float))
+    with np.errstate(over="ignore"):
+        square = float(np.mean(y * y)) if y.size else 0.0
+    if not np.isfinite(square):
+        raise ValueError(
+            f"`y` reaches {y.max():.3g}: the loss (1/m) sum_x (f_x - y_x)^2 overflows float64 at M = 0 (its "
+            "mean square is inf; |y| must stay well below 1.3e154). Rescale the labels (and the data): the flow "
+            "is covariant under y -> c y, M -> c M, t -> t / c."
+        )
 
 
 def _problem(data, inits: tuple, form: str, call: Call) -> Problem:

@@ -561,8 +561,9 @@ class SweepSolution(Members, Saveable):
 
     def to_dataframe(self):
         """A tidy pandas DataFrame: one row per member and saved time, columns ``member``,
-        ``eps`` (eps sweeps only), ``t`` (gradient-flow time), ``loss`` and, for commuting
-        data, ``excess_loss``.
+        ``eps`` (eps sweeps only), ``successful`` (False for a member that failed: its ``loss``
+        and ``excess_loss`` are NaN, or, past max_steps, those of its partial solve), ``t``
+        (gradient-flow time), ``loss`` and, for commuting data, ``excess_loss``.
 
         **Raises:** `ImportError` naming pandas if it is not installed."""
         try:
@@ -573,6 +574,7 @@ class SweepSolution(Members, Saveable):
         cols = {"member": np.repeat(np.arange(B), n)}
         if self.eps is not None:
             cols["eps"] = np.repeat(self.eps, n)
+        cols["successful"] = np.repeat(np.asarray(self.successful, dtype=bool), n)
         cols["t"] = np.tile(np.asarray(self.ts), B)
         cols["loss"] = np.asarray(self.loss).reshape(-1)
         excess = self._stack("excess_loss")

@@ -76,9 +76,16 @@ def predicted_ignition_times(
     (zeta - 2 gamma / a <= 0 or C = 0, or z0 = 0) and 0 for modes already at or above rho z(inf).
 
     **Raises:** `ValueError` for rho outside (0, 1), a <= 0, negative C, z0 or `weight_decay`,
-    non-finite input.
+    non-finite input, or shapes of `zeta`, `C`, `z0` that do not broadcast (naming them).
     """
-    zeta, C, z0 = np.broadcast_arrays(*(np.asarray(as_array(v, n)) for v, n in ((zeta, "zeta"), (C, "C"), (z0, "z0"))))
+    args = [np.asarray(as_array(v, n)) for v, n in ((zeta, "zeta"), (C, "C"), (z0, "z0"))]
+    try:
+        zeta, C, z0 = np.broadcast_arrays(*args)
+    except ValueError:
+        shapes = ", ".join(f"{n} {v.shape}" for n, v in zip(("zeta", "C", "z0"), args))
+        raise ValueError(
+            f"`zeta`, `C` and `z0` must have the same shape (p,) (or broadcast to it, e.g. a scalar); found {shapes}."
+        ) from None
     _check_rho(rho)
     if not a > 0:
         raise ValueError(f"`a` must be > 0 (1 for Theorem 6, 2 for Theorem 7); found {a!r}.")
