@@ -335,8 +335,8 @@ def _heldout_mlp(x_tr, y_tr, x_te, y_te) -> dict:
     mod, d = build("MLP")
     W0 = EPS[0] * np.random.default_rng(3).standard_normal((mod.p, d))
     gd = SGD(GD_LR, steps=HELDOUT_STEPS)
-    opts = dict(save_every=HELDOUT_SAVE, x_test=x_te, y_test=y_te, estimate_departure=False)
-    pred = predict(Network(mod, W0=W0), x_tr, y_tr, gd, **opts)
+    net = Network(mod, W0=W0)
+    pred = predict(net, x_tr, y_tr, gd, save_every=HELDOUT_SAVE, x_test=x_te, y_test=y_te, estimate_departure=False)
     rec = pred.record(save_every=HELDOUT_SAVE)
     ref = train_pair(
         mod, x_tr, y_tr, W0, optimizer="gd", lr=GD_LR, steps=HELDOUT_STEPS, save_every=HELDOUT_SAVE, eval_xs=x_te
