@@ -84,13 +84,15 @@ both reproduced: with 50 channels the CNN stays within 0.05 of its NQF for the w
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
 
 from ..data.modules import CNN, MLP, QKAttention
-from ._common import COLORS, check, chosen, claim, phase_end, prepare_out_dir, sensitivity, write_outputs
+from ._common import COLORS, chosen, phase_end, sensitivity
 from ._pair import init_gap_order, least_squares_loss, train_pair
+from ._table import Check, Claim, Reproduction, reproduce
 
 NAME = "digits"
 TITLE = (
@@ -205,10 +207,7 @@ def accuracy(F, y) -> np.ndarray:
 def run_model(
     name: str,
     eps: float,
-    xs,
-    y_tr,
-    xs_te,
-    y_te,
+    split,
     *,
     steps: int,
     save_every: int,
@@ -220,7 +219,11 @@ def run_model(
 ) -> dict:
     """Train model `name` and its NQF from W0 = eps N(0, 1) (rng 3); the losses, test accuracies,
     the NQF's least-squares floor L_LS (computed unless given) and learning phase, the gaps
-    (module docstring) and, with `init_gap`, the order of the module - NQF gap at init."""
+    (module docstring) and, with `init_gap`, the order of the module - NQF gap at init.
+
+    `split` = ``(xs, y_tr, xs_te, y_te)``: the model's training inputs (`model_inputs`) and labels
+    (m, 1), and its test inputs and labels (both None: no test accuracies)."""
+    xs, y_tr, xs_te, y_te = split
     mod, d = build(name, width)
     W0 = eps * np.random.default_rng(3).standard_normal((mod.p, d))
     t0 = time.perf_counter()
@@ -276,7 +279,7 @@ def run_model(
     return res
 
 
-def _claim(key: str, r: dict, setting: str) -> dict:
+def _claim(key: str, r: dict) -> Claim:
     """The claim "indistinguishable train loss" for one model at eps = 0.01 (revised criterion)."""
     end = r["nqf_phase_end_step"]
     why = (
@@ -287,7 +290,7 @@ def _claim(key: str, r: dict, setting: str) -> dict:
         f"{r['final_train_loss_nqf']:.3g}; final test accuracy {r['final_test_accuracy_module']:.3f} / "
         f"{r['final_test_accuracy_nqf']:.3f}"
     )
-    return claim(
+    return Claim(
         f"digits {key}: indistinguishable train loss",
         CLAIM,
         SECTION,
@@ -298,7 +301,7 @@ def _claim(key: str, r: dict, setting: str) -> dict:
         value=r["max_train_loss_gap_nqf_phase"],
         criterion=f"<= {GAP_BOUND:g}",
         holds=r["max_train_loss_gap_nqf_phase"] <= GAP_BOUND,
-        setting=setting,
+        setting="package-chosen",
         why=why,
         revised=True,
     )
@@ -310,7 +313,7 @@ def _gd_mlp(xs, y_tr, steps: int, L_ls: float) -> dict:
     at `GD_REPORT_STEPS` (those inside the run)."""
     save_every = 50
     r = run_model(
-        "MLP", EPS[0], xs, y_tr, None, None, steps=steps, save_every=save_every, optimizer="gd", lr=GD_LR, L_ls=L_ls
+        "MLP", EPS[0], (xs, y_tr, None, None), steps=steps, save_every=save_every, optimizer="gd", lr=GD_LR, L_ls=L_ls
     )
     cur = r.pop("curve")
     gap = train_loss_gap(cur["train_loss_module"], cur["train_loss_nqf"])
@@ -319,49 +322,51 @@ def _gd_mlp(xs, y_tr, steps: int, L_ls: float) -> dict:
     return r
 
 
-def _heldout_mlp(x_tr, y_tr, x_te, y_te) -> tuple[dict, list, dict]:
+def _heldout_mlp(x_tr, y_tr, x_te, y_te) -> dict:
     """The MLP (eps = 0.01, W0 as `run_model`'s) predicted by `nqf.predict(x_test=, y_test=)` and
-    measured by `nqf.record(x_test=, y_test=)` under full-batch GD (lr `GD_LR`, `HELDOUT_STEPS`):
-    (results, checks, claim). Checks: the predicted test outputs are the NQF's W-space GD on the
-    test images and the recorded ones the module's (`train_pair`, an independent loop), to
-    `EXACT_TOL`. Claim: the test accuracies differ by <= `TEST_ACC_BOUND` over the NQF's phase."""
-    import optax
-
+    measured by `nqf.record(x_test=, y_test=)` under full-batch GD (lr `GD_LR`, `HELDOUT_STEPS`),
+    and both against the NQF's / the module's own GD loop (`train_pair`, an independent loop):
+    ``{"summary": compare(...).summary(), "rel_predicted", "rel_recorded"}`` (max relative
+    differences of the test outputs). Rows: `_heldout_checks`, `_heldout_claim`."""
     from ..data import Network
+    from ..dynamics import SGD
     from ..network import compare, predict
 
     mod, d = build("MLP")
     W0 = EPS[0] * np.random.default_rng(3).standard_normal((mod.p, d))
-    opts = dict(lr=GD_LR, steps=HELDOUT_STEPS, save_every=HELDOUT_SAVE, x_test=x_te, y_test=y_te)
-    pred = predict(Network(mod, W0=W0), x_tr, y_tr, estimate_departure=False, **opts)
-    rec = pred.record(optax.sgd(GD_LR), save_every=HELDOUT_SAVE)
-    s = compare(pred, rec).summary()
+    gd = SGD(GD_LR, steps=HELDOUT_STEPS)
+    net = Network(mod, W0=W0)
+    pred = predict(net, x_tr, y_tr, gd, save_every=HELDOUT_SAVE, x_test=x_te, y_test=y_te, estimate_departure=False)
+    rec = pred.record(save_every=HELDOUT_SAVE)
     ref = train_pair(
         mod, x_tr, y_tr, W0, optimizer="gd", lr=GD_LR, steps=HELDOUT_STEPS, save_every=HELDOUT_SAVE, eval_xs=x_te
     )
     rel = lambda a, b: float(np.abs(a - b[:, :, 0]).max() / np.abs(b).max())  # noqa: E731
-    checks = [
-        check(
-            "digits MLP held-out: predicted test outputs = the NQF's W-space GD on the test images, max rel. diff",
-            rel(pred.test_outputs, ref["F_nqf_eval"]),
-            EXACT_TOL,
-        ),
-        check(
-            "digits MLP held-out: recorded test outputs = the module's GD loop (train_pair), max rel. diff",
-            rel(rec.test_outputs, ref["F_module_eval"]),
-            EXACT_TOL,
-        ),
-    ]
-    test = s["test"]
-    diff = test["test_accuracy_difference"]
-    res = {
+    return {
+        "summary": compare(pred, rec).summary(),
+        "rel_predicted": rel(pred.test_outputs, ref["F_nqf_eval"]),
+        "rel_recorded": rel(rec.test_outputs, ref["F_module_eval"]),
+    }
+
+
+def _heldout_report(h: dict) -> dict:
+    """The JSON's ``heldout_mlp`` block of a `_heldout_mlp` measurement."""
+    s = h["summary"]
+    return {
         "optimizer": f"GD lr {GD_LR:g}, full batch, {HELDOUT_STEPS} steps (t = {GD_LR * HELDOUT_STEPS:g})",
         "phase_end_t": s["phase_end"],
         "train_phase_gap": s["phase_gap"],
-        "test": test,
+        "test": s["test"],
         "wall_time_s": s["wall_time_s"],
     }
-    acc = test["final_test_accuracy"]
+
+
+def _heldout_claim(h: dict) -> Claim:
+    """Claim (issue 35): the predicted and measured test accuracies differ by <= `TEST_ACC_BOUND`
+    over the NQF's phase."""
+    s = h["summary"]
+    test = s["test"]
+    diff, acc = test["test_accuracy_difference"], test["final_test_accuracy"]
     why = (
         f"over the NQF's phase (t <= {s['phase_end']:.3g}) the test accuracies differ by at most "
         f"{diff['max_over_phase']:.3g}, at t = {GD_LR * HELDOUT_STEPS:g} by {diff['at_end']:.3g} (predicted / measured "
@@ -369,7 +374,7 @@ def _heldout_mlp(x_tr, y_tr, x_te, y_te) -> tuple[dict, list, dict]:
         f"(train {s['phase_gap']:.3g}). Adam (the paper's optimizer) is not closed on (M, mu): nqf.predict does not "
         "cover it (the Adam rows compare the module with its NQF trained by Adam in weight space)."
     )
-    clm = claim(
+    return Claim(
         "digits MLP | eps=0.01 | GD: held-out test accuracy predicted",
         CLAIM_TEST,
         SECTION,
@@ -383,7 +388,6 @@ def _heldout_mlp(x_tr, y_tr, x_te, y_te) -> tuple[dict, list, dict]:
         setting="package-chosen",
         why=why,
     )
-    return res, checks, clm
 
 
 def run(out_dir, quick: bool = False, progress=None) -> dict:
@@ -394,109 +398,121 @@ def run(out_dir, quick: bool = False, progress=None) -> dict:
     JSON keys: ``settings``, ``chosen_settings``, ``results`` (per "model | eps": L_LS, the NQF's
     phase end, gaps over the phase and the whole run, tracking horizon, final losses and test
     accuracies, init-gap order, curves), ``gd_mlp`` (the GD run), ``heldout_mlp`` (the held-out
-    prediction: `_heldout_mlp`), ``checks``, ``claims``,
-    ``sensitivity`` (full run: the paper's widths), ``wall_time_s``. `quick`: 100 Adam steps (GD
-    1000) and no sensitivity rows."""
+    prediction: `_heldout_mlp`), ``wall_time_s``, ``sensitivity`` (full run: the paper's widths),
+    ``checks``, ``claims``. `quick`: 100 Adam steps (GD 1000) and no sensitivity rows.
+    `progress(stage, info)`, if given, is called after each model x eps run (the CLI's progress
+    line)."""
+    measure = functools.partial(_measure, progress=progress)
+    return reproduce(Reproduction(NAME, TITLE, measure, _report, _checks, _claims, _figure), out_dir, quick)
+
+
+def _measure(quick: bool, progress=None) -> dict:
+    """Every model x eps under Adam, the MLP under GD, the held-out prediction and (full run) the
+    paper's widths."""
     t_start = time.perf_counter()
     x_tr, y_tr, x_te, y_te = load_data()
-    out = prepare_out_dir(out_dir)
     steps = 100 if quick else 1000
     save_every = 5 if quick else 10
-    results, checks, claims, L_ls = {}, [], [], {}
+    results, L_ls = {}, {}
     for name in MODEL_NAMES:
-        xs, xs_te = model_inputs(name, x_tr), model_inputs(name, x_te)
-        L_ls[name] = least_squares_loss(*build(name), xs, y_tr)
+        split = (model_inputs(name, x_tr), y_tr, model_inputs(name, x_te), y_te)
+        L_ls[name] = least_squares_loss(*build(name), split[0], y_tr)
         for eps in EPS:
             key = f"{name} | eps={eps:g}"
             r = results[key] = run_model(
-                name,
-                eps,
-                xs,
-                y_tr,
-                xs_te,
-                y_te,
-                steps=steps,
-                save_every=save_every,
-                L_ls=L_ls[name],
-                init_gap=eps == EPS[0],
+                name, eps, split, steps=steps, save_every=save_every, L_ls=L_ls[name], init_gap=eps == EPS[0]
             )
             if progress is not None:
-                progress(
-                    key,
-                    {
-                        "gap_nqf_phase": r["max_train_loss_gap_nqf_phase"],
-                        "test_accuracy": (r["final_test_accuracy_module"], r["final_test_accuracy_nqf"]),
-                    },
-                )
-            if eps != EPS[0]:
-                continue
-            checks.append(
-                check(
-                    f"digits {key}: module - NQF output gap at init is O(eps^4), |measured order - 4|",
-                    abs(r["init_gap"]["order"] - 4.0),
-                    ORDER_BOUND,
-                )
-            )
-            checks.append(
-                check(
-                    f"digits {key}: NQF loss never below its least-squares optimum L_LS, max (L_LS - L_NQF) / L_LS",
-                    -r["nqf_loss_minus_least_squares_min"] / r["least_squares_loss"],
-                    LS_TOL,
-                )
-            )
-            claims.append(_claim(key, r, "package-chosen"))
-    gd = _gd_mlp(model_inputs("MLP", x_tr), y_tr, GD_STEPS_QUICK if quick else GD_STEPS, L_ls["MLP"])
-    heldout, checks_h, claim_h = _heldout_mlp(model_inputs("MLP", x_tr), y_tr, model_inputs("MLP", x_te), y_te)
-    checks += checks_h
-    claims.append(claim_h)
-    if quick:
+                info = {
+                    "gap_nqf_phase": r["max_train_loss_gap_nqf_phase"],
+                    "test_accuracy": (r["final_test_accuracy_module"], r["final_test_accuracy_nqf"]),
+                }
+                progress(key, info)
+    x_mlp, x_mlp_te = model_inputs("MLP", x_tr), model_inputs("MLP", x_te)
+    gd = _gd_mlp(x_mlp, y_tr, GD_STEPS_QUICK if quick else GD_STEPS, L_ls["MLP"])
+    heldout = _heldout_mlp(x_mlp, y_tr, x_mlp_te, y_te)
+    widths = {}  # the sensitivity row: the paper's widths (full run only)
+    for name, width in () if quick else (("CNN", 50), ("attention", 32)):
+        split = (model_inputs(name, x_tr), y_tr, model_inputs(name, x_te), y_te)
+        widths[f"{name} | eps={EPS[0]:g} | width {width}"] = run_model(
+            name, EPS[0], split, steps=steps, save_every=save_every, width=width, L_ls=L_ls[name]
+        )
+    return {
+        "quick": quick,
+        "t_start": t_start,
+        "n_train": int(len(y_tr)),
+        "n_test": int(len(y_te)),
+        "steps": steps,
+        "save_every": save_every,
+        "results": results,
+        "gd": gd,
+        "heldout": heldout,
+        "widths": widths,
+    }
+
+
+def _checks(q: dict) -> list[Check]:
+    """Per model at eps = 0.01: the init gap's order and the least-squares floor; then the held-out outputs."""
+    rows = []
+    for name in MODEL_NAMES:
+        key = f"{name} | eps={EPS[0]:g}"
+        r = q["results"][key]
+        rows += [
+            Check(
+                f"digits {key}: module - NQF output gap at init is O(eps^4), |measured order - 4|",
+                abs(r["init_gap"]["order"] - 4.0),
+                ORDER_BOUND,
+            ),
+            Check(
+                f"digits {key}: NQF loss never below its least-squares optimum L_LS, max (L_LS - L_NQF) / L_LS",
+                -r["nqf_loss_minus_least_squares_min"] / r["least_squares_loss"],
+                LS_TOL,
+            ),
+        ]
+    h = q["heldout"]
+    return rows + [
+        Check(
+            "digits MLP held-out: predicted test outputs = the NQF's W-space GD on the test images, max rel. diff",
+            h["rel_predicted"],
+            EXACT_TOL,
+        ),
+        Check(
+            "digits MLP held-out: recorded test outputs = the module's GD loop (train_pair), max rel. diff",
+            h["rel_recorded"],
+            EXACT_TOL,
+        ),
+    ]
+
+
+def _claims(q: dict) -> list[Claim]:
+    """Per model at eps = 0.01: indistinguishable train loss; then the held-out test accuracy."""
+    rows = [_claim(f"{name} | eps={EPS[0]:g}", q["results"][f"{name} | eps={EPS[0]:g}"]) for name in MODEL_NAMES]
+    return rows + [_heldout_claim(q["heldout"])]
+
+
+def _report(q: dict) -> dict:
+    if q["quick"]:
         sens = sensitivity(quick=True)
     else:
-        claims_w, results_w = [], {}
-        for name, width in (("CNN", 50), ("attention", 32)):
-            key = f"{name} | eps={EPS[0]:g} | width {width}"
-            r = run_model(
-                name,
-                EPS[0],
-                model_inputs(name, x_tr),
-                y_tr,
-                model_inputs(name, x_te),
-                y_te,
-                steps=steps,
-                save_every=save_every,
-                width=width,
-                L_ls=L_ls[name],
-            )
-            claims_w.append(_claim(key, r, "package-chosen"))
-            r.pop("curve")
-            results_w[key] = r
-        sens = sensitivity(
-            [
-                {
-                    "setting": "the paper's widths on the 8x8 digits: CNN 50 channels (4x4 kernels), "
-                    "attention d_k = 32 (10 heads)",
-                    "claims": claims_w,
-                    "results": results_w,
-                }
-            ],
-            quick=False,
-        )
-    fig = _plot(results, quick)
-    summary = {
-        "name": NAME,
-        "title": TITLE,
-        "quick": bool(quick),
+        row = {
+            "setting": "the paper's widths on the 8x8 digits: CNN 50 channels (4x4 kernels), "
+            "attention d_k = 32 (10 heads)",
+            "claims": [_claim(key, r).record() for key, r in q["widths"].items()],
+            "results": {key: {k: v for k, v in r.items() if k != "curve"} for key, r in q["widths"].items()},
+        }
+        sens = sensitivity([row], quick=False)
+    return {
         "settings": {
             "data": (
                 "sklearn.datasets.load_digits, y = +1 odd / -1 even, pixels gray level / 16 in [0, 1] "
-                f"(as MNIST's), {N_TRAIN} train / {len(y_te)} test (rng {SPLIT_SEED} permutation)"
+                f"(as MNIST's), {N_TRAIN} train / {q['n_test']} test (rng {SPLIT_SEED} permutation)"
             ),
-            "n_train": int(len(y_tr)),
-            "n_test": int(len(y_te)),
+            "n_train": q["n_train"],
+            "n_test": q["n_test"],
             "optimizer": "Adam (b1 0.9, b2 0.999, 1e-8), full batch, MSE",
             "lr": LR,
-            "steps": steps,
-            "save_every": save_every,
+            "steps": q["steps"],
+            "save_every": q["save_every"],
             "eps": EPS,
             "init": "W0 ~ N(0, eps^2), rng 3",
             "models": SETTINGS,
@@ -508,15 +524,16 @@ def run(out_dir, quick: bool = False, progress=None) -> dict:
             "test_accuracy": "fraction of test images with sign(F) = y",
         },
         "chosen_settings": CHOSEN_SETTINGS,
-        "results": results,
-        "gd_mlp": gd,
-        "heldout_mlp": heldout,
-        "wall_time_s": time.perf_counter() - t_start,
-        "checks": checks,
-        "claims": claims,
+        "results": q["results"],
+        "gd_mlp": q["gd"],
+        "heldout_mlp": _heldout_report(q["heldout"]),
+        "wall_time_s": time.perf_counter() - q["t_start"],
         "sensitivity": sens,
     }
-    return write_outputs(out, NAME, fig, summary)
+
+
+def _figure(q: dict):
+    return _plot(q["results"], q["quick"])
 
 
 CHOSEN_SETTINGS = {

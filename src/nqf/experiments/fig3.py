@@ -39,17 +39,8 @@ from ..solvers._solve import solve_flow
 from ..theory._ignition import measure_ignition_times, predicted_ignition_times
 from ..theory._oracles import theorem6, theorem6_rates
 from ..theory.samplewise import crossing_times
-from ._common import (
-    COLORS,
-    check,
-    chosen,
-    claim,
-    max_rel_error,
-    new_figure,
-    prepare_out_dir,
-    sensitivity,
-    write_outputs,
-)
+from ._common import COLORS, chosen, max_rel_error, new_figure, sensitivity
+from ._table import Check, Claim, Reproduction, reproduce
 
 NAME = "fig3"
 TITLE = "Fig. 3 left/middle: sudden learning (m = p = 5, eps = 1e-5), flow vs Theorem 6 vs GD"
@@ -114,8 +105,11 @@ def run(out_dir, quick: bool = False) -> dict:
     ``eps_1e-12`` (the same measurements at eps = 1e-12 on [0, 600]), ``wall_time_s``,
     ``checks`` (list of {name, value, bound, passed}).
     """
-    t_start = time.perf_counter()
-    out = prepare_out_dir(out_dir)
+    return reproduce(Reproduction(NAME, TITLE, _measure, _report, _checks, _claims, _figure), out_dir, quick)
+
+
+def _measure(quick: bool) -> dict:
+    """The flow against Theorem 6 at eps 1e-5 and 1e-12, the paper's GD (lr 0.01) and its half-saturation times."""
     data = datasets.fig3_data()
     n_times = 1001 if quick else 5001
 
@@ -141,32 +135,65 @@ def run(out_dir, quick: bool = False) -> dict:
 
     m, s = base["summary"], small["summary"]
     r, C = theorem6_rates(data)
+    # The paper's timescale t*_k = (1/r_k) ln(r_k / (C_kk eps)) against GD's half-saturation times.
+    t_paper = np.log(np.asarray(r) / (np.asarray(C) * EPS)) / np.asarray(r)
+    t_gd_half = crossing_times(t_gd, z_gd, 0.5 * np.asarray(sol.z_inf))
+    rel_gd_tstar = np.abs(t_gd_half - t_paper) / t_paper
+
+    return {
+        "quick": quick,
+        "data": data,
+        "n_times": n_times,
+        "small": small,
+        "gd_steps": gd_steps,
+        "save_every": save_every,
+        "gd_wall": gd_wall,
+        "t_gd": t_gd,
+        "z_gd": z_gd,
+        "gd_dev": gd_dev,
+        "E_gd": E_gd,
+        "t_paper": t_paper,
+        "t_gd_half": t_gd_half,
+        "rel_gd_tstar": rel_gd_tstar,
+        "sol": sol,
+        "oracle": oracle,
+        "m": m,
+        "s": s,
+        "r": r,
+        "C": C,
+    }
+
+
+def _checks(q: dict) -> list[Check]:
+    gd_dev, m, s = q["gd_dev"], q["m"], q["s"]
     checks = [
-        check(
+        Check(
             "fig3 eps=1e-5: flow vs Theorem 6, max rel error of z over t in [0, 250]",
             m["max_rel_error_vs_oracle"],
             ORACLE_BOUND,
         )
     ]
     for k, e in enumerate(m["ignition_times"]["rel_error"]):
-        checks.append(check(f"fig3 eps=1e-5: ignition time t*_{k + 1} measured vs E19, rel error", e, IGNITION_BOUND))
+        checks.append(Check(f"fig3 eps=1e-5: ignition time t*_{k + 1} measured vs E19, rel error", e, IGNITION_BOUND))
     checks.append(
-        check(
+        Check(
             "fig3 eps=1e-12: flow vs Theorem 6, max rel error of z over t in [0, 600]",
             s["max_rel_error_vs_oracle"],
             ORACLE_BOUND,
         )
     )
     for k, e in enumerate(s["ignition_times"]["rel_error"]):
-        checks.append(check(f"fig3 eps=1e-12: ignition time t*_{k + 1} measured vs E19, rel error", e, IGNITION_BOUND))
-    checks.append(check("fig3 eps=1e-5: GD (lr 0.01) vs flow, max rel deviation of z", gd_dev, GD_BOUND))
+        checks.append(Check(f"fig3 eps=1e-12: ignition time t*_{k + 1} measured vs E19, rel error", e, IGNITION_BOUND))
+    checks.append(Check("fig3 eps=1e-5: GD (lr 0.01) vs flow, max rel deviation of z", gd_dev, GD_BOUND))
 
-    # The paper's timescale t*_k = (1/r_k) ln(r_k / (C_kk eps)) against GD's half-saturation times.
-    t_paper = np.log(np.asarray(r) / (np.asarray(C) * EPS)) / np.asarray(r)
-    t_gd_half = crossing_times(t_gd, z_gd, 0.5 * np.asarray(sol.z_inf))
-    rel_gd_tstar = np.abs(t_gd_half - t_paper) / t_paper
-    claims = [
-        claim(
+    return checks
+
+
+def _claims(q: dict) -> list[Claim]:
+    gd_dev, m, rel_gd_tstar, t_gd_half = q["gd_dev"], q["m"], q["rel_gd_tstar"], q["t_gd_half"]
+    t_paper = q["t_paper"]
+    return [
+        Claim(
             "fig3: GD trajectories match Theorem 6",
             "The numerical trajectories [GD] match the predictions of Theorem 6.",
             SECTION,
@@ -180,7 +207,7 @@ def run(out_dir, quick: bool = False) -> dict:
                 f"to {m['max_rel_error_vs_oracle']:.1e}): ln z_k lags by ~lr r_k^2 t / 4"
             ),
         ),
-        claim(
+        Claim(
             "fig3: loss drops align with t*_k",
             "Each sharp drop in the loss aligns with t*_k = (1/r_k) "
             "ln(r_k / (C_kk eps)), where each feature reaches half-saturation.",
@@ -194,11 +221,14 @@ def run(out_dir, quick: bool = False) -> dict:
             why=(f"GD half-saturation times {np.round(t_gd_half, 2).tolist()} vs t*_k {np.round(t_paper, 2).tolist()}"),
         ),
     ]
-    fig = _plot(data, sol, oracle, small, t_gd, z_gd, E_gd, m["ignition_times"]["predicted"], quick)
-    summary = {
-        "name": NAME,
-        "title": TITLE,
-        "quick": bool(quick),
+
+
+def _report(q: dict) -> dict:
+    C, data, gd_dev, gd_steps = q["C"], q["data"], q["gd_dev"], q["gd_steps"]
+    gd_wall, m, n_times, quick = q["gd_wall"], q["m"], q["n_times"], q["quick"]
+    r, rel_gd_tstar, s, save_every = q["r"], q["rel_gd_tstar"], q["s"], q["save_every"]
+    t_gd_half, t_paper = q["t_gd_half"], q["t_paper"]
+    return {
         "settings": {
             "m": data.m,
             "p": data.p,
@@ -222,7 +252,7 @@ def run(out_dir, quick: bool = False) -> dict:
             "flow_eps_1e-5": m["wall_time_s"],
             "flow_eps_1e-12": s["wall_time_s"],
             "gd": gd_wall,
-            "total": time.perf_counter() - t_start,
+            "total": None,
         },
         "gd_half_saturation_times": {"measured": t_gd_half, "paper_formula": t_paper, "rel_error": rel_gd_tstar},
         "chosen_settings": {
@@ -235,11 +265,15 @@ def run(out_dir, quick: bool = False) -> dict:
             "t1": chosen(T1, "not stated", "past the last ignition (t*_5 = 139.8)"),
             "eps_1e-12": chosen(EPS_SMALL, "only eps = 1e-5", "a package check of the solver at a smaller init"),
         },
-        "checks": checks,
-        "claims": claims,
         "sensitivity": sensitivity([], quick=quick, reason="every setting of the claims is the paper's"),
     }
-    return write_outputs(out, NAME, fig, summary)
+
+
+def _figure(q: dict):
+    E_gd, data, m, oracle = q["E_gd"], q["data"], q["m"], q["oracle"]
+    quick, small, sol, t_gd = q["quick"], q["small"], q["sol"], q["t_gd"]
+    z_gd = q["z_gd"]
+    return _plot(data, sol, oracle, small, t_gd, z_gd, E_gd, m["ignition_times"]["predicted"], quick)
 
 
 def data_excess_loss(sol, z) -> np.ndarray:

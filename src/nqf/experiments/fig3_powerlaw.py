@@ -54,7 +54,8 @@ from ..data import datasets
 from ..solvers._solve import solve_flow
 from ..theory._ignition import predicted_ignition_times
 from ..theory._oracles import theorem6_rates
-from ._common import check, chosen, claim, new_figure, prepare_out_dir, sensitivity, write_outputs
+from ._common import chosen, new_figure, sensitivity
+from ._table import Check, Claim, Reproduction, reproduce
 
 NAME = "fig3-powerlaw"
 TITLE = "Fig. 3 right: excess-loss power law (m = p = 1000), slope vs -(a1-1)/a2 = -1.25"
@@ -141,8 +142,11 @@ def run(out_dir, quick: bool = False) -> dict:
     finite_size_predicted, E22_as_written}, ``fit_window`` {t_min, t_max, k_lo, k_hi, rule,
     n_points}, ``solver_stats``, ``wall_time_s``, ``checks``.
     """
-    t_start = time.perf_counter()
-    out = prepare_out_dir(out_dir)
+    return reproduce(Reproduction(NAME, TITLE, _measure, _report, _checks, _claims, _figure), out_dir, quick)
+
+
+def _measure(quick: bool) -> dict:
+    """The flow on the power-law data from z_k(0) = eps k^-b, its excess loss and slope analysis."""
     p = 300 if quick else 1000
     n_times = 1000 if quick else 3000
     data = datasets.powerlaw_data(p, a1=A1, a2=A2)
@@ -174,19 +178,53 @@ def run(out_dir, quick: bool = False) -> dict:
 
     rel_eps = abs(measured - finite_eps) / abs(finite_eps)
     rel_size = abs(measured - finite_size) / abs(finite_size)
-    checks = [
-        check(f"fig3-powerlaw p={p}: |slope - finite-eps prediction| / |prediction|", rel_eps, SLOPE_BOUND),
-        check(
+    return {
+        "quick": quick,
+        "p": p,
+        "n_times": n_times,
+        "data": data,
+        "k": k,
+        "tstar": tstar,
+        "t1": t1,
+        "sol": sol,
+        "solve_wall": solve_wall,
+        "E": E,
+        "measured": measured,
+        "finite_eps": finite_eps,
+        "finite_size": finite_size,
+        "predicted": predicted,
+        "e22": e22,
+        "fit": fit,
+        "t_min": t_min,
+        "t_max": t_max,
+        "k_lo": k_lo,
+        "k_hi": k_hi,
+        "sel": sel,
+        "param_err": param_err,
+        "rel_eps": rel_eps,
+        "rel_size": rel_size,
+    }
+
+
+def _checks(q: dict) -> list[Check]:
+    p, rel_eps, rel_size, param_err = q["p"], q["rel_eps"], q["rel_size"], q["param_err"]
+    return [
+        Check(f"fig3-powerlaw p={p}: |slope - finite-eps prediction| / |prediction|", rel_eps, SLOPE_BOUND),
+        Check(
             f"fig3-powerlaw p={p}: |slope - finite-eps, finite-p prediction| / |prediction|",
             rel_size,
             FINITE_SIZE_BOUND,
         ),
-        check(f"fig3-powerlaw p={p}: data follow r_k = k^-a2, V_k = k^-a1 (max rel deviation)", param_err, 1e-12),
+        Check(f"fig3-powerlaw p={p}: data follow r_k = k^-a2, V_k = k^-a1 (max rel deviation)", param_err, 1e-12),
     ]
 
+
+def _claims(q: dict) -> list[Claim]:
+    quick, p, measured, predicted = q["quick"], q["p"], q["measured"], q["predicted"]
+    finite_eps, finite_size = q["finite_eps"], q["finite_size"]
     rel_pred = abs(measured - predicted) / abs(predicted)
-    claims = [
-        claim(
+    return [
+        Claim(
             "fig3-powerlaw: slope matches -(a1 - 1)/a2",
             "The slope predicted by Section 6 matches the loss trajectory before the finite-size cutoff.",
             "Sec. 7 (Feature-wise saddle-to-saddle dynamics), Fig. 3 right",
@@ -205,11 +243,14 @@ def run(out_dir, quick: bool = False) -> dict:
             ),
         )
     ]
-    fig = _plot(sol.ts, E, fit, t_min, t_max, predicted, tstar, p, k, quick, measured, finite_size)
-    summary = {
-        "name": NAME,
-        "title": TITLE,
-        "quick": bool(quick),
+
+
+def _report(q: dict) -> dict:
+    quick, p, data, sol, sel = q["quick"], q["p"], q["data"], q["sol"], q["sel"]
+    measured, predicted, finite_eps, finite_size = q["measured"], q["predicted"], q["finite_eps"], q["finite_size"]
+    t1, n_times, e22, rel_eps, rel_size = q["t1"], q["n_times"], q["e22"], q["rel_eps"], q["rel_size"]
+    t_min, t_max, k_lo, k_hi = q["t_min"], q["t_max"], q["k_lo"], q["k_hi"]
+    return {
         "settings": {
             "m": data.m,
             "p": p,
@@ -257,7 +298,7 @@ def run(out_dir, quick: bool = False) -> dict:
             ),
         },
         "solver_stats": dict(sol.stats, form=sol.form, solver="tsit5", rtol=RTOL),
-        "wall_time_s": {"solve": solve_wall, "total": time.perf_counter() - t_start},
+        "wall_time_s": {"solve": q["solve_wall"], "total": None},
         "chosen_settings": {
             "dynamics": chosen(
                 "the gradient flow (solve_flow, GLV form)",
@@ -271,11 +312,25 @@ def run(out_dir, quick: bool = False) -> dict:
             ),
             "t1": chosen("5 t*_p", "not stated", "every mode has saturated"),
         },
-        "checks": checks,
-        "claims": claims,
         "sensitivity": sensitivity([], quick=quick, reason="every setting the paper states is used"),
     }
-    return write_outputs(out, NAME, fig, summary)
+
+
+def _figure(q: dict):
+    return _plot(
+        q["sol"].ts,
+        q["E"],
+        q["fit"],
+        q["t_min"],
+        q["t_max"],
+        q["predicted"],
+        q["tstar"],
+        q["p"],
+        q["k"],
+        q["quick"],
+        q["measured"],
+        q["finite_size"],
+    )
 
 
 def _plot(ts, E, fit, t_min, t_max, predicted, tstar, p, k, quick, measured, finite_size):

@@ -59,7 +59,8 @@ from ..theory.samplewise import (
     theorem5,
 )
 from ..validate import matrix_relative_error, relative_error
-from ._common import COLORS, check, chosen, claim, new_figure, prepare_out_dir, sensitivity, write_outputs
+from ._common import COLORS, chosen, new_figure, sensitivity
+from ._table import Check, Claim, Reproduction, reproduce
 
 NAME = "fig4"
 TITLE = "Fig. 4: sample-wise sudden learning (m = 4, p = 12, eps = 1e-6), flow vs Theorem 5 vs GD"
@@ -94,118 +95,134 @@ def run(out_dir, quick: bool = False) -> dict:
     rel_error_flow, rel_error_gd, rel_error_leading_only}, ``plateaus``, ``solver_stats``,
     ``wall_time_s``, ``checks``.
     """
-    t_start = time.perf_counter()
-    out = prepare_out_dir(out_dir)
+    return reproduce(Reproduction(NAME, TITLE, _measure, _report, _checks, _claims, _plot), out_dir, quick)
+
+
+def _measure(quick: bool) -> dict:
+    """The flow against Theorem 5 (at EPS and over SWEEP_EPS), then the ignition times and plateaus."""
     data = datasets.fig4_data()
-    m, p = data.m, data.p
     n_times = 201 if quick else 1801
     ts = np.linspace(0.0, T1, n_times)
-    W0 = np.sqrt(EPS) * np.eye(p)
-
+    W0 = np.sqrt(EPS) * np.eye(data.p)
+    q: dict = {"quick": quick, "data": data, "n_times": n_times, "ts": ts, "W0": W0, "wall": {}}
     t0 = time.perf_counter()
-    oracle = theorem5(data, ts, W0=W0)
-    oracle_wall = time.perf_counter() - t0
+    q["oracle"] = oracle = theorem5(data, ts, W0=W0)
+    q["wall"]["oracle"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    glv = solve_flow(data, W0=W0, t1=T1, ts=ts, rtol=RTOL)
+    q["glv"] = glv = solve_flow(data, W0=W0, t1=T1, ts=ts, rtol=RTOL)
     Mf = solve_flow(data, W0=W0, t1=T1, ts=ts, form="M", rtol=RTOL, atol=1e-250, dense=False)
-    flow_wall = time.perf_counter() - t0
-    f_glv = glv.z @ np.asarray(data.Lambda).T
-    errors = {
+    q["wall"]["flow"] = time.perf_counter() - t0
+    q["errors"] = {
         "z_glv": relative_error(glv.z, oracle.z),
         "M_form": matrix_relative_error(Mf.M, oracle.M),
-        "outputs": relative_error(f_glv, oracle.outputs),
+        "outputs": relative_error(glv.z @ np.asarray(data.Lambda).T, oracle.outputs),
     }
-
-    sweep = {}
+    q["sweep"] = {}
     for eps in SWEEP_EPS:
         t1 = T1 * max(1.0, np.log(1.0 / eps) / np.log(1.0 / EPS))
         tse = np.linspace(0.0, t1, n_times)
-        W0e = np.sqrt(eps) * np.eye(p)
+        W0e = np.sqrt(eps) * np.eye(data.p)
         s = solve_flow(data, W0=W0e, t1=t1, ts=tse, rtol=RTOL)
         o = theorem5(data, tse, W0=W0e)
-        sweep[f"{eps:.0e}"] = {
+        q["sweep"][f"{eps:.0e}"] = {
             "t1": t1,
             "max_rel_error_z": relative_error(s.z, o.z),
             "max_rel_error_outputs": relative_error(s.z @ np.asarray(data.Lambda).T, o.outputs),
         }
+    _measure_ignition(q)
+    _measure_plateaus(q)
+    return q
 
-    # Ignition times.
-    ign = sample_ignition_times(data, W0=W0, rho=RHO, eps=EPS)
-    meas_flow = measure_sample_ignition_times(glv, rho=RHO)
-    gd_steps = int(round(T1 / LR))
-    save_every = 10 if quick else 1
+
+def _measure_ignition(q: dict) -> None:
+    """Predicted t*_mu against the flow's and GD's half-way times (adds to `q`)."""
+    data = q["data"]
+    q["ign"] = ign = sample_ignition_times(data, W0=q["W0"], rho=RHO, eps=EPS)
+    meas_flow = measure_sample_ignition_times(q["glv"], rho=RHO)
+    q["gd_steps"] = int(round(T1 / LR))
+    q["save_every"] = 10 if q["quick"] else 1
     t0 = time.perf_counter()
-    steps, W = gradient_descent(data, W0, lr=LR, steps=gd_steps, save_every=save_every)
-    gd_wall = time.perf_counter() - t0
-    t_gd = LR * steps
-    f_gd = _outputs_from_W(data, W)
+    steps, W = gradient_descent(data, q["W0"], lr=LR, steps=q["gd_steps"], save_every=q["save_every"])
+    q["wall"]["gd"] = time.perf_counter() - t0
+    q["t_gd"] = LR * steps
+    q["f_gd"] = _outputs_from_W(data, W)
     y = np.asarray(data.y)
-    meas_gd = crossing_times(t_gd, f_gd, RHO * y, direction=np.sign(y))
+    meas_gd = crossing_times(q["t_gd"], q["f_gd"], RHO * y, direction=np.sign(y))
     pred = ign.logistic
-    rel_flow = np.abs(meas_flow - pred) / pred
-    rel_gd = np.abs(meas_gd - pred) / pred
-    rel_exact = np.abs(meas_flow - ign.exact) / ign.exact
+    q.update(meas_flow=meas_flow, meas_gd=meas_gd, pred=pred)
+    q["rel_flow"] = np.abs(meas_flow - pred) / pred
+    q["rel_gd"] = np.abs(meas_gd - pred) / pred
+    q["rel_exact"] = np.abs(meas_flow - ign.exact) / ign.exact
 
-    # Plateaus (Theorem 10 staircase at tau = t / ln(1/eps)).
-    edges = np.concatenate([[0.0], np.sort(pred)])
+
+def _measure_plateaus(q: dict) -> None:
+    """Plateaus (Theorem 10 staircase at tau = t / ln(1/eps)) between consecutive ignitions (adds to `q`)."""
+    edges = np.concatenate([[0.0], np.sort(q["pred"])])
     t_mid = np.sqrt(edges[1:-1] * edges[2:])  # between consecutive ignitions
-    t_mid = np.concatenate([[0.5 * edges[1]], t_mid])  # before the first one
-    L_or = theorem5(data, t_mid, W0=W0).loss
-    L_stair = staircase_limit(t_mid / np.log(1.0 / EPS), ign.zeta, y)
-    plateau_dev = np.abs(L_or / L_stair - 1.0)
-    levels = np.concatenate([L_stair, [0.0]])
-    plateau_bound = (levels[:-1] - levels[1:]) / (2.0 * levels[:-1])
+    q["t_mid"] = np.concatenate([[0.5 * edges[1]], t_mid])  # before the first one
+    q["L_or"] = theorem5(q["data"], q["t_mid"], W0=q["W0"]).loss
+    q["L_stair"] = staircase_limit(q["t_mid"] / np.log(1.0 / EPS), q["ign"].zeta, np.asarray(q["data"].y))
+    q["plateau_dev"] = np.abs(q["L_or"] / q["L_stair"] - 1.0)
+    levels = np.concatenate([q["L_stair"], [0.0]])
+    q["plateau_bound"] = (levels[:-1] - levels[1:]) / (2.0 * levels[:-1])
 
-    checks = [
-        check(
+
+def _checks(q: dict) -> list[Check]:
+    errors, m = q["errors"], q["data"].m
+    rows = [
+        Check(
             "fig4 eps=1e-6: flow (GLV) vs Theorem 5, max rel error of z over t in [0, 45]",
             errors["z_glv"],
             ORACLE_BOUND,
         ),
-        check(
+        Check(
             "fig4 eps=1e-6: flow (M form) vs Theorem 5, max rel error of M (entrywise)", errors["M_form"], ORACLE_BOUND
         ),
-        check("fig4 eps=1e-6: flow vs Theorem 5, max rel error of the outputs f_mu", errors["outputs"], ORACLE_BOUND),
+        Check("fig4 eps=1e-6: flow vs Theorem 5, max rel error of the outputs f_mu", errors["outputs"], ORACLE_BOUND),
     ]
-    for key, v in sweep.items():
-        checks.append(
-            check(
-                f"fig4 eps={key}: flow (GLV) vs Theorem 5, max rel error of z over t in [0, {v['t1']:.0f}]",
-                v["max_rel_error_z"],
-                ORACLE_BOUND,
-            )
+    rows += [
+        Check(
+            f"fig4 eps={key}: flow (GLV) vs Theorem 5, max rel error of z over t in [0, {v['t1']:.0f}]",
+            v["max_rel_error_z"],
+            ORACLE_BOUND,
         )
-    for mu in range(m):
-        checks.append(
-            check(f"fig4: t*_{mu + 1} flow vs ln(1/eps)/zeta + O(1) correction, rel error", rel_flow[mu], TSTAR_BOUND)
+        for key, v in q["sweep"].items()
+    ]
+    rows += [
+        Check(f"fig4: t*_{mu + 1} flow vs ln(1/eps)/zeta + O(1) correction, rel error", q["rel_flow"][mu], TSTAR_BOUND)
+        for mu in range(m)
+    ]
+    rows += [
+        Check(
+            f"fig4: t*_{mu + 1} GD (lr {LR:g}) vs ln(1/eps)/zeta + O(1) correction, rel error",
+            q["rel_gd"][mu],
+            TSTAR_BOUND,
         )
-    for mu in range(m):
-        checks.append(
-            check(
-                f"fig4: t*_{mu + 1} GD (lr {LR:g}) vs ln(1/eps)/zeta + O(1) correction, rel error",
-                rel_gd[mu],
-                TSTAR_BOUND,
-            )
+        for mu in range(m)
+    ]
+    rows += [
+        Check(f"fig4: t*_{mu + 1} flow vs exact (E15 quadrature), rel error", q["rel_exact"][mu], ORACLE_BOUND)
+        for mu in range(m)
+    ]
+    rows += [
+        Check(
+            f"fig4: plateau {j + 1} level vs Theorem 10 staircase (1/m) sum y^2, rel deviation "
+            "(bound: half the gap to the next level)",
+            d,
+            q["plateau_bound"][j],
         )
-    for mu in range(m):
-        checks.append(
-            check(f"fig4: t*_{mu + 1} flow vs exact (E15 quadrature), rel error", rel_exact[mu], ORACLE_BOUND)
-        )
-    for j, d in enumerate(plateau_dev):
-        checks.append(
-            check(
-                f"fig4: plateau {j + 1} level vs Theorem 10 staircase (1/m) sum y^2, rel deviation "
-                "(bound: half the gap to the next level)",
-                d,
-                plateau_bound[j],
-            )
-        )
+        for j, d in enumerate(q["plateau_dev"])
+    ]
+    return rows
 
+
+def _claims(q: dict) -> list[Claim]:
+    ign, meas_gd = q["ign"], q["meas_gd"]
     rel_gd_exact = np.abs(meas_gd - ign.exact) / ign.exact
     rel_gd_leading = np.abs(meas_gd - ign.leading) / ign.leading
-    plateau_rel = plateau_dev / plateau_bound
-    claims = [
-        claim(
+    plateau_rel = q["plateau_dev"] / q["plateau_bound"]
+    return [
+        Claim(
             "fig4: GD matches Theorem 5",
             "The numerical trajectories obtained via GD match the analytical curves in Theorem 5.",
             SECTION,
@@ -219,7 +236,7 @@ def run(out_dir, quick: bool = False) -> dict:
             setting="package-chosen",
             why="GD is a first-order discretization of the flow, which matches Theorem 5 to 1e-8",
         ),
-        claim(
+        Claim(
             "fig4: drops at t*_mu = ln(1/eps)/zeta_mu",
             "Each discrete drop in the total loss matches the respective "
             "timescale t*_mu = zeta_mu^-1 ln(1/eps) (Eq. 47).",
@@ -232,10 +249,10 @@ def run(out_dir, quick: bool = False) -> dict:
             why=(
                 "Eq. 47 is the leading order in ln(1/eps); its O(1) term (1/zeta_mu) ln(rho y_mu / ((1 - rho) "
                 f"lambda* c*)) is {np.round(ign.correction, 2).tolist()}: with it GD is within "
-                f"{float(np.max(rel_gd)):.2%}"
+                f"{float(np.max(q['rel_gd'])):.2%}"
             ),
         ),
-        claim(
+        Claim(
             "fig4: m sequential plateaus",
             "The total MSE loss transitions through m sequential plateaus.",
             SECTION,
@@ -248,79 +265,74 @@ def run(out_dir, quick: bool = False) -> dict:
             criterion="<= 1",
             holds=bool(np.max(plateau_rel) <= 1.0),
             setting="package-chosen",
-            why=f"plateau deviations {np.round(plateau_dev, 3).tolist()}",
+            why=f"plateau deviations {np.round(q['plateau_dev'], 3).tolist()}",
         ),
     ]
-    fig = _plot(data, ts, oracle, glv, t_gd, f_gd, ign, t_mid, L_stair, sweep, quick)
-    summary = {
-        "name": NAME,
-        "title": TITLE,
-        "quick": bool(quick),
+
+
+def _report(q: dict) -> dict:
+    data, ign, glv = q["data"], q["ign"], q["glv"]
+    meas_flow = q["meas_flow"]
+    return {
         "settings": {
-            "m": m,
-            "p": p,
+            "m": data.m,
+            "p": data.p,
             "K": 3,
             "block_eigenvalues": list(datasets.FIG4_BLOCK),
-            "y": y,
+            "y": np.asarray(data.y),
             "labels_rule": "y_mu = 2^-(mu-1): distinct zeta_mu = (8/m) 2 y_mu, plateaus equally spaced in ln t",
             "eps": EPS,
             "W0": "sqrt(eps) I (z_k(0) = eps)",
             "t1": T1,
-            "n_times": n_times,
+            "n_times": q["n_times"],
             "solver": "tsit5 (GLV form, log z) and tsit5 (M form)",
             "rtol": RTOL,
             "oracle": "Theorem 5: scipy DOP853 on the scalar xi ODEs, rtol 1e-13",
-            "gd": {"lr": LR, "steps": gd_steps, "save_every": save_every, "time": "t = lr * steps"},
+            "gd": {"lr": LR, "steps": q["gd_steps"], "save_every": q["save_every"], "time": "t = lr * steps"},
             "ignition_rho": RHO,
         },
-        "flow_vs_theorem5_max_rel_error": errors,
-        "eps_sweep": sweep,
+        "flow_vs_theorem5_max_rel_error": q["errors"],
+        "eps_sweep": q["sweep"],
         "sample_ignition_times": {
             "zeta": ign.zeta,
             "predicted_leading": ign.leading,
             "O1_correction": ign.correction,
             "O1_correction_formula": "(1/zeta_mu) ln(rho y_mu / ((1 - rho) lambda*_mu c*_mu)), lambda* = 2, c* = 1",
-            "predicted": pred,
+            "predicted": q["pred"],
             "corrected": ign.corrected,
             "exact": ign.exact,
             "measured_flow": meas_flow,
-            "measured_gd": meas_gd,
-            "rel_error_flow": rel_flow,
-            "rel_error_gd": rel_gd,
-            "rel_error_flow_vs_exact": rel_exact,
+            "measured_gd": q["meas_gd"],
+            "rel_error_flow": q["rel_flow"],
+            "rel_error_gd": q["rel_gd"],
+            "rel_error_flow_vs_exact": q["rel_exact"],
             "rel_error_leading_only": np.abs(meas_flow - ign.leading) / ign.leading,
             "rel_error_corrected": np.abs(meas_flow - ign.corrected) / ign.corrected,
         },
         "plateaus": {
-            "t_mid": t_mid,
-            "loss": L_or,
-            "staircase": L_stair,
-            "rel_deviation": plateau_dev,
-            "bound": plateau_bound,
+            "t_mid": q["t_mid"],
+            "loss": q["L_or"],
+            "staircase": q["L_stair"],
+            "rel_deviation": q["plateau_dev"],
+            "bound": q["plateau_bound"],
             "bound_rule": "(S_j - S_{j+1}) / (2 S_j): closer to its own level than halfway to the next",
         },
         "solver_stats": dict(glv.stats, form=glv.form, solver="tsit5", rtol=RTOL),
-        "wall_time_s": {
-            "oracle": oracle_wall,
-            "flow": flow_wall,
-            "gd": gd_wall,
-            "total": time.perf_counter() - t_start,
-        },
+        "wall_time_s": dict(q["wall"], total=None),
         "chosen_settings": {
             "labels": chosen("y_mu = 2^-(mu - 1)", "not stated", "distinct zeta_mu, plateaus equally spaced in ln t"),
             "eps": chosen(EPS, "not stated", "small init; THEORY suggests e.g. 1e-6"),
             "gd_lr": chosen(LR, "not stated", "GD close to the flow"),
         },
-        "checks": checks,
-        "claims": claims,
         "sensitivity": sensitivity(
-            [], quick=quick, reason="the paper leaves labels and eps unstated: no literal reading"
+            [], quick=q["quick"], reason="the paper leaves labels and eps unstated: no literal reading"
         ),
     }
-    return write_outputs(out, NAME, fig, summary)
 
 
-def _plot(data, ts, oracle, glv, t_gd, f_gd, ign, t_mid, L_stair, sweep, quick):
+def _plot(q: dict):
+    data, ts, oracle, glv, ign = q["data"], q["ts"], q["oracle"], q["glv"], q["ign"]
+    t_gd, f_gd, t_mid, L_stair, sweep = q["t_gd"], q["f_gd"], q["t_mid"], q["L_stair"], q["sweep"]
     fig, (ax_s, ax_l, ax_r) = new_figure(3, width=5.0, height=4.0)
     m = data.m
     y = np.asarray(data.y)
@@ -428,7 +440,7 @@ def _plot(data, ts, oracle, glv, t_gd, f_gd, ign, t_mid, L_stair, sweep, quick):
     ax_r.legend(fontsize=6.5, loc="upper left", ncol=2)
     fig.suptitle(
         "NQF sample-wise sudden learning (paper Fig. 4): m = 4 orthogonal samples, eigenvalues "
-        "(1, 1.5, 2), $W_0=\\sqrt{\\epsilon} I$, $\\epsilon = 10^{-6}$" + (" [quick]" if quick else ""),
+        "(1, 1.5, 2), $W_0=\\sqrt{\\epsilon} I$, $\\epsilon = 10^{-6}$" + (" [quick]" if q["quick"] else ""),
         fontsize=10,
     )
     return fig

@@ -38,7 +38,8 @@ import numpy as np
 from ..data import datasets
 from ..theory.powerlaw import finite_eps_exponent, fit_power_law, samplewise_exponent, window_average
 from ..theory.samplewise import sample_ignition_times, staircase_limit, theorem5
-from ._common import check, chosen, claim, new_figure, prepare_out_dir, sensitivity, write_outputs
+from ._common import chosen, new_figure, sensitivity
+from ._table import Check, Claim, Reproduction, reproduce
 
 NAME = "fig4-powerlaw"
 TITLE = "Sample-wise power law (Theorem 11, E23): m = 1000 orthogonal samples, exponent vs (2 g1 - 1)/g2"
@@ -66,8 +67,11 @@ def run(out_dir, quick: bool = False) -> dict:
     finite_size_predicted, rel_error_*}, ``fit`` (the `PowerLawFit` summary), ``fit_window``,
     ``wall_time_s``, ``checks``.
     """
-    t_start = time.perf_counter()
-    out = prepare_out_dir(out_dir)
+    return reproduce(Reproduction(NAME, TITLE, _measure, _report, _checks, _claims, _figure), out_dir, quick)
+
+
+def _measure(quick: bool) -> dict:
+    """The Theorem 5 oracle's loss on the sample-wise power-law data, its fit and the predicted exponents."""
     n_times = 300 if quick else 1200
     data = datasets.samplewise_powerlaw_data(M, G1, G2, ratios=RATIOS)
     z0 = np.full(data.p, EPS)
@@ -101,21 +105,52 @@ def run(out_dir, quick: bool = False) -> dict:
     rel_eps = abs(measured - finite_eps) / finite_eps
     rel_size = abs(measured - finite_size) / finite_size
 
-    checks = [
-        check(f"fig4-powerlaw m={M}: |exponent - (2 g1 - 1)/g2| / ((2 g1 - 1)/g2) (E23)", rel_e23, E23_BOUND),
-        check(
+    return {
+        "quick": quick,
+        "n_times": n_times,
+        "data": data,
+        "y": y,
+        "ign": ign,
+        "tstar": tstar,
+        "param_err": param_err,
+        "mu_hi": mu_hi,
+        "ts": ts,
+        "oracle_wall": oracle_wall,
+        "L": L,
+        "fit": fit,
+        "predicted": predicted,
+        "finite_eps": finite_eps,
+        "finite_size": finite_size,
+        "measured": measured,
+        "rel_e23": rel_e23,
+        "rel_eps": rel_eps,
+        "rel_size": rel_size,
+        "t_min": t_min,
+        "t_max": t_max,
+    }
+
+
+def _checks(q: dict) -> list[Check]:
+    fit, param_err, rel_e23, rel_size = q["fit"], q["param_err"], q["rel_e23"], q["rel_size"]
+    return [
+        Check(f"fig4-powerlaw m={M}: |exponent - (2 g1 - 1)/g2| / ((2 g1 - 1)/g2) (E23)", rel_e23, E23_BOUND),
+        Check(
             f"fig4-powerlaw m={M}: |exponent - finite-eps, finite-m prediction| / prediction", rel_size, FINITE_BOUND
         ),
-        check(
+        Check(
             "fig4-powerlaw: fitter calls the loss a power law on the window (0 = yes)",
             0.0 if fit.is_power_law else 1.0,
             0.0,
         ),
-        check("fig4-powerlaw: data follow zeta_mu = mu^-g2, y_mu = mu^-g1 (max rel deviation)", param_err, 1e-12),
+        Check("fig4-powerlaw: data follow zeta_mu = mu^-g2, y_mu = mu^-g1 (max rel deviation)", param_err, 1e-12),
     ]
 
-    claims = [
-        claim(
+
+def _claims(q: dict) -> list[Claim]:
+    finite_size, fit, measured, predicted = q["finite_size"], q["fit"], q["measured"], q["predicted"]
+    rel_e23 = q["rel_e23"]
+    return [
+        Claim(
             "fig4-powerlaw: exponent (2 g1 - 1)/g2",
             "Sample-wise descent with zeta_mu = c mu^-g2, y_mu = c mu^-g1 gives "
             "L(tau) = Theta(tau^-(2 g1 - 1)/g2) (E23).",
@@ -131,11 +166,14 @@ def run(out_dir, quick: bool = False) -> dict:
             why=f"gamma {measured:.4f} vs {predicted:.4f}; finite eps and m predict {finite_size:.4f}",
         )
     ]
-    fig = _plot(ts, L, fit, predicted, finite_size, tstar, ign.zeta, y, quick)
-    summary = {
-        "name": NAME,
-        "title": TITLE,
-        "quick": bool(quick),
+
+
+def _report(q: dict) -> dict:
+    data, finite_eps, finite_size, fit = q["data"], q["finite_eps"], q["finite_size"], q["fit"]
+    measured, mu_hi, n_times, oracle_wall = q["measured"], q["mu_hi"], q["n_times"], q["oracle_wall"]
+    predicted, quick, rel_e23, rel_eps = q["predicted"], q["quick"], q["rel_e23"], q["rel_eps"]
+    rel_size, t_max, t_min = q["rel_size"], q["t_max"], q["t_min"]
+    return {
         "settings": {
             "m": M,
             "K": len(RATIOS),
@@ -182,7 +220,7 @@ def run(out_dir, quick: bool = False) -> dict:
                 "cutoff steepens the local slope by at most ~5%"
             ),
         },
-        "wall_time_s": {"oracle": oracle_wall, "total": time.perf_counter() - t_start},
+        "wall_time_s": {"oracle": oracle_wall, "total": None},
         "chosen_settings": {
             "exponents": chosen(
                 {"g1": G1, "g2": G2, "m": M},
@@ -191,11 +229,15 @@ def run(out_dir, quick: bool = False) -> dict:
             ),
             "eps": chosen(EPS, "not stated", "keeps the finite-eps steepening near 1.6%"),
         },
-        "checks": checks,
-        "claims": claims,
         "sensitivity": sensitivity([], quick=quick, reason="the paper states no setting for this theorem"),
     }
-    return write_outputs(out, NAME, fig, summary)
+
+
+def _figure(q: dict):
+    L, finite_size, fit, ign = q["L"], q["finite_size"], q["fit"], q["ign"]
+    predicted, quick, ts, tstar = q["predicted"], q["quick"], q["ts"], q["tstar"]
+    y = q["y"]
+    return _plot(ts, L, fit, predicted, finite_size, tstar, ign.zeta, y, quick)
 
 
 def _plot(ts, L, fit, predicted, finite_size, tstar, zeta, y, quick):

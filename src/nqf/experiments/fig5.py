@@ -159,7 +159,8 @@ from ..theory.powerlaw import (
     ignition_window,
     window_average,
 )
-from ._common import COLORS, check, chosen, claim, max_rel_error, prepare_out_dir, sensitivity, write_outputs
+from ._common import COLORS, chosen, max_rel_error, sensitivity
+from ._table import Check, Claim, Reproduction, reproduce
 
 NAME = "fig5"
 TITLE = "Fig. 5: power law of the Fourier MLP (P = 64, M = 256) and its NQF vs (2 beta - 1)/(theta + beta)"
@@ -517,14 +518,16 @@ def _rel(a, b) -> float:
     return abs(float(a) - float(b)) / abs(float(b))
 
 
-def _theta_claims(theta: float, res: dict, sweep: dict | None, sym: dict | None, setting: str, label: str = "") -> list:
+def _theta_claims(
+    theta: float, res: dict, sweep: dict | None, sym: dict | None, setting: str, label: str = ""
+) -> list[Claim]:
     """The claims of one theta (module docstring) from its result block, the eps sweep and the
     symmetry test (None: not measured in this row)."""
     tag = f"fig5 {label}theta={theta:g}"
     g_m, g_n, g_f = (res[f"exponent_{w}"]["mean"] for w in ("mlp", "nqf", "flow"))
 
     def at_most(name, text, metric, value, bound, why, revised=True):
-        return claim(
+        return Claim(
             f"{tag}: {name}",
             text,
             SECTION_FIG,
@@ -569,7 +572,7 @@ def _theta_claims(theta: float, res: dict, sweep: dict | None, sym: dict | None,
             f"({g_f / theory - 1:+.1%}): finite eps and P (see decomposition)",
             revised=False,
         ),
-        claim(
+        Claim(
             f"{tag}: loss tracking",
             CLAIM_TRACK,
             SECTION_FIG,
@@ -585,7 +588,7 @@ def _theta_claims(theta: float, res: dict, sweep: dict | None, sym: dict | None,
                 f"{res['loss_gap_log10']['median']:.2g}"
             ),
         ),
-        claim(
+        Claim(
             f"{tag}: Fourier MLP is a power law",
             CLAIM_TRACK,
             SECTION_FIG,
@@ -601,46 +604,52 @@ def _theta_claims(theta: float, res: dict, sweep: dict | None, sym: dict | None,
         ),
     ]
     if sweep is not None:
-        d = [r["rel_distance"] for r in sweep["rows"]]
-        out.append(
-            claim(
-                f"{tag}: steepening vanishes as eps -> 0",
-                CLAIM_VANISH,
-                SECTION_FINITE,
-                metric=(
-                    f"exponent of the exact NQF flow at P = {sweep['P']}, z_k(0) = z0 for z0 = "
-                    + " / ".join(f"{r['z0']:.0e}" for r in sweep["rows"])
-                    + ": relative distance to (2 beta - 1)/(theta + beta)"
-                ),
-                value=dict(zip((f"{r['z0']:.0e}" for r in sweep["rows"]), d)),
-                criterion="decreases monotonically as z0 decreases",
-                holds=bool(np.all(np.diff(d) < 0)),
-                setting=setting,
-                revised=True,
-                why=f"delta = {sweep['delta']:g}; every curve is a power law by the fitter: "
-                f"{all(r['is_power_law'] for r in sweep['rows'])}",
-            )
-        )
+        out.append(_sweep_claim(tag, sweep, setting))
     if sym is not None:
-        f = sym["shrink_factor_per_4x"]
-        out.append(
-            claim(
-                f"{tag}: loss gap shrinks with the target (NQF symmetry)",
-                CLAIM_TRACK,
-                SECTION_FIG,
-                metric=(
-                    "max |L_MLP / L_NQF - 1| over the window and seeds at delta = 1/16, 1/64, 1/256 with eps, lr "
-                    "rescaled so the NQF run is identical; shrink factor per 4x smaller delta"
-                ),
-                value={"gap": dict(zip(("1/16", "1/64", "1/256"), sym["rel_loss_gap"])), "shrink": f},
-                criterion=f">= {SYMMETRY_SHRINK:g} per 4x smaller delta",
-                holds=bool(min(f) >= SYMMETRY_SHRINK),
-                setting=setting,
-                revised=True,
-                why="tanh's cubic term is u^2/3 with u^2 ~ delta: the MLP - NQF gap should fall ~4x per 4x smaller delta",
-            )
-        )
+        out.append(_symmetry_claim(tag, sym, setting))
     return out
+
+
+def _sweep_claim(tag: str, sweep: dict, setting: str) -> Claim:
+    """The eps-sweep claim of one theta (the exact flow at SWEEP_P)."""
+    d = [r["rel_distance"] for r in sweep["rows"]]
+    return Claim(
+        f"{tag}: steepening vanishes as eps -> 0",
+        CLAIM_VANISH,
+        SECTION_FINITE,
+        metric=(
+            f"exponent of the exact NQF flow at P = {sweep['P']}, z_k(0) = z0 for z0 = "
+            + " / ".join(f"{r['z0']:.0e}" for r in sweep["rows"])
+            + ": relative distance to (2 beta - 1)/(theta + beta)"
+        ),
+        value=dict(zip((f"{r['z0']:.0e}" for r in sweep["rows"]), d)),
+        criterion="decreases monotonically as z0 decreases",
+        holds=bool(np.all(np.diff(d) < 0)),
+        setting=setting,
+        revised=True,
+        why=f"delta = {sweep['delta']:g}; every curve is a power law by the fitter: "
+        f"{all(r['is_power_law'] for r in sweep['rows'])}",
+    )
+
+
+def _symmetry_claim(tag: str, sym: dict, setting: str) -> Claim:
+    """The NQF-symmetry claim of one theta (loss gap vs the target scale)."""
+    f = sym["shrink_factor_per_4x"]
+    return Claim(
+        f"{tag}: loss gap shrinks with the target (NQF symmetry)",
+        CLAIM_TRACK,
+        SECTION_FIG,
+        metric=(
+            "max |L_MLP / L_NQF - 1| over the window and seeds at delta = 1/16, 1/64, 1/256 with eps, lr "
+            "rescaled so the NQF run is identical; shrink factor per 4x smaller delta"
+        ),
+        value={"gap": dict(zip(("1/16", "1/64", "1/256"), sym["rel_loss_gap"])), "shrink": f},
+        criterion=f">= {SYMMETRY_SHRINK:g} per 4x smaller delta",
+        holds=bool(min(f) >= SYMMETRY_SHRINK),
+        setting=setting,
+        revised=True,
+        why="tanh's cubic term is u^2/3 with u^2 ~ delta: the MLP - NQF gap should fall ~4x per 4x smaller delta",
+    )
 
 
 def _theta_result(r: dict, n_axis, steps: int) -> dict:
@@ -726,7 +735,7 @@ def decomposition(theta: float, res: dict, a0, W0, n_axis) -> dict:
     }
 
 
-def _checks(a0, W0, steps: int) -> list:
+def _package_checks(a0, W0, steps: int) -> list[Check]:
     """Package checks: the closed-form rates against `nqf.theorem6_rates`; the E16 loss of the
     growing modes against `nqf.theorem6` (on the growing modes' data) and against `nqf.solve_flow`
     on the full Fourier NQF (both modes of every unit, from the run's seed-0 init, delta y, up to
@@ -739,7 +748,7 @@ def _checks(a0, W0, steps: int) -> list:
         rr, CC, _, _ = flow_rates(theta)
         err = max(max_rel_error(r[:P], rr), max_rel_error(C[:P], CC))
         out.append(
-            check(
+            Check(
                 f"fig5 theta={theta:g}: closed-form flow rates vs nqf.theorem6_rates, max rel error", err, EXACT_BOUND
             )
         )
@@ -752,7 +761,7 @@ def _checks(a0, W0, steps: int) -> list:
     orc = theorem6(CommutingData(Lam[:, :P], y), ts, M0=np.diag(zp0))
     L_orc = np.mean((Lam[:, :P] @ orc.z.T - y[:, None]) ** 2, axis=0)
     out.append(
-        check(
+        Check(
             f"fig5 theta={theta:g}: E16 loss vs nqf.theorem6 (growing modes), max rel error",
             max_rel_error(E16, L_orc),
             1e-10,
@@ -763,7 +772,7 @@ def _checks(a0, W0, steps: int) -> list:
         CommutingData(Lam, y, np.asarray(full.P)), W0=w0, t1=ts[-1], ts=np.concatenate([[0.0], ts]), rtol=1e-11
     )
     out.append(
-        check(
+        Check(
             f"fig5 theta={theta:g}: E16 loss (growing modes) vs nqf.solve_flow (both modes of every unit), "
             "max rel error",
             max_rel_error(E16, np.asarray(sol.loss)[1:]),
@@ -773,7 +782,7 @@ def _checks(a0, W0, steps: int) -> list:
     t = np.geomspace(1.0, 1e4, 500)
     f = fit_power_law(t, 3.0 * t**-1.2345, 10.0, 1e3)
     out.append(
-        check(
+        Check(
             "fig5: fitter on an exact power law t^-1.2345: |exponent error| (+ inf if not called one)",
             abs(f.exponent - 1.2345) + (0.0 if f.is_power_law else np.inf),
             1e-9,
@@ -795,7 +804,7 @@ def _checks(a0, W0, steps: int) -> list:
         n,
     )
     out.append(
-        check(
+        Check(
             f"fig5 theta={theta:g}: NQF symmetry, delta 1/64 -> 1/256 run vs (1/4)^2 x the 1/64 run "
             f"({n} steps), max rel error",
             max_rel_error(np.asarray(L1), (d / TARGET_SCALE) ** 2 * np.asarray(L0)),
@@ -822,17 +831,20 @@ def run(out_dir, quick: bool = False) -> dict:
     ``eps_sweep``, ``symmetry``), ``raw_mlp``, ``normalization``, ``checks``, ``claims``,
     ``sensitivity`` (full run: delta = 1, lr 0.02, 2 seeds), ``wall_time_s``.
     """
-    t_start = time.perf_counter()
-    out = prepare_out_dir(out_dir)
+    return reproduce(Reproduction(NAME, TITLE, _measure, _report, _checks, _claims, _plot), out_dir, quick)
+
+
+def _measure(quick: bool) -> dict:
+    """The package checks, every theta's Fourier MLP / NQF pair, the raw-input MLP, the sensitivity row."""
     steps = STEPS_QUICK if quick else STEPS
     n_seeds = 1 if quick else N_SEEDS
-    x, psi, y = grid_and_target()
-    xj, psij, yj = jnp.asarray(x), jnp.asarray(psi), jnp.asarray(y)
+    _, psi, _ = grid_and_target()
+    psij = jnp.asarray(psi)
     n_axis = np.arange(steps, dtype=float)  # loss index n = after n steps
     a0, W0 = initial_params(2, P, n_seeds)
-
-    results, curves, claims, wall = {}, {}, [], {}
-    checks = _checks(a0, W0, steps)
+    q: dict = {"quick": quick, "steps": steps, "n_seeds": n_seeds, "n_axis": n_axis, "wall": {}}
+    q["checks"] = _package_checks(a0, W0, steps)
+    q["results"], q["curves"] = {}, {}
     for theta in THETAS:
         t0 = time.perf_counter()
         r = _fourier_pair(theta, TARGET_SCALE, LR_RUN, EPS, a0, W0, psij, steps)
@@ -840,17 +852,25 @@ def run(out_dir, quick: bool = False) -> dict:
         res["decomposition"] = decomposition(theta, res, a0, W0, n_axis)
         res["eps_sweep"] = eps_sweep(theta, n_times=300 if quick else 1000)
         res["symmetry"] = symmetry_gaps(theta, a0, W0, psij, steps, r)
-        wall[f"theta={theta:g}"] = time.perf_counter() - t0
-        results[f"{theta:g}"] = res
-        curves[theta] = (r["L_mlp"], r["L_nqf"], r["fits_mlp"][0], r["fits_nqf"][0], r["window"], r["pred"])
-        claims += _theta_claims(theta, res, res["eps_sweep"], res["symmetry"], "package-chosen")
-
-    # Raw-input MLP (one seed): the paper's standard baseline, unchanged (target y, lr 0.02).
+        q["wall"][f"theta={theta:g}"] = time.perf_counter() - t0
+        q["results"][f"{theta:g}"] = res
+        q["curves"][theta] = (r["L_mlp"], r["L_nqf"], r["fits_mlp"][0], r["fits_nqf"][0], r["window"], r["pred"])
     t0 = time.perf_counter()
+    _raw_baseline(q)
+    q["wall"]["raw_mlp"] = time.perf_counter() - t0
+    q["sensitivity"] = sensitivity(quick=True) if quick else sensitivity([_unit_target_row(psij, steps)], quick=False)
+    return q
+
+
+def _raw_baseline(q: dict) -> None:
+    """Raw-input MLP (one seed): the paper's standard baseline, unchanged (target y, lr 0.02); its
+    fits on its own window and on the theta = 1 window (adds ``L_raw``, ``fit_own``, ``fit_w1``,
+    ``raw`` to `q`)."""
+    x, _, y = grid_and_target()
+    n_axis, steps = q["n_axis"], q["steps"]
     u0, c0, v0 = initial_params(3, H_RAW, 1, seed0=1000)
-    L_raw, _ = train(raw_mlp, (u0, c0, v0), (xj,), yj, jnp.asarray(LR), steps)
-    L_raw = np.asarray(L_raw)[0]
-    wall["raw_mlp"] = time.perf_counter() - t0
+    L_raw, _ = train(raw_mlp, (u0, c0, v0), (jnp.asarray(x),), jnp.asarray(y), jnp.asarray(LR), steps)
+    q["L_raw"] = L_raw = np.asarray(L_raw)[0]
     drop = first_drop_time(n_axis, L_raw, 0.5)
     raw = {"first_drop_step": drop, "target": "y (unit amplitude)", "lr": LR}
     if np.isfinite(drop) and drop < steps - 2:
@@ -861,7 +881,7 @@ def run(out_dir, quick: bool = False) -> dict:
         fit_own = None
         raw["fit_own_window"] = None
         own_pl = False
-    w1 = curves[1.0][4]
+    w1 = q["curves"][1.0][4]
     fit_w1 = fit_power_law(n_axis[1:], L_raw[1:], w1["t_min"], w1["t_max"])
     raw["fit_theta1_window"] = fit_w1.summary()
     raw["window_rule"] = (
@@ -869,8 +889,21 @@ def run(out_dir, quick: bool = False) -> dict:
         "gives its ignitions or cutoff); also the theta = 1 Fourier window"
     )
     raw["is_power_law"] = bool(own_pl or fit_w1.is_power_law)
-    claims.append(
-        claim(
+    q.update(fit_own=fit_own, fit_w1=fit_w1, raw=raw)
+
+
+def _checks(q: dict) -> list[Check]:
+    return q["checks"]
+
+
+def _claims(q: dict) -> list[Claim]:
+    rows = []
+    for theta in THETAS:
+        res = q["results"][f"{theta:g}"]
+        rows += _theta_claims(theta, res, res["eps_sweep"], res["symmetry"], "package-chosen")
+    raw, fit_w1 = q["raw"], q["fit_w1"]
+    rows.append(
+        Claim(
             "fig5: raw-input MLP is not a power law",
             CLAIM_RAW,
             SECTION_FIG,
@@ -879,75 +912,16 @@ def run(out_dir, quick: bool = False) -> dict:
             criterion="0 (not a power law on either)",
             holds=not raw["is_power_law"],
             setting="paper",
-            why=f"own window from step {drop:.0f}; theta = 1 window rms {fit_w1.rms:.3g}, drift {fit_w1.drift:.3g}",
+            why=f"own window from step {raw['first_drop_step']:.0f}; theta = 1 window rms {fit_w1.rms:.3g}, "
+            f"drift {fit_w1.drift:.3g}",
         )
     )
+    return rows
 
-    if quick:
-        sens = sensitivity(quick=True)
-    else:
-        sens = sensitivity([_unit_target_row(psij, steps)], quick=False)
-    fig = _plot(n_axis, curves, L_raw, fit_own, fit_w1, results, quick, steps)
-    summary = {
-        "name": NAME,
-        "title": TITLE,
-        "quick": bool(quick),
-        "settings": {
-            "P": P,
-            "M": M_GRID,
-            "beta": BETA,
-            "thetas": list(THETAS),
-            "lr_paper": LR,
-            "lr": LR_RUN,
-            "target_scale": TARGET_SCALE,
-            "steps": steps,
-            "eps": EPS,
-            "init": "all parameters N(0, eps^2)",
-            "n_seeds": n_seeds,
-            "raw_mlp_hidden": H_RAW,
-            "nqf_regime_rule": {
-                "u_max": U_MAX,
-                "rule": (
-                    "target delta y with the largest delta <= 1 such that every tanh argument of the NQF's "
-                    "fixed point, max_x |s_k a_k psi_k(x)| = sqrt(2 sqrt(P) delta s_k b_k), is <= u_max "
-                    "(tanh's cubic term u^2/3 <= 1/12 there): delta = u_max^2/(2 sqrt P) = 1/64"
-                ),
-                "time_axis": (
-                    "NQF rates r_k are linear in the target, so the flow time to each ignition scales as "
-                    "1/delta; lr = 0.02/delta keeps step n at the unit-target flow time kappa 0.02 n "
-                    "(lr r_k and lr * Hessian, hence GD's per-step growth and stability, are unchanged)"
-                ),
-                "eps": (
-                    "kept at the paper's 1e-4: z_k(0)/z_k(inf) grows by 1/delta, ln(zeta_k/(C_k eps^2)) drops by "
-                    "ln 64 = 4.2, which the finite-eps predictions include"
-                ),
-                "raw_mlp": "not an NQF-regime model: the paper's baseline, unchanged (target y, lr 0.02)",
-            },
-            "loss": "L = (1/2) sum_x (f(x) - y(x))^2 (= kappa * mean MSE, kappa = M/2)",
-            "time": (
-                "step n = gradient-flow time kappa lr n of the mean-MSE flow (= 2.56 n in the rates of the "
-                "unit-amplitude target)"
-            ),
-            "models": {
-                "fourier_mlp": "P^-1/2 sum_k W_k tanh(s_k a_k psi_k(x)), s_k = k^-theta, target delta y",
-                "nqf": (
-                    "P^-1/2 sum_k W_k s_k a_k psi_k(x) (= Tr[w w^T A(x)], datasets.fourier_mlp_data), target delta y"
-                ),
-                "exact_flow": (
-                    "Theorem 6 (E16) on the NQF's mean-MSE flow from the runs' z_k(0) = (a_k +- W_k)^2/2, "
-                    "evaluated at flow time kappa lr n"
-                ),
-                "raw_mlp": "H^-1/2 sum_j v_j tanh(u_j x + c_j), H = 256, target y",
-            },
-            "fit": {
-                "k_lo": K_LO,
-                "cutoff_fraction": CUTOFF_FRACTION,
-                "fitter": "nqf.powerlaw.fit_power_law",
-                "criterion": curves[1.0][2].criterion,
-            },
-            "eps_sweep": {"P": SWEEP_P, "z0": SWEEP_Z0, "delta": TARGET_SCALE},
-            "symmetry_deltas": SYMMETRY_DELTAS,
-        },
+
+def _report(q: dict) -> dict:
+    return {
+        "settings": _settings(q),
         "chosen_settings": CHOSEN_SETTINGS,
         "normalization": {
             "choice": "L = (1/2) sum (kappa = M/2 = 128 times the mean MSE)",
@@ -960,14 +934,68 @@ def run(out_dir, quick: bool = False) -> dict:
                 "stated for the unit-amplitude target at lr 0.02; the pair (delta y, 0.02/delta) has the same rates"
             ),
         },
-        "thetas": results,
-        "raw_mlp": raw,
-        "wall_time_s": dict(wall, total=time.perf_counter() - t_start),
-        "checks": checks,
-        "claims": claims,
-        "sensitivity": sens,
+        "thetas": q["results"],
+        "raw_mlp": q["raw"],
+        "wall_time_s": dict(q["wall"], total=None),
+        "sensitivity": q["sensitivity"],
     }
-    return write_outputs(out, NAME, fig, summary)
+
+
+def _settings(q: dict) -> dict:
+    return {
+        "P": P,
+        "M": M_GRID,
+        "beta": BETA,
+        "thetas": list(THETAS),
+        "lr_paper": LR,
+        "lr": LR_RUN,
+        "target_scale": TARGET_SCALE,
+        "steps": q["steps"],
+        "eps": EPS,
+        "init": "all parameters N(0, eps^2)",
+        "n_seeds": q["n_seeds"],
+        "raw_mlp_hidden": H_RAW,
+        "nqf_regime_rule": {
+            "u_max": U_MAX,
+            "rule": (
+                "target delta y with the largest delta <= 1 such that every tanh argument of the NQF's "
+                "fixed point, max_x |s_k a_k psi_k(x)| = sqrt(2 sqrt(P) delta s_k b_k), is <= u_max "
+                "(tanh's cubic term u^2/3 <= 1/12 there): delta = u_max^2/(2 sqrt P) = 1/64"
+            ),
+            "time_axis": (
+                "NQF rates r_k are linear in the target, so the flow time to each ignition scales as "
+                "1/delta; lr = 0.02/delta keeps step n at the unit-target flow time kappa 0.02 n "
+                "(lr r_k and lr * Hessian, hence GD's per-step growth and stability, are unchanged)"
+            ),
+            "eps": (
+                "kept at the paper's 1e-4: z_k(0)/z_k(inf) grows by 1/delta, ln(zeta_k/(C_k eps^2)) drops by "
+                "ln 64 = 4.2, which the finite-eps predictions include"
+            ),
+            "raw_mlp": "not an NQF-regime model: the paper's baseline, unchanged (target y, lr 0.02)",
+        },
+        "loss": "L = (1/2) sum_x (f(x) - y(x))^2 (= kappa * mean MSE, kappa = M/2)",
+        "time": (
+            "step n = gradient-flow time kappa lr n of the mean-MSE flow (= 2.56 n in the rates of the "
+            "unit-amplitude target)"
+        ),
+        "models": {
+            "fourier_mlp": "P^-1/2 sum_k W_k tanh(s_k a_k psi_k(x)), s_k = k^-theta, target delta y",
+            "nqf": ("P^-1/2 sum_k W_k s_k a_k psi_k(x) (= Tr[w w^T A(x)], datasets.fourier_mlp_data), target delta y"),
+            "exact_flow": (
+                "Theorem 6 (E16) on the NQF's mean-MSE flow from the runs' z_k(0) = (a_k +- W_k)^2/2, "
+                "evaluated at flow time kappa lr n"
+            ),
+            "raw_mlp": "H^-1/2 sum_j v_j tanh(u_j x + c_j), H = 256, target y",
+        },
+        "fit": {
+            "k_lo": K_LO,
+            "cutoff_fraction": CUTOFF_FRACTION,
+            "fitter": "nqf.powerlaw.fit_power_law",
+            "criterion": q["curves"][1.0][2].criterion,
+        },
+        "eps_sweep": {"P": SWEEP_P, "z0": SWEEP_Z0, "delta": TARGET_SCALE},
+        "symmetry_deltas": SYMMETRY_DELTAS,
+    }
 
 
 CHOSEN_SETTINGS = {
@@ -1013,7 +1041,7 @@ def _unit_target_row(psij, steps, n_seeds: int = N_SEEDS_SENSITIVITY) -> dict:
     for theta in THETAS:
         r = _fourier_pair(theta, 1.0, LR, EPS, a0, W0, psij, steps)
         res = _theta_result(r, n_axis, steps)
-        claims += _theta_claims(theta, res, None, None, "paper", label="delta=1 ")
+        claims += [c.record() for c in _theta_claims(theta, res, None, None, "paper", label="delta=1 ")]
         keep = (
             "exponent_mlp",
             "exponent_nqf",
@@ -1031,14 +1059,29 @@ def _unit_target_row(psij, steps, n_seeds: int = N_SEEDS_SENSITIVITY) -> dict:
     }
 
 
-def _plot(n_axis, curves, L_raw, fit_own, fit_w1, results, quick, steps):
+def _plot(q: dict):
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(11.5, 9.0), layout="constrained")
     (ax1, ax2), (ax3, ax4) = fig.subplots(2, 2)
-    n = n_axis[1:]
+    _panel_theta1(ax1, q)
+    _panel_thetas(ax2, q)
+    _panel_exponents(ax3, q)
+    _panel_fits(ax4, q)
+    quick = q["quick"]
+    fig.suptitle(
+        "Fourier MLP power law (paper Fig. 5): P = 64, M = 256, $\\beta$ = 1.5, $\\epsilon = 10^{-4}$, "
+        f"target $\\delta y$, $\\delta$ = 1/{1 / TARGET_SCALE:.0f} (tanh argument $\\leq$ {U_MAX:g}), "
+        f"lr 0.02/$\\delta$ (raw MLP: $y$, lr 0.02), L = (1/2)$\\sum$(f - y)$^2$" + (" [quick]" if quick else ""),
+        fontsize=9,
+    )
+    return fig
+
+
+def _panel_theta1(ax1, q: dict) -> None:
+    n, L_raw, steps = q["n_axis"][1:], q["L_raw"], q["steps"]
     # (1) theta = 1: MLP, NQF, raw.
-    L_mlp, L_nqf, fit_m, _, w, pred = curves[1.0]
+    L_mlp, L_nqf, fit_m, _, w, pred = q["curves"][1.0]
     L0 = L_mlp[0, 0]
     ax1.loglog(n, L_mlp[0, 1:] / L0, color="tab:blue", lw=1.8, label="Fourier MLP")
     ax1.loglog(n, L_nqf[0, 1:] / L0, color="k", lw=1.0, ls="--", label="its NQF")
@@ -1060,6 +1103,10 @@ def _plot(n_axis, curves, L_raw, fit_own, fit_w1, results, quick, steps):
     ax1.set_ylim(1e-4, 3)
     ax1.set_xlim(1, steps)
     ax1.legend(fontsize=7, loc="lower left")
+
+
+def _panel_thetas(ax2, q: dict) -> None:
+    n, curves, results, steps = q["n_axis"][1:], q["curves"], q["results"], q["steps"]
     # (2) all theta.
     for i, (theta, (L_mlp, L_nqf, fit_m, _, w, pred)) in enumerate(curves.items()):
         c = COLORS[i]
@@ -1083,6 +1130,10 @@ def _plot(n_axis, curves, L_raw, fit_own, fit_w1, results, quick, steps):
     ax2.set_ylim(1e-6, 3)
     ax2.set_xlim(1, steps)
     ax2.legend(fontsize=6.5, loc="lower left", ncol=1)
+
+
+def _panel_exponents(ax3, q: dict) -> None:
+    curves, results = q["curves"], q["results"]
     # (3) exponents.
     th = np.array(list(curves))
     xs = np.arange(len(th))
@@ -1146,6 +1197,10 @@ def _plot(n_axis, curves, L_raw, fit_own, fit_w1, results, quick, steps):
     ax3.set_title("Measured vs predicted exponents")
     ax3.legend(fontsize=6.5, loc="upper right")
     ax3.set_ylim(0.6, 1.9)
+
+
+def _panel_fits(ax4, q: dict) -> None:
+    curves, fit_own, fit_w1 = q["curves"], q["fit_own"], q["fit_w1"]
     # (4) goodness of fit.
     for i, (theta, (_, _, fit_m, fit_q, _, _)) in enumerate(curves.items()):
         for f, ls, lab in ((fit_m, "-", "MLP"), (fit_q, "--", "NQF")):
@@ -1176,10 +1231,3 @@ def _plot(n_axis, curves, L_raw, fit_own, fit_w1, results, quick, steps):
     ax4.set_title("Goodness of fit (criterion: rms $\\leq$ 0.25, drift $\\leq$ 0.3)")
     ax4.set_ylim(-2.0, 2.0)
     ax4.legend(fontsize=6.5, loc="lower left")
-    fig.suptitle(
-        "Fourier MLP power law (paper Fig. 5): P = 64, M = 256, $\\beta$ = 1.5, $\\epsilon = 10^{-4}$, "
-        f"target $\\delta y$, $\\delta$ = 1/{1 / TARGET_SCALE:.0f} (tanh argument $\\leq$ {U_MAX:g}), "
-        f"lr 0.02/$\\delta$ (raw MLP: $y$, lr 0.02), L = (1/2)$\\sum$(f - y)$^2$" + (" [quick]" if quick else ""),
-        fontsize=9,
-    )
-    return fig

@@ -32,8 +32,6 @@ power-law criterion of `fig3_powerlaw`), and within 5 % of E22's finite-eps expo
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ..data._isotropic import isotropy
@@ -49,7 +47,8 @@ from ..validate._isotropic import (
     basis_isotropic_data,
     isotropic_powerlaw_run,
 )
-from ._common import check, chosen, claim, new_figure, prepare_out_dir, sensitivity, write_outputs
+from ._common import chosen, new_figure, sensitivity
+from ._table import Check, Claim, Reproduction, reproduce
 
 NAME = "isotropic"
 TITLE = "Theorem 7 (a = 2): ignition times vs E19, power law vs V_k = g_k^2/(16c), approximate isotropy"
@@ -93,43 +92,70 @@ def run(out_dir, quick: bool = False) -> dict:
     returns the JSON dict. `quick`: one eps (1e-6) instead of three, p = 24 instead of 30 for the
     power law (the approximately isotropic data keep both seeds).
     """
-    t_start = time.perf_counter()
-    out = prepare_out_dir(out_dir)
+    return reproduce(Reproduction(NAME, TITLE, _measure, _report, _checks, _claims, _figure), out_dir, quick)
+
+
+def _measure(quick: bool) -> dict:
+    """Ignition runs per eps, the power-law run and the approximate-isotropy errors with their slope."""
     eps_values = (1e-6,) if quick else (1e-3, 1e-6, 1e-9)
-    ign = [_ignition(e) for e in eps_values]
+    ign = [_ignition(eps) for eps in eps_values]
     p_pl = 24 if quick else 30
     pl = isotropic_powerlaw_run(p=p_pl)
     fit = pl["fit"]
     mult, seeds = (1, 4, 16, 64, 256), (0, 1)  # both seeds in quick mode too: one seed's slope scatters by 0.35
     re = approximate_isotropy_errors(multiples=mult, seeds=seeds)
     slope = float(np.polyfit(np.log(re[:, 0]), np.log(re[:, 1]), 1)[0])
+    rel9 = abs(fit.exponent - pl["theorem9"]) / pl["theorem9"]
+    rel22 = abs(fit.exponent - pl["E22"]) / pl["E22"]
 
+    return {
+        "quick": quick,
+        "eps_values": eps_values,
+        "ign": ign,
+        "p_pl": p_pl,
+        "pl": pl,
+        "fit": fit,
+        "re": re,
+        "slope": slope,
+        "rel9": rel9,
+        "rel22": rel22,
+        "mult": mult,
+        "seeds": seeds,
+    }
+
+
+def _checks(q: dict) -> list[Check]:
+    ign, p_pl, pl, slope = q["ign"], q["p_pl"], q["pl"], q["slope"]
     checks = []
     for r in ign:
         e = f"eps={r['eps']:.0e}"
         checks.append(
-            check(
+            Check(
                 f"isotropic {e}: flow vs Theorem 7 (E17), max |M - M_oracle|_F / |M_oracle|_F",
                 r["flow_vs_oracle"],
                 1e-8,
             )
         )
-        checks.append(check(f"isotropic {e}: flow loss vs sum V_k (1 - z_k/z_k(inf))^2", r["loss_vs_V"], 1e-8))
+        checks.append(Check(f"isotropic {e}: flow loss vs sum V_k (1 - z_k/z_k(inf))^2", r["loss_vs_V"], 1e-8))
     checks += [
-        check("isotropic: isotropy residual of the data (ignition run)", ign[0]["isotropy_residual"], 1e-12),
-        check(f"isotropic power law p={p_pl}: flow loss vs V_k formula", pl["V_formula_error"], 1e-8),
-        check(
+        Check("isotropic: isotropy residual of the data (ignition run)", ign[0]["isotropy_residual"], 1e-12),
+        Check(f"isotropic power law p={p_pl}: flow loss vs V_k formula", pl["V_formula_error"], 1e-8),
+        Check(
             "isotropic approx: |d ln(theorem7 error) / d ln(isotropy residual) - 1|",
             abs(slope - 1.0),
             APPROX_SLOPE_BOUND,
         ),
     ]
+    return checks
+
+
+def _claims(q: dict) -> list[Claim]:
+    eps_values, fit, ign, p_pl = q["eps_values"], q["fit"], q["ign"], q["p_pl"]
+    pl, rel22, rel9 = q["pl"], q["rel22"], q["rel9"]
     worst = max(r["rel_error"] for r in ign)
-    rel9 = abs(fit.exponent - pl["theorem9"]) / pl["theorem9"]
-    rel22 = abs(fit.exponent - pl["E22"]) / pl["E22"]
     setting = "package-chosen"
-    claims = [
-        claim(
+    return [
+        Claim(
             "isotropic: ignition times = E19 with a = 2",
             "Under Theorem 7 with M(0), Y commuting, t*_k = (1/(a zeta_k)) ln(...) with a = 2, zeta_k = g_k, C_k = 4c.",
             SECTION,
@@ -140,7 +166,7 @@ def run(out_dir, quick: bool = False) -> dict:
             setting=setting,
             why=f"measured {worst:.2e}; the paper shows no a = 2 run, data and eps chosen here",
         ),
-        claim(
+        Claim(
             "isotropic: power-law exponent (a1 - 1)/a2",
             "With zeta_k ~ k^-a2 and V_k ~ k^-a1 the excess loss decays as t^-(a1-1)/a2 (Theorem 9).",
             SECTION,
@@ -155,7 +181,7 @@ def run(out_dir, quick: bool = False) -> dict:
                 f"is_power_law = {fit.is_power_law} (rms {fit.rms:.3f})"
             ),
         ),
-        claim(
+        Claim(
             "isotropic: power-law exponent at finite eps (E22)",
             "At finite eps the local exponent is (a1 - 1)/(a2 - (a1 - a2)/ln(zeta_k/(C_k eps))) (E22).",
             SECTION,
@@ -167,11 +193,13 @@ def run(out_dir, quick: bool = False) -> dict:
             why=f"gamma = {fit.exponent:.4f} vs E22 {pl['E22']:.4f}",
         ),
     ]
-    fig = _plot(ign[len(ign) // 2 if not quick else 0], pl, re, slope)
-    summary = {
-        "name": NAME,
-        "title": TITLE,
-        "quick": bool(quick),
+
+
+def _report(q: dict) -> dict:
+    eps_values, fit, ign, mult = q["eps_values"], q["fit"], q["ign"], q["mult"]
+    p_pl, pl, quick, re = q["p_pl"], q["pl"], q["quick"], q["re"]
+    rel22, rel9, seeds, slope = q["rel22"], q["rel9"], q["seeds"], q["slope"]
+    return {
         "settings": {
             "ignition": {"p": len(G), "c": C, "g": list(G), "eps": list(eps_values), "M0": "eps I"},
             "power_law": {"p": p_pl, "a2": 2.0, "a1": 4.0, "c": C, "eps": 1e-8, "window": pl["window"]},
@@ -188,7 +216,7 @@ def run(out_dir, quick: bool = False) -> dict:
             "rel_error_vs_E22": rel22,
         },
         "approximate": {"residual": re[:, 0], "oracle_error": re[:, 1], "loglog_slope": slope},
-        "wall_time_s": {"total": time.perf_counter() - t_start},
+        "wall_time_s": {"total": None},
         "chosen_settings": {
             "data": chosen(
                 "one sample per basis element of Sym(p), labels giving Y = R diag(g) R^T",
@@ -202,11 +230,14 @@ def run(out_dir, quick: bool = False) -> dict:
                 "isotropic in expectation; the residual shrinks as m grows",
             ),
         },
-        "checks": checks,
-        "claims": claims,
         "sensitivity": sensitivity([], quick=quick, reason="the paper states no setting for this case"),
     }
-    return write_outputs(out, NAME, fig, summary)
+
+
+def _figure(q: dict):
+    ign, pl, quick, re = q["ign"], q["pl"], q["quick"], q["re"]
+    slope = q["slope"]
+    return _plot(ign[len(ign) // 2 if not quick else 0], pl, re, slope)
 
 
 def _plot(ign, pl, re, slope):

@@ -61,7 +61,8 @@ from ..data.datasets import spiked_he2_data
 from ..solvers._solve import solve_flow
 from ..theory import spectral
 from ..theory.powerlaw import fit_power_law
-from ._common import COLORS, check, chosen, claim, prepare_out_dir, sensitivity, write_outputs
+from ._common import COLORS, chosen, sensitivity
+from ._table import Check, Claim, Reproduction, reproduce
 
 NAME = "sample-scaling"
 TITLE = (
@@ -247,18 +248,32 @@ def run(out_dir, quick: bool = False) -> dict:
     ``flow`` (per gamma), ``wall_time_s``, ``checks``, ``claims``, ``chosen_settings``,
     ``sensitivity``.
     """
-    t_start = time.perf_counter()
-    out = prepare_out_dir(out_dir)
+    rep = Reproduction(NAME, TITLE, _measure, _report, _checks, _claims, _plot)
+    return reproduce(rep, out_dir, quick)
+
+
+def _measure(quick: bool) -> dict:
+    """The spectral estimator at every (gamma, d) and the trained flow at d_flow."""
     cfg = _config(quick)
-    ds, seeds = cfg["ds"], cfg["seeds"]
-    d_big = ds[-1]
-    acc: dict = {}
-    spec: dict = {}
-    thresholds: dict = {}
+    q = {"quick": quick, "cfg": cfg, "ds": cfg["ds"], "d_flow": cfg["d_flow"], "acc": {}}
     t0 = time.perf_counter()
+    q["thresholds"], q["spec"] = _measure_spectral(cfg, q["acc"])
+    q["t_spec"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    q["ns_flow"] = n_grid(cfg["d_flow"], cfg["n_alpha"])[:: cfg["flow_every"]]
+    q["lin_errs"] = []
+    q["flow"] = _measure_flow(cfg, q["ns_flow"], q["thresholds"], q["lin_errs"])
+    q["t_flow"] = time.perf_counter() - t0
+    return q
+
+
+def _measure_spectral(cfg: dict, acc: dict):
+    """Per (gamma, d): the thresholds record (predicted and measured n_half) and the spectral record."""
+    thresholds: dict = {}
+    spec: dict = {}
     for gamma in GAMMAS:
-        for d in ds:
-            r = _spectral_run(gamma, d, seeds, cfg["n_alpha"], acc)
+        for d in cfg["ds"]:
+            r = _spectral_run(gamma, d, cfg["seeds"], cfg["n_alpha"], acc)
             lam, n = r["lam"], r["n"]
             ni = spectral.bbp_thresholds(lam, d, sigma=SIGMA)
             rho = spectral.spike_variance_ratio(lam, sigma=SIGMA)
@@ -295,29 +310,31 @@ def run(out_dir, quick: bool = False) -> dict:
                 "fit_reasons": None if fit is None else list(fit.reasons),
                 "lanczos_time_s": r["t_eig"],
             }
-    t_spec = time.perf_counter() - t0
+    return thresholds, spec
 
-    t0 = time.perf_counter()
+
+def _measure_flow(cfg: dict, ns_flow, thresholds: dict, lin_errs: list) -> dict:
+    """Per flow gamma: the trained flow's record with its fitted exponents."""
     d_flow = cfg["d_flow"]
-    ns_flow = n_grid(d_flow, cfg["n_alpha"])[:: cfg["flow_every"]]
-    lin_errs: list = []
     flow = {}
     for gamma in cfg["flow_gammas"]:
         f = _flow_run(gamma, d_flow, cfg["width"], ns_flow, lin_errs)
-        key = f"gamma={gamma:g},d={d_flow}"
-        nh = np.asarray(thresholds[key]["n_half_predicted"])
+        nh = np.asarray(thresholds[f"gamma={gamma:g},d={d_flow}"]["n_half_predicted"])
         fit = _fit(f["n"], f["test_error_t1"], float(nh[1]), float(f["n"][-1]))
         fit_best = _fit(f["n"], f["test_error_best"], float(nh[1]), float(f["n"][-1]))
         f["exponent_t1"] = None if fit is None else fit.exponent
         f["exponent_best"] = None if fit_best is None else fit_best.exponent
         f["exponent_asymptotic"] = 1.0 - 1.0 / (2.0 * gamma) if gamma > 0 else None
         flow[f"gamma={gamma:g}"] = f
-    t_flow = time.perf_counter() - t0
+    return flow
 
-    checks = [
-        check("sample-scaling: Y accumulated over prefixes vs He2Data.Y() (max rel deviation)", acc["prefix"], 1e-10),
-        check("sample-scaling: Lanczos top eigenvalues vs dense eigh (max rel deviation)", acc["lanczos"], 1e-8),
-        check(
+
+def _checks(q: dict) -> list[Check]:
+    acc, lin_errs = q["acc"], q["lin_errs"]
+    return [
+        Check("sample-scaling: Y accumulated over prefixes vs He2Data.Y() (max rel deviation)", acc["prefix"], 1e-10),
+        Check("sample-scaling: Lanczos top eigenvalues vs dense eigh (max rel deviation)", acc["lanczos"], 1e-8),
+        Check(
             f"sample-scaling: flow vs nqf.linearized up to the horizon t_h(delta={DELTA:g}) (max rel error, "
             f"{len(lin_errs)} runs)",
             max(lin_errs) if lin_errs else float("nan"),
@@ -325,103 +342,104 @@ def run(out_dir, quick: bool = False) -> dict:
         ),
     ]
 
-    claims = []
-    setting = "package-chosen"
-    for gamma in CLAIM_GAMMAS:
-        for d in ds:
-            th = thresholds[f"gamma={gamma:g},d={d}"]
-            ratio = np.asarray(th["ratio_measured_over_predicted"][:I_CLAIM], float)
-            dev = float(np.max(np.abs(np.log2(ratio)))) if np.all(np.isfinite(ratio)) else float("nan")
-            claims.append(
-                claim(
-                    f"sample-scaling gamma={gamma:g} d={d}: thresholds n_half,i within a factor {THRESHOLD_FACTOR:g}",
-                    "The i-th direction is recovered by the spectral estimator once its spike beats the estimator's "
-                    "noise, at n_i ~ d^q i^(2 gamma) / Z^2 (a BBP-type threshold), q = 1 for the NQF's Y.",
-                    "arXiv 2605.14567 (sibling theory); issue 18",
-                    metric=(
-                        "max over i = 1..4 of |log2(measured n_half,i / predicted 2 rho_i n_i)|, n_half,i the first n "
-                        "at which the seed-mean cos^2 theta_i = (v_i^T a_i)^2 crosses 1/2"
-                    ),
-                    value=dev,
-                    criterion=f"<= {np.log2(THRESHOLD_FACTOR):g}",
-                    holds=dev <= np.log2(THRESHOLD_FACTOR),
-                    setting=setting,
-                    why=(
-                        f"measured / predicted n_half for i = 1..4: {np.round(ratio, 2).tolist()}; against the GOE value "
-                        f"2 n_i: {np.round(np.asarray(th['ratio_measured_over_goe_2n_i'][:I_CLAIM], float), 2).tolist()}"
-                    ),
-                )
-            )
-    for gamma in GAMMAS:
-        sp = spec[f"gamma={gamma:g},d={d_big}"]
-        e, e_fs, e_as = sp["exponent_measured"], sp["exponent_finite_size_predicted"], sp["exponent_asymptotic"]
-        expected = gamma in CLAIM_GAMMAS
-        rel = abs(e - e_as) / abs(e_as) if (e is not None and e_as) else float("nan")
-        claims.append(
-            claim(
-                f"sample-scaling gamma={gamma:g}: spectral exponent 1 - 1/(2 gamma) at d={d_big}",
-                "The representation error falls as MSE(n) ~ (n / d^q)^(-1 + 1/(2 gamma)).",
-                "arXiv 2605.14567 (sibling theory); issue 18",
-                metric=(
-                    "|e - (1 - 1/(2 gamma))| / |1 - 1/(2 gamma)|, e the decay exponent of the spectral estimator's "
-                    "representation error R(n) fitted by nqf.fit_power_law on [n_half,2, n_max]"
-                ),
-                value=rel,
-                criterion=f"<= {EXPONENT_BOUND:g}",
-                holds=rel <= EXPONENT_BOUND,
-                setting=setting,
-                expected=expected,
-                why=(
-                    f"fitted exponent {e if e is None else round(e, 4)}, asymptotic {e_as if e_as is None else round(e_as, 4)}, "
-                    f"finite-size prediction (same fit on R_pred, K = d/2, predicted overlaps) "
-                    f"{e_fs if e_fs is None else round(e_fs, 4)}"
-                    + ("" if expected else "; no decaying power law is predicted for gamma <= 1/2")
-                ),
-            )
-        )
-    for gamma in CLAIM_GAMMAS:
-        if f"gamma={gamma:g}" not in flow:
-            continue
-        f = flow[f"gamma={gamma:g}"]
-        e, e_as = f["exponent_t1"], f["exponent_asymptotic"]
-        rel = abs(e - e_as) / abs(e_as) if e is not None else float("nan")
-        claims.append(
-            claim(
-                f"sample-scaling gamma={gamma:g}: trained flow exponent (open question) at d={d_flow}",
-                "Open question (issue 18): does the NQF flow trained from small initialization follow the spectral "
-                "estimator's sample-size exponent?",
-                "issue 18",
-                metric=(
-                    f"|e - (1 - 1/(2 gamma))| / |1 - 1/(2 gamma)|, e the decay exponent of the flow's test error "
-                    f"|M(t1) - M*|^2 / |M*|^2 at t1 = {T_FLOW:g} on [n_half,2, n_max]"
-                ),
-                value=rel,
-                criterion=f"<= {EXPONENT_BOUND:g}",
-                holds=rel <= EXPONENT_BOUND,
-                setting=setting,
-                why=(
-                    f"flow exponent at t1 {e if e is None else round(e, 4)}, at the best saved time "
-                    f"{f['exponent_best'] if f['exponent_best'] is None else round(f['exponent_best'], 4)}; spectral "
-                    f"{spec[f'gamma={gamma:g},d={d_flow}']['exponent_measured']}; recovered directions "
-                    f"{f['recovered']} vs spectral prediction {f['predicted_recovered']}"
-                ),
-            )
-        )
 
-    fig = _plot(spec, thresholds, flow, ds, d_flow, quick)
-    summary = {
-        "name": NAME,
-        "title": TITLE,
-        "quick": bool(quick),
+def _claims(q: dict) -> list[Claim]:
+    rows = [_threshold_claim(q["thresholds"], gamma, d) for gamma in CLAIM_GAMMAS for d in q["ds"]]
+    rows += [_spectral_claim(q["spec"], gamma, q["ds"][-1]) for gamma in GAMMAS]
+    rows += [_flow_claim(q, gamma) for gamma in CLAIM_GAMMAS if f"gamma={gamma:g}" in q["flow"]]
+    return rows
+
+
+def _threshold_claim(thresholds: dict, gamma: float, d: int) -> Claim:
+    th = thresholds[f"gamma={gamma:g},d={d}"]
+    ratio = np.asarray(th["ratio_measured_over_predicted"][:I_CLAIM], float)
+    dev = float(np.max(np.abs(np.log2(ratio)))) if np.all(np.isfinite(ratio)) else float("nan")
+    return Claim(
+        f"sample-scaling gamma={gamma:g} d={d}: thresholds n_half,i within a factor {THRESHOLD_FACTOR:g}",
+        "The i-th direction is recovered by the spectral estimator once its spike beats the estimator's "
+        "noise, at n_i ~ d^q i^(2 gamma) / Z^2 (a BBP-type threshold), q = 1 for the NQF's Y.",
+        "arXiv 2605.14567 (sibling theory); issue 18",
+        metric=(
+            "max over i = 1..4 of |log2(measured n_half,i / predicted 2 rho_i n_i)|, n_half,i the first n "
+            "at which the seed-mean cos^2 theta_i = (v_i^T a_i)^2 crosses 1/2"
+        ),
+        value=dev,
+        criterion=f"<= {np.log2(THRESHOLD_FACTOR):g}",
+        holds=dev <= np.log2(THRESHOLD_FACTOR),
+        setting="package-chosen",
+        why=(
+            f"measured / predicted n_half for i = 1..4: {np.round(ratio, 2).tolist()}; against the GOE value "
+            f"2 n_i: {np.round(np.asarray(th['ratio_measured_over_goe_2n_i'][:I_CLAIM], float), 2).tolist()}"
+        ),
+    )
+
+
+def _spectral_claim(spec: dict, gamma: float, d_big: int) -> Claim:
+    sp = spec[f"gamma={gamma:g},d={d_big}"]
+    e, e_fs, e_as = sp["exponent_measured"], sp["exponent_finite_size_predicted"], sp["exponent_asymptotic"]
+    expected = gamma in CLAIM_GAMMAS
+    rel = abs(e - e_as) / abs(e_as) if (e is not None and e_as) else float("nan")
+    return Claim(
+        f"sample-scaling gamma={gamma:g}: spectral exponent 1 - 1/(2 gamma) at d={d_big}",
+        "The representation error falls as MSE(n) ~ (n / d^q)^(-1 + 1/(2 gamma)).",
+        "arXiv 2605.14567 (sibling theory); issue 18",
+        metric=(
+            "|e - (1 - 1/(2 gamma))| / |1 - 1/(2 gamma)|, e the decay exponent of the spectral estimator's "
+            "representation error R(n) fitted by nqf.fit_power_law on [n_half,2, n_max]"
+        ),
+        value=rel,
+        criterion=f"<= {EXPONENT_BOUND:g}",
+        holds=rel <= EXPONENT_BOUND,
+        setting="package-chosen",
+        expected=expected,
+        why=(
+            f"fitted exponent {e if e is None else round(e, 4)}, asymptotic {e_as if e_as is None else round(e_as, 4)}, "
+            f"finite-size prediction (same fit on R_pred, K = d/2, predicted overlaps) "
+            f"{e_fs if e_fs is None else round(e_fs, 4)}"
+            + ("" if expected else "; no decaying power law is predicted for gamma <= 1/2")
+        ),
+    )
+
+
+def _flow_claim(q: dict, gamma: float) -> Claim:
+    f = q["flow"][f"gamma={gamma:g}"]
+    d_flow = q["d_flow"]
+    e, e_as = f["exponent_t1"], f["exponent_asymptotic"]
+    rel = abs(e - e_as) / abs(e_as) if e is not None else float("nan")
+    return Claim(
+        f"sample-scaling gamma={gamma:g}: trained flow exponent (open question) at d={d_flow}",
+        "Open question (issue 18): does the NQF flow trained from small initialization follow the spectral "
+        "estimator's sample-size exponent?",
+        "issue 18",
+        metric=(
+            f"|e - (1 - 1/(2 gamma))| / |1 - 1/(2 gamma)|, e the decay exponent of the flow's test error "
+            f"|M(t1) - M*|^2 / |M*|^2 at t1 = {T_FLOW:g} on [n_half,2, n_max]"
+        ),
+        value=rel,
+        criterion=f"<= {EXPONENT_BOUND:g}",
+        holds=rel <= EXPONENT_BOUND,
+        setting="package-chosen",
+        why=(
+            f"flow exponent at t1 {e if e is None else round(e, 4)}, at the best saved time "
+            f"{f['exponent_best'] if f['exponent_best'] is None else round(f['exponent_best'], 4)}; spectral "
+            f"{q['spec'][f'gamma={gamma:g},d={d_flow}']['exponent_measured']}; recovered directions "
+            f"{f['recovered']} vs spectral prediction {f['predicted_recovered']}"
+        ),
+    )
+
+
+def _report(q: dict) -> dict:
+    cfg, d_flow = q["cfg"], q["d_flow"]
+    return {
         "settings": {
             "gammas": GAMMAS,
-            "ds": ds,
+            "ds": cfg["ds"],
             "K": "d / 2",
             "Z": "sum_i lambda_i^2 = 1",
             "sigma": SIGMA,
             "n_grid": "round(d^alpha), alpha equally spaced in [1, 2], n <= 1e5",
             "n_alpha": cfg["n_alpha"],
-            "seeds": seeds,
+            "seeds": cfg["seeds"],
             "k_eig": f"min(K - 1, {K_EIG_MAX})",
             "flow": {
                 "d": d_flow,
@@ -431,57 +449,72 @@ def run(out_dir, quick: bool = False) -> dict:
                 "t1": T_FLOW,
                 "solver": "tsit5, factor form",
                 "rtol": FLOW_RTOL,
-                "n": ns_flow,
+                "n": q["ns_flow"],
             },
         },
-        "thresholds": thresholds,
-        "spectral": spec,
-        "flow": flow,
-        "wall_time_s": {"spectral": t_spec, "flow": t_flow, "total": time.perf_counter() - t_start},
-        "checks": checks,
-        "claims": claims,
-        "chosen_settings": {
-            "K": chosen(
-                "d / 2 directions",
-                "not stated (issue 18)",
-                "gamma = 0 needs K < d (else M* ~ I); large "
-                "enough that the tail sum is a power law over the recovered range",
-            ),
-            "Z": chosen("sum_i lambda_i^2 = 1", "not stated", "fixes E[y^2] = 2 + sigma^2 for every gamma, d"),
-            "sigma": chosen(SIGMA, "not stated", "label noise present but below the signal"),
-            "n_grid": chosen(
-                "alpha = log n / log d in [1, 2], n <= 1e5",
-                "issue 18: a grid of alpha",
-                "covers the thresholds from n ~ d to the largest n the issue asks for",
-            ),
-            "threshold_metric": chosen(
-                "n at which cos^2 crosses 1/2 vs 2 rho_i n_i",
-                "not stated",
-                "a measurable position of a smoothed transition",
-            ),
-            "fit_window": chosen(
-                "[n_half,2, n_max]", "not stated", "after two directions are recovered; fixed before measuring"
-            ),
-            "flow": chosen(
-                f"d = {d_flow}, r = {cfg['width']} neurons, eps = {EPS:g}, t1 = {T_FLOW:g}",
-                "not stated",
-                "every direction the spectral estimator recovers ignites well before t1; cost",
-            ),
-        },
-        "sensitivity": sensitivity([], quick=quick, reason="no paper setting: the settings are the package's"),
+        "thresholds": q["thresholds"],
+        "spectral": q["spec"],
+        "flow": q["flow"],
+        "wall_time_s": {"spectral": q["t_spec"], "flow": q["t_flow"], "total": None},
+        "chosen_settings": _chosen_settings(cfg),
+        "sensitivity": sensitivity([], quick=q["quick"], reason="no paper setting: the settings are the package's"),
     }
-    return write_outputs(out, NAME, fig, summary)
 
 
-def _plot(spec, thresholds, flow, ds, d_flow, quick):
+def _chosen_settings(cfg: dict) -> dict:
+    return {
+        "K": chosen(
+            "d / 2 directions",
+            "not stated (issue 18)",
+            "gamma = 0 needs K < d (else M* ~ I); large "
+            "enough that the tail sum is a power law over the recovered range",
+        ),
+        "Z": chosen("sum_i lambda_i^2 = 1", "not stated", "fixes E[y^2] = 2 + sigma^2 for every gamma, d"),
+        "sigma": chosen(SIGMA, "not stated", "label noise present but below the signal"),
+        "n_grid": chosen(
+            "alpha = log n / log d in [1, 2], n <= 1e5",
+            "issue 18: a grid of alpha",
+            "covers the thresholds from n ~ d to the largest n the issue asks for",
+        ),
+        "threshold_metric": chosen(
+            "n at which cos^2 crosses 1/2 vs 2 rho_i n_i",
+            "not stated",
+            "a measurable position of a smoothed transition",
+        ),
+        "fit_window": chosen(
+            "[n_half,2, n_max]", "not stated", "after two directions are recovered; fixed before measuring"
+        ),
+        "flow": chosen(
+            f"d = {cfg['d_flow']}, r = {cfg['width']} neurons, eps = {EPS:g}, t1 = {T_FLOW:g}",
+            "not stated",
+            "every direction the spectral estimator recovers ignites well before t1; cost",
+        ),
+    }
+
+
+def _plot(q: dict):
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(16, 9), layout="constrained")
     ax = fig.subplots(2, 3)
+    styles = {d: (0.35 + 0.65 * (k + 1) / len(q["ds"])) for k, d in enumerate(q["ds"])}
+    _panel_overlaps(ax[0, 0], q, styles)
+    _panel_collapse(ax[0, 1], q, styles)
+    _panel_error(ax[0, 2], q)
+    _panel_flow(ax[1, 0], ax[1, 1], q)
+    _panel_thresholds(ax[1, 2], q)
+    fig.suptitle(
+        "Sample-size power laws of the NQF's Y (spiked He2 model, K = d/2, sigma = 0.5)"
+        + (" [quick]" if q["quick"] else ""),
+        fontsize=11,
+    )
+    return fig
+
+
+def _panel_overlaps(a, q: dict, styles: dict) -> None:
+    """(a) cos^2 vs n, gamma = 1, every d (alpha by d), predictions at the largest d."""
+    spec, ds = q["spec"], q["ds"]
     d_big = ds[-1]
-    styles = {d: (0.35 + 0.65 * (k + 1) / len(ds)) for k, d in enumerate(ds)}
-    # (a) cos^2 vs n, gamma = 1, every d (alpha by d), predictions at the largest d
-    a = ax[0, 0]
     for d in ds:
         sp = spec[f"gamma=1,d={d}"]
         for i in range(4):
@@ -496,7 +529,7 @@ def _plot(spec, thresholds, flow, ds, d_flow, quick):
     sp = spec[f"gamma=1,d={d_big}"]
     nn = np.geomspace(sp["n"][0], sp["n"][-1], 300)
     pred = spectral.bbp_overlap(nn, sp_lam(sp), d_big, sigma=SIGMA)
-    nh = thresholds[f"gamma=1,d={d_big}"]["n_half_predicted"]
+    nh = q["thresholds"][f"gamma=1,d={d_big}"]["n_half_predicted"]
     for i in range(4):
         a.semilogx(nn, pred[:, i], color=COLORS[i], ls="--", lw=1.0)
         a.axvline(nh[i], color=COLORS[i], ls=":", lw=0.8)
@@ -508,12 +541,14 @@ def _plot(spec, thresholds, flow, ds, d_flow, quick):
         fontsize=9,
     )
     a.legend(fontsize=7)
-    # (a') collapse: cos^2 vs n / n_half,i
-    a = ax[0, 1]
+
+
+def _panel_collapse(a, q: dict, styles: dict) -> None:
+    """(a') collapse: cos^2 vs n / n_half,i."""
     for gamma, mk in ((1.0, "-"), (0.6, "--")):
-        for d in ds:
-            sp = spec[f"gamma={gamma:g},d={d}"]
-            nh = thresholds[f"gamma={gamma:g},d={d}"]["n_half_predicted"]
+        for d in q["ds"]:
+            sp = q["spec"][f"gamma={gamma:g},d={d}"]
+            nh = q["thresholds"][f"gamma={gamma:g},d={d}"]["n_half_predicted"]
             for i in range(I_CLAIM):
                 a.semilogx(
                     np.asarray(sp["n"]) / nh[i],
@@ -530,8 +565,12 @@ def _plot(spec, thresholds, flow, ds, d_flow, quick):
     a.set_ylabel(r"$\cos^2\theta_i$")
     a.set_title(r"(a') i = 1..4, $\gamma$ = 1 (solid), 0.6 (dashed); darker = larger d", fontsize=9)
     a.legend(fontsize=7)
-    # (b) representation error
-    a = ax[0, 2]
+
+
+def _panel_error(a, q: dict) -> None:
+    """(b) the spectral estimator's representation error."""
+    spec, ds = q["spec"], q["ds"]
+    d_big = ds[-1]
     for k, gamma in enumerate(GAMMAS):
         sp = spec[f"gamma={gamma:g},d={d_big}"]
         a.loglog(
@@ -551,12 +590,15 @@ def _plot(spec, thresholds, flow, ds, d_flow, quick):
     a.set_ylabel(r"representation error $R(n)$")
     a.set_title(f"(b) spectral estimator, d = {d_big} (faint: smaller d; dotted: prediction)", fontsize=9)
     a.legend(fontsize=6.5)
-    # (c) flow: recovered directions and test error
-    a, b = ax[1, 0], ax[1, 1]
+
+
+def _panel_flow(a, b, q: dict) -> None:
+    """(c) the flow: recovered directions (a) and test error (b)."""
+    d_flow = q["d_flow"]
     for k, gamma in enumerate(GAMMAS):
-        if f"gamma={gamma:g}" not in flow:
+        if f"gamma={gamma:g}" not in q["flow"]:
             continue
-        f = flow[f"gamma={gamma:g}"]
+        f = q["flow"][f"gamma={gamma:g}"]
         a.semilogx(f["n"], f["recovered"], "o-", color=COLORS[k], ms=3, label=rf"flow, $\gamma$={gamma:g}")
         a.semilogx(f["n"], f["predicted_recovered"], "--", color=COLORS[k], lw=1.0)
         b.loglog(
@@ -568,7 +610,7 @@ def _plot(spec, thresholds, flow, ds, d_flow, quick):
             label=rf"$\gamma$={gamma:g}: e = {_fmt(f['exponent_t1'])}",
         )
         b.loglog(f["n"], f["test_error_best"], "x:", ms=3, color=COLORS[k], lw=0.8)
-        sp = spec[f"gamma={gamma:g},d={d_flow}"]
+        sp = q["spec"][f"gamma={gamma:g},d={d_flow}"]
         b.loglog(sp["n"], sp["R"], "-", color=COLORS[k], alpha=0.35, lw=0.8)
     a.set_xlabel("samples n")
     a.set_ylabel("recovered directions")
@@ -582,8 +624,11 @@ def _plot(spec, thresholds, flow, ds, d_flow, quick):
     b.set_ylabel(r"test error $|M - M^*|_F^2 / |M^*|_F^2$")
     b.set_title(f"(c) flow test error at t1 (o) and best time (x); faint: spectral R(n), d = {d_flow}", fontsize=9)
     b.legend(fontsize=7)
-    # thresholds table-like plot: measured vs predicted n_half
-    a = ax[1, 2]
+
+
+def _panel_thresholds(a, q: dict) -> None:
+    """Measured vs predicted n_half."""
+    thresholds, ds = q["thresholds"], q["ds"]
     for gamma in CLAIM_GAMMAS:
         for d in ds:
             th = thresholds[f"gamma={gamma:g},d={d}"]
@@ -604,12 +649,6 @@ def _plot(spec, thresholds, flow, ds, d_flow, quick):
     a.set_ylabel(r"measured $n_{half,i}$")
     a.set_title("thresholds, i = 1..6 (band: factor 2)", fontsize=9)
     a.legend(fontsize=6.5)
-    fig.suptitle(
-        "Sample-size power laws of the NQF's Y (spiked He2 model, K = d/2, sigma = 0.5)"
-        + (" [quick]" if quick else ""),
-        fontsize=11,
-    )
-    return fig
 
 
 def sp_lam(sp) -> np.ndarray:

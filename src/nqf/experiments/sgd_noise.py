@@ -66,7 +66,8 @@ from ..solvers._map_sweep import closed_sgd_sweep
 from ..solvers._solve import solve_flow
 from ..theory._ignition import measure_ignition_times
 from ..theory._oracles import theorem6
-from ._common import COLORS, check, chosen, claim, new_figure, prepare_out_dir, sensitivity, write_outputs
+from ._common import COLORS, chosen, new_figure, sensitivity
+from ._table import Check, Claim, Reproduction, reproduce
 
 NAME = "sgd-noise"
 TITLE = "Finite lr and minibatch noise: GD vs flow vs modified flow vs SGD SDE vs minibatch maps (Fig. 3, MLP)"
@@ -363,58 +364,59 @@ def run(out_dir, quick: bool = False) -> dict:
     JSON keys: ``settings``, ``exact_map``, ``orders`` {fig3, mlp}, ``lr_0.01``, ``sde_fig3``,
     ``sde_mlp``, ``wall_time_s``, ``checks``, ``claims``, ``chosen_settings``, ``sensitivity``.
     """
-    t_start = time.perf_counter()
-    out = prepare_out_dir(out_dir)
+    return reproduce(Reproduction(NAME, TITLE, _measure, _report, _checks, _claims, _plot), out_dir, quick)
+
+
+def _measure(quick: bool) -> dict:
+    """ExactMap vs closed_sgd; (a) orders; (b) the paper's lr; (c), (d) the SDE vs the maps."""
     data = datasets.fig3_data()
-    p = data.p
-    M0 = EPS * np.eye(p)
+    M0 = EPS * np.eye(data.p)
     z_inf = np.asarray(glv_equilibrium(data))
     mlp, M0_mlp = _mlp_problem()
-    walls = {}
-
-    # ExactMap (diffrax) vs closed_sgd, per step.
-    t0 = time.perf_counter()
-    ex = {
-        "fig3_minibatch": _exact_vs_closed(data, M0, LR, 1500, batch_indices(3, data.m, BATCH, 1500)),
-        "mlp_minibatch": _exact_vs_closed(mlp, M0_mlp, 0.02, 200, batch_indices(4, mlp.m, BATCH_MLP, 200)),
+    q: dict = {"quick": quick, "data": data, "mlp": mlp, "walls": {}}
+    q["etas"] = (1e-3, 1e-2, 1e-1) if quick else (1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 1e-1)
+    q["t1b"] = 30.0 if quick else 250.0
+    q["etas_sde"] = (0.02, 0.04, 0.08) if quick else (0.01, 0.02, 0.04, 0.08)
+    q["N"] = 8000 if quick else 20000
+    q["n_mlp"] = 500 if quick else 4000
+    steps = {
+        "exact_map": lambda: {
+            "fig3_minibatch": _exact_vs_closed(data, M0, LR, 1500, batch_indices(3, data.m, BATCH, 1500)),
+            "mlp_minibatch": _exact_vs_closed(mlp, M0_mlp, 0.02, 200, batch_indices(4, mlp.m, BATCH_MLP, 200)),
+        },
+        "orders": lambda: {
+            "fig3": _orders(data, M0, T_ORDER, q["etas"]),
+            "mlp": _orders(mlp, M0_mlp, T_ORDER_MLP, q["etas"]),
+        },
+        "lr_0.01": lambda: _lr_paper(data, M0, z_inf, q["t1b"]),
+        "sde_fig3": lambda: _sde_vs_maps(data, M0, z_inf, q["etas_sde"], q["N"]),
+        "sde_mlp": lambda: _mlp_sde(mlp, M0_mlp, 0.04, q["n_mlp"]),
     }
-    walls["exact_map"] = time.perf_counter() - t0
+    for key, step in steps.items():
+        t0 = time.perf_counter()
+        q[key] = step()
+        q["walls"][key] = time.perf_counter() - t0
+    q["resolved"] = {
+        "order_logz1": q["sde_fig3"]["order_logz1_se"] <= SDE_ORDER_RESOLVED,
+        "order_loss": q["sde_fig3"]["order_loss_se"] <= SDE_ORDER_RESOLVED,
+    }
+    return q
 
-    # (a) orders.
-    t0 = time.perf_counter()
-    etas = (1e-3, 1e-2, 1e-1) if quick else (1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 1e-1)
-    orders = {"fig3": _orders(data, M0, T_ORDER, etas), "mlp": _orders(mlp, M0_mlp, T_ORDER_MLP, etas)}
-    walls["orders"] = time.perf_counter() - t0
 
-    # (b) the paper's lr.
-    t0 = time.perf_counter()
-    t1b = 30.0 if quick else 250.0
-    lrp = _lr_paper(data, M0, z_inf, t1b)
-    walls["lr_0.01"] = time.perf_counter() - t0
-
-    # (c), (d) SDE vs maps.
-    t0 = time.perf_counter()
-    etas_sde = (0.02, 0.04, 0.08) if quick else (0.01, 0.02, 0.04, 0.08)
-    N = 8000 if quick else 20000
-    sde = _sde_vs_maps(data, M0, z_inf, etas_sde, N)
-    walls["sde_fig3"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    n_mlp = 500 if quick else 4000
-    sde_mlp = _mlp_sde(mlp, M0_mlp, 0.04, n_mlp)
-    walls["sde_mlp"] = time.perf_counter() - t0
-
-    checks = [
-        check(
+def _checks(q: dict) -> list[Check]:
+    ex, orders, lrp, sde, sde_mlp = q["exact_map"], q["orders"], q["lr_0.01"], q["sde_fig3"], q["sde_mlp"]
+    rows = [
+        Check(
             f"ExactMap vs closed_sgd, Fig. 3 data batch {BATCH} (1500 steps): max rel err of M per step",
             ex["fig3_minibatch"],
             EXACT_BOUND,
         ),
-        check(
+        Check(
             f"ExactMap vs closed_sgd, MLP data batch {BATCH_MLP} (lr 0.02, 200 steps): max rel err of M per step",
             ex["mlp_minibatch"],
             EXACT_BOUND,
         ),
-        check(
+        Check(
             "ensemble z-map vs closed_sgd_sweep (32 members, same batches): max rel err of z",
             sde["zmap_vs_closed_sgd_sweep"],
             ZMAP_BOUND,
@@ -422,77 +424,69 @@ def run(out_dir, quick: bool = False) -> dict:
     ]
     for key, label in (("fig3", f"Fig. 3 data, T = {T_ORDER:g}"), ("mlp", f"MLP data, T = {T_ORDER_MLP:g}")):
         o = orders[key]
-        checks.append(
-            check(
+        rows += [
+            Check(
                 f"plain flow vs exact GD map ({label}, eta 1e-3..0.1): |order - 1|",
                 abs(o["order_flow"] - 1.0),
                 ORDER_BOUND,
-            )
-        )
-        checks.append(
-            check(
+            ),
+            Check(
                 f"modified flow vs exact GD map ({label}, eta 1e-3..0.1): |order - 2|",
                 abs(o["order_modified"] - 2.0),
                 ORDER_BOUND,
-            )
-        )
-    checks.append(
-        check(
-            f"lr {LR}, t in [0, {t1b:g}]: modified flow's max rel deviation of z from GD / the flow's",
+            ),
+        ]
+    etxt = ", ".join(f"{e:g}" for e in q["etas_sde"])
+    rows += [
+        Check(
+            f"lr {LR}, t in [0, {q['t1b']:g}]: modified flow's max rel deviation of z from GD / the flow's",
             lrp["z_dev_modified"] / lrp["z_dev_flow"],
             GAP_RATIO_BOUND,
-        )
-    )
-    checks.append(
-        check(
+        ),
+        Check(
             f"lr {LR}: modified flow's max ignition-time error vs GD / the flow's ({lrp['modes_reached']} modes)",
             np.max(lrp["ignition_rel_error_modified"]) / np.max(lrp["ignition_rel_error_flow"]),
             GAP_RATIO_BOUND,
-        )
-    )
-    etxt = ", ".join(f"{e:g}" for e in etas_sde)
-    checks.append(
-        check(
-            f"SGD SDE weak error of E log z_1(t={T_LOGZ:g}) vs {N} maps (eta {etxt}): |order - 1|",
+        ),
+        Check(
+            f"SGD SDE weak error of E log z_1(t={T_LOGZ:g}) vs {q['N']} maps (eta {etxt}): |order - 1|",
             abs(sde["order_logz1"] - 1.0),
             SDE_ORDER_BOUND,
-        )
-    )
-    checks.append(
-        check(
+        ),
+        Check(
             f"SGD SDE weak error of the mean loss L(t={T_LOSS:g}) (same): |order - 1|",
             abs(sde["order_loss"] - 1.0),
             SDE_ORDER_BOUND,
+        ),
+    ]
+    rows += [
+        Check(
+            f"spread of t*_1 over batch seeds, SDE vs maps, eta {r['eta']:g}: |std ratio - 1| "
+            f"(bound {SPREAD_TOL:g} + 3 MC SE)",
+            abs(r["tstar1_std_ratio"] - 1.0),
+            SPREAD_TOL + 3.0 * r["tstar1_std_ratio_se"],
         )
-    )
-    for r in sde["rows"]:
-        checks.append(
-            check(
-                f"spread of t*_1 over batch seeds, SDE vs maps, eta {r['eta']:g}: |std ratio - 1| "
-                f"(bound {SPREAD_TOL:g} + 3 MC SE)",
-                abs(r["tstar1_std_ratio"] - 1.0),
-                SPREAD_TOL + 3.0 * r["tstar1_std_ratio_se"],
-            )
-        )
-    checks.append(
-        check(
+        for r in sde["rows"]
+    ]
+    rows.append(
+        Check(
             f"MLP data, eta {sde_mlp['eta']:g}: spread of L(t=2) over batch seeds, SDE vs maps: "
             f"|std ratio - 1| (bound {SPREAD_TOL:g} + 3 MC SE)",
             abs(sde_mlp["loss_std_ratio"] - 1.0),
             SPREAD_TOL + 3.0 * sde_mlp["loss_std_ratio_se"],
         )
     )
-    resolved = {
-        "order_logz1": sde["order_logz1_se"] <= SDE_ORDER_RESOLVED,
-        "order_loss": sde["order_loss_se"] <= SDE_ORDER_RESOLVED,
-    }
+    return rows
 
-    claims = [
-        claim(
+
+def _claims(q: dict) -> list[Claim]:
+    lrp = q["lr_0.01"]
+    return [
+        Claim(
             "sgd-noise: GD (lr 0.01) matches Theorem 6",
             "The numerical trajectories [GD] match the predictions of Theorem 6.",
             SECTION,
-            metric=f"max over t in [0, {t1b:g}] (steps of 0.01) and k of |z_k(flow) / z_k(GD) - 1| (the flow = "
+            metric=f"max over t in [0, {q['t1b']:g}] (steps of 0.01) and k of |z_k(flow) / z_k(GD) - 1| (the flow = "
             "Theorem 6 to 1e-8, see fig3)",
             value=lrp["z_dev_flow"],
             criterion=f"<= {CLAIM_BOUND:g}",
@@ -503,7 +497,7 @@ def run(out_dir, quick: bool = False) -> dict:
                 f"i.e. it explains {100 * (1 - lrp['z_dev_modified'] / lrp['z_dev_flow']):.1f} % of the gap"
             ),
         ),
-        claim(
+        Claim(
             "sgd-noise: GD's drops align with the flow's t*_k",
             "Each sharp drop in the loss aligns with t*_k, where each feature reaches half-saturation.",
             SECTION,
@@ -515,13 +509,16 @@ def run(out_dir, quick: bool = False) -> dict:
             why=f"modified flow: {np.max(lrp['ignition_rel_error_modified']):.1e}",
         ),
     ]
-    fig = _plot(orders, sde, lrp, quick)
-    lrp_json = {k: v for k, v in lrp.items() if not k.startswith("_")}
+
+
+def _sde_json(q: dict) -> dict:
+    """The ``sde_fig3`` block: the SDE-vs-maps record with the resolution of its fitted orders."""
+    sde, resolved = q["sde_fig3"], q["resolved"]
     sde_json = {k: v for k, v in sde.items() if not k.startswith("_")}
     sde_json["resolved"] = resolved
     sde_json["resolution_note"] = (
         f"MC standard error of the fitted orders: {sde['order_logz1_se']:.3f} (E log z_1), "
-        f"{sde['order_loss_se']:.3f} (mean loss) with N = {N}; an order counts as resolved when its SE <= "
+        f"{sde['order_loss_se']:.3f} (mean loss) with N = {q['N']}; an order counts as resolved when its SE <= "
         f"{SDE_ORDER_RESOLVED:g} (half the check's tolerance {SDE_ORDER_BOUND:g}); "
         + (
             "both are resolved."
@@ -529,51 +526,57 @@ def run(out_dir, quick: bool = False) -> dict:
             else "NOT resolved at this N: the SDE order checks' verdicts are within Monte Carlo noise."
         )
     )
-    summary = {
-        "name": NAME,
-        "title": TITLE,
-        "quick": bool(quick),
+    return sde_json
+
+
+def _report(q: dict) -> dict:
+    data, mlp = q["data"], q["mlp"]
+    return {
         "settings": {
-            "fig3": {"m": data.m, "p": p, "eps": EPS, "M0": "eps I"},
+            "fig3": {"m": data.m, "p": data.p, "eps": EPS, "M0": "eps I"},
             "mlp": {"k": 4, "q": 1, "m": mlp.m, "p": mlp.p, "d": 8, "M0": "W0 W0^T, W0 = 0.3 N(0,1)/sqrt(8)"},
-            "orders": {"etas": list(etas), "T_fig3": T_ORDER, "T_mlp": T_ORDER_MLP, "error": "|M - M_GD|_F / |M_GD|_F"},
-            "lr_0.01": {"t1": t1b, "ignition_rho": 0.5, "target": "z_inf (glv_equilibrium)"},
+            "orders": {
+                "etas": list(q["etas"]),
+                "T_fig3": T_ORDER,
+                "T_mlp": T_ORDER_MLP,
+                "error": "|M - M_GD|_F / |M_GD|_F",
+            },
+            "lr_0.01": {"t1": q["t1b"], "ignition_rho": 0.5, "target": "z_inf (glv_equilibrium)"},
             "sde": {
-                "etas": list(etas_sde),
-                "N": N,
+                "etas": list(q["etas_sde"]),
+                "N": q["N"],
                 "batch_size": BATCH,
                 "replace": False,
                 "solver": "diffrax.Heun (Stratonovich), log z, default dt0",
                 "t_logz": T_LOGZ,
                 "t_loss": T_LOSS,
             },
-            "sde_mlp": {"eta": sde_mlp["eta"], "N": n_mlp, "batch_size": BATCH_MLP, "form": "M"},
+            "sde_mlp": {"eta": q["sde_mlp"]["eta"], "N": q["n_mlp"], "batch_size": BATCH_MLP, "form": "M"},
         },
-        "exact_map": ex,
-        "orders": orders,
-        "lr_0.01": lrp_json,
-        "sde_fig3": sde_json,
-        "sde_mlp": sde_mlp,
-        "wall_time_s": dict(walls, total=time.perf_counter() - t_start),
+        "exact_map": q["exact_map"],
+        "orders": q["orders"],
+        "lr_0.01": {k: v for k, v in q["lr_0.01"].items() if not k.startswith("_")},
+        "sde_fig3": _sde_json(q),
+        "sde_mlp": q["sde_mlp"],
+        "wall_time_s": dict(q["walls"], total=None),
         "chosen_settings": {
             "batch_size": chosen(
                 BATCH, "not stated (Fig. 3 is full-batch GD)", "the most noise short of b = 1 on m = 5"
             ),
             "T_order": chosen(T_ORDER, "not stated", "mode 1 in its exponential phase, just before t*_1 = 11.5"),
-            "etas_sde": chosen(list(etas_sde), "not stated", "the weak error must exceed the MC error of N paths"),
+            "etas_sde": chosen(list(q["etas_sde"]), "not stated", "the weak error must exceed the MC error of N paths"),
             "mlp": chosen(
                 "k=4, q=1, m=16, d=8 (benchmarks/sde_weak_error_mlp.py)", "not stated", "small, non-commuting"
             ),
         },
-        "checks": checks,
-        "claims": claims,
-        "sensitivity": sensitivity([], quick=quick, reason="the claims are measured at the paper's lr 0.01 and eps"),
+        "sensitivity": sensitivity(
+            [], quick=q["quick"], reason="the claims are measured at the paper's lr 0.01 and eps"
+        ),
     }
-    summary["wall_time_s"]["total"] = time.perf_counter() - t_start
-    return write_outputs(out, NAME, fig, summary)
 
 
-def _plot(orders, sde, lrp, quick):
+def _plot(q: dict):
+    orders, sde, lrp, quick = q["orders"], q["sde_fig3"], q["lr_0.01"], q["quick"]
     fig, (ax_o, ax_w, ax_h, ax_z) = new_figure(4, width=4.6, height=3.8)
     for key, mk in (("fig3", "o"), ("mlp", "s")):
         o = orders[key]
