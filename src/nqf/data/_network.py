@@ -95,6 +95,26 @@ class _Slot:
         return self.pack * int(np.prod(self.other, dtype=int))
 
 
+def _columns(leaves, slots) -> Array:
+    """The per-neuron slices of the arrays `slots` in `leaves`, one row per neuron: (n, sum of sizes)."""
+    cols = []
+    for s in slots:
+        a = jnp.moveaxis(jnp.asarray(leaves[s.index]), s.axis, 0)
+        cols.append(a.reshape((a.shape[0] // s.pack, -1)))
+    return jnp.concatenate(cols, axis=1)
+
+
+def _place(leaves, slots, cols) -> list:
+    """`leaves` with the arrays `slots` replaced from `cols` (n, sum of sizes), one row per neuron
+    (any n; the inverse of `_columns`)."""
+    leaves, n, start = list(leaves), cols.shape[0], 0
+    for s in slots:
+        block = cols[:, start : start + s.size].reshape((n * s.pack,) + s.other)
+        leaves[s.index] = jnp.moveaxis(block, 0, s.axis).astype(jnp.result_type(leaves[s.index]))
+        start += s.size
+    return leaves
+
+
 def _tokens(path: str) -> tuple[str, ...]:
     """'layers[0].weight', 'layers.0.weight', "['l1']['kernel'].value" -> ('layers', '0', 'weight')."""
     toks = tuple(re.findall(r"[A-Za-z_][A-Za-z0-9_]*|\d+", path))
@@ -326,10 +346,13 @@ class Network:
     float32 after its parameters were cast to float64.
     """
 
+    _lift: Any = None  # the lift of `constants` (`nqf.data._constants.Lift`), None without
+    constants: tuple[str, ...] = ()
+
     def __new__(cls, module: Any = None, neurons: Any = "auto", *args: Any, **kwargs: Any):
         """A `nqf.data.DeepNetwork` for a deep chain of Linear layers with ``neurons="auto"``
         (`nqf.data._deep_network`), else a `Network`."""
-        if cls is Network and module is not None and _DEEP_CHAIN:
+        if cls is Network and module is not None and _DEEP_CHAIN and kwargs.get("constants") is None:
             is_deep, deep_network = _DEEP_CHAIN[0]
             if is_deep(module, neurons, kwargs.get("W0")):
                 return object.__new__(deep_network)
@@ -344,8 +367,11 @@ class Network:
         apply: Callable | None = None,
         W0: Float[ArrayLike, "p d"] | None = None,
         groups: Sequence[int] | None = None,
+        constants: Any = None,
     ):
         require_x64()
+        from . import _constants
+
         if apply is not None and not callable(apply):
             raise TypeError(f"`apply` must be a callable apply(module, x); found {type(apply).__name__}.")
         import equinox as eqx
@@ -367,6 +393,9 @@ class Network:
             self.module = module
             self._params, self._call, self._rebuild = jnp.asarray(W0), module, (lambda params: params)
             neurons, width, description = [("", 1)], None, "a function f(W, x), W (p, d)"
+            if constants is not None:  # f(W, x, c): W and the per-neuron constants c (d, ...) as params
+                self._params, self._call = (jnp.asarray(W0), _as_constants(constants)), _with_constants(module)
+                constants, description = [("[1]", 0)], "a function f(W, x, c), W (p, d), constants c (d, ...)"
         else:
             if W0 is not None:
                 raise TypeError("`W0` is for a plain function f(W, x); a module carries its own weights.")
@@ -381,12 +410,19 @@ class Network:
             self.module = _float64(module)
             apply = (lambda mod, x: mod(x)) if apply is None else apply
             self._params, self._call, self._rebuild = _split(self.module, apply)
+            if description is not None and constants is not None:  # "auto": the constants are not neurons
+                fixed = _constants.constant_names(self._params, self.module, constants)
+                neurons = [(path, axis) for path, axis in neurons if _tokens(path) not in fixed]
         self._leaves, self._treedef = jax.tree_util.tree_flatten(self._params)
         self._slots, self.d = _slots(self._params, self.module, neurons, width, self._function)
         self.groups = tuple(s.size for s in self._slots)
         self.group_names = tuple(s.name for s in self._slots)
         self.p = int(sum(self.groups))
         used = {s.index for s in self._slots}
+        if constants is not None:
+            self._lift = _constants.resolve(self._params, self.module, constants, self._slots, self.d)
+            self.constants = tuple(s.name for s in self._lift.slots)
+            used |= {s.index for s in self._lift.slots}
         paths = jax.tree_util.tree_flatten_with_path(self._params)[0]
         self.frozen = tuple(_path_name(kp) for i, (kp, _) in enumerate(paths) if i not in used)
         self._frozen_shapes = tuple(np.shape(leaf) for i, (_, leaf) in enumerate(paths) if i not in used)
@@ -400,30 +436,67 @@ class Network:
         self.layout = description or "neurons: " + ", ".join(
             f"{s.name} (axis {s.axis}{f', {s.pack} per neuron' if s.pack > 1 else ''})" for s in self._slots
         )
+        if self._lift is not None:
+            self._lift_layout()
+
+    def _lift_layout(self) -> None:
+        """p, groups, group names and layout of the lifted W~ (K p0, d) (`nqf.data._constants`)."""
+        from . import _constants
+
+        lift = self._lift
+        assert lift is not None
+        if self._function:  # f(W, x, c): name the two arrays of params (W, c) as the function's arguments
+            lift = self._lift = dataclasses.replace(lift, slots=(dataclasses.replace(lift.slots[0], name="c"),))
+            self._slots = [dataclasses.replace(self._slots[0], name="W")]
+            self.constants, self.group_names = ("c",), ("W",)
+        self.p = lift.K * self.p
+        labels = [_constants.value_label(lift.values, k) for k in range(lift.K)]
+        self.group_names = tuple(f"{n} [{c}]" for c in labels for n in self.group_names)
+        self.groups = self.groups * lift.K
+        self.layout += (
+            f"; constants {', '.join(self.constants)}: {lift.K} distinct values ({', '.join(labels)}), "
+            f"lifted to p = {lift.K} x {lift.p0}"
+        )
 
     # -- the layout ---------------------------------------------------------------------------------
     def to_W(self, params: PyTree[Array] | None = None) -> Float[Array, "p d"]:
         """The neuron parameters of `params` (default: the module's) as W (p, d); JAX arrays in,
-        JAX array out (traceable)."""
+        JAX array out (traceable). With `constants`: the lifted W (K p0, d), neuron i's column
+        in the row block of its constant's value (`nqf.data._constants`)."""
         leaves = self._leaves if params is None else jax.tree_util.tree_leaves(params)
-        cols = []
-        for s in self._slots:
-            a = jnp.moveaxis(jnp.asarray(leaves[s.index]), s.axis, 0)
-            d = a.shape[0] // s.pack
-            cols.append(a.reshape((d, -1)))  # neuron-major: block i of a packed axis is neuron i
-        return jnp.concatenate(cols, axis=1).T
+        W = _columns(leaves, self._slots).T  # neuron-major: block i of a packed axis is neuron i
+        return W if self._lift is None else self._lift.lift(W, leaves)
 
     def with_params_W(self, params: PyTree[Array], W: Float[ArrayLike, "p d_prime"]) -> PyTree[Array]:
-        """`params` with the neuron arrays replaced from W (p, d') (any width d')."""
-        W = jnp.asarray(W)
+        """`params` with the neuron arrays replaced from W (p, d') (any width d'). With
+        `constants`: at the module's width d, W is a lifted W (`lift`) folded back onto the
+        module's neurons (the constants kept); at another width d', the module of width K d'
+        whose neurons are the K blocks' columns, each with its block's constant."""
         leaves = list(jax.tree_util.tree_leaves(params))
-        d = W.shape[1]
-        start = 0
-        for s in self._slots:  # neuron i's slice: rows of W, flattened in C order (block i if packed)
-            block = W[start : start + s.size].T.reshape((d * s.pack,) + s.other)
-            leaves[s.index] = jnp.moveaxis(block, 0, s.axis)
-            start += s.size
+        W = jnp.asarray(W)
+        if self._lift is not None:
+            W, leaves = self._lift.unlift(W, leaves, self.d)
+        leaves = _place(leaves, self._slots, W.T)  # neuron i's slice: rows of W, flattened in C order
         return jax.tree_util.tree_unflatten(self._treedef, leaves)
+
+    def lift(self, W: Float[ArrayLike, "p0 d"]) -> Float[np.ndarray, "p d"]:
+        """Module-layout weights W (p0, d) (the neuron arrays' slices, without `constants`) as this
+        network's W (K p0, d): neuron i's column in the row block of its constant's value, zero
+        in the others (the identity without `constants`). For a `W0=` of `nqf.predict`/`record`.
+
+        **Raises:** `ValueError` if W is not (p0, d)."""
+        W = np.asarray(W, dtype=float)
+        p0 = self.p if self._lift is None else self._lift.p0
+        if W.shape != (p0, self.d):
+            raise ValueError(f"`W` must have shape (p0, d) = ({p0}, {self.d}); found {shape_str(W.shape)}.")
+        return W if self._lift is None else np.asarray(self._lift.lift(jnp.asarray(W), self._leaves))
+
+    def check_lifted(self, W: Float[ArrayLike, "p d"], name: str = "W0") -> None:
+        """With `constants`: W (p, d) must be a lifted W (zero outside each column's block).
+
+        **Raises:** `ValueError` naming `name` and `constants` (nothing without `constants`)."""
+        if self._lift is not None:
+            self._lift.check(np.asarray(W, dtype=float), self._leaves, name)
 
     @property
     def W(self) -> Float[np.ndarray, "p d"]:
@@ -436,8 +509,12 @@ class Network:
         return self._params
 
     def with_W(self, W: Float[ArrayLike, "p d_prime"]) -> Any:
-        """The module rebuilt with neuron parameters W (p, d') (any width d'); frozen arrays kept."""
+        """The module rebuilt with neuron parameters W (p, d') (any width d'); frozen arrays kept.
+        With `constants`: W (p, d) a lifted W (`lift`; `ValueError` otherwise), or the module of
+        width K d' at another width d' (`with_params_W`)."""
         W = self._check_W(W)
+        if W.shape[1] == self.d and not isinstance(W, jax.core.Tracer):
+            self.check_lifted(W, "W")
         return self._rebuild(self.with_params_W(self._params, W))
 
     def apply(self, params: PyTree[Array], x: PyTree[ArrayLike]) -> Float[Array, "*k"]:
@@ -448,6 +525,9 @@ class Network:
         """The module's output at W (p, d') for one input x: f(W, x) for `nqf.extract`."""
         if jnp.ndim(W) != 2 or jnp.shape(W)[0] != self.p:
             raise ValueError(f"`W` must have shape (p, d') = ({self.p}, d'); found {shape_str(jnp.shape(W))}.")
+        if self._lift is not None:  # the lifted f~(W~, x): the K blocks as K d' neurons (any width)
+            W, leaves = self._lift.unlift(jnp.asarray(W), list(self._leaves), None)
+            return self._call(jax.tree_util.tree_unflatten(self._treedef, _place(leaves, self._slots, W.T)), x)
         return self._call(self.with_params_W(self._params, W), x)
 
     def _compiled(self, key, build):
@@ -464,10 +544,16 @@ class Network:
         used = {s.index for s in self._slots}
         return jax.tree_util.tree_unflatten(self._treedef, [i in used for i in range(len(self._leaves))])
 
+    def constant_mask(self) -> PyTree[bool]:
+        """A pytree like `params` of bools: True on the arrays of `constants` (never trained)."""
+        used = set() if self._lift is None else {s.index for s in self._lift.slots}
+        return jax.tree_util.tree_unflatten(self._treedef, [i in used for i in range(len(self._leaves))])
+
     def __repr__(self) -> str:
+        extra = f", constants={list(self.constants)}" if self.constants else ""
         return (
             f"Network(p={self.p}, d={self.d}, groups={dict(zip(self.group_names, self.groups))}, "
-            f"frozen={list(self.frozen)})"
+            f"frozen={list(self.frozen)}{extra})"
         )
 
     # -- checks -------------------------------------------------------------------------------------
@@ -512,7 +598,26 @@ class Network:
                 "module at relative 1e-8 and needs float64. Build the module with float64 computation."
             )
         self._check_widths(first)
+        if self._lift is not None:
+            self._check_lift(first)
         return x
+
+    def _check_lift(self, x0) -> None:
+        """With `constants`: the lifted f~ at the lifted W equals the module on one input (the
+        other blocks are zero neurons, which must contribute nothing).
+
+        **Raises:** `NeuronError` naming `constants`."""
+        lifted = np.asarray(self(self.to_W(), x0))
+        own = np.asarray(self._call(self._params, x0))
+        scale = np.abs(own).max(initial=0.0) + np.abs(np.asarray(self(jnp.zeros((self.p, 1)), x0))).max(initial=0.0)
+        gap = float(np.abs(lifted - own).max(initial=0.0))
+        if not gap <= 1e-9 * scale + 1e-300:
+            raise NeuronError(
+                f"`constants`: the lifted module (each neuron in the block of its constant's value, zero neurons in "
+                f"the other blocks) differs from the module by {gap:.3g} on x[0] (output scale {scale:.3g}): a neuron "
+                "with zero weights must contribute nothing (f = f(0) + sum_i phi(w_i, c_i, x), phi(0, c, x) = 0), "
+                "e.g. no fixed bias inside the activation."
+            )
 
     def _check_widths(self, x0) -> None:
         """The module must run at other widths (the NQF is extracted at d = 2 and 4): else name the
@@ -549,6 +654,30 @@ class Network:
                 ) from err
 
 
+def _as_constants(constants) -> Array:
+    """The per-neuron constants c of a plain function f(W, x, c): a finite array (d, ...).
+
+    **Raises:** `NeuronError` naming `constants`."""
+    try:
+        c = np.asarray(constants)
+        ok = c.ndim >= 1 and np.issubdtype(c.dtype, np.number) and bool(np.all(np.isfinite(c)))
+    except (TypeError, ValueError):
+        ok, c = False, None
+    if not ok:
+        raise NeuronError(
+            "`constants` of a plain function f(W, x, c) must be a finite numeric array (d, ...), one value (or "
+            f"slice) per neuron; found {type(constants).__name__}"
+            + (f" {shape_str(np.shape(c))}" if c is not None else "")
+            + "."
+        )
+    return jnp.asarray(c, dtype=jnp.float64 if np.issubdtype(c.dtype, np.floating) else c.dtype)
+
+
+def _with_constants(f):
+    """call(params, x) for params (W, c): f(W, x, c)."""
+    return lambda params, x: f(params[0], x, params[1])
+
+
 def _cast_tree(tree):
     """Floating leaves below float64 cast to float64; returns (tree, set of the cast dtypes)."""
     cast = set()
@@ -581,26 +710,31 @@ def _float64(module):
     return module
 
 
-def _slots(params, module, neurons, width, function: bool) -> tuple[list[_Slot], int]:
-    """The neuron arrays of `neurons` resolved against the parameter leaves; returns (slots, d)."""
+def _slots(params, module, neurons, width, function: bool, arg: str = "neurons") -> tuple[list[_Slot], int]:
+    """The neuron arrays of `neurons` resolved against the parameter leaves; returns (slots, d).
+    `arg`: the argument named in the errors (``"constants"`` for `nqf.data._constants`)."""
     paths = jax.tree_util.tree_flatten_with_path(params)[0]
     leaves = [leaf for _, leaf in paths]
     names = [_path_name(kp) for kp, _ in paths]
     toks = [_tokens(n) for n in names]
     items = (
-        list(neurons.items()) if isinstance(neurons, dict) else list(neurons) if isinstance(neurons, Sequence) else None
+        list(neurons.items())
+        if isinstance(neurons, dict)
+        else list(neurons)
+        if isinstance(neurons, Sequence) and not isinstance(neurons, str)
+        else None
     )
     if not items:
         raise NeuronError(
-            f"`neurons` must be 'auto', a mapping {{path: axis}} or a non-empty sequence of "
-            f"(path, axis) pairs; found {neurons!r}."
+            f"`{arg}` must be " + ("'auto', " if arg == "neurons" else "") + "a mapping {path: axis} or a non-empty "
+            f"sequence of (path, axis) pairs; found {neurons!r}."
         )
     if width is not None and (isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1):
         raise NeuronError(f"`width` must be an integer >= 1 (the number of neurons); found {width!r}.")
     resolved = []
     for j, item in enumerate(items):
         if not (isinstance(item, tuple) and len(item) == 2):
-            raise NeuronError(f"`neurons[{j}]` must be a pair (path, axis); found {item!r}.")
+            raise NeuronError(f"`{arg}[{j}]` must be a pair (path, axis); found {item!r}.")
         where, axis = item
         if function:
             index = 0
@@ -612,7 +746,7 @@ def _slots(params, module, neurons, width, function: bool) -> tuple[list[_Slot],
             ]
             if len(hits) != 1:
                 raise NeuronError(
-                    f"`neurons[{j}]`: `where(module)` must return one of the module's parameter "
+                    f"`{arg}[{j}]`: `where(module)` must return one of the module's parameter "
                     f"arrays; found {type(target).__name__}"
                     f"{' of shape ' + shape_str(target.shape) if hasattr(target, 'shape') else ''}."
                 )
@@ -621,33 +755,37 @@ def _slots(params, module, neurons, width, function: bool) -> tuple[list[_Slot],
             hits = [i for i, t in enumerate(toks) if t == _tokens(where)]
             if not hits:
                 raise NeuronError(
-                    f"`neurons`: no parameter array at {where!r}; the module's arrays are: "
+                    f"`{arg}`: no parameter array at {where!r}; the module's arrays are: "
                     + ", ".join(f"{n} {shape_str(leaf.shape)}" for n, leaf in zip(names, leaves))
                 )
             index = hits[0]
         else:
             raise NeuronError(
-                f"`neurons[{j}]`: the path must be a string or a callable where(module); found {type(where).__name__}."
+                f"`{arg}[{j}]`: the path must be a string or a callable where(module); found {type(where).__name__}."
             )
         leaf = leaves[index]
         ndim = np.ndim(leaf)
         if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
             raise NeuronError(
-                f"`neurons`: the axis of {names[index] or 'W'} must be an integer axis of its shape "
+                f"`{arg}`: the axis of {names[index] or 'W'} must be an integer axis of its shape "
                 f"{shape_str(np.shape(leaf))}; found {axis!r}."
             )
         resolved.append((names[index] or "W", index, int(axis) % ndim, np.shape(leaf)))
     if len({r[1] for r in resolved}) != len(resolved):
-        raise NeuronError("`neurons` lists the same array twice.")
+        raise NeuronError(f"`{arg}` lists the same array twice.")
     lengths = [shape[axis] for _, _, axis, shape in resolved]
     d = int(width) if width is not None else lengths[0]
     bad = [(n, L) for (n, _, _, _), L in zip(resolved, lengths) if L % d]
     if width is None and len(set(lengths)) != 1:
         raise NeuronError(
-            "The neuron arrays disagree on the number of neurons along their axes: "
+            f"The arrays of `{arg}` disagree on the number of neurons along their axes: "
             + ", ".join(f"{n}: {L}" for (n, *_), L in zip(resolved, lengths))
-            + ". Pass `width=` (the number of neurons) when an axis packs several parameters "
-            "per neuron (e.g. attention heads)."
+            + (
+                ". Pass `width=` (the number of neurons) when an axis packs several parameters per neuron (e.g. "
+                "attention heads)."
+                if arg == "neurons"
+                else "."
+            )
         )
     if bad:
         raise NeuronError(
