@@ -53,9 +53,7 @@ def test_signed_quadratic_layer_extracts_to_the_lifted_blockdiag():
     lifted = np.concatenate([W * (SIGNS == -1), W * (SIGNS == 1)])
     np.testing.assert_array_equal(net.W, lifted)
     np.testing.assert_array_equal(net.lift(W), lifted)
-    np.testing.assert_allclose(
-        [net(net.W, xx) for xx in X], [mod(jnp.asarray(xx)) for xx in X], rtol=1e-14, atol=1e-15
-    )
+    np.testing.assert_allclose([net(net.W, xx) for xx in X], [mod(jnp.asarray(xx)) for xx in X], rtol=1e-14, atol=1e-15)
     data = nqf.extract(net, X, y=Y)
     assert isinstance(data, nqf.DenseData)
     np.testing.assert_allclose(np.asarray(data.A), _blockdiag_xx([-1.0, 1.0], [-1.0, 1.0]), rtol=0, atol=1e-13)
@@ -143,9 +141,7 @@ def test_constants_that_the_lift_cannot_express_are_refused():
     """A linear term g != 0 (tanh behind a frozen readout) would move the lift's zero blocks, and
     a zero neuron that contributes (cos) breaks f~(lift W) = f(W): both errors name `constants`;
     a W0 that is not lifted names `W0`."""
-    tanh = nqf.Network(
-        lambda W, x, c: jnp.sum(c * jnp.tanh(W.T @ x)), W0=0.1 * np.ones((N_IN, D)), constants=SIGNS
-    )
+    tanh = nqf.Network(lambda W, x, c: jnp.sum(c * jnp.tanh(W.T @ x)), W0=0.1 * np.ones((N_IN, D)), constants=SIGNS)
     with pytest.raises(nqf.ExtractionError, match="`constants` .*ZGZ fails"):
         nqf.extract(tanh, X, y=Y)
     cos = nqf.Network(lambda W, x, c: jnp.sum(c * jnp.cos(W.T @ x)), W0=0.1 * np.ones((N_IN, D)), constants=SIGNS)

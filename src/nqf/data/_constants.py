@@ -30,20 +30,44 @@ the lifted training would differ from the module's, so `nqf.extract` refuses it 
 `constants`); and a zero neuron must contribute nothing (checked on one input by
 `Network.check_inputs`). Linearity in c is *not* needed (each block is the module at its value).
 Cost: p = K p0 rows, K the number of distinct values (2 for signs).
+
+Also here: `_columns` / `_place`, the per-neuron slices of parameter arrays and their inverse
+(`Network.to_W` / `with_params_W` use them; the constants are slices of the same kind).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array
 
 from .._core._checks import shape_str
-from ._network import NeuronError, _columns, _place, _Slot, _slots, _tokens
 
-__all__ = ["Lift", "resolve"]
+__all__ = ["Lift"]
+
+
+def _columns(leaves, slots) -> Array:
+    """The per-neuron slices of the arrays `slots` in `leaves`, one row per neuron: (n, sum of sizes)."""
+    cols = []
+    for s in slots:
+        a = jnp.moveaxis(jnp.asarray(leaves[s.index]), s.axis, 0)
+        cols.append(a.reshape((a.shape[0] // s.pack, -1)))
+    return jnp.concatenate(cols, axis=1)
+
+
+def _place(leaves, slots, cols) -> list:
+    """`leaves` with the arrays `slots` replaced from `cols` (n, sum of sizes), one row per neuron
+    (any n; the inverse of `_columns`)."""
+    leaves, n, start = list(leaves), cols.shape[0], 0
+    for s in slots:
+        block = cols[:, start : start + s.size].reshape((n * s.pack,) + s.other)
+        leaves[s.index] = jnp.moveaxis(block, 0, s.axis).astype(jnp.result_type(leaves[s.index]))
+        start += s.size
+    return leaves
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -52,7 +76,9 @@ class Lift:
     the rows p0 of one neuron before the lift. `leaves` below are the flat parameter leaves of
     the module (any width n)."""
 
-    slots: tuple[_Slot, ...]  # the constant arrays (one value or slice per neuron along their axis)
+    slots: tuple[
+        Any, ...
+    ]  # the constant arrays (`nqf.data._network._Slot`) (one value or slice per neuron along their axis)
     values: np.ndarray  # (K, c): the distinct per-neuron values, in lexicographic order (np.unique)
     p0: int  # parameters per neuron before the lift
 
@@ -98,38 +124,6 @@ class Lift:
                 f"in the other blocks; column {col} has max |entry| {np.abs(off[:, col]).max():.3g} outside its "
                 "block. Build it from the module's layout with `net.lift(W)` (W of shape (p0, d))."
             )
-
-
-def resolve(params, module, constants, neuron_slots, d: int) -> Lift:
-    """The `Lift` of `constants` ({path: axis} or (path, axis) pairs, as `neurons`; for a plain
-    function the pair that names its constant array) against the parameters `params`.
-
-    **Raises:** `NeuronError` naming `constants`: unknown paths or axes, an array also listed in
-    `neurons`, an axis whose length is not the number of neurons d."""
-    cslots, dc = _slots(params, module, constants, None, False, arg="constants")
-    both = {s.index for s in cslots} & {s.index for s in neuron_slots}
-    if both:
-        names = [s.name for s in cslots if s.index in both]
-        raise NeuronError(
-            f"`constants` lists {', '.join(names)}, which `neurons` also lists: an array is either trained "
-            "(a neuron array) or a fixed per-neuron constant."
-        )
-    if dc != d:
-        raise NeuronError(
-            "`constants`: "
-            + ", ".join(f"{s.name} (axis {s.axis})" for s in cslots)
-            + f" has {dc} entries along its neuron axis, but the module has d = {d} neurons: a constant holds "
-            "one value (or slice) per neuron along the axis named."
-        )
-    leaves = jax.tree_util.tree_leaves(params)
-    values = np.unique(np.asarray(_columns(leaves, cslots)), axis=0)
-    return Lift(tuple(cslots), values, int(sum(s.size for s in neuron_slots)))
-
-
-def constant_names(params, module, constants) -> set[tuple[str, ...]]:
-    """The paths of the arrays `constants` names (as `_tokens`), to leave out of an automatic
-    layout (``neurons="auto"`` of an MLP whose readout is declared constant)."""
-    return {_tokens(s.name) for s in _slots(params, module, constants, None, False, arg="constants")[0]}
 
 
 def value_label(values: np.ndarray, k: int) -> str:

@@ -41,6 +41,14 @@ Anything else is named explicitly: ``neurons={"l1.kernel": 1, "l1.bias": 0, "l2.
 w_i. An axis packs several parameters per neuron when its length is a multiple of ``width``
 (attention's ``num_heads * qk_size`` rows): neuron i owns the i-th block of that axis.
 
+**Fixed per-neuron constants.** ``constants={path: axis}`` names arrays that hold one frozen
+value per neuron (the readout signs a_i of ``f = sum_i a_i phi(w_i . x)`` with the last layer
+frozen): neurons with different values are not interchangeable, so `Network` groups them by
+value and presents the lifted W~ (K p0, d), neuron i's slice in the row block of its value (K the
+number of distinct values; `nqf.data._constants` derives why predict and record stay exact). The
+constants are never trained (`nqf.record` keeps them with ``train="all"`` too). A plain function
+takes them as a third argument, ``f(W, x, c)`` with ``constants=c`` (d, ...).
+
 **Precision.** nqf computes in float64 (`nqf._core._config`). Floating parameters in another
 precision (flax.nnx's default float32) are cast to float64 once, with a single
 `PrecisionWarning`; a module that still returns float32 (an explicit dtype inside) is refused.
@@ -63,6 +71,7 @@ from jaxtyping import Array, ArrayLike, Float, PyTree
 from .._core._checks import shape_str
 from .._core._config import require_x64
 from .._core._errors import NQFWarning
+from ._constants import Lift, _columns, _place, value_label
 
 __all__ = ["Network", "NeuronError", "PrecisionWarning"]
 
@@ -93,26 +102,6 @@ class _Slot:
     def size(self) -> int:
         """Parameters per neuron in this array (its rows of W)."""
         return self.pack * int(np.prod(self.other, dtype=int))
-
-
-def _columns(leaves, slots) -> Array:
-    """The per-neuron slices of the arrays `slots` in `leaves`, one row per neuron: (n, sum of sizes)."""
-    cols = []
-    for s in slots:
-        a = jnp.moveaxis(jnp.asarray(leaves[s.index]), s.axis, 0)
-        cols.append(a.reshape((a.shape[0] // s.pack, -1)))
-    return jnp.concatenate(cols, axis=1)
-
-
-def _place(leaves, slots, cols) -> list:
-    """`leaves` with the arrays `slots` replaced from `cols` (n, sum of sizes), one row per neuron
-    (any n; the inverse of `_columns`)."""
-    leaves, n, start = list(leaves), cols.shape[0], 0
-    for s in slots:
-        block = cols[:, start : start + s.size].reshape((n * s.pack,) + s.other)
-        leaves[s.index] = jnp.moveaxis(block, 0, s.axis).astype(jnp.result_type(leaves[s.index]))
-        start += s.size
-    return leaves
 
 
 def _tokens(path: str) -> tuple[str, ...]:
@@ -333,20 +322,30 @@ class Network:
     - `W0`: with a plain function `module` = f(W, x): the initial weights (p, d); `groups`:
       its row groups (sizes summing to p, e.g. ``(64, 1)`` for [u; v]), which let `nqf.extract`
       find the feed-forward structure without a Hessian per row.
+    - `constants`: fixed per-neuron constants (never trained), ``{path: axis}`` or
+      ``(path, axis)`` pairs as `neurons` (with ``neurons="auto"`` they are left out of the
+      neurons): e.g. ``{"layers[1].weight": 1}``, an MLP's frozen readout. For a plain function
+      f(W, x, c): the array c (d, ...), one value or slice per neuron. Then W is the lifted
+      W~ (K p0, d) of the K distinct values (`nqf.data._constants`): column i holds neuron i's
+      p0 parameters in the row block of its value (in ascending order of the values), zeros in
+      the others; ``net(W~, x)`` is the module with the K blocks' columns as neurons of their
+      block's value (any width), ``lift(W)`` builds W~ from the module's (p0, d) weights.
 
     **Attributes:** `p` (parameters per neuron), `d` (neurons), `W` (p, d) float64 numpy,
     `groups` (row counts of the neuron arrays, summing to p), `group_names` (their paths),
-    `frozen` (paths of the other arrays), `module` (the module, float64), `layout` (a one-line
-    description).
+    `frozen` (paths of the other arrays but the constants), `constants` (paths of the constant
+    arrays, ``()`` without), `module` (the module, float64), `layout` (a one-line description).
 
     **Raises:** `NeuronError` (a `ValueError`) for unknown paths, axes out of range, arrays that
     disagree on the number of neurons, a `width` that does not divide an axis, or a module that
-    ``"auto"`` does not recognise (the message lists the layers found); `TypeError` for a module
+    ``"auto"`` does not recognise (the message lists the layers found), or a bad `constants`
+    (unknown paths, an array also in `neurons`, an axis whose length is not d; naming
+    `constants`); `TypeError` for a module
     of another kind, or a plain function without `W0`; `ValueError` for a module that computes in
     float32 after its parameters were cast to float64.
     """
 
-    _lift: Any = None  # the lift of `constants` (`nqf.data._constants.Lift`), None without
+    _lift: Lift | None = None  # the lift of `constants` (`nqf.data._constants`), None without
     constants: tuple[str, ...] = ()
 
     def __new__(cls, module: Any = None, neurons: Any = "auto", *args: Any, **kwargs: Any):
@@ -370,8 +369,6 @@ class Network:
         constants: Any = None,
     ):
         require_x64()
-        from . import _constants
-
         if apply is not None and not callable(apply):
             raise TypeError(f"`apply` must be a callable apply(module, x); found {type(apply).__name__}.")
         import equinox as eqx
@@ -411,7 +408,7 @@ class Network:
             apply = (lambda mod, x: mod(x)) if apply is None else apply
             self._params, self._call, self._rebuild = _split(self.module, apply)
             if description is not None and constants is not None:  # "auto": the constants are not neurons
-                fixed = _constants.constant_names(self._params, self.module, constants)
+                fixed = _constant_names(self._params, self.module, constants)
                 neurons = [(path, axis) for path, axis in neurons if _tokens(path) not in fixed]
         self._leaves, self._treedef = jax.tree_util.tree_flatten(self._params)
         self._slots, self.d = _slots(self._params, self.module, neurons, width, self._function)
@@ -420,7 +417,7 @@ class Network:
         self.p = int(sum(self.groups))
         used = {s.index for s in self._slots}
         if constants is not None:
-            self._lift = _constants.resolve(self._params, self.module, constants, self._slots, self.d)
+            self._lift = _resolve_constants(self._params, self.module, constants, self._slots, self.d)
             self.constants = tuple(s.name for s in self._lift.slots)
             used |= {s.index for s in self._lift.slots}
         paths = jax.tree_util.tree_flatten_with_path(self._params)[0]
@@ -441,8 +438,6 @@ class Network:
 
     def _lift_layout(self) -> None:
         """p, groups, group names and layout of the lifted W~ (K p0, d) (`nqf.data._constants`)."""
-        from . import _constants
-
         lift = self._lift
         assert lift is not None
         if self._function:  # f(W, x, c): name the two arrays of params (W, c) as the function's arguments
@@ -450,7 +445,7 @@ class Network:
             self._slots = [dataclasses.replace(self._slots[0], name="W")]
             self.constants, self.group_names = ("c",), ("W",)
         self.p = lift.K * self.p
-        labels = [_constants.value_label(lift.values, k) for k in range(lift.K)]
+        labels = [value_label(lift.values, k) for k in range(lift.K)]
         self.group_names = tuple(f"{n} [{c}]" for c in labels for n in self.group_names)
         self.groups = self.groups * lift.K
         self.layout += (
@@ -571,7 +566,9 @@ class Network:
         output dtype of the module checked on the first input.
 
         **Raises:** `ValueError` if the module returns a non-float64 output (e.g. a dtype=float32
-        inside), or cannot be called on one input of `x`."""
+        inside), or cannot be called on one input of `x`; `NeuronError` if it cannot run at
+        other widths, or (with `constants`) if the lifted module differs from it (a zero neuron
+        that contributes)."""
         x, cast = _cast_tree(x)
         if cast:
             warnings.warn(
@@ -796,6 +793,38 @@ def _slots(params, module, neurons, width, function: bool, arg: str = "neurons")
         other = tuple(s for i, s in enumerate(shape) if i != axis)
         slots.append(_Slot(name, index, axis, L // d, other))
     return slots, d
+
+
+def _resolve_constants(params, module, constants, neuron_slots, d: int) -> Lift:
+    """The `Lift` of `constants` ({path: axis} or (path, axis) pairs, as `neurons`; for a plain
+    function the pair that names its constant array) against the parameters `params`.
+
+    **Raises:** `NeuronError` naming `constants`: unknown paths or axes, an array also listed in
+    `neurons`, an axis whose length is not the number of neurons d."""
+    cslots, dc = _slots(params, module, constants, None, False, arg="constants")
+    both = {s.index for s in cslots} & {s.index for s in neuron_slots}
+    if both:
+        names = [s.name for s in cslots if s.index in both]
+        raise NeuronError(
+            f"`constants` lists {', '.join(names)}, which `neurons` also lists: an array is either trained "
+            "(a neuron array) or a fixed per-neuron constant."
+        )
+    if dc != d:
+        raise NeuronError(
+            "`constants`: "
+            + ", ".join(f"{s.name} (axis {s.axis})" for s in cslots)
+            + f" has {dc} entries along its neuron axis, but the module has d = {d} neurons: a constant holds "
+            "one value (or slice) per neuron along the axis named."
+        )
+    leaves = jax.tree_util.tree_leaves(params)
+    values = np.unique(np.asarray(_columns(leaves, cslots)), axis=0)
+    return Lift(tuple(cslots), values, int(sum(s.size for s in neuron_slots)))
+
+
+def _constant_names(params, module, constants) -> set[tuple[str, ...]]:
+    """The paths of the arrays `constants` names (as `_tokens`), to leave out of an automatic
+    layout (``neurons="auto"`` of an MLP whose readout is declared constant)."""
+    return {_tokens(s.name) for s in _slots(params, module, constants, None, False, arg="constants")[0]}
 
 
 def _same_leaf(leaf, target) -> bool:
