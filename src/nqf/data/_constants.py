@@ -104,8 +104,7 @@ class Lift:
         side by side, and the constant arrays of K n neurons, v_k for block k."""
         p0, n = self.p0, Wt.shape[1]
         if n == fold_width:
-            masks = self.masks(leaves)
-            return sum(Wt[k * p0 : (k + 1) * p0] * masks[k] for k in range(self.K)), list(leaves)
+            return jnp.einsum("kpn,kn->pn", Wt.reshape(self.K, p0, n), self.masks(leaves)), list(leaves)
         W = jnp.concatenate([Wt[k * p0 : (k + 1) * p0] for k in range(self.K)], axis=1)
         consts = jnp.repeat(jnp.asarray(self.values), n, axis=0)
         return W, _place(leaves, self.slots, consts)

@@ -508,8 +508,11 @@ class Network:
         With `constants`: W (p, d) a lifted W (`lift`; `ValueError` otherwise), or the module of
         width K d' at another width d' (`with_params_W`)."""
         W = self._check_W(W)
-        if W.shape[1] == self.d and not isinstance(W, jax.core.Tracer):
-            self.check_lifted(W, "W")
+        if W.shape[1] == self.d and self._lift is not None:
+            try:
+                self.check_lifted(np.asarray(W), "W")
+            except jax.errors.TracerArrayConversionError:  # under jit: not checked
+                pass
         return self._rebuild(self.with_params_W(self._params, W))
 
     def apply(self, params: PyTree[Array], x: PyTree[ArrayLike]) -> Float[Array, "*k"]:
@@ -520,10 +523,16 @@ class Network:
         """The module's output at W (p, d') for one input x: f(W, x) for `nqf.extract`."""
         if jnp.ndim(W) != 2 or jnp.shape(W)[0] != self.p:
             raise ValueError(f"`W` must have shape (p, d') = ({self.p}, d'); found {shape_str(jnp.shape(W))}.")
-        if self._lift is not None:  # the lifted f~(W~, x): the K blocks as K d' neurons (any width)
-            W, leaves = self._lift.unlift(jnp.asarray(W), list(self._leaves), None)
-            return self._call(jax.tree_util.tree_unflatten(self._treedef, _place(leaves, self._slots, W.T)), x)
+        if self._lift is not None:
+            return self._lifted_call(W, x)
         return self._call(self.with_params_W(self._params, W), x)
+
+    def _lifted_call(self, W, x) -> Any:
+        """The lifted f~(W~, x) of `constants`: the K blocks' columns as K d' neurons of the
+        module, block k's with its value (any width d'; `nqf.data._constants`)."""
+        assert self._lift is not None
+        W, leaves = self._lift.unlift(jnp.asarray(W), list(self._leaves), None)
+        return self._call(jax.tree_util.tree_unflatten(self._treedef, _place(leaves, self._slots, W.T)), x)
 
     def _compiled(self, key, build):
         """A compiled program of this network, built once per `key` (nqf.predict / nqf.record)."""
@@ -656,18 +665,15 @@ def _as_constants(constants) -> Array:
 
     **Raises:** `NeuronError` naming `constants`."""
     try:
-        c = np.asarray(constants)
-        ok = c.ndim >= 1 and np.issubdtype(c.dtype, np.number) and bool(np.all(np.isfinite(c)))
+        c = np.asarray(constants, dtype=float)
     except (TypeError, ValueError):
-        ok, c = False, None
-    if not ok:
+        c = np.zeros(())
+    if c.ndim < 1 or not np.all(np.isfinite(c)):
         raise NeuronError(
             "`constants` of a plain function f(W, x, c) must be a finite numeric array (d, ...), one value (or "
-            f"slice) per neuron; found {type(constants).__name__}"
-            + (f" {shape_str(np.shape(c))}" if c is not None else "")
-            + "."
+            f"slice) per neuron; found {type(constants).__name__} {shape_str(np.shape(constants))}."
         )
-    return jnp.asarray(c, dtype=jnp.float64 if np.issubdtype(c.dtype, np.floating) else c.dtype)
+    return jnp.asarray(c)
 
 
 def _with_constants(f):
