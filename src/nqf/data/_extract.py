@@ -354,6 +354,13 @@ def _refuse_deep(f) -> None:
         )
 
 
+def _constants_of(f) -> tuple[str, ...]:
+    """The `constants` of a `Network` `f` (fixed per-neuron constants: `nqf.data._constants`)."""
+    from ._network import Network
+
+    return tuple(f.constants) if isinstance(f, Network) else ()
+
+
 def extract_report(
     f: Callable[[Float[Array, "p d"], Any], ArrayLike],
     x: PyTree[Float[ArrayLike, "m ..."]],
@@ -455,6 +462,7 @@ def extract_report(
     if not (np.isfinite(structure_tol) and 0 <= structure_tol < 1):
         raise ValueError(f"`structure_tol` must be in [0, 1); found {structure_tol!r}.")
     p, groups, names = _layout(f, p, groups)
+    constants = _constants_of(f)
     f = _hashable(f)
     if normalization is not None:
         f = _Normalized(f, normalization)
@@ -606,6 +614,15 @@ def extract_report(
             "is not the expansion of the module -- e.g. a ReLU (not differentiable at 0, "
             "positively homogeneous). Use a C^3 activation (tanh, GELU, ...).",
         )
+    if "zgz" in failed and constants:
+        raise ExtractionError(
+            f"`constants` ({', '.join(constants)}): ZGZ fails (max |g| = {g_norm:.3g}, max |B| = {B_norm:.3g}; bound "
+            f"{zgz_tol * zref:.3g}), and the lifted NQF of fixed per-neuron constants is exact only under ZGZ: a "
+            "neuron's gradient at zero weights g (e.g. an activation with phi'(0) != 0 behind a frozen readout: tanh, "
+            "z + z^2; a bias inside the activation) would move the zero blocks of the lifted W, which the module does not have "
+            "(nqf.data._constants). Train the constant (drop it from `constants`), or use an activation with "
+            "phi'(0) = 0 behind it."
+        )
     if "zgz" in failed:
         warnings.warn(
             "ZGZ fails: "
@@ -687,7 +704,9 @@ def extract(
     `NormalizationError` if f depends on the width d beyond a sum over neurons (a mean or a
     1/sqrt(d) factor not declared with `normalization`); `SmoothnessError` if f is not C^3 at 0
     (e.g. ReLU); `ExtractionError` under ``structure="feedforward"`` when the form does not hold
-    (naming the nonzero block, the input where a verification failed, or B != 0); all are
+    (naming the nonzero block, the input where a verification failed, or B != 0), or for a
+    `nqf.Network` with `constants` whose ZGZ fails (naming `constants`: the lift is exact only
+    under ZGZ, `nqf.data._constants`); all are
     `ExtractionError` (`ValueError`); `MemoryBudgetError` (`nqf.memory`) before a dense
     (m k, p, p) result, the feed-forward blocks or one chunk's workspace would exceed the memory
     budget (the message names the size and the ways out); `ValueError` for a bad or missing `p`

@@ -41,6 +41,14 @@ Anything else is named explicitly: ``neurons={"l1.kernel": 1, "l1.bias": 0, "l2.
 w_i. An axis packs several parameters per neuron when its length is a multiple of ``width``
 (attention's ``num_heads * qk_size`` rows): neuron i owns the i-th block of that axis.
 
+**Fixed per-neuron constants.** ``constants={path: axis}`` names arrays that hold one frozen
+value per neuron (the readout signs a_i of ``f = sum_i a_i phi(w_i . x)`` with the last layer
+frozen): neurons with different values are not interchangeable, so `Network` groups them by
+value and presents the lifted W~ (K p0, d), neuron i's slice in the row block of its value (K the
+number of distinct values; `nqf.data._constants` derives why predict and record stay exact). The
+constants are never trained (`nqf.record` keeps them with ``train="all"`` too). A plain function
+takes them as a third argument, ``f(W, x, c)`` with ``constants=c`` (d, ...).
+
 **Precision.** nqf computes in float64 (`nqf._core._config`). Floating parameters in another
 precision (flax.nnx's default float32) are cast to float64 once, with a single
 `PrecisionWarning`; a module that still returns float32 (an explicit dtype inside) is refused.
@@ -63,6 +71,7 @@ from jaxtyping import Array, ArrayLike, Float, PyTree
 from .._core._checks import shape_str
 from .._core._config import require_x64
 from .._core._errors import NQFWarning
+from ._constants import Lift, _columns, _place, value_label
 
 __all__ = ["Network", "NeuronError", "PrecisionWarning"]
 
@@ -313,23 +322,36 @@ class Network:
     - `W0`: with a plain function `module` = f(W, x): the initial weights (p, d); `groups`:
       its row groups (sizes summing to p, e.g. ``(64, 1)`` for [u; v]), which let `nqf.extract`
       find the feed-forward structure without a Hessian per row.
+    - `constants`: fixed per-neuron constants (never trained), ``{path: axis}`` or
+      ``(path, axis)`` pairs as `neurons` (with ``neurons="auto"`` they are left out of the
+      neurons): e.g. ``{"layers[1].weight": 1}``, an MLP's frozen readout. For a plain function
+      f(W, x, c): the array c (d, ...), one value or slice per neuron. Then W is the lifted
+      W~ (K p0, d) of the K distinct values (`nqf.data._constants`): column i holds neuron i's
+      p0 parameters in the row block of its value (in ascending order of the values), zeros in
+      the others; ``net(W~, x)`` is the module with the K blocks' columns as neurons of their
+      block's value (any width), ``lift(W)`` builds W~ from the module's (p0, d) weights.
 
     **Attributes:** `p` (parameters per neuron), `d` (neurons), `W` (p, d) float64 numpy,
     `groups` (row counts of the neuron arrays, summing to p), `group_names` (their paths),
-    `frozen` (paths of the other arrays), `module` (the module, float64), `layout` (a one-line
-    description).
+    `frozen` (paths of the other arrays but the constants), `constants` (paths of the constant
+    arrays, ``()`` without), `module` (the module, float64), `layout` (a one-line description).
 
     **Raises:** `NeuronError` (a `ValueError`) for unknown paths, axes out of range, arrays that
     disagree on the number of neurons, a `width` that does not divide an axis, or a module that
-    ``"auto"`` does not recognise (the message lists the layers found); `TypeError` for a module
+    ``"auto"`` does not recognise (the message lists the layers found), or a bad `constants`
+    (unknown paths, an array also in `neurons`, an axis whose length is not d; naming
+    `constants`); `TypeError` for a module
     of another kind, or a plain function without `W0`; `ValueError` for a module that computes in
     float32 after its parameters were cast to float64.
     """
 
+    _lift: Lift | None = None  # the lift of `constants` (`nqf.data._constants`), None without
+    constants: tuple[str, ...] = ()
+
     def __new__(cls, module: Any = None, neurons: Any = "auto", *args: Any, **kwargs: Any):
         """A `nqf.data.DeepNetwork` for a deep chain of Linear layers with ``neurons="auto"``
         (`nqf.data._deep_network`), else a `Network`."""
-        if cls is Network and module is not None and _DEEP_CHAIN:
+        if cls is Network and module is not None and _DEEP_CHAIN and kwargs.get("constants") is None:
             is_deep, deep_network = _DEEP_CHAIN[0]
             if is_deep(module, neurons, kwargs.get("W0")):
                 return object.__new__(deep_network)
@@ -344,6 +366,7 @@ class Network:
         apply: Callable | None = None,
         W0: Float[ArrayLike, "p d"] | None = None,
         groups: Sequence[int] | None = None,
+        constants: Any = None,
     ):
         require_x64()
         if apply is not None and not callable(apply):
@@ -367,6 +390,9 @@ class Network:
             self.module = module
             self._params, self._call, self._rebuild = jnp.asarray(W0), module, (lambda params: params)
             neurons, width, description = [("", 1)], None, "a function f(W, x), W (p, d)"
+            if constants is not None:  # f(W, x, c): W and the per-neuron constants c (d, ...) as params
+                self._params, self._call = (jnp.asarray(W0), _as_constants(constants)), _with_constants(module)
+                constants, description = [("[1]", 0)], "a function f(W, x, c), W (p, d), constants c (d, ...)"
         else:
             if W0 is not None:
                 raise TypeError("`W0` is for a plain function f(W, x); a module carries its own weights.")
@@ -381,12 +407,19 @@ class Network:
             self.module = _float64(module)
             apply = (lambda mod, x: mod(x)) if apply is None else apply
             self._params, self._call, self._rebuild = _split(self.module, apply)
+            if description is not None and constants is not None:  # "auto": the constants are not neurons
+                fixed = _constant_names(self._params, self.module, constants)
+                neurons = [(path, axis) for path, axis in neurons if _tokens(path) not in fixed]
         self._leaves, self._treedef = jax.tree_util.tree_flatten(self._params)
         self._slots, self.d = _slots(self._params, self.module, neurons, width, self._function)
         self.groups = tuple(s.size for s in self._slots)
         self.group_names = tuple(s.name for s in self._slots)
         self.p = int(sum(self.groups))
         used = {s.index for s in self._slots}
+        if constants is not None:
+            self._lift = _resolve_constants(self._params, self.module, constants, self._slots, self.d)
+            self.constants = tuple(s.name for s in self._lift.slots)
+            used |= {s.index for s in self._lift.slots}
         paths = jax.tree_util.tree_flatten_with_path(self._params)[0]
         self.frozen = tuple(_path_name(kp) for i, (kp, _) in enumerate(paths) if i not in used)
         self._frozen_shapes = tuple(np.shape(leaf) for i, (_, leaf) in enumerate(paths) if i not in used)
@@ -400,30 +433,65 @@ class Network:
         self.layout = description or "neurons: " + ", ".join(
             f"{s.name} (axis {s.axis}{f', {s.pack} per neuron' if s.pack > 1 else ''})" for s in self._slots
         )
+        if self._lift is not None:
+            self._lift_layout()
+
+    def _lift_layout(self) -> None:
+        """p, groups, group names and layout of the lifted W~ (K p0, d) (`nqf.data._constants`)."""
+        lift = self._lift
+        assert lift is not None
+        if self._function:  # f(W, x, c): name the two arrays of params (W, c) as the function's arguments
+            lift = self._lift = dataclasses.replace(lift, slots=(dataclasses.replace(lift.slots[0], name="c"),))
+            self._slots = [dataclasses.replace(self._slots[0], name="W")]
+            self.constants, self.group_names = ("c",), ("W",)
+        self.p = lift.K * self.p
+        labels = [value_label(lift.values, k) for k in range(lift.K)]
+        self.group_names = tuple(f"{n} [{c}]" for c in labels for n in self.group_names)
+        self.groups = self.groups * lift.K
+        self.layout += (
+            f"; constants {', '.join(self.constants)}: {lift.K} distinct values ({', '.join(labels)}), "
+            f"lifted to p = {lift.K} x {lift.p0}"
+        )
 
     # -- the layout ---------------------------------------------------------------------------------
     def to_W(self, params: PyTree[Array] | None = None) -> Float[Array, "p d"]:
         """The neuron parameters of `params` (default: the module's) as W (p, d); JAX arrays in,
-        JAX array out (traceable)."""
+        JAX array out (traceable). With `constants`: the lifted W (K p0, d), neuron i's column
+        in the row block of its constant's value (`nqf.data._constants`)."""
         leaves = self._leaves if params is None else jax.tree_util.tree_leaves(params)
-        cols = []
-        for s in self._slots:
-            a = jnp.moveaxis(jnp.asarray(leaves[s.index]), s.axis, 0)
-            d = a.shape[0] // s.pack
-            cols.append(a.reshape((d, -1)))  # neuron-major: block i of a packed axis is neuron i
-        return jnp.concatenate(cols, axis=1).T
+        W = _columns(leaves, self._slots).T  # neuron-major: block i of a packed axis is neuron i
+        return W if self._lift is None else self._lift.lift(W, leaves)
 
     def with_params_W(self, params: PyTree[Array], W: Float[ArrayLike, "p d_prime"]) -> PyTree[Array]:
-        """`params` with the neuron arrays replaced from W (p, d') (any width d')."""
-        W = jnp.asarray(W)
+        """`params` with the neuron arrays replaced from W (p, d') (any width d'). With
+        `constants`: at the module's width d, W is a lifted W (`lift`) folded back onto the
+        module's neurons (the constants kept); at another width d', the module of width K d'
+        whose neurons are the K blocks' columns, each with its block's constant."""
         leaves = list(jax.tree_util.tree_leaves(params))
-        d = W.shape[1]
-        start = 0
-        for s in self._slots:  # neuron i's slice: rows of W, flattened in C order (block i if packed)
-            block = W[start : start + s.size].T.reshape((d * s.pack,) + s.other)
-            leaves[s.index] = jnp.moveaxis(block, 0, s.axis)
-            start += s.size
+        W = jnp.asarray(W)
+        if self._lift is not None:
+            W, leaves = self._lift.unlift(W, leaves, self.d)
+        leaves = _place(leaves, self._slots, W.T)  # neuron i's slice: rows of W, flattened in C order
         return jax.tree_util.tree_unflatten(self._treedef, leaves)
+
+    def lift(self, W: Float[ArrayLike, "p0 d"]) -> Float[np.ndarray, "p d"]:
+        """Module-layout weights W (p0, d) (the neuron arrays' slices, without `constants`) as this
+        network's W (K p0, d): neuron i's column in the row block of its constant's value, zero
+        in the others (the identity without `constants`). For a `W0=` of `nqf.predict`/`record`.
+
+        **Raises:** `ValueError` if W is not (p0, d)."""
+        W = np.asarray(W, dtype=float)
+        p0 = self.p if self._lift is None else self._lift.p0
+        if W.shape != (p0, self.d):
+            raise ValueError(f"`W` must have shape (p0, d) = ({p0}, {self.d}); found {shape_str(W.shape)}.")
+        return W if self._lift is None else np.asarray(self._lift.lift(jnp.asarray(W), self._leaves))
+
+    def check_lifted(self, W: Float[ArrayLike, "p d"], name: str = "W0") -> None:
+        """With `constants`: W (p, d) must be a lifted W (zero outside each column's block).
+
+        **Raises:** `ValueError` naming `name` and `constants` (nothing without `constants`)."""
+        if self._lift is not None:
+            self._lift.check(np.asarray(W, dtype=float), self._leaves, name)
 
     @property
     def W(self) -> Float[np.ndarray, "p d"]:
@@ -436,8 +504,15 @@ class Network:
         return self._params
 
     def with_W(self, W: Float[ArrayLike, "p d_prime"]) -> Any:
-        """The module rebuilt with neuron parameters W (p, d') (any width d'); frozen arrays kept."""
+        """The module rebuilt with neuron parameters W (p, d') (any width d'); frozen arrays kept.
+        With `constants`: W (p, d) a lifted W (`lift`; `ValueError` otherwise), or the module of
+        width K d' at another width d' (`with_params_W`)."""
         W = self._check_W(W)
+        if W.shape[1] == self.d and self._lift is not None:
+            try:
+                self.check_lifted(np.asarray(W), "W")
+            except jax.errors.TracerArrayConversionError:  # under jit: not checked
+                pass
         return self._rebuild(self.with_params_W(self._params, W))
 
     def apply(self, params: PyTree[Array], x: PyTree[ArrayLike]) -> Float[Array, "*k"]:
@@ -448,7 +523,16 @@ class Network:
         """The module's output at W (p, d') for one input x: f(W, x) for `nqf.extract`."""
         if jnp.ndim(W) != 2 or jnp.shape(W)[0] != self.p:
             raise ValueError(f"`W` must have shape (p, d') = ({self.p}, d'); found {shape_str(jnp.shape(W))}.")
+        if self._lift is not None:
+            return self._lifted_call(W, x)
         return self._call(self.with_params_W(self._params, W), x)
+
+    def _lifted_call(self, W, x) -> Any:
+        """The lifted f~(W~, x) of `constants`: the K blocks' columns as K d' neurons of the
+        module, block k's with its value (any width d'; `nqf.data._constants`)."""
+        assert self._lift is not None
+        W, leaves = self._lift.unlift(jnp.asarray(W), list(self._leaves), None)
+        return self._call(jax.tree_util.tree_unflatten(self._treedef, _place(leaves, self._slots, W.T)), x)
 
     def _compiled(self, key, build):
         """A compiled program of this network, built once per `key` (nqf.predict / nqf.record)."""
@@ -464,10 +548,16 @@ class Network:
         used = {s.index for s in self._slots}
         return jax.tree_util.tree_unflatten(self._treedef, [i in used for i in range(len(self._leaves))])
 
+    def constant_mask(self) -> PyTree[bool]:
+        """A pytree like `params` of bools: True on the arrays of `constants` (never trained)."""
+        used = set() if self._lift is None else {s.index for s in self._lift.slots}
+        return jax.tree_util.tree_unflatten(self._treedef, [i in used for i in range(len(self._leaves))])
+
     def __repr__(self) -> str:
+        extra = f", constants={list(self.constants)}" if self.constants else ""
         return (
             f"Network(p={self.p}, d={self.d}, groups={dict(zip(self.group_names, self.groups))}, "
-            f"frozen={list(self.frozen)})"
+            f"frozen={list(self.frozen)}{extra})"
         )
 
     # -- checks -------------------------------------------------------------------------------------
@@ -485,7 +575,9 @@ class Network:
         output dtype of the module checked on the first input.
 
         **Raises:** `ValueError` if the module returns a non-float64 output (e.g. a dtype=float32
-        inside), or cannot be called on one input of `x`."""
+        inside), or cannot be called on one input of `x`; `NeuronError` if it cannot run at
+        other widths, or (with `constants`) if the lifted module differs from it (a zero neuron
+        that contributes)."""
         x, cast = _cast_tree(x)
         if cast:
             warnings.warn(
@@ -512,7 +604,26 @@ class Network:
                 "module at relative 1e-8 and needs float64. Build the module with float64 computation."
             )
         self._check_widths(first)
+        if self._lift is not None:
+            self._check_lift(first)
         return x
+
+    def _check_lift(self, x0) -> None:
+        """With `constants`: the lifted f~ at the lifted W equals the module on one input (the
+        other blocks are zero neurons, which must contribute nothing).
+
+        **Raises:** `NeuronError` naming `constants`."""
+        lifted = np.asarray(self(self.to_W(), x0))
+        own = np.asarray(self._call(self._params, x0))
+        scale = np.abs(own).max(initial=0.0) + np.abs(np.asarray(self(jnp.zeros((self.p, 1)), x0))).max(initial=0.0)
+        gap = float(np.abs(lifted - own).max(initial=0.0))
+        if not gap <= 1e-9 * scale + 1e-300:
+            raise NeuronError(
+                f"`constants`: the lifted module (each neuron in the block of its constant's value, zero neurons in "
+                f"the other blocks) differs from the module by {gap:.3g} on x[0] (output scale {scale:.3g}): a neuron "
+                "with zero weights must contribute nothing (f = f(0) + sum_i phi(w_i, c_i, x), phi(0, c, x) = 0), "
+                "e.g. no fixed bias inside the activation."
+            )
 
     def _check_widths(self, x0) -> None:
         """The module must run at other widths (the NQF is extracted at d = 2 and 4): else name the
@@ -549,6 +660,27 @@ class Network:
                 ) from err
 
 
+def _as_constants(constants) -> Array:
+    """The per-neuron constants c of a plain function f(W, x, c): a finite array (d, ...).
+
+    **Raises:** `NeuronError` naming `constants`."""
+    try:
+        c = np.asarray(constants, dtype=float)
+    except (TypeError, ValueError):
+        c = np.zeros(())
+    if c.ndim < 1 or not np.all(np.isfinite(c)):
+        raise NeuronError(
+            "`constants` of a plain function f(W, x, c) must be a finite numeric array (d, ...), one value (or "
+            f"slice) per neuron; found {type(constants).__name__} {shape_str(np.shape(constants))}."
+        )
+    return jnp.asarray(c)
+
+
+def _with_constants(f):
+    """call(params, x) for params (W, c): f(W, x, c)."""
+    return lambda params, x: f(params[0], x, params[1])
+
+
 def _cast_tree(tree):
     """Floating leaves below float64 cast to float64; returns (tree, set of the cast dtypes)."""
     cast = set()
@@ -581,26 +713,31 @@ def _float64(module):
     return module
 
 
-def _slots(params, module, neurons, width, function: bool) -> tuple[list[_Slot], int]:
-    """The neuron arrays of `neurons` resolved against the parameter leaves; returns (slots, d)."""
+def _slots(params, module, neurons, width, function: bool, arg: str = "neurons") -> tuple[list[_Slot], int]:
+    """The neuron arrays of `neurons` resolved against the parameter leaves; returns (slots, d).
+    `arg`: the argument named in the errors (``"constants"`` for `nqf.data._constants`)."""
     paths = jax.tree_util.tree_flatten_with_path(params)[0]
     leaves = [leaf for _, leaf in paths]
     names = [_path_name(kp) for kp, _ in paths]
     toks = [_tokens(n) for n in names]
     items = (
-        list(neurons.items()) if isinstance(neurons, dict) else list(neurons) if isinstance(neurons, Sequence) else None
+        list(neurons.items())
+        if isinstance(neurons, dict)
+        else list(neurons)
+        if isinstance(neurons, Sequence) and not isinstance(neurons, str)
+        else None
     )
     if not items:
         raise NeuronError(
-            f"`neurons` must be 'auto', a mapping {{path: axis}} or a non-empty sequence of "
-            f"(path, axis) pairs; found {neurons!r}."
+            f"`{arg}` must be " + ("'auto', " if arg == "neurons" else "") + "a mapping {path: axis} or a non-empty "
+            f"sequence of (path, axis) pairs; found {neurons!r}."
         )
     if width is not None and (isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1):
         raise NeuronError(f"`width` must be an integer >= 1 (the number of neurons); found {width!r}.")
     resolved = []
     for j, item in enumerate(items):
         if not (isinstance(item, tuple) and len(item) == 2):
-            raise NeuronError(f"`neurons[{j}]` must be a pair (path, axis); found {item!r}.")
+            raise NeuronError(f"`{arg}[{j}]` must be a pair (path, axis); found {item!r}.")
         where, axis = item
         if function:
             index = 0
@@ -612,7 +749,7 @@ def _slots(params, module, neurons, width, function: bool) -> tuple[list[_Slot],
             ]
             if len(hits) != 1:
                 raise NeuronError(
-                    f"`neurons[{j}]`: `where(module)` must return one of the module's parameter "
+                    f"`{arg}[{j}]`: `where(module)` must return one of the module's parameter "
                     f"arrays; found {type(target).__name__}"
                     f"{' of shape ' + shape_str(target.shape) if hasattr(target, 'shape') else ''}."
                 )
@@ -621,33 +758,37 @@ def _slots(params, module, neurons, width, function: bool) -> tuple[list[_Slot],
             hits = [i for i, t in enumerate(toks) if t == _tokens(where)]
             if not hits:
                 raise NeuronError(
-                    f"`neurons`: no parameter array at {where!r}; the module's arrays are: "
+                    f"`{arg}`: no parameter array at {where!r}; the module's arrays are: "
                     + ", ".join(f"{n} {shape_str(leaf.shape)}" for n, leaf in zip(names, leaves))
                 )
             index = hits[0]
         else:
             raise NeuronError(
-                f"`neurons[{j}]`: the path must be a string or a callable where(module); found {type(where).__name__}."
+                f"`{arg}[{j}]`: the path must be a string or a callable where(module); found {type(where).__name__}."
             )
         leaf = leaves[index]
         ndim = np.ndim(leaf)
         if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
             raise NeuronError(
-                f"`neurons`: the axis of {names[index] or 'W'} must be an integer axis of its shape "
+                f"`{arg}`: the axis of {names[index] or 'W'} must be an integer axis of its shape "
                 f"{shape_str(np.shape(leaf))}; found {axis!r}."
             )
         resolved.append((names[index] or "W", index, int(axis) % ndim, np.shape(leaf)))
     if len({r[1] for r in resolved}) != len(resolved):
-        raise NeuronError("`neurons` lists the same array twice.")
+        raise NeuronError(f"`{arg}` lists the same array twice.")
     lengths = [shape[axis] for _, _, axis, shape in resolved]
     d = int(width) if width is not None else lengths[0]
     bad = [(n, L) for (n, _, _, _), L in zip(resolved, lengths) if L % d]
     if width is None and len(set(lengths)) != 1:
         raise NeuronError(
-            "The neuron arrays disagree on the number of neurons along their axes: "
+            f"The arrays of `{arg}` disagree on the number of neurons along their axes: "
             + ", ".join(f"{n}: {L}" for (n, *_), L in zip(resolved, lengths))
-            + ". Pass `width=` (the number of neurons) when an axis packs several parameters "
-            "per neuron (e.g. attention heads)."
+            + (
+                ". Pass `width=` (the number of neurons) when an axis packs several parameters per neuron (e.g. "
+                "attention heads)."
+                if arg == "neurons"
+                else "."
+            )
         )
     if bad:
         raise NeuronError(
@@ -658,6 +799,38 @@ def _slots(params, module, neurons, width, function: bool) -> tuple[list[_Slot],
         other = tuple(s for i, s in enumerate(shape) if i != axis)
         slots.append(_Slot(name, index, axis, L // d, other))
     return slots, d
+
+
+def _resolve_constants(params, module, constants, neuron_slots, d: int) -> Lift:
+    """The `Lift` of `constants` ({path: axis} or (path, axis) pairs, as `neurons`; for a plain
+    function the pair that names its constant array) against the parameters `params`.
+
+    **Raises:** `NeuronError` naming `constants`: unknown paths or axes, an array also listed in
+    `neurons`, an axis whose length is not the number of neurons d."""
+    cslots, dc = _slots(params, module, constants, None, False, arg="constants")
+    both = {s.index for s in cslots} & {s.index for s in neuron_slots}
+    if both:
+        names = [s.name for s in cslots if s.index in both]
+        raise NeuronError(
+            f"`constants` lists {', '.join(names)}, which `neurons` also lists: an array is either trained "
+            "(a neuron array) or a fixed per-neuron constant."
+        )
+    if dc != d:
+        raise NeuronError(
+            "`constants`: "
+            + ", ".join(f"{s.name} (axis {s.axis})" for s in cslots)
+            + f" has {dc} entries along its neuron axis, but the module has d = {d} neurons: a constant holds "
+            "one value (or slice) per neuron along the axis named."
+        )
+    leaves = jax.tree_util.tree_leaves(params)
+    values = np.unique(np.asarray(_columns(leaves, cslots)), axis=0)
+    return Lift(tuple(cslots), values, int(sum(s.size for s in neuron_slots)))
+
+
+def _constant_names(params, module, constants) -> set[tuple[str, ...]]:
+    """The paths of the arrays `constants` names (as `_tokens`), to leave out of an automatic
+    layout (``neurons="auto"`` of an MLP whose readout is declared constant)."""
+    return {_tokens(s.name) for s in _slots(params, module, constants, None, False, arg="constants")[0]}
 
 
 def _same_leaf(leaf, target) -> bool:

@@ -124,14 +124,15 @@ def initial_weights(net: Network, W0, init_scale) -> np.ndarray:
     """The initial neuron parameters W0 (p, d) (default: the module's own, `net.W`), times
     `init_scale` if given.
 
-    **Raises:** `ValueError` naming `W0` (shape, finiteness) or `init_scale` (not > 0);
-    `TypeError` naming `W0` for a complex or non-numeric array (not cast: that dropped the
-    imaginary part)."""
+    **Raises:** `ValueError` naming `W0` (shape, finiteness; with `constants` a W0 that is not
+    lifted, `Network.check_lifted`) or `init_scale` (not > 0); `TypeError` naming `W0` for a
+    complex or non-numeric array (not cast: that dropped the imaginary part)."""
     from .._core._checks import as_array, check_positive
 
     W0 = net.W if W0 is None else np.asarray(as_array(W0, "W0", finite=False, host=True), dtype=float)
     if W0.shape != (net.p, net.d) or not np.all(np.isfinite(W0)):
         raise ValueError(f"`W0` must be a finite array of shape (p, d) = ({net.p}, {net.d}); found {W0.shape}.")
+    net.check_lifted(W0)  # with `constants`: zero outside each column's block
     return W0 if init_scale is None else check_positive(init_scale, "init_scale") * W0
 
 

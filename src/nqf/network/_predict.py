@@ -725,10 +725,12 @@ def _warn_frozen(net: Network, x, y, W0, ell) -> None:
     if not net.frozen:
         return
     params = net.with_params_W(net.params, jnp.asarray(W0))
-    mask = net.neuron_mask()
-    frozen_mask = jax.tree_util.tree_map(
-        lambda is_neuron, a: (not is_neuron) and hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating),
-        mask,
+    frozen_mask = jax.tree_util.tree_map(  # neither neurons nor declared `constants`
+        lambda is_neuron, is_constant, a: (
+            not (is_neuron or is_constant) and hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating)
+        ),
+        net.neuron_mask(),
+        net.constant_mask(),
         params,
     )
     import equinox as eqx

@@ -131,7 +131,8 @@ def record(
     - `W0`: initial neuron parameters (p, d) (default: the module's own, `network.W`), scaled by
       `init_scale` if given (as in `nqf.predict`).
     - `train`: ``"neurons"`` (default: only the neuron arrays are trained, the frozen arrays keep
-      their values, as in the prediction) or ``"all"`` (every floating array of the module).
+      their values, as in the prediction) or ``"all"`` (every floating array of the module but
+      the network's `constants`, which are never trained).
     - `label`: a name for the optimizer in tables and plots (default: the description's label).
     - `memory_budget`: bytes for the saved (n, p, p) states (`nqf.memory`).
     - The loss is the description's (``training.loss``, as in `nqf.predict`: ``"mse"``,
@@ -188,7 +189,11 @@ def record(
     mask = (
         net.neuron_mask()
         if train == "neurons"
-        else jax.tree_util.tree_map(lambda a: hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating), params)
+        else jax.tree_util.tree_map(  # every floating array but the declared `constants`
+            lambda a, c: hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating) and not c,
+            params,
+            net.constant_mask(),
+        )
     )
     trainable, fixed = eqx.partition(params, mask)
     if optimizer is not None:
