@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 
-def _check_labels(y, m: int, p: int | None = None, source: str = ""):
+def _check_labels(y, m: int, p: int | None = None, source: str = "") -> Float[Array, " m"]:
     """`y` as (m,) labels; ValueError for m = 0 or, given `p`, p = 0 (`source` names the
     argument that fixes m and p, e.g. "`A` of shape (2, 0, 0)"; the messages name it)."""
     y = as_array(y, "y", ndim=1)
@@ -67,7 +67,7 @@ def _check_labels(y, m: int, p: int | None = None, source: str = ""):
             f"`y` must hold one label per data matrix: expected shape ({m},); found {y.shape}"
             + (f" (m = {m}{origin})." if source else ".")
         )
-    return y
+    return jnp.asarray(y)  # as_array's float64 JAX array (typed as one)
 
 
 class AbstractData(eqx.Module):
