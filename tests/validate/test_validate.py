@@ -123,3 +123,23 @@ def test_theorem2_check_detects_a_wrong_map():
     closed = closed_map(model, W0=W0, optimizer="nesterov", **kw)
     ref = train_w(model, W0, optimizer="momentum", **kw)
     assert T2._rel(closed.M, ref.M) > 1e-4
+
+
+def test_docs_print_the_number_of_validate_checks():
+    """docs/getting-started.md prints the last line of `nqf validate` (N/N checks passed) and its
+    wall time: N must be the number of records of a full run at the default eps values (the page
+    said 78/78 while the run printed 154/154, issue 36), and every check must pass."""
+    import pathlib
+    import re
+    import time
+
+    page = (pathlib.Path(__file__).parents[2] / "docs" / "getting-started.md").read_text()
+    printed = re.findall(r"`(\d+)/(\d+) checks passed`", page.split("## Check the theorems")[1].split("\n## ")[0])
+    assert len(printed) == 1 and printed[0][0] == printed[0][1], printed
+    start = time.perf_counter()
+    results = V.validate()
+    minutes = (time.perf_counter() - start) / 60
+    assert int(printed[0][0]) == len(results), f"the page prints {printed[0][0]}; nqf validate has {len(results)}"
+    assert all(r["passed"] for r in results)
+    stated = re.search(r"about (\d+) minutes", page.split("## Check the theorems")[1]).group(1)
+    assert minutes <= 3 * int(stated), f"validate took {minutes:.1f} min; the page says about {stated}"

@@ -152,7 +152,7 @@ def _encode(x, arrays: dict, key: str):
         return {"dict": {str(k): _encode(v, arrays, f"{key}.{k}") for k, v in x.items()}}
     name = type(x).__name__
     if _CLASSES.get(name) is not type(x) or not dataclasses.is_dataclass(x):
-        raise TypeError(f"nqf.save cannot write a {name} (in field {key!r}).")
+        raise TypeError(f"nqf.save cannot write a {name} (in field {key!r} of `obj`).")
     skip = getattr(x, "_unsaved_fields", ())
     fields = {}
     for f in dataclasses.fields(x):
@@ -193,8 +193,18 @@ def save(obj, path) -> str:
     """Write a result (`FlowSolution`, `SweepSolution`, `OracleSolution`, `MapTrajectory`, ...)
     to the ``.npz`` file `path` (suffix added if missing); returns the path written.
 
-    **Raises:** `TypeError` for an object (or a field) the format cannot hold."""
-    path = os.fspath(path)
+    **Raises:** `TypeError` for an object (or a field) the format cannot hold, or a `path` that is
+    not a file name (str or os.PathLike); `ValueError` for an empty path or one that ends in a
+    folder separator; `OSError` (e.g. `FileNotFoundError`) if the folder does not exist or is
+    not writable."""
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise TypeError(
+            f"`path` must be a file name (str or os.PathLike); found {type(path).__name__} {path!r}."
+        ) from None
+    if not isinstance(path, str) or not os.path.basename(path):
+        raise ValueError(f"`path` must name a file (the .npz suffix is added if missing); found {path!r}.")
     if not path.endswith(".npz"):
         path += ".npz"
     arrays: dict = {}

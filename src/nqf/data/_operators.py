@@ -53,17 +53,21 @@ __all__ = [
 ]
 
 
-def _check_labels(y, m: int, p: int | None = None, source: str = ""):
+def _check_labels(y, m: int, p: int | None = None, source: str = "") -> Float[Array, " m"]:
     """`y` as (m,) labels; ValueError for m = 0 or, given `p`, p = 0 (`source` names the
-    argument that fixes p, e.g. "`A` of shape (2, 0, 0)")."""
+    argument that fixes m and p, e.g. "`A` of shape (2, 0, 0)"; the messages name it)."""
     y = as_array(y, "y", ndim=1)
+    origin = f" from {source}" if source else ""
     if m < 1:
-        raise ValueError("An NQF data set needs at least one data matrix (m >= 1); found m = 0.")
+        raise ValueError(f"An NQF data set needs at least one data matrix (m >= 1); found m = 0{origin}.")
     if p is not None and p < 1:
-        raise ValueError(f"An NQF data set needs at least one feature (p >= 1); found p = 0 from {source}.")
+        raise ValueError(f"An NQF data set needs at least one feature (p >= 1); found p = 0{origin}.")
     if y.shape[0] != m:
-        raise ValueError(f"`y` must hold one label per data matrix: expected shape ({m},); found {y.shape}.")
-    return y
+        raise ValueError(
+            f"`y` must hold one label per data matrix: expected shape ({m},); found {y.shape}"
+            + (f" (m = {m}{origin})." if source else ".")
+        )
+    return jnp.asarray(y)  # as_array's float64 JAX array (typed as one)
 
 
 class AbstractData(eqx.Module):
@@ -413,7 +417,7 @@ class DiagonalData(AbstractCommutingData):
 
     def __init__(self, lam: Float[ArrayLike, " p"], y: Float[ArrayLike, " p"]):
         self.lam = as_array(lam, "lam", ndim=1)
-        self.y = _check_labels(y, self.lam.shape[0])
+        self.y = _check_labels(y, self.lam.shape[0], source=f"`lam` of shape {shape_str(self.lam.shape)}")
 
     @property
     def p(self) -> int:
@@ -510,7 +514,7 @@ class BlockData(_SharedBasisData):
             raise ValueError(
                 f"`blocks` must have at least one mode per sample (K >= 1); found shape {shape_str(self.blocks.shape)}."
             )
-        self.y = _check_labels(y, m)
+        self.y = _check_labels(y, m, source=f"`blocks` of shape {shape_str(self.blocks.shape)}")
         self.P = _check_basis(P, m * K)
 
     @property
@@ -673,7 +677,7 @@ class FeedForwardData(AbstractData):
             )
         self.a_rows = jnp.swapaxes(a, 1, 2)
         self.b_rows = jnp.swapaxes(b, 1, 2)
-        self.y = _check_labels(y, m)
+        self.y = _check_labels(y, m, source=f"`a` of shape {shape_str(a.shape)}")
         for name, v in (("front", front), ("back", back)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise ValueError(f"`{name}` must be an integer >= 0; found {v!r}.")
@@ -870,7 +874,7 @@ class He2Data(AbstractData):
 
     def __init__(self, X: Float[ArrayLike, "m p"], y: Float[ArrayLike, " m"], c: float | Float[ArrayLike, ""] = 1.0):
         self.X = as_array(X, "X", ndim=2)
-        self.y = _check_labels(y, self.X.shape[0])
+        self.y = _check_labels(y, self.X.shape[0], source=f"`X` of shape {shape_str(self.X.shape)}")
         self.c = as_array(c, "c", ndim=0)
 
     @property

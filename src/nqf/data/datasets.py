@@ -13,7 +13,7 @@ import jax
 import numpy as np
 from jaxtyping import ArrayLike, Float, Int
 
-from .._core._checks import as_array, check_positive, is_traced
+from .._core._checks import as_array, check_int, check_positive, is_traced, real_scalar
 from ._operators import CommutingData, DenseData, DiagonalData, FeedForwardData
 
 __all__ = [
@@ -71,14 +71,18 @@ def orthogonal_features_data(
     **Arguments:** `r` (p,) growth rates (any sign), `C` (p,) or scalar > 0, `m >= p` samples
     (default p), `seed`.
 
-    **Raises:** `ValueError` if C <= 0 or m < p.
+    **Raises:** `ValueError` if C <= 0, `C` is an array of another length than `r`, or m < p;
+    `TypeError` for an `m` that is not an integer.
     """
     r = np.asarray(as_array(r, "r", ndim=1))
     p = r.shape[0]
-    C = np.broadcast_to(np.asarray(as_array(C, "C")), (p,))
+    C = np.asarray(as_array(C, "C"))
+    if C.shape not in ((), (p,)):
+        raise ValueError(f"`C` must be a scalar or have shape ({p},) like `r`; found shape {C.shape}.")
+    C = np.broadcast_to(C, (p,))
     if np.any(C <= 0):
         raise ValueError(f"`C` must be > 0; found min {C.min()}.")
-    m = p if m is None else int(m)
+    m = p if m is None else check_int(m, "m")
     if m < p:
         raise ValueError(f"orthogonal features need m >= p; found m={m}, p={p}.")
     rng = np.random.default_rng(seed)
@@ -108,15 +112,24 @@ def powerlaw_data(p: int = 1000, *, a1: float = 2.0, a2: float = 0.8) -> Diagona
     Returned as `DiagonalData` (O(p) memory: p = 10^6 and beyond): lam_k = sqrt(C_kk p / 8),
     y_k = p r_k / (8 lam_k), so that r_k = (8/p) lam_k y_k and C_kk = (8/p) lam_k^2 (Eq. E16).
 
-    **Raises:** `ValueError` if p < 1.
+    **Raises:** `ValueError` if p < 1 or the exponents overflow float64 (lam_k or y_k not finite
+    and > 0); `TypeError` for `a1` / `a2` that are not real numbers.
     """
     if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
         raise ValueError(f"`p` must be an integer >= 1; found {p!r}.")
+    a1, a2 = real_scalar(a1, "a1"), real_scalar(a2, "a2")
     k = np.arange(1, p + 1, dtype=float)
-    r = k**-a2
-    C = r**2 / (8.0 * k**-a1)
-    lam = np.sqrt(C * p / 8.0)
-    return DiagonalData(lam, p * r / (8.0 * lam))
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        r = k**-a2
+        C = r**2 / (8.0 * k**-a1)
+        lam = np.sqrt(C * p / 8.0)
+        y = p * r / (8.0 * lam)
+    if not (np.all(np.isfinite(lam)) and np.all(np.isfinite(y)) and np.all(lam > 0)):
+        raise ValueError(
+            f"`a1` = {a1!r} and `a2` = {a2!r} must be finite and give finite lam_k, y_k > 0 for k = 1..{p} "
+            "(k^(a1 - 2 a2) and k^-a2 overflow or vanish in float64)."
+        )
+    return DiagonalData(lam, y)
 
 
 @_on_host
@@ -146,18 +159,17 @@ def isotropic_data(
 
     **Returns:** a `DenseData` with A of shape (m, p, p).
 
-    **Raises:** `ValueError` for p < 1, c <= 0, m < p (p + 1) / 2, both `y` and `g`, wrong shapes.
+    **Raises:** `ValueError` for p < 1, c <= 0, m < p (p + 1) / 2, both `y` and `g`, wrong shapes;
+    `TypeError` for a `p` or `m` that is not an integer.
     """
     from ._isotropic import isotropy, sym_basis
 
-    p = int(p)
-    if p < 1:
-        raise ValueError(f"`p` must be >= 1; found {p}.")
+    p = check_int(p, "p")
     c = float(as_array(c, "c", ndim=0))
     if not c > 0:
         raise ValueError(f"`c` must be > 0; found {c}.")
     n = p * (p + 1) // 2
-    m = n if m is None else int(m)
+    m = n if m is None else check_int(m, "m")
     if m < n:
         raise ValueError(f"isotropic data needs m >= p(p+1)/2 = {n}; found m = {m}.")
     if y is not None and g is not None:
@@ -319,13 +331,11 @@ def mlp_data(m: int, k: int, *, rank: int | None = None, width: int = 4, seed: i
     that k_V = rank + 1); labels from a teacher tanh MLP of `width` units with N(0, 1/k) first
     and N(0, 1/width) second-layer weights, standardized to unit variance.
 
-    **Raises:** `ValueError` for m, k < 1 or rank < 1.
+    **Raises:** `ValueError` for m, k < 1 or rank < 1; `TypeError` for an `m` or `k` that is not an integer.
     """
     from ._operators import feedforward_data
 
-    m, k = int(m), int(k)
-    if m < 1 or k < 1:
-        raise ValueError(f"`m` and `k` must be >= 1; found m={m}, k={k}.")
+    m, k = check_int(m, "m"), check_int(k, "k")
     rng = np.random.default_rng(seed)
     X = _subspace_vectors(rng, m, k, rank)
     U = rng.standard_normal((width, k)) / np.sqrt(k)
@@ -342,13 +352,11 @@ def phase_retrieval_data(m: int, p: int, *, rank: int | None = None, teacher_ran
     Sensing vectors a ~ N(0, I_p / p) (in a random `rank`-dimensional subspace if given, so
     k_V = rank); teacher M* = W* W*^T with W* (p, teacher_rank) standard normal / sqrt(p).
 
-    **Raises:** `ValueError` for m, p < 1 or rank < 1.
+    **Raises:** `ValueError` for m, p < 1 or rank < 1; `TypeError` for an `m` or `p` that is not an integer.
     """
     from ._operators import LowRankData
 
-    m, p = int(m), int(p)
-    if m < 1 or p < 1:
-        raise ValueError(f"`m` and `p` must be >= 1; found m={m}, p={p}.")
+    m, p = check_int(m, "m"), check_int(p, "p")
     rng = np.random.default_rng(seed)
     a = _subspace_vectors(rng, m, p, rank) / np.sqrt(p)
     Ws = rng.standard_normal((p, teacher_rank)) / np.sqrt(p)

@@ -167,9 +167,7 @@ def solve_modified_flow(
             raise ValueError("The (M, mu) modified flow needs `mu0` (p,) and the width `d`.")
         mu0 = as_array(mu0, "mu0", shape=(data.p,), host=True)
     _check_realizable(np.asarray(M0), None if mu0 is None else np.asarray(mu0), d)
-    t1 = float(t1)
-    if not (np.isfinite(t1) and t1 > 0):
-        raise ValueError(f"`t1` must be finite and > 0 (gradient-flow time); found {t1!r}.")
+    t1 = check_positive(t1, "t1")
     if ts is not None:
         memory.check(  # diffrax's saved M (n, p, p) (and mu) at every time of `ts`
             8.0 * np.size(ts) * (data.p + 1) * data.p,
@@ -177,6 +175,8 @@ def solve_modified_flow(
             "fewer times `ts` per call (solve again from the last state).",
         )
         ts = np.asarray(as_array(ts, "ts", ndim=1, host=True))
+        if ts.size == 0:
+            raise ValueError("`ts` must be a non-empty array of save times (or None: t1 only); found an empty array.")
         if np.any(np.diff(ts) < 0) or ts[0] < 0 or ts[-1] > t1:
             raise ValueError(f"`ts` must be non-decreasing times in [0, t1] = [0, {t1:g}]; found {ts!r}.")
     rate = float(np.abs(np.linalg.eigvalsh(np.asarray(data.H(jnp.asarray(M0))))).max())

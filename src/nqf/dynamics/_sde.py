@@ -101,6 +101,7 @@ __all__ = ["SDEPaths", "sgd_sde", "batch_weight_covariance", "sde_coefficients"]
 
 SDE_FORMS = ("auto", "M", "log_z", "M-mu")
 DT0_FACTOR = 0.25  # default step dt0 = DT0_FACTOR * sqrt(lr / rate) (module docstring)
+MAX_STEPS = 10**8  # steps of one path that `sgd_sde` runs at most (more is refused, not run)
 TRACE_COUNT = [0]
 
 
@@ -525,7 +526,8 @@ def sgd_sde(
     2.5x (eta = 0.01) to 5.5x (eta = 0.04) the time of 2x10^4 maps; in log space (Fig. 3 data) the
     SDE ensemble is 4.7-5.5x (eta = 0.01) and 6.7-12x (eta = 0.002) faster (`benchmarks/bench_sde.py`).
 
-    **Raises:** `ValueError` for lr <= 0 or not finite, `batch_size` out of range, bad `ts`,
+    **Raises:** `ValueError` for lr <= 0 or not finite, a path of more than `MAX_STEPS` (1e8)
+    steps (a tiny `lr` or `dt0` for the horizon ts[-1]), `batch_size` out of range, bad `ts`,
     `form`, `n_paths`, `M0` of the wrong shape or not finite, ``"log_z"`` on non-commuting data
     or with M0 not diagonal in the data's basis; `TypeError` for float32 input, a bad key, a
     data argument that is not a data set, or a solver that is neither Ito nor Stratonovich;
@@ -615,7 +617,14 @@ def sgd_sde(
         step = float(dt0)
         if not (np.isfinite(step) and step > 0):
             raise ValueError(f"`dt0` must be finite and > 0; found {dt0!r}.")
-    n_steps = max(1, int(np.ceil(ts[-1] / step - 1e-9)))
+    n_float = ts[-1] / step
+    if n_float > MAX_STEPS:  # e.g. lr = 1e-300: dt0 ~ 1e-151, a loop that never ends
+        raise ValueError(
+            f"sgd_sde would take {n_float:.3g} steps of dt0 = {step:.3g} to reach ts[-1] = {ts[-1]:g}, more "
+            f"than {MAX_STEPS:.0e}: `lr` = {lr!r} is too small for its default dt0 = sqrt(lr / rate) / 4 "
+            "(or `dt0` is): give a larger `dt0` or `lr`, or shorter `ts`."
+        )
+    n_steps = max(1, int(np.ceil(n_float - 1e-9)))
     dt = jnp.asarray(ts[-1] / n_steps)  # traced: a new dt0 or horizon reuses the compiled program
     run = functools.partial(_solve, coeffs, y0, jnp.asarray(ts), dt, solver, drift, commuting)
     out = jax.vmap(run)(keys) if batched else run(keys)

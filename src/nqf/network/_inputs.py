@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._checks import shape_str
+from .._core._checks import as_array, shape_str
 from ..data import Network
 from ..dynamics._losses import as_loss
 
@@ -40,7 +40,8 @@ def check_data(net: Network, x, y, loss=None):
     name, callable or `PerSampleLoss`) y is that loss's label rows (m, k)
     (`PerSampleLoss.targets`: the one-hot classes for cross-entropy, the signs for logistic).
 
-    **Raises:** `ValueError` naming `x` or `y` for mismatched or non-finite data."""
+    **Raises:** `ValueError` naming `x` or `y` for mismatched or non-finite data; `TypeError` naming
+    them for complex or non-numeric values."""
     leaves = jax.tree_util.tree_leaves(x)
     if not leaves or any(np.ndim(a) == 0 for a in leaves):
         raise ValueError("`x` must be an array or a pytree of arrays with a leading batch axis m.")
@@ -55,6 +56,8 @@ def check_data(net: Network, x, y, loss=None):
         )
     for i, a in enumerate(leaves):
         a = np.asarray(a)
+        if a.dtype.kind not in "biuf":  # complex, strings, objects: the module would see them as they are
+            raise TypeError(f"`x` must hold real numbers; leaf {i} has dtype {a.dtype}.")
         if np.issubdtype(a.dtype, np.number) and not np.all(np.isfinite(a)):
             raise ValueError(f"`x` must be finite; leaf {i} has {int(np.sum(~np.isfinite(a)))} non-finite entries.")
     x = net.check_inputs(x)
@@ -62,7 +65,7 @@ def check_data(net: Network, x, y, loss=None):
     k = int(np.prod(out.shape, dtype=int)) if out.shape else 1
     if loss is not None and not as_loss(loss, k).is_mse:
         return x, as_loss(loss, k).targets(y, m, k), m, k
-    y = np.asarray(y, dtype=float)
+    y = as_array(y, "y", finite=False, host=True)  # a TypeError naming `y` for complex or non-numeric labels
     if y.shape == (m,) and k == 1:
         y = y[:, None]
     if y.shape != (m, k):

@@ -237,6 +237,8 @@ def _time_value(t, name: str) -> float:
     Python float or int passes without building an array)."""
     if type(t) in (float, int) and math.isfinite(t):
         return float(t)
+    if isinstance(t, (bool, np.bool_)):  # as_array reads a bool as 0 or 1
+        raise TypeError(f"`{name}` must be a real number (a time); found bool {t!r}.")
     return float(as_array(t, name, ndim=0, host=True))
 
 

@@ -205,7 +205,10 @@ def _solve_scalar_odes(a, b, c, ts, rtol: float, gamma: float = 0.0) -> np.ndarr
                 atol=atol[idx],
             )
             if not sol.success:
-                raise RuntimeError(f"scipy DOP853 failed on the xi ODE: {sol.message}")
+                raise FloatingPointError(
+                    f"scipy DOP853 failed on the xi ODE between t = {t_a:.6g} and {t_b:.6g} (`ts` reaches "
+                    f"{t_end:.6g}): {sol.message}"
+                )
             vals = sol.y.T  # (len(t_req), n_active)
             where = np.searchsorted(t_req, t_eval)
             block = np.broadcast_to(xi, (t_eval.size, n_c)).copy()
@@ -438,7 +441,8 @@ def theorem4(
 
     **Raises:** `AssumptionError` if max_mu |A_mu - c_mu A|_F / max_mu |A_mu|_F > tol;
     `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times, bad `rtol`,
-    a negative or non-finite `weight_decay`.
+    a negative or non-finite `weight_decay`; `FloatingPointError` if scipy's xi integration fails
+    (e.g. at times `ts` ~ 1e200, where float64 cannot resolve the steps).
     """
     tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
     gamma = check_weight_decay(weight_decay)
@@ -746,7 +750,8 @@ def theorem5(
 
     **Raises:** `AssumptionError` if max_{mu != nu} |A_mu A_nu|_F / (|A_mu|_F |A_nu|_F) > tol;
     `ValueError` for bad shapes, non-finite input, a non-PSD `M0`, negative times, bad `rtol`,
-    a negative or non-finite `weight_decay`.
+    a negative or non-finite `weight_decay`; `FloatingPointError` if scipy's xi integration fails
+    (e.g. at times `ts` ~ 1e200, where float64 cannot resolve the steps).
     """
     tol = check_positive(tol, "tol", allow_zero=True)  # NaN would pass every assumption
     gamma = check_weight_decay(weight_decay)
