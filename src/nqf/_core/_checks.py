@@ -12,11 +12,14 @@ one test for traced input.
 import math
 import numbers
 from collections.abc import Callable
+from typing import Literal, overload
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
+from jax.core import Tracer
 
 from ._config import require_x64
 from ._errors import AssumptionError
@@ -27,7 +30,7 @@ RUN_TIME = " (checked at run time: the value was traced)"
 
 def is_traced(x) -> bool:
     """True if `x` is a JAX tracer (inside jit, vmap, grad, ...); pytrees: `any_traced`."""
-    return isinstance(x, jax.core.Tracer)
+    return isinstance(x, Tracer)
 
 
 def any_traced(*trees) -> bool:
@@ -35,19 +38,20 @@ def any_traced(*trees) -> bool:
     return any(is_traced(x) for x in jax.tree.leaves(trees))
 
 
-def check(x, bad, error: Callable[[], Exception], message: str):
+def check(x, bad, error: Callable[[], Exception] | None, message: str):
     """`x` (any pytree) with the failure condition `bad` enforced, for concrete and traced input.
 
     `bad` is a boolean (scalar or array: any entry fails), best computed under
     `jax.ensure_compile_time_eval()` so that it stays concrete when its inputs are. Concrete: if
     it holds, `error()` (a callable that builds the exception from the measured values) is raised
     now, and `x` is returned unchanged. Traced: `equinox.error_if(x, bad, message + RUN_TIME)`,
-    so the check runs when the returned value is used (use it!).
+    so the check runs when the returned value is used (use it!). `error` None (for a `bad` that is
+    always traced): a concrete failure raises `ValueError(message)`.
     """
     if is_traced(bad):
         return eqx.error_if(x, jnp.any(bad), message + RUN_TIME)
     if bool(np.any(np.asarray(bad))):
-        raise error()
+        raise error() if error is not None else ValueError(message)
     return x
 
 
@@ -101,7 +105,17 @@ def as_weights(W0, p: int, name: str = "W0", *, host: bool = False, finite: bool
     return W0
 
 
-def as_array(x, name: str, *, ndim: int | None = None, shape=None, finite: bool = True, host: bool = False):
+@overload
+def as_array(
+    x, name: str, *, ndim: int | None = None, shape=None, finite: bool = True, host: Literal[False] = False
+) -> Array: ...
+@overload
+def as_array(
+    x, name: str, *, ndim: int | None = None, shape=None, finite: bool = True, host: bool
+) -> np.ndarray | Array: ...
+def as_array(
+    x, name: str, *, ndim: int | None = None, shape=None, finite: bool = True, host: bool = False
+) -> np.ndarray | Array:
     """Convert `x` to a float64 JAX array (a numpy array with `host=True`), checking rank, shape
     and finiteness.
 

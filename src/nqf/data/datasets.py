@@ -52,7 +52,7 @@ def _on_host(fn):
 
 @_on_host
 def orthogonal_features_data(
-    r: Float[ArrayLike, " p"],
+    r: Sequence[float] | Float[ArrayLike, " p"],
     C: float | Float[ArrayLike, " p"] = 1.0,
     *,
     m: int | None = None,
@@ -75,7 +75,7 @@ def orthogonal_features_data(
     `TypeError` for an `m` that is not an integer.
     """
     r = np.asarray(as_array(r, "r", ndim=1))
-    p = r.shape[0]
+    p = int(r.shape[0])
     C = np.asarray(as_array(C, "C"))
     if C.shape not in ((), (p,)):
         raise ValueError(f"`C` must be a scalar or have shape ({p},) like `r`; found shape {C.shape}.")
@@ -185,7 +185,7 @@ def isotropic_data(
         R = _random_orthogonal(p, rng)
         Y = (R * g) @ R.T
         coords = np.einsum("aij,ij->a", B, Y)
-        y = Q @ coords * (m / (4.0 * scale))
+        y = np.asarray(Q @ coords * (m / (4.0 * scale)))
     elif y is None:
         y = rng.standard_normal(m)
     data = DenseData(A, y)
@@ -491,7 +491,12 @@ def fig4_data(y: Sequence[float] | Float[ArrayLike, " m"] = FIG4_Y) -> Commuting
 
 @_on_host
 def samplewise_powerlaw_data(
-    m: int, g1: float, g2: float, *, ratios: tuple[float, ...] = (0.5, 0.75, 1.0), c_zeta: float = 1.0
+    m: int,
+    g1: float,
+    g2: float,
+    *,
+    ratios: Sequence[float] | Float[ArrayLike, " K"] = (0.5, 0.75, 1.0),
+    c_zeta: float = 1.0,
 ) -> CommutingData:
     """Orthogonal samples with power-law growth rates and labels (Theorem 11, Eq. E23).
 
@@ -927,7 +932,7 @@ def spiked_he2_data(
     sigma = check_positive(sigma, "sigma", allow_zero=True)
     i = np.arange(1, K + 1, dtype=float)
     shape = i**-gamma
-    Z = 1.0 / np.sqrt(np.sum(shape**2)) if Z is None else check_positive(Z, "Z")
+    Z = float(1.0 / np.sqrt(np.sum(shape**2))) if Z is None else check_positive(Z, "Z")
     lam = Z * shape
     from .._core.memory import check
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -58,6 +58,15 @@ def _eye_b(m: int, k: int):
 
 
 class _Module:
+    if TYPE_CHECKING:  # what each module defines (declared here for the type checker only)
+
+        @property
+        def p(self) -> int: ...
+
+        def __call__(self, W: Float[Array, "p d"], x: PyTree[Float[ArrayLike, " ..."]]) -> Float[Array, " k"]: ...
+
+        def effective_map(self, W: Float[Array, "p d"]) -> Float[Array, "na nb"]: ...
+
     def nqf_apply(self, W: Float[Array, "p d"], feats: _Features) -> Float[Array, "m k"]:
         """The NQF's outputs f0 + Tr[W W^T A_o(x)] for a batch, shape (m, k), in the feed-forward
         form a^T E(W) b (Eq. E3: Tr[M A] = <M_12, C>, C_o = a b_o^T); `feats` from

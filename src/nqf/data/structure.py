@@ -71,7 +71,7 @@ __all__ = [
 # ------------------------------------------------------------------------------------------------
 # helpers
 # ------------------------------------------------------------------------------------------------
-def as_array(x, name, **kw):
+def as_array(x, name, **kw) -> np.ndarray:
     """Checked float64 host (numpy) array: the constructors here run on the host, once per data
     set, so that building data costs no JAX compilation."""
     return np.asarray(_as_array(x, name, **kw))
@@ -130,25 +130,29 @@ def sigma_c(
     """u = Sigma_X c with Sigma_X = X X^T / N - x_avg x_avg^T (Proposition 3).
 
     `X`: contexts (m, D, N); `c`: readout (D,) or (D, k). Returns (m, D) or (m, D, k)."""
+    X = np.asarray(X)
     N = X.shape[-1]
     xbar = np.mean(X, axis=-1)
     cov = np.einsum("mdn,men->mde", X, X) / N - np.einsum("md,me->mde", xbar, xbar)
     return np.einsum("mde,e...->md...", cov, c)
 
 
-def _attention_inputs(x, X, c=None):
+def _attention_inputs(x, X, c) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Queries `x` (m, D), contexts `X` (m, D, N) and readout `c` checked; `c` as (D, k), and k."""
     X = as_array(X, "X", ndim=3)
-    m, D, N = X.shape
-    if x is not None:
-        x = as_array(x, "x", shape=(m, D))
-    if c is None:
-        return x, X, None, 1
+    m, D, _ = X.shape
+    x = as_array(x, "x", shape=(m, D))
+    return (x, X, *_readout(c, D))
+
+
+def _readout(c, D: int) -> tuple[np.ndarray, int]:
+    """The readout `c`, (D,) or (D, k), checked and as (D, k); and k."""
     c = as_array(c, "c")
     if c.ndim == 1:
         c = c[:, None]
     if c.ndim != 2 or c.shape[0] != D:
         raise ValueError(f"`c` (readout) must have shape ({D},) or ({D}, k); found {tuple(c.shape)}.")
-    return x, X, c, c.shape[1]
+    return c, c.shape[1]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -326,7 +330,8 @@ def attention_f0(
 ) -> Float[np.ndarray, " mk"]:
     """c_o^T x_avg for every (input, output) pair, shape (m k,): the output of one attention head
     at W = 0 (softmax uniform). Multiply by the number of heads for `qk_heads`."""
-    _, X, c, _ = _attention_inputs(None, X, c)
+    X = as_array(X, "X", ndim=3)
+    c, _ = _readout(c, X.shape[1])
     return np.einsum("md,dk->mk", np.mean(X, axis=-1), c).reshape(-1)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._core import memory
+from .._core._checks import is_traced
 
 if TYPE_CHECKING:
     from ..data._model import NQFModel
@@ -33,11 +34,11 @@ def _as_key(key):
             raise ValueError(f"`key` as an integer seed must lie in [-2**63, 2**63) (int64); found {int(key)}.")
         return jax.random.key(int(key))
     if (
-        isinstance(key, jax.core.Tracer) and key.shape == () and jnp.issubdtype(key.dtype, jnp.integer)
+        is_traced(key) and isinstance(key, jax.Array) and key.shape == () and jnp.issubdtype(key.dtype, jnp.integer)
     ):  # a traced integer seed (e.g. vmapped)
         return jax.random.key(key)
     if isinstance(key, jax.Array) and (
-        jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) or (key.dtype == jnp.uint32 and key.shape == (2,))
+        jnp.issubdtype(key.dtype, jax.dtypes.prng_key) or (key.dtype == jnp.uint32 and key.shape == (2,))
     ):
         return key
     raise TypeError(f"`key` must be a JAX PRNG key or an integer seed; found {key!r}.")
@@ -108,7 +109,7 @@ def check_batch_indices(
 
     **Raises:** `ValueError` naming the violated condition.
     """
-    traced = isinstance(idx, jax.core.Tracer)
+    traced = is_traced(idx)
     arr = idx if traced else np.asarray(idx)
     if not jnp.issubdtype(arr.dtype, jnp.integer):
         raise ValueError(f"`batch_indices` must be an integer array; found dtype {arr.dtype}.")

@@ -111,8 +111,8 @@ def logistic_z(
     z0 e^{a t} / (1 + C z0 (e^{a t} - 1) / a) for a <= 0 (z0 / (1 + C z0 t) at a = 0).
     One exponential per entry."""
     _, e, frac = _logistic_terms(a, t)
-    grows = a > 0
-    return z0 * jnp.where(grows, 1.0, e) / (jnp.where(grows, e, 1.0) + C * z0 * frac)
+    grows = jnp.asarray(a) > 0
+    return jnp.asarray(z0) * jnp.where(grows, 1.0, e) / (jnp.where(grows, e, 1.0) + C * z0 * frac)
 
 
 def logistic_log_z(
@@ -125,8 +125,8 @@ def logistic_log_z(
     """log z(t) of `logistic_z` (z0 = exp(log_z0) > 0), in log space so that it stays finite
     and relatively accurate however small z gets."""
     s, e, frac = _logistic_terms(a, t)
-    grows = a > 0
-    return log_z0 + jnp.where(grows, 0.0, s) - jnp.log(jnp.where(grows, e, 1.0) + C * z0 * frac)
+    grows = jnp.asarray(a) > 0
+    return jnp.asarray(log_z0) + jnp.where(grows, 0.0, s) - jnp.log(jnp.where(grows, e, 1.0) + C * z0 * frac)
 
 
 def glv_equilibrium(data: AbstractCommutingData) -> Float[np.ndarray, " p"]:

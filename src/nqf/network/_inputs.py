@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._core._checks import as_array, shape_str
+from .._core._checks import any_traced, as_array, shape_str
 from ..data import Network
 from ..dynamics._losses import as_loss
 
@@ -49,7 +49,7 @@ def check_data(net: Network, x, y, loss=None):
     if len(ms) != 1 or 0 in ms:
         raise ValueError(f"Every leaf of `x` must have the same leading batch axis m >= 1; found {sorted(ms)}.")
     m = ms.pop()
-    if any(isinstance(a, jax.core.Tracer) for a in leaves):
+    if any_traced(leaves):
         raise TypeError(
             "`x` is traced (inside jax.jit / vmap / grad): nqf.predict and nqf.record run on concrete "
             "inputs (they extract, solve and measure on the host); call them outside the transformation."

@@ -103,7 +103,7 @@ class _FlowConfig(NamedTuple):
     constant: bool = False  # diffrax.ConstantStepSize (steps of dt0) instead of the PID controller
 
 
-def _solve_core(cfg: _FlowConfig, dyn: dict):
+def _solve_core(cfg: _FlowConfig, dyn: _FlowArgs):
     """One flow solve as a pure function of arrays (traceable: jit, vmap, grad).
 
     `dyn` holds ``data`` (a data set, an `NQFModel` or its `FactoredG` form), ``init`` (the initial condition of kind

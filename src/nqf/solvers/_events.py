@@ -103,6 +103,7 @@ def condition(stop: Stop, form: str, target) -> Callable:
             return _saved_losses(t, y, args, form=form, z_star=None, grad=None)["loss"] - target
         if stop.kind == "ignition":
             return glv_z(y, args[2])[stop.k] - target
+        assert stop.fn is not None  # Stop("when") requires a callable fn (checked at construction)
         return stop.fn(t, natural_state(form, y, args))
 
     return cond

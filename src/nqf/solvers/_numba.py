@@ -28,7 +28,8 @@ _BLOCK = 512  # elements per cache block inside a task (4 KiB of z stays in L1 a
 # reassoc: lets LLVM vectorize the reductions; contract: FMA. No nnan/ninf: the finiteness
 # check below relies on NaN/inf propagating.
 _FM = {"reassoc", "contract"}
-_KW = dict(parallel=True, fastmath=_FM, cache=True, nogil=True)
+# The decorator of the parallel kernels (one wrapper, applied to each: a Dispatcher per kernel).
+_parallel_njit = numba.njit(parallel=True, fastmath=_FM, cache=True, nogil=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,7 +93,7 @@ def _exp_into(x, out, n):
                 out[i] = math.exp(xi)
 
 
-@numba.njit(**_KW)
+@_parallel_njit
 def _nb_delta(Lam, rows, v, y, log, mask, has_mask):
     """Pass 1: (Delta_j = sum_k Lam[rows[j], k] z_k - y[rows[j]] for every j, checksum).
 
@@ -188,7 +189,7 @@ def _nb_delta(Lam, rows, v, y, log, mask, has_mask):
     return delta, total
 
 
-@numba.njit(**_KW)
+@_parallel_njit
 def _nb_apply(Lam, rows, coef, c0, v, mode, mask, has_mask, out):
     """Pass 2: g_k = sum_j coef_j Lam[rows[j], k] + c0, then per mode
     0: out_k = g_k; 1: out_k = g_k v_k; 2: out_k = v_k (1 - g_k)^2. Masked modes: out_k = 0.
@@ -245,7 +246,7 @@ def _nb_apply(Lam, rows, coef, c0, v, mode, mask, has_mask, out):
                         ob[i] = 0.0
 
 
-@numba.njit(**_KW)
+@_parallel_njit
 def _nb_diag_rhs(lam, y, v, c1, c0, log, mask, has_mask, out):
     """One fused pass: r_k = c1 lam_k (lam_k z_k - y_k) + c0; out_k = r_k (log) or r_k z_k
     (masked: 0). Returns the checksum (sum of v over live modes)."""
@@ -286,7 +287,7 @@ def _nb_diag_rhs(lam, y, v, c1, c0, log, mask, has_mask, out):
     return total
 
 
-@numba.njit(**_KW)
+@_parallel_njit
 def _nb_diag_gd(lam, y, z0, a, b, save_steps, zs):
     """Full-batch GD on diagonal data, all steps fused per cache block (coordinates decouple):
     z <- z (1 - (a lam (lam z - y) + b))^2, a = lr 4/p, b = lr gamma. Writes z after
@@ -401,17 +402,20 @@ def _dense_gd(Lam, y, z, idx, lr, gamma, save_steps, zs):
     dummy = np.ones(1, dtype=np.bool_)
     loss = np.empty(save_steps.shape[0])
     si = 0
+    d_all = None
     for n in range(steps + 1):
         need_loss = si < len(save_steps) and save_steps[si] == n
         if need_loss or (idx is None and n < steps):
             d_all, _ = _nb_delta(Lam, all_rows, z, y, False, dummy, False)
         while si < len(save_steps) and save_steps[si] == n:
+            assert d_all is not None  # computed above: need_loss holds here
             zs[si] = z
             loss[si] = float(d_all @ d_all) / m
             si += 1
         if n == steps:
             break
         if idx is None:
+            assert d_all is not None  # computed above at every n < steps when idx is None
             rows, delta = all_rows, d_all
         else:
             rows = idx[n]

@@ -27,6 +27,7 @@ from jaxtyping import Array, Float
 from ..data._operators import DiagonalData
 from ..dynamics._flow import _initial_y0, _losses  # the GLV form's initial state and saved losses
 from ..dynamics._glv import logistic_log_z, logistic_z
+from ._core import _FlowArgs
 
 __all__ = ["ExactGLVInterpolation"]
 
@@ -71,12 +72,13 @@ class _ExactConfig(NamedTuple):
     excess: bool  # save="loss" also saves the excess loss
 
 
-def _exact_core(cfg: _ExactConfig, dyn: dict) -> dict:
+def _exact_core(cfg: _ExactConfig, dyn: _FlowArgs) -> dict:
     """The exact solve as a pure function of arrays (same `dyn` layout and output dict as
     `nqf.solvers._core._solve_core`; traceable)."""
 
     data = dyn.data
     y0, mask = _initial_y0("glv", cfg.init, data, dyn.init)
+    assert mask is not None  # the GLV form always has its live-mode mask
     t0, t1, _, gamma = dyn.params
     scale = 8.0 / data.m
     interp = ExactGLVInterpolation(

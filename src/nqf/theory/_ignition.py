@@ -443,6 +443,9 @@ def _first_crossings(
     if how == "brent":
         import scipy.optimize  # on first use: ~0.3 s at import
 
+        if at is None:
+            raise ValueError("how='brent' needs `at`, the dense output that produced the samples.")
+
         for j in np.flatnonzero(hit & (i > 0)):
             fj = lambda s, j=j: float((at(np.array([s]))[0, j] - level[j]) * sgn[j])  # noqa: E731
             out[j] = scipy.optimize.brentq(fj, t[lo[j]], t[i[j]], xtol=xtol, rtol=4 * np.finfo(float).eps)
@@ -528,7 +531,8 @@ def _down_crossings(curve: _Curve, levels, xtol: float) -> np.ndarray:
     levels = np.atleast_1d(np.asarray(levels, float))
     k = levels.size
     cols = np.repeat(curve.loss[:, None], k, axis=1)
-    at = None if curve.at is None else (lambda s: np.repeat(curve.at(s)[:, None], k, axis=1))
+    curve_at = curve.at
+    at = None if curve_at is None else (lambda s: np.repeat(curve_at(s)[:, None], k, axis=1))
     return _first_crossings(curve.t, cols, levels, direction=-1.0, at=at, how=curve.how, xtol=xtol)
 
 

@@ -377,8 +377,6 @@ def Y_operator(data: AbstractData):
 
     **Raises:** `TypeError` if `data` is not an nqf data set.
     """
-    from scipy.sparse.linalg import LinearOperator
-
     _check_data(data)
     c = 4.0 / data.m * data.y
     from ..data._operators import He2Data
@@ -392,14 +390,32 @@ def Y_operator(data: AbstractData):
             V2 = V.reshape(V.shape[0], -1)
             return (sc * (X.T @ (cw[:, None] * (X @ V2)) - csum * V2)).reshape(V.shape)
 
-        return LinearOperator((data.p, data.p), matvec=matmat, matmat=matmat, rmatvec=matmat, dtype=np.float64)
+        return _symmetric_operator(data.p, matmat)
 
-    def matmat(V):
+    def apply_mat(V):
         V = np.asarray(V, dtype=np.float64)
         V2 = V.reshape(V.shape[0], -1)
         return np.asarray(_apply(data, c, jnp.asarray(V2))).reshape(V.shape)
 
-    return LinearOperator((data.p, data.p), matvec=matmat, matmat=matmat, rmatvec=matmat, dtype=np.float64)
+    return _symmetric_operator(data.p, apply_mat)
+
+
+def _symmetric_operator(p: int, matmat) -> scipy.sparse.linalg.LinearOperator:
+    """The symmetric float64 (p, p) `LinearOperator` whose products (matvec, matmat, rmatvec) are
+    `matmat` (a function of V, (p,) or (p, k))."""
+    from scipy.sparse.linalg import LinearOperator
+
+    class _Symmetric(LinearOperator):
+        def _matvec(self, x):
+            return matmat(x)
+
+        def _rmatvec(self, x):
+            return matmat(x)
+
+        def _matmat(self, X):
+            return matmat(X)
+
+    return _Symmetric(np.float64, (p, p))
 
 
 def top_eigenpairs(
