@@ -32,3 +32,51 @@ def _release_compiled_programs():
 
     jax.clear_caches()
     gc.collect()
+
+
+# -- per-file progress (issue 37 item 1): a line per finished test file, with its wall time ----------
+_FILES: dict[str, list] = {}  # file -> [tests collected, tests finished, start of its first test]
+_CONFIG: list = []
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_configure(config):
+    _CONFIG.append(config)
+
+
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under pytest-xdist (the controller): every worker collects the same ids; count them once."""
+    if not _FILES:
+        for nodeid in ids:
+            _FILES.setdefault(_file_of(nodeid), [0, 0, None])[0] += 1
+
+
+def pytest_collection_finish(session):
+    """Without xdist: the collected items (a worker's own collection is not counted)."""
+    if hasattr(session.config, "workerinput") or session.config.getoption("numprocesses", None):
+        return
+    for item in session.items:
+        _FILES.setdefault(_file_of(item.nodeid), [0, 0, None])[0] += 1
+
+
+def pytest_runtest_logreport(report):
+    import time
+
+    entry = _FILES.get(_file_of(report.nodeid))
+    if entry is None or not _CONFIG:
+        return
+    if report.when == "setup" and entry[2] is None:
+        entry[2] = time.perf_counter()
+    if report.when != "teardown":
+        return
+    entry[1] += 1
+    tr = _CONFIG[0].pluginmanager.get_plugin("terminalreporter")
+    if entry[1] == entry[0] and tr is not None:
+        done = sum(1 for e in _FILES.values() if e[1] == e[0])
+        tr.write_line(
+            f"[{done}/{len(_FILES)} files] {_file_of(report.nodeid)}: {entry[0]} tests in "
+            f"{time.perf_counter() - entry[2]:.0f} s"
+        )
