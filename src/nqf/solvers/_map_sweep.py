@@ -431,7 +431,11 @@ def _run_members(model, loss, config, values, inits, schedule, counts, devs):
     args = (lr_a, gamma_a, beta_a, (M0_a, mu0_a, L0_a), idx)
     args, mesh = _place(args, devs, B, (True, True, True, True, idx_batched))
     lr_a, gamma_a, beta_a, init, idx = args
-    return _run_sweep(model, loss, config, (lr_a, d_a, gamma_a, beta_a), init, idx, idx_batched, *counts, mesh)
+    n_saves, every, remainder, has_remainder = counts
+    params = (lr_a, d_a, gamma_a, beta_a)
+    return _run_sweep(
+        model, loss, config, params, init, idx, idx_batched, n_saves, every, remainder, has_remainder, mesh
+    )
 
 
 def _members(kw: dict, model, loss, steps: int, save_every: int):

@@ -80,7 +80,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import diffrax
 import equinox as eqx
@@ -780,7 +780,7 @@ def _grid(t0, t1, call, weight_decay, max_steps) -> _Grid:
     t0, t1, ts = _time_grid(t0, t1, call.ts)
     gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
     check_int(max_steps, "max_steps", expected="a positive integer")
-    return _Grid(gamma, t0, t1, ts, int(max_steps), call.memory_budget)
+    return _Grid(gamma, cast(float, t0), cast(float, t1), cast(np.ndarray, ts), int(max_steps), call.memory_budget)
 
 
 def _check_gather(gather) -> str:
