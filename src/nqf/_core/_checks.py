@@ -264,3 +264,21 @@ def check_width(d) -> int:
     if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 1:
         raise ValueError(f"`d` (the number of neurons) must be an integer >= 1; found {d!r}.")
     return int(d)
+
+
+REQUIRED = object()  # `keyword_options`: an option without a default
+
+
+def keyword_options(where: str, given: dict, **spec) -> tuple:
+    """The keyword options of `where` read from its ``**options`` catch-all `given`: one value per
+    name of `spec` (name=default, or name=REQUIRED), in the order of `spec`, the default where not
+    given. It lets a public function take many documented keywords without listing them all in
+    its signature; the keywords keep their names. **Raises:** `TypeError`, with Python's own
+    messages, for an unknown keyword or a missing required one."""
+    unknown = sorted(set(given) - set(spec))
+    if unknown:
+        raise TypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r}")
+    missing = [k for k, v in spec.items() if v is REQUIRED and k not in given]
+    if missing:
+        raise TypeError(f"{where}() missing required keyword-only argument: {missing[0]!r}")
+    return tuple(given.get(k, v) for k, v in spec.items())

@@ -35,15 +35,15 @@ import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 
-from .._core._checks import is_traced
+from .._core._checks import REQUIRED, is_traced, keyword_options
 from .._core._config import require_x64
 from .._core._errors import raised_in_callback
 from ..data._model import NQFModel, as_model
 from ..data._operators import AbstractData
 from ._batches import check_batch_indices
-from ._losses import PerSampleLoss, as_loss, expand_rows
+from ._losses import as_loss, expand_rows
 from ._maps import FORMS, _initial_order_params, _numeric, _stepper, step_batch
 from ._train_args import (
     check_lr,
@@ -369,16 +369,8 @@ def map_term(
     M0: Float[ArrayLike, "p p"] | None = None,
     mu0: Float[ArrayLike, " p"] | None = None,
     d: int | None = None,
-    lr: float | Float[Array, ""],
-    batch_indices: Int[ArrayLike, "steps b"] | None = None,
-    batch_size: int | None = None,
-    key: PRNGKeyArray | int | None = None,
-    steps: int | None = None,
-    weight_decay: float | Float[Array, ""] = 0.0,
-    momentum: float | Float[Array, ""] = 0.0,
-    nesterov: bool = False,
-    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
     form: str = "factor",
+    **sgd,
 ) -> MapTerm:
     """The discrete training problem of `nqf.closed_sgd` as a diffrax term for `ExactMap`.
 
@@ -393,7 +385,9 @@ def map_term(
     (steps, b) integer (step n uses row n), or `batch_size` with `key` and `steps` (the schedule
     `nqf.batch_indices(key, m, batch_size, steps)`); `weight_decay` gamma >= 0; `momentum` beta in
     [0, 1) and `nesterov`; `loss` (default ``"mse"``); `form` ``"factor"`` (default, the state
-    (L, mu)) or ``"M"`` (the state (M, mu); (P, Q, VP, VQ) with momentum).
+    (L, mu)) or ``"M"`` (the state (M, mu); (P, Q, VP, VQ) with momentum). The training keywords
+    (`lr`, `steps`, batches, `weight_decay`, `momentum`, `nesterov`, `loss`: ``**sgd``) are those
+    of an `nqf.SGD`, given one by one or as the description (second positional argument).
 
     **Returns:** a `MapTerm` (a pytree: it may be built inside `jax.jit`, `jax.vmap`, `jax.grad`
     with traced `lr`, `W0`, `M0`, `mu0`, weight decay, momentum, labels; checks then move to run
@@ -404,6 +398,19 @@ def map_term(
     `batch_indices`), `batch_size` without `steps`, and everything `closed_sgd` raises for the
     initial condition, weight decay, momentum, form; `TypeError` for a bad model or loss.
     """
+    lr, steps, batch_indices, batch_size, key, weight_decay, momentum, nesterov, loss = keyword_options(
+        "map_term",
+        sgd,
+        lr=REQUIRED,
+        steps=None,
+        batch_indices=None,
+        batch_size=None,
+        key=None,
+        weight_decay=0.0,
+        momentum=0.0,
+        nesterov=False,
+        loss=None,
+    )
     model = as_model(model)
     lr = check_lr(lr)
     gamma = check_weight_decay(weight_decay)

@@ -77,17 +77,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float
 
 from .._core import memory
-from .._core._checks import as_array, as_weights, check_symmetric, is_traced, shape_str
+from .._core._checks import REQUIRED, as_array, as_weights, check_symmetric, is_traced, keyword_options, shape_str
 from .._core.io import Saveable
 from ..data._model import NQFModel, as_model
 from ..data._operators import AbstractData
@@ -691,6 +690,58 @@ def _initial_order_params(model: NQFModel, M0, mu0, d, W0):
     return M0, mu0, d, _centered_factor_from_M(M0, mu0, d)
 
 
+SGD_KEYWORDS = dict(
+    lr=REQUIRED,
+    steps=REQUIRED,
+    batch_indices=None,
+    batch_size=None,
+    key=None,
+    weight_decay=0.0,
+    momentum=0.0,
+    nesterov=False,
+    loss=None,
+)  # the training keywords of `closed_sgd` (those of an `nqf.SGD`), in the order it reads them
+
+
+def _check_choices(**named) -> None:
+    """`ValueError` naming the first argument (name=(value, allowed)) whose value is not allowed."""
+    for name, (value, allowed) in named.items():
+        if value not in allowed:
+            raise ValueError(f"`{name}` must be one of {allowed}; found {value!r}.")
+
+
+def _check_step_values_memory(step_values: str, steps: int, p: int) -> None:
+    """The memory of `closed_sgd`'s per-step values, (steps + 1)(1 [+ p]) floats, checked first."""
+    if step_values != "none":
+        memory.check(
+            8.0 * (steps + 1) * (1 + (p if step_values == "all" else 0)),
+            f"closed_sgd: step_values={step_values!r} for {steps} steps of p = {p}",
+            "step_values='loss' or 'none', fewer steps, or NQF_MEMORY_BUDGET.",
+        )
+
+
+def _trajectory(out, saved, lr, steps: int, d, form: str, has_mu: bool) -> MapTrajectory:
+    """The `MapTrajectory` of `closed_sgd`'s run `out` (saved steps `saved`); `FloatingPointError`
+    if it diverged."""
+    Ms, mus, outputs, losses, extras = check_finite(out, out[0], saved, "The closed map diverged: non-finite M", lr)
+    return MapTrajectory(
+        steps=saved,
+        t=lr * saved if np.ndim(lr) == 0 else step_times(lr, steps)[saved],  # no (steps + 1,) array
+        M=Ms,
+        mu=mus if has_mu else None,
+        outputs=outputs,
+        loss=losses,
+        L=extras.get("L"),
+        P=extras.get("P"),
+        Q=extras.get("Q"),
+        d=d,
+        lr=lr,
+        form=form,
+        step_loss=extras.get("step_loss"),
+        step_eigenvalues=extras.get("step_eigenvalues"),
+    )
+
+
 @accepts_training
 def closed_sgd(
     model: NQFModel | AbstractData,
@@ -699,18 +750,10 @@ def closed_sgd(
     M0: Float[ArrayLike, "p p"] | None = None,
     mu0: Float[ArrayLike, " p"] | None = None,
     d: int | None = None,
-    lr: float | Float[Array, ""] | Float[ArrayLike, " steps"],
-    steps: int,
-    batch_indices: Int[ArrayLike, "steps b"] | None = None,
-    batch_size: int | None = None,
-    key: PRNGKeyArray | int | None = None,
-    weight_decay: float | Float[Array, ""] = 0.0,
-    momentum: float | Float[Array, ""] = 0.0,
-    nesterov: bool = False,
-    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
     save_every: int = 1,
     form: str = "factor",
     step_values: str = "none",
+    **sgd,
 ) -> MapTrajectory:
     """Train an NQF with (minibatch) SGD, weight decay and momentum, exactly on (M, mu).
 
@@ -730,7 +773,7 @@ def closed_sgd(
     - `training` (second positional, optional): an `nqf.SGD` description, which stands for the
       keywords `lr`, `steps`, `momentum`, `nesterov`, `weight_decay`, batches and `loss` below
       (``closed_sgd(model, nqf.SGD(0.1, steps=500), W0=W0)``; giving one of them twice is a
-      `ValueError`).
+      `ValueError`); given one by one they are read from ``**sgd`` (an unknown one: `TypeError`).
     - Initial condition: `W0` (p, d), or `M0` (p, p) symmetric, `mu0` (p,) and the width `d`
       (an integer >= 1). For a plain model (g = B = 0) mu does not affect M and `mu0`, `d` may be
       omitted (then `mu` is not reported).
@@ -768,38 +811,38 @@ def closed_sgd(
     L (``"factor"``) or (P, Q) (``"M"`` with momentum); `step_loss`, `step_eigenvalues` with
     `step_values`.
 
-    **Under jit, vmap and grad.** `lr`, `momentum`, `weight_decay`, `W0`, `M0`, `mu0`,
-    `batch_indices`, `key` (a PRNG key or an integer seed) and the model's arrays (labels y, data
-    values, g, B, f0) may be traced, e.g. ``jax.vmap(lambda lr: closed_sgd(..., lr=lr).loss)``
-    or ``jax.grad(lambda y: closed_sgd(nqf.DenseData(A, y), ...).loss[-1])``; the result is
-    then a `MapTrajectory` of JAX arrays (vmap: with a leading batch axis). `steps`,
-    `save_every`, `batch_size`, `d`, `form`, `nesterov` and `loss` fix the program and must
-    be concrete. What changes under tracing: lr > 0, momentum in [0, 1), weight_decay >= 0,
-    finite W0/M0/mu0, batch indices in [0, m) and divergence (non-finite M) are checked at run
-    time with `equinox.error_if` (an error raised by the compiled program, or NaN outputs with
-    ``EQX_ON_ERROR=nan``) instead of raising `ValueError`/`FloatingPointError` here: under your
-    `jax.jit` catch `jax.errors.JaxRuntimeError` (`equinox.EquinoxRuntimeError` under
-    `equinox.filter_jit` or an eager `jax.vmap`), nqf's message in its text (docs/numerics.md,
-    "Errors raised inside compiled code"); `nqf.closed_sgd_sweep` raises the documented types; the
-    symmetry of M0 and the realizability of (M0, mu0, d) are NOT checked. A traced `momentum`
-    always runs the momentum program (with beta = 0 it is plain SGD: the same numbers for
-    ``form="factor"``). The loops become fixed-length scans, so `jax.grad` (reverse mode) works
-    and stores one state per step: memory O(steps p^2); `jax.jacfwd` / `jax.jvp` (forward mode)
-    store nothing per step. Derivatives through the initial factor: with respect to W0 exact at
-    any rank; with respect to (M0, mu0) exact along directions that keep the rank of
-    M0 - mu0 mu0^T / d (all directions when it has full rank p). The factor `L` of a traced
-    initial condition may differ from the concrete call's by a right orthogonal factor
-    (L L^T is the same); M, mu, outputs and loss agree to rounding. For many members at once
-    with host validation, sharding and a tidy table, use `nqf.closed_sgd_sweep`.
+    **Under jit, vmap and grad.** `lr`, `momentum`, `weight_decay`, `W0`, `M0`, `mu0`, `batch_indices`, `key`
+    (a PRNG key or an integer seed) and the model's arrays (labels y, data values, g, B, f0) may be traced,
+    e.g. ``jax.vmap(lambda lr: closed_sgd(..., lr=lr).loss)`` or ``jax.grad(lambda y:
+    closed_sgd(nqf.DenseData(A, y), ...).loss[-1])``; the result is then a `MapTrajectory` of JAX arrays
+    (vmap: with a leading batch axis). `steps`, `save_every`, `batch_size`, `d`, `form`, `nesterov` and `loss`
+    fix the program and must be concrete. What changes under tracing: lr > 0, momentum in [0, 1), weight_decay
+    >= 0, finite W0/M0/mu0, batch indices in [0, m) and divergence (non-finite M) are checked at run time with
+    `equinox.error_if` (an error raised by the compiled program, or NaN outputs with ``EQX_ON_ERROR=nan``)
+    instead of raising `ValueError`/`FloatingPointError` here: under your `jax.jit` catch
+    `jax.errors.JaxRuntimeError` (`equinox.EquinoxRuntimeError` under `equinox.filter_jit` or an eager
+    `jax.vmap`), nqf's message in its text (docs/numerics.md, "Errors raised inside compiled code");
+    `nqf.closed_sgd_sweep` raises the documented types; the symmetry of M0 and the realizability of (M0, mu0,
+    d) are NOT checked. A traced `momentum` always runs the momentum program (with beta = 0 it is plain SGD:
+    the same numbers for ``form="factor"``). The loops become fixed-length scans, so `jax.grad` (reverse mode)
+    works and stores one state per step: memory O(steps p^2); `jax.jacfwd` / `jax.jvp` (forward mode) store
+    nothing per step. Derivatives through the initial factor: with respect to W0 exact at any rank; with
+    respect to (M0, mu0) exact along directions that keep the rank of M0 - mu0 mu0^T / d (all directions when
+    it has full rank p). The factor `L` of a traced initial condition may differ from the concrete call's by a
+    right orthogonal factor (L L^T is the same); M, mu, outputs and loss agree to rounding. For many members
+    at once with host validation, sharding and a tidy table, use `nqf.closed_sgd_sweep`.
 
-    **Raises:** `ValueError` for shapes inconsistent with the model (W0, M0, mu0), a width d that
-    is not an integer >= 1 or cannot produce (M0, mu0) (M0 - mu0 mu0^T/d must be PSD of rank
-    <= d - 1) or disagrees with W0, an unknown `form`, lr <= 0 or not finite, momentum outside
-    [0, 1) (or 0 with `nesterov=True`), weight_decay < 0, a batch schedule of the wrong shape,
-    out-of-range indices or a batch size outside [1, m], steps/save_every not integers >= 1;
-    `TypeError` for a bad model or loss (`ValueError` for a loss coupling k outputs on m rows not
-    a multiple of k); `FloatingPointError` if the iteration diverges (reduce `lr`).
+    **Raises:** `ValueError` for shapes inconsistent with the model (W0, M0, mu0), a width d that is not an
+    integer >= 1 or cannot produce (M0, mu0) (M0 - mu0 mu0^T/d must be PSD of rank <= d - 1) or disagrees with
+    W0, an unknown `form`, lr <= 0 or not finite, momentum outside [0, 1) (or 0 with `nesterov=True`),
+    weight_decay < 0, a batch schedule of the wrong shape, out-of-range indices or a batch size outside [1,
+    m], steps/save_every not integers >= 1; `TypeError` for a bad model or loss (`ValueError` for a loss
+    coupling k outputs on m rows not a multiple of k); `FloatingPointError` if the iteration diverges (reduce
+    `lr`).
     """
+    lr, steps, batch_indices, batch_size, key, weight_decay, momentum, nesterov, loss = keyword_options(
+        "closed_sgd", sgd, **SGD_KEYWORDS
+    )
     model = as_model(model)
     steps = check_count(steps, "steps")
     lr = check_lr_or_rates(lr, steps)
@@ -807,10 +850,7 @@ def closed_sgd(
     gamma = check_weight_decay(weight_decay)
     beta = check_momentum(momentum)
     nesterov = check_nesterov(nesterov, beta)
-    if form not in FORMS:
-        raise ValueError(f"`form` must be one of {FORMS}; found {form!r}.")
-    if step_values not in STEP_VALUES:
-        raise ValueError(f"`step_values` must be one of {STEP_VALUES}; found {step_values!r}.")
+    _check_choices(form=(form, FORMS), step_values=(step_values, STEP_VALUES))
     loss = as_loss(loss)
     M0, mu0, d, L0 = _initial_order_params(model, M0, mu0, d, W0)
     check_saves_memory("closed_sgd", steps, save_every, saved_floats(model))
@@ -819,33 +859,10 @@ def closed_sgd(
     traced = any_traced(model, lr, gamma, beta, M0, mu0, L0, idx)
     config = (form, is_traced(beta) or beta > 0.0, bool(nesterov))
     params, init = _numeric(traced, lr, d, gamma, beta, M0, mu0, L0)
-    if step_values != "none":
-        memory.check(
-            8.0 * (steps + 1) * (1 + (model.p if step_values == "all" else 0)),
-            f"closed_sgd: step_values={step_values!r} for {steps} steps of p = {model.p}",
-            "step_values='loss' or 'none', fewer steps, or NQF_MEMORY_BUDGET.",
-        )
+    _check_step_values_memory(step_values, steps, model.p)
     counts = loop_counts(save_every, remainder, static=traced or step_values != "none")
     out = _run(model, loss, config, params, init, idx, n_saves, *counts, step_values)
-    if not traced:
-        out = jax.tree.map(np.asarray, out)
-    Ms, mus, outputs, losses, extras = check_finite(out, out[0], saved, "The closed map diverged: non-finite M", lr)
-    return MapTrajectory(
-        steps=saved,
-        t=lr * saved if np.ndim(lr) == 0 else step_times(lr, steps)[saved],  # no (steps + 1,) array
-        M=Ms,
-        mu=None if mu0 is None else mus,
-        outputs=outputs,
-        loss=losses,
-        L=extras.get("L"),
-        P=extras.get("P"),
-        Q=extras.get("Q"),
-        d=d,
-        lr=lr,
-        form=form,
-        step_loss=extras.get("step_loss"),
-        step_eigenvalues=extras.get("step_eigenvalues"),
-    )
+    return _trajectory(out if traced else jax.tree.map(np.asarray, out), saved, lr, steps, d, form, mu0 is not None)
 
 
 def saved_floats(model) -> int:

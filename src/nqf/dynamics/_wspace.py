@@ -30,16 +30,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, Int
 
-from .._core._checks import as_weights, check_positive, is_traced
+from .._core._checks import REQUIRED, as_weights, check_positive, is_traced, keyword_options
 from .._core.io import Saveable
 from ..data._model import NQFModel, as_model
 from ..data._operators import AbstractData
@@ -201,24 +200,49 @@ def _simulate(opt, W0, idx, n_saves: int, save_every, remainder, has_remainder: 
 _run = eqx.filter_jit(_simulate)
 
 
+_TRAIN_W_KEYWORDS = dict(
+    lr=REQUIRED,
+    steps=REQUIRED,
+    momentum=None,
+    nesterov=False,
+    weight_decay=0.0,
+    batch_indices=None,
+    batch_size=None,
+    key=None,
+    loss=None,
+    **ADAM_DEFAULTS,
+)  # the keyword options of `train_w`, in the order it reads them
+
+
+def _check_adam(adam_b1, adam_b2, adam_eps):
+    """Adam's constants (b1, b2, eps) of `train_w`, checked: b1, b2 in [0, 1), eps > 0 (at run
+    time when traced)."""
+    if any_traced(adam_b1, adam_b2):
+        b1, b2 = check_unit_interval(adam_b1, "adam_b1"), check_unit_interval(adam_b2, "adam_b2")
+    else:
+        b1 = check_positive(adam_b1, "adam_b1", allow_zero=True)
+        b2 = check_positive(adam_b2, "adam_b2", allow_zero=True)
+        if b1 >= 1.0 or b2 >= 1.0:
+            raise ValueError(f"`adam_b1` and `adam_b2` must lie in [0, 1); found {b1!r}, {b2!r}.")
+    return b1, b2, check_hyper(adam_eps, "adam_eps")
+
+
+def _kind(name: str, beta, nesterov: bool) -> str:
+    """The update program of `train_w`: "adam", "optax", "sgd", "heavy" or "nesterov"."""
+    if name in ("adam", "optax"):
+        return name
+    if not is_traced(beta) and beta == 0.0:
+        return "sgd"
+    return "nesterov" if nesterov else "heavy"  # a traced beta runs the momentum program (beta = 0: SGD's numbers)
+
+
 def train_w(
     model: NQFModel | AbstractData,
     W0: Float[ArrayLike, "p d"],
     *,
-    lr: float | Float[Array, ""],
-    steps: int,
     optimizer: str | optax.GradientTransformation = "sgd",
-    momentum: float | Float[Array, ""] | None = None,
-    nesterov: bool = False,
-    weight_decay: float | Float[Array, ""] = 0.0,
-    batch_indices: Int[ArrayLike, "steps b"] | None = None,
-    batch_size: int | None = None,
-    key: PRNGKeyArray | int | None = None,
-    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
-    adam_b1: float = ADAM_DEFAULTS["adam_b1"],
-    adam_b2: float = ADAM_DEFAULTS["adam_b2"],
-    adam_eps: float = ADAM_DEFAULTS["adam_eps"],
     save_every: int = 1,
+    **options,
 ) -> WTrajectory:
     """Train the weights W (p, d) of an NQF directly, with autodiff gradients.
 
@@ -257,6 +281,9 @@ def train_w(
       `nqf.PerSampleLoss` over k outputs (``as_loss("cross_entropy", k)``; batches then select
       inputs, as in `closed_sgd`).
     - `adam_b1`, `adam_b2` in [0, 1), `adam_eps` > 0: Adam's constants.
+    - The keywords besides `optimizer` and `save_every` (`lr`, `steps`, `momentum`, `nesterov`,
+      `weight_decay`, batches, `loss`, Adam's constants) are read from ``**options`` by name
+      (an unknown one is a `TypeError`).
 
     **Returns:** a `WTrajectory` (W (n, p, d), M, mu, outputs, loss); step n is at t = lr * n
     (gradient-flow time for SGD; just a step count for Adam and optax transformations). Cost per step O(p^2 d) plus the
@@ -280,6 +307,9 @@ def train_w(
     >= 1; `TypeError` for a bad model or loss, or an `optimizer` that is neither a str nor an
     `optax.GradientTransformation`; `FloatingPointError` on divergence.
     """
+    lr, steps, momentum, nesterov, weight_decay, batch_indices, batch_size, key, loss, adam_b1, adam_b2, adam_eps = (
+        keyword_options("train_w", options, **_TRAIN_W_KEYWORDS)
+    )
     model = as_model(model)
     transform = optax_transformation(optimizer)  # None for a name; TypeError for other types
     if transform is None:
@@ -292,14 +322,7 @@ def train_w(
     steps = check_count(steps, "steps")
     save_every = check_count(save_every, "save_every")
     gamma = check_weight_decay(weight_decay)
-    if any_traced(adam_b1, adam_b2):
-        b1, b2 = check_unit_interval(adam_b1, "adam_b1"), check_unit_interval(adam_b2, "adam_b2")
-    else:
-        b1 = check_positive(adam_b1, "adam_b1", allow_zero=True)
-        b2 = check_positive(adam_b2, "adam_b2", allow_zero=True)
-        if b1 >= 1.0 or b2 >= 1.0:
-            raise ValueError(f"`adam_b1` and `adam_b2` must lie in [0, 1); found {b1!r}, {b2!r}.")
-    eps = check_hyper(adam_eps, "adam_eps")
+    b1, b2, eps = _check_adam(adam_b1, adam_b2, adam_eps)
     loss = as_loss(loss)
     W0 = as_weights(W0, model.p)
     if is_traced(W0):
@@ -310,26 +333,11 @@ def train_w(
     )  # W, M, mu, outputs, loss
     idx = resolve_loss_batches(loss, batch_indices, batch_size, key, model.m, steps)
     saved, n_saves, remainder = save_schedule(steps, save_every)
-    if name in ("adam", "optax"):
-        kind = name
-    elif not is_traced(beta) and beta == 0.0:
-        kind = "sgd"
-    else:  # a traced beta runs the momentum program (beta = 0 gives the same numbers as SGD)
-        kind = "nesterov" if nesterov else "heavy"
+    kind = _kind(name, beta, nesterov)
     traced = any_traced(model, lr, gamma, beta, b1, b2, eps, W0, idx)
-    f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
-    opt = _Optimizer(
-        model=model,
-        loss=loss,
-        lr=f64(lr),
-        gamma=f64(gamma),
-        beta=f64(beta),
-        b1=f64(b1),
-        b2=f64(b2),
-        eps=f64(eps),
-        kind=kind,
-        transform=transform,
-    )
+    hyper = dict(lr=lr, gamma=gamma, beta=beta, b1=b1, b2=b2, eps=eps)
+    hyper = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in hyper.items()}
+    opt = _Optimizer(model=model, loss=loss, kind=kind, transform=transform, **hyper)
     # optax: the transformation may close over tracers nqf cannot see, so fixed-length loops
     # (differentiable), and the result's tracedness decides the conversion to numpy
     static = traced or transform is not None

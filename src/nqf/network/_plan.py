@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float, PyTree
 
-from .._core._checks import check_positive
+from .._core._checks import check_positive, keyword_options
 from .._core.io import Saveable
 from ..data import Network, NQFModel
 from ..dynamics._training import SGD
@@ -171,8 +171,6 @@ def plan(
     y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"],
     training: SGD | None = None,
     *,
-    lr: float | None = None,
-    momentum: float = 0.0,
     W0: Float[ArrayLike, "p d"] | None = None,
     init_scale: float | None = None,
     t_max: float = 1e5,
@@ -180,6 +178,7 @@ def plan(
     margins: tuple[float, float] = (0.5, 0.5),
     n_points: int = 17,
     extract_options: dict[str, Any] | None = None,
+    **intended,
 ) -> Plan:
     """Plan a training run before it starts: the stability edge of the NQF's gradient-descent
     map along the predicted path (a stable lr), the end of the learning phase (a horizon) and
@@ -192,7 +191,8 @@ def plan(
       are checked, as `lr` and `momentum` are (give one or the other).
     - `lr`: the learning rate you intend to use (optional): checked against the edge (a
       `HorizonWarning` with the edge's value when it is past it). `momentum`: heavy-ball beta in
-      [0, 1) (the edge is 2 (1 + beta) / S).
+      [0, 1) (the edge is 2 (1 + beta) / S). Both are keywords read from ``**intended`` (an
+      unknown keyword is a `TypeError`).
     - `t_max`: the longest horizon searched (gradient-flow time); `phase_tol`: the learning
       phase ends when L - L_inf <= phase_tol (L(0) - L_inf), as in `nqf.predict`.
     - `margins`: (lr_margin, horizon_margin): suggested lr = lr_margin x lr_edge, suggested
@@ -208,12 +208,7 @@ def plan(
     horizon is `t_max`) or when `lr` is past the stability edge; `nqf.InitScaleWarning` when the
     initialization is not small (a module-vs-NQF loss gap above 1 % of L(0)).
     """
-    if training is not None:
-        if not isinstance(training, SGD):
-            raise TypeError(f"plan: `training` must be an nqf.SGD (the run to check); found {type(training).__name__}.")
-        if lr is not None or momentum:
-            raise ValueError("plan: give `training` or `lr`/`momentum`, not both.")
-        lr, momentum = training.lr_max, float(training.momentum)
+    lr, momentum = _intended(training, intended)
     net = as_network(network)
     x, y2, m, k = check_data(net, x, y)
     W0 = initial_weights(net, W0, init_scale)
@@ -290,6 +285,20 @@ def plan(
             n_points=int(n_points),
         ),
     )
+
+
+def _intended(training, intended: dict):
+    """(lr, momentum) that `plan` checks: from the `training` description or the keywords `lr`,
+    `momentum` (`intended`), not both. **Raises:** `TypeError` for a `training` that is not an
+    `nqf.SGD` or an unknown keyword; `ValueError` for both."""
+    lr, momentum = keyword_options("plan", intended, lr=None, momentum=0.0)
+    if training is not None:
+        if not isinstance(training, SGD):
+            raise TypeError(f"plan: `training` must be an nqf.SGD (the run to check); found {type(training).__name__}.")
+        if lr is not None or momentum:
+            raise ValueError("plan: give `training` or `lr`/`momentum`, not both.")
+        lr, momentum = training.lr_max, float(training.momentum)
+    return lr, momentum
 
 
 def _mean_field(model) -> bool:

@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .._core._checks import as_array, check_flag, shape_str
+from .._core._checks import REQUIRED, as_array, check_flag, keyword_options, shape_str
 from ..data._model import as_model
 from ..dynamics import _maps as maps
 from ..dynamics._batches import _draw, check_batch_indices, check_schedule_memory
@@ -364,23 +364,115 @@ def _place(args, devs, B: int, batched: tuple):
 # Front end
 
 
+def _refuse_traced(**named) -> None:
+    """`TypeError` naming the first traced argument of `closed_sgd_sweep` (a host-side driver)."""
+    for name, value in named.items():
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value)):
+            raise TypeError(
+                f"`closed_sgd_sweep` cannot run inside jax.jit / jax.vmap / jax.grad (found a traced "
+                f"`{name}`): it validates, batches, shards and reports its members on the host. Inside "
+                "JAX code use jax.vmap over nqf.closed_sgd, which is transformable, e.g. "
+                "jax.vmap(lambda lr: nqf.closed_sgd(model, W0=W0, lr=lr, steps=steps).loss)(lrs)."
+            )
+
+
+def _successful(saved, Ms, lrs, throw: bool) -> np.ndarray:
+    """(B,) bool: the members whose saved M stayed finite; `FloatingPointError` naming the
+    diverged members (up to 10) when `throw`."""
+    B = Ms.shape[0]
+    bad = [(i, first_nonfinite_step(saved, Ms[i])) for i in range(B)]
+    bad = [(i, k) for i, k in bad if k is not None]
+    if bad and throw:
+        listed = ", ".join(f"member {i} by step {k} (lr={lrs[i]:g})" for i, k in bad[:10])
+        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+        raise FloatingPointError(
+            f"The closed map diverged (non-finite M) for {len(bad)} of {B} members: {listed}{more}. "
+            "Reduce their `lr`, or pass throw=False to keep the others."
+        )
+    successful = np.ones(B, dtype=bool)
+    successful[[i for i, _ in bad]] = False
+    return successful
+
+
+_SWEEP_KEYWORDS = dict(
+    lr=REQUIRED,
+    steps=REQUIRED,
+    momentum=0.0,
+    weight_decay=0.0,
+    nesterov=False,
+    batch_indices=None,
+    batch_size=None,
+    key=None,
+    loss=None,
+    gather="all",
+)  # the keyword options of `closed_sgd_sweep`, in the order it reads them
+
+
+def _check_shared(steps, save_every, nesterov, form, throw):
+    """(steps, save_every, throw) of `closed_sgd_sweep`, checked with `nesterov` and `form`."""
+    steps = check_count(steps, "steps")
+    save_every = check_count(save_every, "save_every")
+    if not isinstance(nesterov, (bool, np.bool_)):
+        raise TypeError(f"`nesterov` must be True or False; found {nesterov!r}.")
+    if form not in FORMS:
+        raise ValueError(f"`form` must be one of {FORMS}; found {form!r}.")
+    return steps, save_every, check_flag(throw, "throw")
+
+
+def _run_members(model, loss, config, values, inits, schedule, counts, devs):
+    """The compiled run of B members: `values` (lrs, d, gammas, betas) and `inits` (M0s, mu0s,
+    L0s) per member, `schedule` (idx, idx_batched), `counts` (n_saves, *loop_counts), placed on
+    `devs` (`_place`). Returns `_run_sweep`'s output (padded to the devices)."""
+    lrs, d, gammas, betas = values
+    idx, idx_batched = schedule
+    B = lrs.shape[0]
+    (lr_a, d_a, gamma_a, beta_a), (M0_a, mu0_a, L0_a) = maps._numeric(False, lrs, d, gammas, betas, *inits)
+    mu0_a = np.broadcast_to(mu0_a, (B,) + mu0_a.shape[-1:])
+    args = (lr_a, gamma_a, beta_a, (M0_a, mu0_a, L0_a), idx)
+    args, mesh = _place(args, devs, B, (True, True, True, True, idx_batched))
+    lr_a, gamma_a, beta_a, init, idx = args
+    n_saves, every, remainder, has_remainder = counts
+    params = (lr_a, d_a, gamma_a, beta_a)
+    return _run_sweep(
+        model, loss, config, params, init, idx, idx_batched, n_saves, every, remainder, has_remainder, mesh
+    )
+
+
+def _members(kw: dict, model, loss, steps: int, save_every: int):
+    """The members of a `closed_sgd_sweep` call `kw` (its arguments): the swept values
+    (name -> (values, batched)), the batch schedules (idx, idx_batched, seeds) and the number of
+    members B, memory checked first. **Raises:** `ValueError` for batched arguments of
+    different lengths or a swept value that is not a scalar or 1-d."""
+    swept = {
+        name: _member_values(kw[name], name, check)
+        for name, check in (("lr", check_lr), ("momentum", check_momentum), ("weight_decay", check_weight_decay))
+    }
+    sizes = {k: v[0].shape[0] for k, v in swept.items() if v[1]}
+    for name, ndim in (("W0", 2), ("M0", 2), ("mu0", 1)):
+        if kw[name] is not None and np.ndim(kw[name]) == ndim + 1:
+            sizes[name] = np.shape(kw[name])[0]
+    keys, rows, batch_size = cast(Any, kw["key"]), cast(Any, kw["batch_indices"]), kw["batch_size"]
+    members = max([1, *sizes.values(), np.shape(keys)[0] if np.ndim(keys) == 1 else 1])  # checked below
+    if np.ndim(rows) == 3:
+        members = max(members, np.shape(rows)[0])
+    check_saves_memory("closed_sgd_sweep", steps, save_every, maps.saved_floats(model), members, " or members per call")
+    if batch_size is not None and np.ndim(keys) == 1:  # one schedule per member, drawn at once
+        check_schedule_memory(loss_inputs(loss, model.m), int(batch_size), steps, members)
+    idx, idx_batched, seeds, n_idx = _schedules(rows, batch_size, keys, loss_inputs(loss, model.m), steps)
+    idx = expand_rows(idx, loss.k)  # a loss coupling k outputs: batches select inputs (all k rows)
+    if n_idx is not None:
+        sizes["batch_indices" if rows is not None else "key"] = n_idx
+    return swept, idx, idx_batched, seeds, _batch_size(sizes)
+
+
 @accepts_training(schedules=False)
 def closed_sgd_sweep(
     model,
     *,
-    lr,
-    steps: int,
     W0=None,
     M0=None,
     mu0=None,
     d=None,
-    momentum=0.0,
-    weight_decay=0.0,
-    nesterov: bool = False,
-    batch_indices=None,
-    batch_size: int | None = None,
-    key=None,
-    loss=None,
     save_every: int = 1,
     form: str = "factor",
     devices=None,
@@ -388,7 +480,7 @@ def closed_sgd_sweep(
     checkpoint=None,
     chunk_size: int | None = None,
     progress=None,
-    gather: str = "all",
+    **options,
 ) -> MapSweep | None:
     """Run `nqf.closed_sgd` for a batch of members in one compiled call (Theorem 2, Corollary 2).
 
@@ -411,6 +503,10 @@ def closed_sgd_sweep(
       schedule), or one per member: a 1-d integer array of seeds (B,) or a PRNG key array (B,)
       (member i draws exactly what `closed_sgd(..., key=key[i])` draws).
     - `steps`, `save_every`, `nesterov`, `loss`, `form`: as in `closed_sgd`, shared.
+    - The training keywords `lr`, `steps`, `momentum`, `weight_decay`, `nesterov`, batches and
+      `loss` are those of an `nqf.SGD`: given one by one, or as the description (second
+      positional argument, a constant learning rate). They and `gather` are read from
+      ``**options`` (an unknown keyword is a `TypeError`).
     - `devices`: None (default: JAX's default device, nothing placed), ``"all"``, an int n (the
       first n devices) or a list of devices: shard the members over them (module docstring).
     - `throw`: raise if a member diverges (default); with False, diverged members are marked in
@@ -432,116 +528,42 @@ def closed_sgd_sweep(
     `jax.vmap` / `jax.grad` it raises a `TypeError` naming the argument; use ``jax.vmap`` over
     `nqf.closed_sgd` there.
 
-    **Raises:** `TypeError` for a traced argument; everything `closed_sgd` raises for a member's
-    arguments (`ValueError` /
-    `TypeError`, the message naming the member index for batched arguments); `ValueError` if the
-    batched arguments have different numbers of members, or a swept value is not a scalar or
-    1-d, or for unavailable `devices`, a bad `gather`, or arguments that differ between the
-    processes of a `jax.distributed` sweep (naming them); `TimeoutError` if another process does
-    not make the same call in time; `FloatingPointError` naming the members that diverged
-    (with ``throw=True``).
+    **Raises:** `TypeError` for a traced argument or an unknown keyword; everything `closed_sgd`
+    raises for a member's arguments (`ValueError` / `TypeError`, the message naming the member index
+    for batched arguments); `ValueError` if the batched arguments have different numbers of members,
+    or a swept value is not a scalar or 1-d, or for unavailable `devices`, a bad `gather`, or
+    arguments that differ between the processes of a `jax.distributed` sweep (naming them);
+    `TimeoutError` if another process does not make the same call in time; `FloatingPointError`
+    naming the members that diverged (with ``throw=True``).
     """
+    lr, steps, momentum, weight_decay, nesterov, batch_indices, batch_size, key, loss, gather = keyword_options(
+        "closed_sgd_sweep", options, **_SWEEP_KEYWORDS
+    )
+    kw = {k: v for k, v in locals().items() if k not in ("options", "checkpoint", "chunk_size", "progress")}
     if checkpoint is not None or chunk_size is not None or progress not in (None, False):
-        kw = dict(locals())
-        for k in ("checkpoint", "chunk_size", "progress"):
-            kw.pop(k)
         return _FRONT_END["closed_sgd_sweep"](kw, checkpoint=checkpoint, chunk_size=chunk_size, progress=progress)
-    for name, value in (
-        ("model", model),
-        ("lr", lr),
-        ("W0", W0),
-        ("M0", M0),
-        ("mu0", mu0),
-        ("momentum", momentum),
-        ("weight_decay", weight_decay),
-        ("key", key),
-    ):
-        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value)):
-            raise TypeError(
-                f"`closed_sgd_sweep` cannot run inside jax.jit / jax.vmap / jax.grad (found a traced "
-                f"`{name}`): it validates, batches, shards and reports its members on the host. Inside "
-                "JAX code use jax.vmap over nqf.closed_sgd, which is transformable, e.g. "
-                "jax.vmap(lambda lr: nqf.closed_sgd(model, W0=W0, lr=lr, steps=steps).loss)(lrs)."
-            )
+    _refuse_traced(model=model, lr=lr, W0=W0, M0=M0, mu0=mu0, momentum=momentum, weight_decay=weight_decay, key=key)
     model = as_model(model)
-    steps = check_count(steps, "steps")
-    save_every = check_count(save_every, "save_every")
-    if not isinstance(nesterov, (bool, np.bool_)):
-        raise TypeError(f"`nesterov` must be True or False; found {nesterov!r}.")
-    if form not in FORMS:
-        raise ValueError(f"`form` must be one of {FORMS}; found {form!r}.")
-    throw = check_flag(throw, "throw")
+    steps, save_every, throw = _check_shared(steps, save_every, nesterov, form, throw)
     loss = as_loss(loss)
-    swept = {
-        name: _member_values(x, name, check)
-        for name, x, check in (
-            ("lr", lr, check_lr),
-            ("momentum", momentum, check_momentum),
-            ("weight_decay", weight_decay, check_weight_decay),
-        )
-    }
-    sizes = {k: v[0].shape[0] for k, v in swept.items() if v[1]}
-    for name, x, ndim in (("W0", W0, 2), ("M0", M0, 2), ("mu0", mu0, 1)):
-        if x is not None and np.ndim(x) == ndim + 1:
-            sizes[name] = np.shape(x)[0]
-    keys, rows = cast(Any, key), cast(Any, batch_indices)
-    members = max([1, *sizes.values(), np.shape(keys)[0] if np.ndim(keys) == 1 else 1])  # checked below
-    if np.ndim(rows) == 3:
-        members = max(members, np.shape(rows)[0])
-    check_saves_memory("closed_sgd_sweep", steps, save_every, maps.saved_floats(model), members, " or members per call")
-    if batch_size is not None and np.ndim(keys) == 1:  # one schedule per member, drawn at once
-        check_schedule_memory(loss_inputs(loss, model.m), int(batch_size), steps, members)
-    idx, idx_batched, seeds, n_idx = _schedules(batch_indices, batch_size, key, loss_inputs(loss, model.m), steps)
-    idx = expand_rows(idx, loss.k)  # a loss coupling k outputs: batches select inputs (all k rows)
-    if n_idx is not None:
-        sizes["batch_indices" if batch_indices is not None else "key"] = n_idx
-    B = _batch_size(sizes)
+    swept, idx, idx_batched, seeds, B = _members(kw, model, loss, steps, save_every)
     devs = _resolve_devices(devices)
     gather = _check_gather(gather)
     distributed = _dist.spans_processes(devs)
     if distributed:  # jax.distributed: the same call in every process, or a clear error
-        named = dict(model=model, lr=lr, steps=steps, W0=W0, M0=M0, mu0=mu0, d=d, momentum=momentum)
-        named.update(weight_decay=weight_decay, nesterov=nesterov, batch_indices=batch_indices)
-        named.update(batch_size=batch_size, key=key, loss=loss, save_every=save_every, form=form)
-        named.update(devices=[x.id for x in devs or ()], throw=throw, gather=gather)
-        _dist.check_same_arguments("closed_sgd_sweep", named)
+        named = kw | dict(model=model, steps=steps, loss=loss, save_every=save_every, throw=throw, gather=gather)
+        _dist.check_same_arguments("closed_sgd_sweep", named | {"devices": [x.id for x in devs or ()]})
     M0s, mu0s, d, L0s = _initial_batch(model, W0, M0, mu0, d, B)
     lrs, betas, gammas = (np.broadcast_to(swept[k][0], (B,)) for k in ("lr", "momentum", "weight_decay"))
     check_nesterov(nesterov, betas, " for every member")
     saved, n_saves, remainder = save_schedule(steps, save_every)
 
     config = (form, bool(betas.max() > 0.0) or _MOMENTUM_MAP.get(), bool(nesterov))
-    (lr_a, d_a, gamma_a, beta_a), (M0_a, mu0_a, L0_a) = maps._numeric(False, lrs, d, gammas, betas, M0s, mu0s, L0s)
-    mu0_a = np.broadcast_to(mu0_a, (B,) + mu0_a.shape[-1:])
-    args = (lr_a, gamma_a, beta_a, (M0_a, mu0_a, L0_a), idx)
-    args, mesh = _place(args, devs, B, (True, True, True, True, idx_batched))
-    lr_a, gamma_a, beta_a, init, idx = args
-    out = _run_sweep(
-        model,
-        loss,
-        config,
-        (lr_a, d_a, gamma_a, beta_a),
-        init,
-        idx,
-        idx_batched,
-        n_saves,
-        *loop_counts(save_every, remainder),
-        mesh,
-    )
+    counts = (n_saves, *loop_counts(save_every, remainder))
+    out = _run_members(model, loss, config, (lrs, d, gammas, betas), (M0s, mu0s, L0s), (idx, idx_batched), counts, devs)
     out = _dist.to_host(out, distributed)  # under jax.distributed: gathered from every process
     Ms, mus, outputs, losses, extras = jax.tree.map(lambda x: x[:B], out)
-
-    bad = [(i, first_nonfinite_step(saved, Ms[i])) for i in range(B)]
-    bad = [(i, k) for i, k in bad if k is not None]
-    if bad and throw:
-        listed = ", ".join(f"member {i} by step {k} (lr={lrs[i]:g})" for i, k in bad[:10])
-        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
-        raise FloatingPointError(
-            f"The closed map diverged (non-finite M) for {len(bad)} of {B} members: {listed}{more}. "
-            "Reduce their `lr`, or pass throw=False to keep the others."
-        )
-    successful = np.ones(B, dtype=bool)
-    successful[[i for i, _ in bad]] = False
+    successful = _successful(saved, Ms, lrs, throw)
     if gather == "process0" and distributed and jax.process_index() != 0:
         return None
     return MapSweep(

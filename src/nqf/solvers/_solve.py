@@ -106,6 +106,8 @@ from .stiff import is_stiff
 __all__ = ["solve_flow", "FlowSolution", "MaxStepsReached", "SOLVERS"]
 
 # the keyword aliases of `solve_flow` (nqf.solvers._spec): old scalar keywords, still supported
+KEYWORD_DEFAULTS = {"loss": None, "max_steps": 100_000, "weight_decay": 0.0}  # solve_flow's keywords in **options
+
 FLOW_OPTIONS = (
     "rtol",
     "atol",
@@ -139,8 +141,6 @@ def solve_flow(
     saveat: Save | None = None,
     adjoint="auto",
     stop: Stop | None = None,
-    max_steps: int = 100_000,
-    weight_decay: float = 0.0,
     **options,
 ) -> FlowSolution:
     """Integrate the MSE gradient flow M' = Y M + M Y - K(M) M - M K(M) (Eq. E9), or for a
@@ -200,8 +200,8 @@ def solve_flow(
       memory O(state x log(max_steps))). The host backends refuse it.
     - `stop`: an `nqf.Stop` (`Stop.loss_below(value)`, `Stop.ignition(k, rho)`, `Stop.when(fn)`):
       the solve ends when it first holds (a root find; `stop_time`, `stop_reason`).
-    - `max_steps`: solver step budget; `weight_decay`: gamma >= 0.
-    - `**options`: the keyword aliases above, and ``progress`` (diffrax's text progress meter)
+    - `max_steps` (default 100_000): solver step budget; `weight_decay` (default 0): gamma >= 0.
+    - `**options`: `loss`, `max_steps`, `weight_decay`, the keyword aliases above, ``progress`` (diffrax's text progress meter)
       and ``memory_budget`` (bytes this call may allocate; `nqf.memory`: the saved states, stage
       vectors, a stiff solver's dense matrices and a dense output are estimated first).
     - ``accuracy`` (option, in [1e-13, 1)): the global relative error to reach (max over saved
@@ -222,7 +222,7 @@ def solve_flow(
     before `t1`; `nqf.AssumptionError` (with the residual) for the exact
     backend on data whose features are not orthogonal.
     """
-    loss = options.pop("loss", None)  # a keyword (read here: the signature stays at 14 parameters)
+    loss, max_steps, weight_decay = (options.pop(k, v) for k, v in KEYWORD_DEFAULTS.items())  # keywords read here
     check_options(options, FLOW_OPTIONS, "solve_flow")
     source, form = _with_loss(data, loss, form)
     form, form_d = as_form(form)

@@ -80,7 +80,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import diffrax
 import equinox as eqx
@@ -661,8 +661,6 @@ def solve_sweep(
     solver=None,
     stepsize_controller: PID | None = None,
     saveat: Save | None = None,
-    max_steps: int = 100_000,
-    weight_decay: float = 0.0,
     devices=None,
     **options,
 ) -> SweepSolution | None:
@@ -676,61 +674,53 @@ def solve_sweep(
 
     **Arguments:**
 
-    - `data`: one data set (`DenseData`, `CommutingData`, `LowRankData`) shared by all members,
-      or a sequence of B data sets of the same type and shapes (seeds, a theta grid), stacked
-      into one batched pytree.
-    - Initial conditions, exactly one of: `eps` (scalar or (B,)): M0 = eps * I (small
-      initialization W0 = sqrt(eps) I), or with a base `M0` (p, p): M0_i = eps_i * M0; `M0`
-      (p, p) or a batch (B, p, p); `W0` (p, d) or a batch (B, p, d); for commuting data (GLV
-      form) `z0` (p,) or a batch (B, p) of mode strengths >= 0, alone or with `eps` (B,)
-      (z0_i = eps_i z0). With commuting data and the GLV form, `eps` alone is z0 = eps: no
-      p x p matrix is formed (eps sweeps at any p); `init` then holds z0 (B, p) (`init_is_z`).
-      An unbatched initial condition is shared by all data sets; a batched one is paired
-      member by member with a sequence of data sets (the sizes must agree).
-    - `t1`, `t0` (gradient-flow times), `form` (a form object or ``"auto"``, ``"M"``,
-      ``"factor"``, ``"glv"``; not ``"M-mu"``), `solver` (a diffrax solver or its name),
-      `stepsize_controller` (`PID`; options ``rtol``, ``atol``, ``pcoeff``, ``icoeff``,
-      ``dt0``), `saveat` (`Save(ts)`: the saved times, default 201; option ``ts``; only the
-      state, no dense output), `max_steps`, `weight_decay`: as in `solve_flow`. The default
-      atol is per member, as `solve_flow` would choose it; a given atol is a scalar or one value
-      per member (B,). A stiff solver (option ``stiff=True``, "rodas5p" or a Kvaerno name) gets
-      `nqf.stiff`'s structured linear solve in the GLV form for `DiagonalData` and one shared
-      `CommutingData`; otherwise lineax's dense LU, for which ``mode="auto"`` picks the vmap mode.
-    - `devices`: None (default: JAX's default device, batch not placed), ``"all"``, an int n
-      (the first n devices) or a list of devices: the batch is sharded over a ``"batch"`` mesh
-      axis (padded to a multiple of the device count, the padding stripped). Stiff sweeps shard
-      for `DiagonalData` and for a shared `CommutingData` in the joint mode only. Under
-      `jax.distributed` ``"all"`` means the devices of every process (module docstring); a
-      list that spans processes must include a device of each process.
-    - `**options`: the keyword aliases above and ``mode``: ``"auto"`` (default: ``"joint"``
-      when all members have the same atol, else ``"vmap"``), ``"joint"`` (one ODE on the stacked
-      state, shared steps; `stats` and `results` shared) or ``"vmap"`` (lockstep, each member
-      its own steps), see the module docstring; ``throw`` (default True: raise if any member
-      fails; False: report in `results` / `successful`); ``memory_budget`` (bytes; B members'
-      states are estimated first, `nqf.memory.MemoryBudgetError`); ``gather``: ``"all"``
+    - `data`: one data set (`DenseData`, `CommutingData`, `LowRankData`) shared by all members, or a sequence of
+      B data sets of the same type and shapes (seeds, a theta grid), stacked into one batched pytree.
+    - Initial conditions, exactly one of: `eps` (scalar or (B,)): M0 = eps * I (small initialization W0 =
+      sqrt(eps) I), or with a base `M0` (p, p): M0_i = eps_i * M0; `M0` (p, p) or a batch (B, p, p); `W0` (p, d)
+      or a batch (B, p, d); for commuting data (GLV form) `z0` (p,) or a batch (B, p) of mode strengths >= 0,
+      alone or with `eps` (B,) (z0_i = eps_i z0). With commuting data and the GLV form, `eps` alone is z0 = eps:
+      no p x p matrix is formed (eps sweeps at any p); `init` then holds z0 (B, p) (`init_is_z`). An unbatched
+      initial condition is shared by all data sets; a batched one is paired member by member with a sequence of
+      data sets (the sizes must agree).
+    - `t1`, `t0` (gradient-flow times), `form` (a form object or ``"auto"``, ``"M"``, ``"factor"``, ``"glv"``;
+      not ``"M-mu"``), `solver` (a diffrax solver or its name), `stepsize_controller` (`PID`; options ``rtol``,
+      ``atol``, ``pcoeff``, ``icoeff``, ``dt0``), `saveat` (`Save(ts)`: the saved times, default 201; option
+      ``ts``; only the state, no dense output), `max_steps`, `weight_decay` (options): as in `solve_flow`. The
+      default atol is per member, as `solve_flow` would choose it; a given atol is a scalar or one value per
+      member (B,). A stiff solver (option ``stiff=True``, "rodas5p" or a Kvaerno name) gets `nqf.stiff`'s
+      structured linear solve in the GLV form for `DiagonalData` and one shared `CommutingData`; otherwise
+      lineax's dense LU, for which ``mode="auto"`` picks the vmap mode.
+    - `devices`: None (default: JAX's default device, batch not placed), ``"all"``, an int n (the first n
+      devices) or a list of devices: the batch is sharded over a ``"batch"`` mesh axis (padded to a multiple of
+      the device count, the padding stripped). Stiff sweeps shard for `DiagonalData` and for a shared
+      `CommutingData` in the joint mode only. Under `jax.distributed` ``"all"`` means the devices of every
+      process (module docstring); a list that spans processes must include a device of each process.
+    - `**options`: the keyword aliases above and ``mode``: ``"auto"`` (default: ``"joint"`` when all members
+      have the same atol, else ``"vmap"``), ``"joint"`` (one ODE on the stacked state, shared steps; `stats` and
+      `results` shared) or ``"vmap"`` (lockstep, each member its own steps), see the module docstring; ``throw``
+      (default True: raise if any member fails; False: report in `results` / `successful`); ``memory_budget``
+      (bytes; B members' states are estimated first, `nqf.memory.MemoryBudgetError`); ``gather``: ``"all"``
       (default) or ``"process0"`` (under `jax.distributed` only process 0 gets the result).
-    - Host solvers (``solver="lsoda"`` / ``"cvode"``, ``method="exact"``): the members are
-      `solve_flow` calls (`nqf.solvers._executor`), run in order here or through option
-      ``executor`` (any
+    - Host solvers (``solver="lsoda"`` / ``"cvode"``, ``method="exact"``): the members are `solve_flow` calls
+      (`nqf.solvers._executor`), run in order here or through option ``executor`` (any
       `concurrent.futures.Executor`: a spawn-started `ProcessPoolExecutor`, dask.distributed's
-      ``Client.get_executor()``), bitwise equal to the loop of those calls, members in tasks of
-      `chunk_size` (default 1); a member that raises does not stop the others (``throw=True``:
-      `SweepMemberError` naming each failed member and its exception, the others in its
-      `result`; ``throw=False``: marked in `successful` / `results`); option ``timeout``
-      (seconds, the whole sweep, with an executor) bounds the wait (`TimeoutError` naming the
-      unfinished members); ``mode="host"``.
-    - Option ``accuracy``: the global relative error to reach, as in `solve_flow` (one rtol
-      shared by the members, tightened until every successful member's estimate is at most
-      accuracy / 4; not with ``checkpoint``); `stats` gains ``global_error`` (B,), ``rtol``, ``accuracy_solves``.
-    - Option ``checkpoint``: a directory: run the members in chunks of `chunk_size` (JAX sweeps: default
-      B/16 rounded up, each chunk one compiled sub-sweep) and save each finished chunk there
-      (`nqf.save` format) with a fingerprint of the arguments; a rerun with the same arguments
-      reads the finished chunks and runs the others (a killed sweep loses the chunks in flight),
-      a rerun with other arguments is refused (`ValueError` naming them). The result is bitwise
-      that of the same call without `checkpoint`; against one call over all members
-      (``chunk_size=None``) equal to the solver tolerance (`nqf.solvers._checkpoint`).
-      `chunk_size` alone runs in chunks without saving; option ``progress`` (True: a line per
-      chunk on stderr, or a callable taking an `nqf.solvers.SweepProgress`) reports each chunk.
+      ``Client.get_executor()``), bitwise equal to the loop of those calls, members in tasks of `chunk_size`
+      (default 1); a member that raises does not stop the others (``throw=True``: `SweepMemberError` naming each
+      failed member and its exception, the others in its `result`; ``throw=False``: marked in `successful` /
+      `results`); option ``timeout`` (seconds, the whole sweep, with an executor) bounds the wait
+      (`TimeoutError` naming the unfinished members); ``mode="host"``.
+    - Option ``accuracy``: the global relative error to reach, as in `solve_flow` (one rtol shared by the
+      members, tightened until every successful member's estimate is at most accuracy / 4; not with
+      ``checkpoint``); `stats` gains ``global_error`` (B,), ``rtol``, ``accuracy_solves``.
+    - Option ``checkpoint``: a directory: run the members in chunks of `chunk_size` (JAX sweeps: default B/16
+      rounded up, each chunk one compiled sub-sweep) and save each finished chunk there (`nqf.save` format) with
+      a fingerprint of the arguments; a rerun with the same arguments reads the finished chunks and runs the
+      others (a killed sweep loses the chunks in flight), a rerun with other arguments is refused (`ValueError`
+      naming them). The result is bitwise that of the same call without `checkpoint`; against one call over all
+      members (``chunk_size=None``) equal to the solver tolerance (`nqf.solvers._checkpoint`). `chunk_size`
+      alone runs in chunks without saving; option ``progress`` (True: a line per chunk on stderr, or a callable
+      taking an `nqf.solvers.SweepProgress`) reports each chunk.
 
     **Returns:** a `SweepSolution` (batched arrays; `sol[i]` is member i as a `FlowSolution`);
     None in processes other than 0 with ``gather="process0"`` under `jax.distributed`.
@@ -738,51 +728,59 @@ def solve_sweep(
     Not transformable: a host-side driver of one compiled batch; a traced argument raises
     `TypeError` (inside JAX code use ``jax.vmap`` over `nqf.solve_flow`).
 
-    **Raises:** `TypeError` for a traced argument, a non-data `data` (an `NQFModel` included) or
-    an unknown keyword; `ValueError` for data sets of different types, structures or shapes,
-    batch sizes that do not agree, eps <= 0 or non-finite, bad shapes, non-symmetric / non-PSD
-    M0, bad tolerances or `ts`, form ``"M-mu"``, unavailable devices, a bad ``gather``, or
-    arguments that differ between processes (naming them); `TimeoutError` if another process of
-    a `jax.distributed` sweep does not make the same call in time; `NotImplementedError` for
-    a stiff sweep sharded where it is not supported; `MaxStepsReached` (naming the members) if
-    a member runs out of steps; `FloatingPointError` if a member blows up. With a checkpoint:
+    **Raises:** `TypeError` for a traced argument, a non-data `data` (an `NQFModel` included) or an unknown
+    keyword; `ValueError` for data sets of different types, structures or shapes, batch sizes that do not agree,
+    eps <= 0 or non-finite, bad shapes, non-symmetric / non-PSD M0, bad tolerances or `ts`, form ``"M-mu"``,
+    unavailable devices, a bad ``gather``, or arguments that differ between processes (naming them);
+    `TimeoutError` if another process of a `jax.distributed` sweep does not make the same call in time;
+    `NotImplementedError` for a stiff sweep sharded where it is not supported; `MaxStepsReached` (naming the
+    members) if a member runs out of steps; `FloatingPointError` if a member blows up. With a checkpoint:
     `ValueError` naming the arguments that differ from the checkpoint's. Host solvers:
-    `nqf.solvers.SweepMemberError` naming each failed member and its exception (``throw=True``),
-    `TimeoutError` naming the unfinished members, `TypeError` for an `executor` without
-    ``submit``, `ValueError` for `executor` with a JAX solver or `devices` with a host solver.
+    `nqf.solvers.SweepMemberError` naming each failed member and its exception (``throw=True``), `TimeoutError`
+    naming the unfinished members, `TypeError` for an `executor` without ``submit``, `ValueError` for `executor`
+    with a JAX solver or `devices` with a host solver.
     """
+    max_steps, weight_decay = options.pop("max_steps", 100_000), options.pop("weight_decay", 0.0)  # keywords
     check_options(options, SWEEP_OPTIONS, "solve_sweep")
     check_flag(options.get("throw", True), "throw")
+    args = dict(locals())
     if _chunked(solver, options):
         _refuse_traced(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, atol=options.get("atol"))
-        return _FRONT_END["solve_sweep"](dict(locals()))
+        return _FRONT_END["solve_sweep"](args)
     form, _ = as_form(form)
     call = _sweep_call(options, solver, stepsize_controller, saveat)
     _refuse_traced(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, ts=call.ts, atol=call.atol)
-    mode = options.get("mode", "auto")
-    if mode not in ("auto", "joint", "vmap"):
-        raise ValueError(f"`mode` must be 'auto', 'joint' or 'vmap'; found {mode!r}.")
+    mode = _check_mode(options.get("mode", "auto"))
     datas, data_batched = _stack_data(data)
     devs = _resolve_devices(devices)
     gather = _check_gather(options.get("gather", "all"))
     if _dist.spans_processes(devs):  # jax.distributed: the same call in every process, or a clear error
-        named = dict(data=data, eps=eps, M0=M0, W0=W0, z0=z0, t1=t1, t0=t0, form=form, solver=solver)
-        named.update(stepsize_controller=stepsize_controller, saveat=saveat, max_steps=max_steps)
-        named.update(weight_decay=weight_decay, devices=[d.id for d in devs or ()], **options)
-        _dist.check_same_arguments("solve_sweep", named)
+        named = {k: v for k, v in args.items() if k != "options"} | dict(form=form, **options)
+        _dist.check_same_arguments("solve_sweep", named | {"devices": [d.id for d in devs or ()]})
     if form == "M-mu":
         raise ValueError("`solve_sweep` does not support form='M-mu' (Eq. E10); use `solve_flow` per member.")
     _make_solver(call.solver, call.stiff)  # validates the name before the data work below
     call = call._replace(rtol=check_positive(call.rtol, "rtol"))
-    t0, t1, ts = _time_grid(t0, t1, call.ts)
-    gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
-    check_int(max_steps, "max_steps", expected="a positive integer")
-    grid = _Grid(gamma, t0, t1, ts, int(max_steps), call.memory_budget)
+    grid = _grid(t0, t1, call, weight_decay, max_steps)
     members = _members(datas, data_batched, (eps, M0, W0, z0), form, grid)
     batch, solver = _batch(members, call, grid)
     sol = _run(batch, solver, mode, devs, grid)
     out = _report(sol, members, batch, call, grid, weight_decay, options.get("throw", True))
     return None if gather == "process0" and jax.process_index() != 0 and _dist.spans_processes(devs) else out
+
+
+def _check_mode(mode) -> str:
+    if mode not in ("auto", "joint", "vmap"):
+        raise ValueError(f"`mode` must be 'auto', 'joint' or 'vmap'; found {mode!r}.")
+    return mode
+
+
+def _grid(t0, t1, call, weight_decay, max_steps) -> _Grid:
+    """The checked times, weight decay and step budget of a `solve_sweep` call."""
+    t0, t1, ts = _time_grid(t0, t1, call.ts)
+    gamma = check_positive(weight_decay, "weight_decay", allow_zero=True)
+    check_int(max_steps, "max_steps", expected="a positive integer")
+    return _Grid(gamma, cast(float, t0), cast(float, t1), cast(np.ndarray, ts), int(max_steps), call.memory_budget)
 
 
 def _check_gather(gather) -> str:

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
-from .._core._checks import any_traced
+from .._core._checks import any_traced, keyword_options
 from .._core._config import require_x64
 from .._core._errors import AssumptionError
 from .._core.io import Saveable
@@ -89,6 +89,48 @@ class Asymptote(Saveable):
     method: str
 
 
+_OPTIONS = dict(
+    tol=1e-7, curvature_tol=1e-8, init_tol=1e-2, max_segments=40, max_time=None, max_dense=4096, solve_options=None
+)  # the keyword options of `asymptote`, in the order it reads them
+
+
+def _check_options(method, init_tol, max_dense) -> None:
+    if method not in METHODS:
+        raise ValueError(f"`method` must be one of {METHODS}; found {method!r}.")
+    if not (isinstance(init_tol, (int, float)) and init_tol > 0 and np.isfinite(init_tol)):
+        raise ValueError(f"`init_tol` must be a finite number > 0; found {init_tol!r}.")
+    if isinstance(max_dense, bool) or not isinstance(max_dense, (int, np.integer)) or max_dense < 0:
+        raise ValueError(f"`max_dense` must be an integer >= 0; found {max_dense!r}.")
+
+
+def _check_method_data(method, data) -> None:
+    """`ValueError` for a forced closed form on data it does not apply to."""
+    if method == "glv" and not isinstance(data, AbstractCommutingData):
+        raise ValueError(
+            f"method='glv' needs commuting data (CommutingData, DiagonalData, BlockData); found {type(data).__name__}."
+        )
+    if method == "feedforward" and not isinstance(data, FeedForwardData):
+        raise ValueError(f"method='feedforward' needs FeedForwardData; found {type(data).__name__}.")
+
+
+def _general(mdl, method, init, flow, max_dense) -> Asymptote:
+    """`asymptote` of a model with g or B: the certified "M-mu" flow (Eq. E10) from `init`
+    (M0, W0, z0, mu0, d), with the arguments `flow` of `_flow_settings`."""
+    M0, W0, z0, mu0, d = init
+    if z0 is not None:
+        raise ValueError(
+            "`z0` is the initial state of the GLV form; a model with g or B needs `W0`, or `M0` with `mu0` and `d`."
+        )
+    if method not in ("auto", "flow"):
+        raise ValueError(
+            f"method={method!r} needs a plain model (no g, B); a model with g or B has only "
+            "method='flow' (the closed forms assume f = f0 + Tr[M A])."
+        )
+    (M_init, mu_init), _, _, width = _initial_state_mu(mdl.data, M0, W0, mu0, d)
+    state = (np.asarray(M_init), np.asarray(mu_init))
+    return _flow(mdl, "M-mu", "M-mu", state, width, _flow_settings(*flow), max_dense)
+
+
 def asymptote(
     model: NQFModel | AbstractData,
     *,
@@ -98,13 +140,7 @@ def asymptote(
     mu0: Float[ArrayLike, " p"] | None = None,
     d: int | None = None,
     method: str = "auto",
-    tol: float = 1e-7,
-    curvature_tol: float = 1e-8,
-    init_tol: float = 1e-2,
-    max_segments: int = 40,
-    max_time: float | None = None,
-    max_dense: int = 4096,
-    solve_options: dict[str, Any] | None = None,
+    **options,
 ) -> Asymptote:
     """The limit t -> inf of the MSE gradient flow (Eq. E8; Eq. E10 for a model with g, B) from
     one initial condition, computed without a horizon.
@@ -183,6 +219,9 @@ def asymptote(
       time; None: no time limit); `solve_options`: keyword arguments of `solve_flow` for the
       segments (e.g. ``{"stiff": True}``, ``{"max_steps": 10**6}``).
     - `max_dense`: M* (p, p) is formed only for p <= `max_dense` (else `M` is None).
+    - Defaults: `tol` 1e-7, `curvature_tol` 1e-8, `init_tol` 1e-2, `max_segments` 40, `max_time`
+      None, `max_dense` 4096, `solve_options` None; these keywords are read from ``**options``
+      (an unknown one is a `TypeError`).
 
     **Returns:** an `Asymptote`.
 
@@ -195,43 +234,25 @@ def asymptote(
     `RuntimeError` when ``"flow"`` cannot certify a state within its budget (the message names
     the failed condition and its value; the uncertified last state is the exception's `last`).
     """
+    tol, curvature_tol, init_tol, max_segments, max_time, max_dense, solve_options = keyword_options(
+        "asymptote", options, **_OPTIONS
+    )
     require_x64()
-    if method not in METHODS:
-        raise ValueError(f"`method` must be one of {METHODS}; found {method!r}.")
-    if not (isinstance(init_tol, (int, float)) and init_tol > 0 and np.isfinite(init_tol)):
-        raise ValueError(f"`init_tol` must be a finite number > 0; found {init_tol!r}.")
-    if isinstance(max_dense, bool) or not isinstance(max_dense, (int, np.integer)) or max_dense < 0:
-        raise ValueError(f"`max_dense` must be an integer >= 0; found {max_dense!r}.")
+    _check_options(method, init_tol, max_dense)
     mdl = as_model(model)
     data = mdl.data
     general = mdl.has_mean_field
-    traced = any_traced(model, W0, M0, z0, mu0)
-    if traced and not (isinstance(data, DiagonalData) and not general and method in ("auto", "glv")):
+    if any_traced(model, W0, M0, z0, mu0) and not (
+        isinstance(data, DiagonalData) and not general and method in ("auto", "glv")
+    ):
         raise TypeError(
             "`asymptote` runs on concrete input (numpy least squares, eigen-decompositions and flow "
             "solves on the host) except for DiagonalData with method='glv' (a closed form); call it "
             "outside jit / vmap and pass the result in."
         )
+    flow = (tol, curvature_tol, max_segments, max_time, solve_options)  # checked by _flow_settings where used
     if general:
-        if z0 is not None:
-            raise ValueError(
-                "`z0` is the initial state of the GLV form; a model with g or B needs `W0`, or `M0` with `mu0` and `d`."
-            )
-        if method not in ("auto", "flow"):
-            raise ValueError(
-                f"method={method!r} needs a plain model (no g, B); a model with g or B has only "
-                "method='flow' (the closed forms assume f = f0 + Tr[M A])."
-            )
-        (M_init, mu_init), _, _, width = _initial_state_mu(data, M0, W0, mu0, d)
-        return _flow(
-            mdl,
-            "M-mu",
-            "M-mu",
-            (np.asarray(M_init), np.asarray(mu_init)),
-            width,
-            _flow_settings(tol, curvature_tol, max_segments, max_time, solve_options),
-            max_dense,
-        )
+        return _general(mdl, method, (M0, W0, z0, mu0, d), flow, max_dense)
     if mu0 is not None or d is not None:
         raise ValueError(
             "`mu0` and `d` belong to a model with g or B (the 'M-mu' flow, Eq. E10); without them the "
@@ -240,13 +261,8 @@ def asymptote(
     plain = data if mdl.f0 is None else eqx.tree_at(lambda x: x.y, data, data.y - mdl.f0)
     form, kind, x0, _ = _initial_state(plain, M0, W0, "auto", z0)
     f0 = mdl.f0
-    if method == "glv" and not isinstance(data, AbstractCommutingData):
-        raise ValueError(
-            f"method='glv' needs commuting data (CommutingData, DiagonalData, BlockData); found {type(data).__name__}."
-        )
-    if method == "feedforward" and not isinstance(data, FeedForwardData):
-        raise ValueError(f"method='feedforward' needs FeedForwardData; found {type(data).__name__}.")
-    settings = _flow_settings(tol, curvature_tol, max_segments, max_time, solve_options)
+    _check_method_data(method, data)
+    settings = _flow_settings(*flow)
     if isinstance(data, AbstractCommutingData) and method in ("auto", "glv"):
         out = _glv(plain, kind, x0, f0, max_dense, strict=method == "glv")
         if out is not None:

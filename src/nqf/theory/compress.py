@@ -64,9 +64,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, Int
 
-from .._core._checks import as_array, check_positive, check_width
+from .._core._checks import as_array, check_positive, check_width, keyword_options
 from ..data._model import NQFModel, as_model
 from ..data._operators import AbstractData
 from ..data._span import DEFAULT_RTOL, Span, data_span, helmert_rows, k_V, span_from_rows
@@ -676,11 +676,8 @@ def compression_report(
     mu0: Float[ArrayLike, " p"] | None = None,
     d: int | None = None,
     d_prime: int | None = None,
-    batch_size: int | None = None,
-    key: PRNGKeyArray | int | None = None,
-    batch_indices: Int[ArrayLike, "steps b"] | None = None,
-    loss: str | Callable[[Array, Array], Array] | PerSampleLoss | None = None,
     rtol: float = DEFAULT_RTOL,
+    **options,
 ) -> dict[str, Any]:
     """k_V, d' and the measured error / E24 bound of compressing a given model (library call
     behind ``nqf compress``).
@@ -696,11 +693,19 @@ def compression_report(
     - Corollary 3 only: ``tail``, ``L``, ``bound_final``, ``holds`` (every step), ``tightness``
       (bound / measured: min, median, max, final), ``holds_sharpened``, ``tightness_sharpened``.
 
-    **Raises:** as `compress` and `nqf.closed_sgd`.
+    **Arguments:** `lr`, `steps`, the initial condition (`W0`, or `M0`, `mu0`, `d`) as in
+    `nqf.closed_sgd`; `d_prime` and `rtol` as in `compress`; keyword options (``**options``):
+    batches `batch_size` (with `key`, default seed 0) or `batch_indices` (steps, b), and `loss`,
+    as in `nqf.closed_sgd`.
+
+    **Raises:** as `compress` and `nqf.closed_sgd`; `TypeError` for an unknown keyword.
     """
     from ..dynamics._batches import batch_indices as draw
     from ..dynamics._maps import closed_sgd
 
+    batch_size, key, batch_indices, loss = keyword_options(
+        "compression_report", options, batch_size=None, key=None, batch_indices=None, loss=None
+    )
     model = as_model(model)
     if batch_indices is None and batch_size is not None:
         batch_indices = draw(0 if key is None else key, model.m, batch_size, steps)
