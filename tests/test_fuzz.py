@@ -673,6 +673,20 @@ def test_fuzz(profile, name):
             TypeError,
             r"`x` must hold real numbers",
         ),
+        # the second fuzz round (issue 36): initial states whose loss overflows, t1 = 1e300, load's path
+        (lambda: nqf.solve_flow(COMM, W0=W_GOOD * 1e100, t1=2.0), ValueError, r"`W0` reaches .*overflows float64"),
+        (lambda: nqf.solve_flow(COMM, W0=W_GOOD * 1e200, t1=2.0), ValueError, r"`W0` reaches .*overflows float64"),
+        (lambda: nqf.solve_sweep(COMM, eps=[1e-3, 1e200], t1=2.0), ValueError, r"`eps` reaches 1e\+200"),
+        (lambda: nqf.closed_sgd(COMM, nqf.SGD(0.05, steps=4), W0=W_GOOD * 1e200), ValueError, r"`W0` reaches"),
+        (lambda: nqf.theorem6(COMM, TS, M0=M_GOOD * 1e200), ValueError, r"`M0` reaches .*overflows"),
+        (
+            lambda: nqf.solve_modified_flow(COMM, M0=M_GOOD, lr=0.05, t1=1e300, max_steps=20),
+            nqf.MaxStepsReached,
+            r"`max_steps`=20 steps before reaching `t1`=1e\+300",
+        ),
+        (lambda: nqf.load(3), TypeError, r"`path` must be a file name \(str or os.PathLike\); found int 3"),
+        (lambda: nqf.load(None), TypeError, r"`path` must be a file name"),
+        (lambda: nqf.record(_net(), X_NET, Y_NET, nqf.Flow(1.0)), TypeError, r"`training` must be an nqf.SGD"),
     ],
 )
 def test_fuzz_findings_are_refused_by_name(call, exc, match):

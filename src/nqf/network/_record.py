@@ -159,7 +159,8 @@ def record(
     `save_every` not an integer >= 1, bad batches, an unknown `train` or `step_values`, an
     `x_test` / `y_test` that does not fit `x` / `y` (or `y_test` without `x_test`), an
     `optimizer` with an SGD that has momentum or weight decay, or whose step disagrees with the
-    time unit; `FloatingPointError` if the training diverges (the loss becomes non-finite; the
+    time unit, a loss that is not finite at the initial weights; `FloatingPointError` if the
+    training diverges (the loss becomes non-finite; the
     message gives the step); `nqf.memory.MemoryBudgetError` if the saved states exceed the budget.
     """
     t_start = time.perf_counter()
