@@ -521,7 +521,9 @@ def _load(path="missing"):
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
-        target = {"missing": folder + "/nothing.npz", "folder": folder}.get(path, path) if isinstance(path, str) else path
+        target = (
+            {"missing": folder + "/nothing.npz", "folder": folder}.get(path, path) if isinstance(path, str) else path
+        )
         if path in ("text", "truncated"):
             target = nqf.save(nqf.theorem6(COMM, TS, W0=W_GOOD), os.path.join(folder, "r.npz"))
             with open(target, "rb") as f:

@@ -36,8 +36,6 @@ __all__ = ["FlowSolution", "MaxStepsReached"]
 _NO_DENSE = "This solution has no dense output: it was solved with `dense=False`."
 
 
-
-
 _RESULT_STR = {int(item._value): str(item) for item in diffrax.RESULTS._name_to_item.values()}
 _CODE_OF = {v: k for k, v in _RESULT_STR.items()}
 _MAX_STEPS_CODE = int(diffrax.RESULTS.max_steps_reached._value)

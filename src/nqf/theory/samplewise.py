@@ -53,13 +53,13 @@ import numpy as np
 from .._core._checks import any_traced, as_array, as_weights, check, check_assumption, check_positive, shape_str
 from .._core._config import require_x64
 from ..data._operators import (
-    check_initial_loss,
     AbstractCommutingData,
     AbstractData,
     BlockData,
     CommutingData,
     DiagonalData,
     LowRankData,
+    check_initial_loss,
 )
 from ..dynamics._train_args import check_weight_decay
 from ._ignition import _check_rho, _first_crossings
