@@ -159,7 +159,8 @@ def record(
     `save_every` not an integer >= 1, bad batches, an unknown `train` or `step_values`, an
     `x_test` / `y_test` that does not fit `x` / `y` (or `y_test` without `x_test`), an
     `optimizer` with an SGD that has momentum or weight decay, or whose step disagrees with the
-    time unit; `FloatingPointError` if the training diverges (the loss becomes non-finite; the
+    time unit, a loss that is not finite at the initial weights; `FloatingPointError` if the
+    training diverges (the loss becomes non-finite; the
     message gives the step); `nqf.memory.MemoryBudgetError` if the saved states exceed the budget.
     """
     t_start = time.perf_counter()
@@ -222,6 +223,11 @@ def record(
     per = {k: np.concatenate([np.asarray(v)[:steps], np.asarray(v)[-1:]]) for k, v in per.items()}
     bad = np.flatnonzero(~np.isfinite(loss))
     step_numbers = np.concatenate([[0], np.cumsum(counts)])
+    if bad.size and bad[0] == 0:  # before any update: the initial weights themselves (issue 36)
+        raise ValueError(
+            "record: the training loss at the initial weights (step 0) is not finite: `W0` (or `init_scale`) "
+            "overflows float64 in the module's outputs. Start from smaller weights."
+        )
     if bad.size:
         raise FloatingPointError(
             f"record: the training loss is not finite at step {int(step_numbers[bad[0]])} (saved steps every "
@@ -273,7 +279,7 @@ def _training_and_optimizer(training, optimizer, deprecated):
         )
     if isinstance(training, Flow):
         raise TypeError(
-            f"record trains the module step by step: give an nqf.SGD (a learning rate and steps); found {training.label()} "
+            f"record trains the module step by step: `training` must be an nqf.SGD (a learning rate and steps); found {training.label()} "
             "(a flow is the limit lr -> 0: record it with a small lr, e.g. nqf.SGD(lr, t1=...))."
         )
     if optimizer is not None and (float(training.momentum) or float(training.weight_decay)):
