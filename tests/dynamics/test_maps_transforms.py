@@ -82,7 +82,7 @@ def test_traced_value_checks_raise_at_run_time():
     """Under jit the host checks become run-time checks (equinox.error_if) with the same message."""
     with pytest.raises(Exception, match=r"`lr` must be finite and > 0 \(checked at run time"):
         jax.block_until_ready(_jit_closed(-0.1, W0))
-    with pytest.raises(Exception, match=r"The closed map diverged: non-finite M; reduce `lr`"):
+    with pytest.raises(Exception, match=r"The closed map diverged: non-finite M; reduce `lr` \(or `weight_decay`\)"):
         jax.block_until_ready(_jit_closed(1e3, W0))
     with pytest.raises(Exception, match=r"`W0` must be finite"):
         jax.block_until_ready(_jit_closed(LR, np.full((P, D), np.nan)))

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from .._core._checks import as_array, check_symmetric, is_traced, shape_str
+from .._core._checks import any_traced, as_array, check_symmetric, is_traced, shape_str
 from .._core.io import register
 
 __all__ = [
@@ -78,11 +78,14 @@ def check_initial_loss(data, init, name: str, kind: str = "M") -> None:
     overflow by themselves are refused as `y` where checked). Traced values are not inspected.
 
     **Raises:** `ValueError` naming `name`, its largest magnitude and the overflowing loss."""
-    if is_traced(init):
+    if any_traced(data, init):
         return
     x = jnp.asarray(init, dtype=jnp.float64)
     outputs = getattr(data, {"M": "traces", "W": "traces_factor", "z": "outputs_z"}[kind])
-    f = np.asarray(jax.vmap(outputs)(x) if x.ndim == (1 if kind == "z" else 2) + 1 else outputs(x))
+    f = jax.vmap(outputs)(x) if x.ndim == (1 if kind == "z" else 2) + 1 else outputs(x)
+    if is_traced(f):  # inside the user's jit: even concrete inputs give staged outputs
+        return
+    f = np.asarray(f)
     with np.errstate(over="ignore", invalid="ignore"):  # the outputs' part: labels that overflow are `y`'s
         square = np.mean(f**2, axis=-1)
     if not np.all(np.isfinite(square)):

@@ -88,7 +88,8 @@ def _report(k, diverged, bad_dt, dt, past_rows, lr, rows) -> None:
         eta = float(lr[diverged].flat[0])
         raise FloatingPointError(
             f"The exact map diverged: non-finite M by step {first + 1} (t = {(first + 1) * eta:g}, lr={eta:g}). "
-            "Gradient descent is stable only for lr < 2 / lambda_max of the loss Hessian; reduce `lr`."
+            "Gradient descent is stable only for lr < 2 / lambda_max of the loss Hessian (a `weight_decay` adds to every "
+            "eigenvalue); reduce `lr` (or `weight_decay`)."
         )
 
 

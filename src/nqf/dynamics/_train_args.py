@@ -296,13 +296,13 @@ def first_nonfinite_step(saved, values) -> int | None:
 
 def check_finite(tree, values, saved, what: str, lr):
     """Return `tree` if the saved `values` (n, ...) are all finite; else raise
-    ``FloatingPointError("{what} by step {k} (lr=...). Reduce `lr`.")``. Traced `values`: the
+    ``FloatingPointError("{what} by step {k} (lr=...). Reduce `lr` (or `weight_decay`).")``. Traced `values`: the
     same check at run time (`guard`) on every leaf of `tree`."""
     if is_traced(values):
-        return guard(tree, ~jnp.all(jnp.isfinite(values)), f"{what}; reduce `lr`")
+        return guard(tree, ~jnp.all(jnp.isfinite(values)), f"{what}; reduce `lr` (or `weight_decay`)")
     bad = first_nonfinite_step(saved, values)
     if bad is not None:
-        raise FloatingPointError(f"{what} by step {bad} (lr={_rate_label(lr, bad)}). Reduce `lr`.")
+        raise FloatingPointError(f"{what} by step {bad} (lr={_rate_label(lr, bad)}). Reduce `lr` (or `weight_decay`).")
     return tree
 
 
