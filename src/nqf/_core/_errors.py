@@ -3,7 +3,7 @@ base class of nqf's warnings."""
 
 import re
 
-__all__ = ["AssumptionError", "NQFWarning"]
+__all__ = ["AssumptionError", "MaxStepsReached", "NQFWarning"]
 
 # The exception types nqf's host callbacks raise inside compiled code (`jax.pure_callback`): JAX
 # reports them as `jax.errors.JaxRuntimeError` with the callback's traceback as text.
@@ -15,6 +15,18 @@ class NQFWarning(UserWarning):
     """Base class of every warning nqf issues (`nqf.HorizonWarning`, `nqf.PrecisionWarning`,
     `nqf.FrozenParameterWarning`, `nqf.ZGZWarning`, `nqf.DegenerateWarning`, ...): filter them all
     with ``warnings.filterwarnings("error", category=nqf.NQFWarning)`` (nqf's own test suite does)."""
+
+
+class MaxStepsReached(RuntimeError):
+    """The solver used up `max_steps` before reaching `t1` (defined here, below the solvers, so
+    that `nqf.solve_modified_flow` in the dynamics layer raises it too).
+
+    **Attributes:** `t_reached` (the gradient-flow time it got to) and `solution` (a
+    `FlowSolution` with the saved times up to `t_reached`, or None)."""
+
+    def __init__(self, message: str, t_reached: float | None = None, solution=None):
+        super().__init__(message)
+        self.t_reached, self.solution = t_reached, solution
 
 
 class AssumptionError(ValueError):

@@ -197,6 +197,20 @@ def save(obj, path) -> str:
     not a file name (str or os.PathLike); `ValueError` for an empty path or one that ends in a
     folder separator; `OSError` (e.g. `FileNotFoundError`) if the folder does not exist or is
     not writable."""
+    path = _file_path(path)
+    if not path.endswith(".npz"):
+        path += ".npz"
+    arrays: dict = {}
+    root = _encode(obj, arrays, "root")
+    header = {"format": FORMAT, "version": VERSION, "nqf": __version__, "root": root}
+    np.savez(path, __nqf__=np.array(json.dumps(header, allow_nan=False)), **arrays)
+    return path
+
+
+def _file_path(path) -> str:
+    """`path` of `save` / `load` as a str naming a file. **Raises:** `TypeError` for a path that
+    is not a file name (str or os.PathLike: an int, None, a list); `ValueError` for an empty
+    path or one that ends in a folder separator."""
     try:
         path = os.fspath(path)
     except TypeError:
@@ -205,12 +219,6 @@ def save(obj, path) -> str:
         ) from None
     if not isinstance(path, str) or not os.path.basename(path):
         raise ValueError(f"`path` must name a file (the .npz suffix is added if missing); found {path!r}.")
-    if not path.endswith(".npz"):
-        path += ".npz"
-    arrays: dict = {}
-    root = _encode(obj, arrays, "root")
-    header = {"format": FORMAT, "version": VERSION, "nqf": __version__, "root": root}
-    np.savez(path, __nqf__=np.array(json.dumps(header, allow_nan=False)), **arrays)
     return path
 
 
@@ -223,21 +231,21 @@ def _read(path: str) -> tuple[dict, dict]:
         raise
     except Exception as err:  # numpy's pickle message, zipfile.BadZipFile, EOFError, ...
         raise ValueError(
-            f"{path!r} is not an nqf result file (written by nqf.save: a zip archive with an '__nqf__' header); "
+            f"`path` {path!r} is not an nqf result file (written by nqf.save: a zip archive with an '__nqf__' header); "
             f"numpy.load could not read it ({type(err).__name__}, chained): another format, or a truncated or "
             "damaged nqf file (save it again)."
         ) from err
     if not isinstance(f, np.lib.npyio.NpzFile):
-        raise ValueError(f"{path!r} is not an nqf result file (written by nqf.save); found a plain .npy array.")
+        raise ValueError(f"`path` {path!r} is not an nqf result file (written by nqf.save); found a plain .npy array.")
     with f:
         if "__nqf__" not in f.files:
-            raise ValueError(f"{path!r} is not an nqf result file (no '__nqf__' header).")
+            raise ValueError(f"`path` {path!r} is not an nqf result file (no '__nqf__' header).")
         try:
             header = json.loads(str(f["__nqf__"]))
             arrays = {k: f[k] for k in f.files if k != "__nqf__"}
         except Exception as err:  # a damaged member: zlib.error, BadZipFile, EOFError, JSONDecodeError
             raise ValueError(
-                f"{path!r}: the nqf result file is damaged (truncated or corrupt): {type(err).__name__}: {err}"
+                f"`path` {path!r}: the nqf result file is damaged (truncated or corrupt): {type(err).__name__}: {err}"
             ) from err
     return header, arrays
 
@@ -247,8 +255,10 @@ def load(path):
 
     **Raises:** `ValueError` naming the path if the file is not an nqf result (another format, a
     truncated or damaged file) or has a newer format version; `FileNotFoundError` if it does not
-    exist."""
-    header, arrays = _read(os.fspath(path))
+    exist; `TypeError` for a `path` that is not a file name (str or os.PathLike), `ValueError` for an
+    empty one."""
+    path = _file_path(path)
+    header, arrays = _read(path)
     if header.get("format") != FORMAT or header.get("version", math.inf) > VERSION:
         raise ValueError(
             f"{os.fspath(path)!r}: unsupported format {header.get('format')!r} "

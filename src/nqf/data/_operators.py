@@ -70,6 +70,30 @@ def _check_labels(y, m: int, p: int | None = None, source: str = "") -> Float[Ar
     return jnp.asarray(y)  # as_array's float64 JAX array (typed as one)
 
 
+def check_initial_loss(data, init, name: str, kind: str = "M") -> None:
+    """Refuse an initial state whose MSE loss overflows float64 (issue 36: `solve_flow` returned
+    loss[0] = inf for W0 ~ 1e100 and ran into max_steps naming nothing for W0 ~ 1e200). `init`:
+    M (p, p) for `kind` "M", W (p, d) for "W", the mode strengths z (p,) of commuting data for
+    "z"; a leading batch axis is allowed. Only the outputs' mean square is tested (labels that
+    overflow by themselves are refused as `y` where checked). Traced values are not inspected.
+
+    **Raises:** `ValueError` naming `name`, its largest magnitude and the overflowing loss."""
+    if is_traced(init):
+        return
+    x = jnp.asarray(init, dtype=jnp.float64)
+    outputs = getattr(data, {"M": "traces", "W": "traces_factor", "z": "outputs_z"}[kind])
+    f = np.asarray(jax.vmap(outputs)(x) if x.ndim == (1 if kind == "z" else 2) + 1 else outputs(x))
+    with np.errstate(over="ignore", invalid="ignore"):  # the outputs' part: labels that overflow are `y`'s
+        square = np.mean(f**2, axis=-1)
+    if not np.all(np.isfinite(square)):
+        biggest = float(np.max(np.abs(np.asarray(init, dtype=float))))
+        raise ValueError(
+            f"`{name}` reaches {biggest:.3g}: the loss (1/m) sum_x (Tr[A_x M] - y_x)^2 at the initial state "
+            "overflows float64 (it is inf; the outputs must stay well below 1e154). Start from a smaller "
+            f"`{name}`, or rescale the data: the flow is covariant under M -> c M, A -> A / c."
+        )
+
+
 class AbstractData(eqx.Module):
     """An NQF data set {(A_mu, y_mu)}, mu = 1..m, A_mu symmetric p x p.
 

@@ -89,7 +89,7 @@ from .._core import memory
 from .._core._checks import REQUIRED, as_array, as_weights, check_symmetric, is_traced, keyword_options, shape_str
 from .._core.io import Saveable
 from ..data._model import NQFModel, as_model
-from ..data._operators import AbstractData
+from ..data._operators import AbstractData, check_initial_loss
 from ._batches import batch_weights, restrict
 from ._losses import PerSampleLoss, as_loss
 from ._train_args import (
@@ -660,6 +660,7 @@ def _initial_order_params(model: NQFModel, M0, mu0, d, W0):
         if M0 is not None or mu0 is not None:
             raise ValueError("Give either `W0` or (`M0`, `mu0`, `d`), not both.")
         W0 = _traced_finite(as_weights(W0, p, host=True), "W0")
+        check_initial_loss(model.data, W0, "W0", "W")
         if d is not None and _check_width(d) != W0.shape[1]:
             raise ValueError(
                 f"`d` = {d} is inconsistent with `W0` of shape {shape_str(W0.shape)} (d = {W0.shape[1]} neurons)."
@@ -673,6 +674,7 @@ def _initial_order_params(model: NQFModel, M0, mu0, d, W0):
     if M0.shape != (p, p):
         raise ValueError(f"`M0` must have shape ({p}, {p}) to match the data; found {shape_str(M0.shape)}.")
     check_symmetric(M0, "M0")
+    check_initial_loss(model.data, M0, "M0")
     if mu0 is not None:
         mu0 = _traced_finite(as_array(mu0, "mu0", ndim=1, host=True), "mu0")
         if mu0.shape != (p,):

@@ -46,7 +46,9 @@ from jaxtyping import Array, ArrayLike, Float
 
 from .._core import memory
 from .._core._checks import as_array, check_positive
+from .._core._errors import MaxStepsReached
 from ..data._model import NQFModel
+from ..data._operators import check_initial_loss
 from ._flow import is_model
 from ._losses import PerSampleLoss, mse
 from ._maps import gradient_terms
@@ -149,7 +151,9 @@ def solve_modified_flow(
     expansion does not hold), `M0` of the wrong shape, not finite, not symmetric or not
     realizable (M0 - mu0 mu0^T / d PSD), `t1` not finite and > 0, `ts` outside [0, t1] or
     decreasing, a general model without `mu0`/`d`, `rtol` not in (0, 1), `atol` not finite and
-    > 0, `max_steps` not an integer >= 1 (all before the solve); `RuntimeError` if float64 is off.
+    > 0, `max_steps` not an integer >= 1, an initial loss that overflows float64 (all before the
+    solve); `nqf.MaxStepsReached` (naming `t1` and `max_steps`) if the steps run out before `t1`,
+    `FloatingPointError` for another failed solve; `RuntimeError` if float64 is off.
     """
     from ._maps import _check_realizable
     from ._train_args import check_lr, check_weight_decay
@@ -162,6 +166,7 @@ def solve_modified_flow(
     M0 = as_array(M0, "M0", shape=(data.p, data.p), host=True)
     if not np.allclose(M0, M0.T, rtol=0, atol=1e-12 * max(1.0, float(np.abs(M0).max()))):
         raise ValueError("`M0` must be symmetric (M = W W^T).")
+    check_initial_loss(data, M0, "M0")
     if general or mu0 is not None:
         if mu0 is None or d is None:
             raise ValueError("The (M, mu) modified flow needs `mu0` (p,) and the width `d`.")
@@ -198,7 +203,7 @@ def solve_modified_flow(
     scale = max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(y0))
     atol = rtol * (scale if scale > 0 else 1.0) if atol is None else atol
     saveat = diffrax.SaveAt(t1=True) if ts is None else diffrax.SaveAt(ts=jnp.asarray(ts, dtype=jnp.float64))
-    return diffrax.diffeqsolve(
+    sol = diffrax.diffeqsolve(
         term,
         diffrax.Tsit5(),
         t0=0.0,
@@ -209,4 +214,23 @@ def solve_modified_flow(
         saveat=saveat,
         stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
         max_steps=max_steps,
+        throw=False,
+    )
+    _check_result(sol, t1, max_steps)
+    return sol
+
+
+def _check_result(sol, t1: float, max_steps: int) -> None:
+    """Raise for a failed modified-flow solve (diffrax's own error was an EquinoxRuntimeError
+    naming no argument, issue 36): `MaxStepsReached` naming `t1` and `max_steps`, else
+    `FloatingPointError` with diffrax's reason."""
+    if sol.result == diffrax.RESULTS.successful:
+        return
+    if sol.result == diffrax.RESULTS.max_steps_reached:
+        raise MaxStepsReached(
+            f"solve_modified_flow used all `max_steps`={max_steps} steps before reaching `t1`={t1:g}: "
+            "shorten `t1`, raise `max_steps` or loosen `rtol`."
+        )
+    raise FloatingPointError(
+        f"solve_modified_flow failed before `t1`={t1:g}: {diffrax.RESULTS[sol.result]}. Reduce `lr` or `t1`."
     )

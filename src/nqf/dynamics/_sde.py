@@ -91,7 +91,7 @@ from .._core._checks import as_array, is_traced
 from .._core._config import require_x64
 from .._core.io import Saveable
 from ..data._model import NQFModel
-from ..data._operators import AbstractCommutingData, AbstractData, DiagonalData
+from ..data._operators import AbstractCommutingData, AbstractData, DiagonalData, check_initial_loss
 from ._batches import _as_key
 from ._flow import glv_z, rhs_M
 from ._maps import _check_realizable
@@ -588,12 +588,14 @@ def _initial_M(data, model, M0, form: str, mu0, d):
         z0 = np.asarray(as_array(M0, "M0", shape=(p,), host=True))
         if np.any(z0 < 0):
             raise ValueError("`M0` as mode strengths z0 must be >= 0.")
+        check_initial_loss(data, z0, "M0", "z")
         Mfull = None
     else:
         Mfull = np.asarray(as_array(M0, "M0", shape=(p, p), host=True))
         if not np.allclose(Mfull, Mfull.T, rtol=0, atol=1e-12 * max(1.0, np.abs(Mfull).max())):
             raise ValueError("`M0` must be symmetric.")
         _check_realizable(Mfull, mu0, d)  # M0 = W W^T (PSD; with mu0: M0 - mu0 mu0^T / d PSD)
+        check_initial_loss(data, Mfull, "M0")
         z0 = None
     diag_ok = commuting and (Mfull is None or _is_diag_in_basis(data, Mfull))
     if form == "auto":

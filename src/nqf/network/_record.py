@@ -98,65 +98,60 @@ def record(
     y_test: Float[ArrayLike, " m_test"] | Float[ArrayLike, "m_test k"] | None = None,
     **options: Any,
 ) -> Recording:
-    """Train the module as `training` describes (its loss, `nqf.SGD(loss=)`) and record (M, mu, loss) at saved steps.
+    """Train the module as `training` describes (its loss, `nqf.SGD(loss=)`) and record (M, mu, loss) at saved
+    steps.
 
-    `training` is the `nqf.SGD` description `nqf.predict` takes: `record` builds its optax
-    optimizer from it (``optax.sgd`` with its learning rate or schedule, momentum and Nesterov,
-    after ``optax.add_decayed_weights`` for weight decay) and draws the same batches, so the
-    prediction and the measurement describe one run. Step n minimizes L_n = (1/(b k)) sum over
-    the b inputs of its batch and the k outputs of (f(x) - y)^2 (full batch: b = m), the loss
-    whose gradient flow `nqf.predict` integrates (Eq. E8); the update is ``optimizer.update`` /
+    `training` is the `nqf.SGD` description `nqf.predict` takes: `record` builds its optax optimizer from it
+    (``optax.sgd`` with its learning rate or schedule, momentum and Nesterov, after ``optax.add_decayed_weights``
+    for weight decay) and draws the same batches, so the prediction and the measurement describe one run. Step n
+    minimizes L_n = (1/(b k)) sum over the b inputs of its batch and the k outputs of (f(x) - y)^2 (full batch: b =
+    m), the loss whose gradient flow `nqf.predict` integrates (Eq. E8); the update is ``optimizer.update`` /
     ``optax.apply_updates`` on the module's own parameter arrays.
 
     **Arguments:**
 
     - `network`: an `nqf.Network`, or a module (equinox / flax.nnx; its neurons located by ``neurons="auto"``).
     - `x`: m inputs (an array or a pytree with leading axis m); `y`: labels (m,) or (m, k).
-    - `training`: an `nqf.SGD` (steps, learning rate or schedule, momentum, weight decay,
-      batches). Time is gradient-flow time: step n at t = lr_0 + ... + lr_{n-1} (lr * n).
-    - `optimizer`: an `optax.GradientTransformation` that replaces the SGD update, for a
-      deliberate comparison outside the NQF's maps (Adam, clipping, any chain); `training`
-      still gives the steps, batches and the time axis (its lr is the time unit, stated in
-      `Recording.optimizer`), and must then have no momentum or weight decay of its own. An
-      optimizer whose first step is a plain multiple c of the gradient (``optax.sgd(c)``) with c
-      different from the SGD's lr is refused: its time axis would be wrong.
-    - The keywords of earlier versions (`lr`, `steps`, `batch_size`, `batch_indices`, `key`,
-      and an optax optimizer as the fourth argument) still work for this release, with a
-      `DeprecationWarning`.
-    - `save_every`: save every this many steps (default: about 200 saves; step 0 and the last
-      step are always saved).
-    - `W0`: initial neuron parameters (p, d) (default: the module's own, `network.W`), scaled by
-      `init_scale` if given (as in `nqf.predict`).
-    - `train`: ``"neurons"`` (default: only the neuron arrays are trained, the frozen arrays keep
-      their values, as in the prediction) or ``"all"`` (every floating array of the module but
-      the network's `constants`, which are never trained).
-    - Read from ``**options`` (an unknown keyword: `TypeError`): `label`, a name for the
-      optimizer in tables and plots (default: the description's label); `memory_budget`, bytes
-      for the saved (n, p, p) states (`nqf.memory`); `step_values` (below).
-    - The loss is the description's (``training.loss``, as in `nqf.predict`: ``"mse"``,
-      ``"cross_entropy"`` with integer classes y (m,), ``"logistic"``, or a callable ell(f_x,
-      y_x) of one input): the mean over the batch's inputs of ell (`nqf.dynamics._losses`, the
-      definition the NQF's map and flow use); `Recording.loss` is that loss over all m inputs.
-    - `step_values`: values after every step (`step_loss`, `step_eigenvalues`), so that event
-      times (`nqf.compare`) have one step's resolution instead of the save grid's:
-      ``"auto"`` (default: ``"all"`` for full batch and p <= 128, ``"loss"`` for larger p,
-      ``"none"`` with minibatches), ``"all"`` (the loss and the eigenvalues of W W^T),
-      ``"loss"``, ``"none"``. Cost: for a full batch the loss is the step's own `value` (free);
-      with minibatches one more forward pass over all m inputs per step; the eigenvalues one
-      O(p^3) `eigvalsh` per step.
-    - `x_test`, `y_test`: held-out inputs (`x`'s structure and per-input shape) and optional
-      labels (`y`'s form): the module's outputs on them at the saved steps, inside the compiled
-      program, and their loss and accuracy (`Recording.test_outputs`, `test_loss`, `test_accuracy`).
+    - `training`: an `nqf.SGD` (steps, learning rate or schedule, momentum, weight decay, batches). Time is
+      gradient-flow time: step n at t = lr_0 + ... + lr_{n-1} (lr * n).
+    - `optimizer`: an `optax.GradientTransformation` that replaces the SGD update, for a deliberate comparison
+      outside the NQF's maps (Adam, clipping, any chain); `training` still gives the steps, batches and the time
+      axis (its lr is the time unit, stated in `Recording.optimizer`), and must then have no momentum or weight
+      decay of its own. An optimizer whose first step is a plain multiple c of the gradient (``optax.sgd(c)``) with
+      c different from the SGD's lr is refused: its time axis would be wrong.
+    - The keywords of earlier versions (`lr`, `steps`, `batch_size`, `batch_indices`, `key`, and an optax optimizer
+      as the fourth argument) still work for this release, with a `DeprecationWarning`.
+    - `save_every`: save every this many steps (default: about 200 saves; step 0 and the last step are always
+      saved).
+    - `W0`: initial neuron parameters (p, d) (default: the module's own, `network.W`), scaled by `init_scale` if
+      given (as in `nqf.predict`).
+    - `train`: ``"neurons"`` (default: only the neuron arrays are trained, the frozen arrays keep their values, as
+      in the prediction) or ``"all"`` (every floating array of the module but the network's `constants`, which are
+      never trained).
+    - Read from ``**options`` (an unknown keyword: `TypeError`): `label`, a name for the optimizer in tables and
+      plots (default: the description's label); `memory_budget`, bytes for the saved (n, p, p) states
+      (`nqf.memory`); `step_values` (below).
+    - The loss is the description's (``training.loss``, as in `nqf.predict`: ``"mse"``, ``"cross_entropy"`` with
+      integer classes y (m,), ``"logistic"``, or a callable ell(f_x, y_x) of one input): the mean over the batch's
+      inputs of ell (`nqf.dynamics._losses`, the definition the NQF's map and flow use); `Recording.loss` is that
+      loss over all m inputs.
+    - `step_values`: values after every step (`step_loss`, `step_eigenvalues`), so that event times (`nqf.compare`)
+      have one step's resolution instead of the save grid's: ``"auto"`` (default: ``"all"`` for full batch and p <=
+      128, ``"loss"`` for larger p, ``"none"`` with minibatches), ``"all"`` (the loss and the eigenvalues of W W^T),
+      ``"loss"``, ``"none"``. Cost: for a full batch the loss is the step's own `value` (free); with minibatches one
+      more forward pass over all m inputs per step; the eigenvalues one O(p^3) `eigvalsh` per step.
+    - `x_test`, `y_test`: held-out inputs (`x`'s structure and per-input shape) and optional labels (`y`'s form):
+      the module's outputs on them at the saved steps, inside the compiled program, and their loss and accuracy
+      (`Recording.test_outputs`, `test_loss`, `test_accuracy`).
 
     **Returns:** a `Recording`.
 
-    **Raises:** `TypeError` if `training` is not an `nqf.SGD` (an `nqf.Flow` has no steps to
-    run), `optimizer` is not an optax transformation or `network` is not a module; `ValueError`
-    for no training description, mismatched `x`/`y`, a `W0` of the wrong shape,
-    `save_every` not an integer >= 1, bad batches, an unknown `train` or `step_values`, an
-    `x_test` / `y_test` that does not fit `x` / `y` (or `y_test` without `x_test`), an
-    `optimizer` with an SGD that has momentum or weight decay, or whose step disagrees with the
-    time unit; `FloatingPointError` if the training diverges (the loss becomes non-finite; the
+    **Raises:** `TypeError` if `training` is not an `nqf.SGD` (an `nqf.Flow` has no steps to run), `optimizer` is
+    not an optax transformation or `network` is not a module; `ValueError` for no training description, mismatched
+    `x`/`y`, a `W0` of the wrong shape, `save_every` not an integer >= 1, bad batches, an unknown `train` or
+    `step_values`, an `x_test` / `y_test` that does not fit `x` / `y` (or `y_test` without `x_test`), an `optimizer`
+    with an SGD that has momentum or weight decay, or whose step disagrees with the time unit, a loss that is not
+    finite at the initial weights; `FloatingPointError` if the training diverges (the loss becomes non-finite; the
     message gives the step); `nqf.memory.MemoryBudgetError` if the saved states exceed the budget.
     """
     t_start = time.perf_counter()
@@ -254,10 +249,16 @@ def _blocks(idx, steps: int, save_every: int, n_blocks: int):
 
 
 def _finite_run(loss: np.ndarray, counts: np.ndarray, save_every: int) -> np.ndarray:
-    """The saved step numbers (n,) of `record`'s blocks; `FloatingPointError` naming the first
-    saved step with a non-finite training loss (the optimizer diverged)."""
+    """The saved step numbers (n,) of `record`'s blocks; `ValueError` for a non-finite loss at the
+    initial weights, `FloatingPointError` naming the first saved step with a non-finite training
+    loss (the optimizer diverged)."""
     bad = np.flatnonzero(~np.isfinite(loss))
     step_numbers = np.concatenate([[0], np.cumsum(counts)])
+    if bad.size and bad[0] == 0:  # before any update: the initial weights themselves (issue 36)
+        raise ValueError(
+            "record: the training loss at the initial weights (step 0) is not finite: `W0` (or `init_scale`) "
+            "overflows float64 in the module's outputs. Start from smaller weights."
+        )
     if bad.size:
         raise FloatingPointError(
             f"record: the training loss is not finite at step {int(step_numbers[bad[0]])} (saved steps every "
@@ -294,7 +295,7 @@ def _training_and_optimizer(training, optimizer, deprecated):
         )
     if isinstance(training, Flow):
         raise TypeError(
-            f"record trains the module step by step: give an nqf.SGD (a learning rate and steps); found {training.label()} "
+            f"record trains the module step by step: `training` must be an nqf.SGD (a learning rate and steps); found {training.label()} "
             "(a flow is the limit lr -> 0: record it with a small lr, e.g. nqf.SGD(lr, t1=...))."
         )
     if optimizer is not None and (float(training.momentum) or float(training.weight_decay)):

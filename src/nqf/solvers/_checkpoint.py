@@ -225,9 +225,10 @@ class Checkpoint:
         try:
             stored = load(p)
         except Exception as err:  # noqa: BLE001 - BadZipFile, numpy's allow_pickle ValueError, OSError, ...
+            cause = err.__cause__ if isinstance(err, ValueError) and err.__cause__ is not None else err  # io.load's
             raise ValueError(
-                f"`checkpoint` part {p!r} (members {i0}..{i1 - 1}) cannot be read: {type(err).__name__}: "
-                f"{str(err).rstrip().rstrip('.')}. "
+                f"`checkpoint` part {p!r} (members {i0}..{i1 - 1}) cannot be read: {type(cause).__name__}: "
+                f"{str(cause).rstrip().rstrip('.')}. "
                 "It is truncated or corrupted; delete it to recompute that chunk."
             ) from err
         if not (isinstance(stored, dict) and set(stored) == {"fingerprint", "members", "part"}):

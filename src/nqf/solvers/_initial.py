@@ -22,7 +22,7 @@ from .._core._checks import (
     shape_str,
 )
 from .._core.memory import check as check_memory
-from ..data._operators import AbstractCommutingData, AbstractData, FeedForwardData, LowRankData
+from ..data._operators import AbstractCommutingData, AbstractData, FeedForwardData, LowRankData, check_initial_loss
 from ..dynamics._flow import check_form
 from ._defaults import is_shared_default
 from ._forms import FORMS, plain_method
@@ -169,6 +169,7 @@ def _initial_state(data: AbstractData, M0, W0, form: str, z0=None):
         z0 = as_array(z0, "z0", shape=(p,), host=True)
         if not is_traced(z0):
             _check_mode_strengths(z0)
+        check_initial_loss(data, z0, "z0", "z")
         return "glv", "z", z0, False
     if M0 is not None:
         M0 = as_array(M0, "M0", ndim=2, host=True)
@@ -188,6 +189,7 @@ def _initial_state(data: AbstractData, M0, W0, form: str, z0=None):
         else:
             form = "M"
     check_form(form, data)
+    check_initial_loss(data, init, "W0" if is_factor else "M0", "W" if is_factor else "M")
     return form, "W" if is_factor else "M", init, is_factor
 
 
@@ -212,6 +214,7 @@ def _initial_state_mu(data: AbstractData, M0, W0, mu0, d):
                 "`mu0` and `d` are derived from `W0` (mu0 = W0 1, d = W0.shape[1]); give them only with `M0`."
             )
         W0 = as_weights(W0, p)
+        check_initial_loss(data, W0, "W0", "W")
         return (W0 @ W0.T, W0.sum(axis=1)), W0, True, W0.shape[1]
     if mu0 is None or d is None:
         raise ValueError(
@@ -224,6 +227,7 @@ def _initial_state_mu(data: AbstractData, M0, W0, mu0, d):
         raise ValueError(f"`M0` must have shape ({p}, {p}) to match the data; found {shape_str(M0.shape)}.")
     check_symmetric(M0, "M0")
     check_psd(M0, "M0")
+    check_initial_loss(data, M0, "M0")
     mu0 = as_array(mu0, "mu0", shape=(p,))
     d = check_width(d)
     # Realizability by some W (p, d): M0 - mu0 mu0^T / d = W (I - 1 1^T / d) W^T is PSD.

@@ -20,6 +20,7 @@ import numpy as np
 
 from .._core._checks import any_traced
 from .._core._config import require_x64
+from .._core._errors import MaxStepsReached
 from .._core.io import Saveable
 from ..data._model import NQFModel
 from ..data._network import PrecisionWarning
@@ -33,17 +34,6 @@ from ._forms import FORMS, convert, plain_method
 __all__ = ["FlowSolution", "MaxStepsReached"]
 
 _NO_DENSE = "This solution has no dense output: it was solved with `dense=False`."
-
-
-class MaxStepsReached(RuntimeError):
-    """The solver used up `max_steps` before reaching `t1`.
-
-    **Attributes:** `t_reached` (the gradient-flow time it got to) and `solution` (a
-    `FlowSolution` with the saved times up to `t_reached`, or None)."""
-
-    def __init__(self, message: str, t_reached: float | None = None, solution=None):
-        super().__init__(message)
-        self.t_reached, self.solution = t_reached, solution
 
 
 _RESULT_STR = {int(item._value): str(item) for item in diffrax.RESULTS._name_to_item.values()}

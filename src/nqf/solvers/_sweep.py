@@ -92,7 +92,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .._core._checks import as_array, check_flag, check_int, check_positive, check_symmetric, shape_str
 from .._core.io import Saveable
 from ..data._model import NQFModel
-from ..data._operators import AbstractCommutingData, AbstractData, DiagonalData
+from ..data._operators import AbstractCommutingData, AbstractData, DiagonalData, check_initial_loss
 from ..dynamics._flow import check_form
 from . import _distributed as _dist
 from ._accuracy import with_accuracy
@@ -865,6 +865,10 @@ def _members(datas, data_batched: bool, inits: tuple, form: str, grid: _Grid) ->
         )
     if inits.shape[0] != B:
         inits = np.broadcast_to(inits, (B,) + inits.shape[1:])
+    name = "eps" if eps is not None else ("z0" if is_z else "W0" if is_factor else "M0")
+    kind = "z" if is_z else "W" if is_factor else "M"
+    for data, members in zip(datas, np.split(inits, len(datas))) if data_batched else [(datas[0], inits)]:
+        check_initial_loss(data, members, name, kind)
     # B members' states and saved times, estimated before any batched array is built
     early_form = (
         "glv"

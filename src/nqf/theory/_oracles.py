@@ -66,7 +66,7 @@ from ..data._isotropic import (
     isotropy,
     sym_basis,
 )
-from ..data._operators import AbstractCommutingData, AbstractData, CommutingData, DiagonalData
+from ..data._operators import AbstractCommutingData, AbstractData, CommutingData, DiagonalData, check_initial_loss
 from ..dynamics._glv import _THM6_COND, _logistic_terms, features_cosines
 from ..dynamics._train_args import check_weight_decay
 
@@ -296,9 +296,11 @@ def theorem6(
         raise ValueError("Give exactly one initial condition: `M0` (p, p) or `W0` (p, d).")
     if W0 is not None:
         W0 = jnp.asarray(as_weights(W0, p, host=True), dtype=jnp.float64)
+        check_initial_loss(cdata, W0, "W0", "W")
         M0 = W0 @ W0.T
     else:
         M0 = _initial_M(M0, p)
+        check_initial_loss(cdata, M0, "M0")
     P = jnp.eye(p) if cdata.P is None else jnp.asarray(cdata.P)
     Mb0 = P.T @ M0 @ P
     z0 = jnp.maximum(jnp.diagonal(Mb0), 0.0)
@@ -541,6 +543,7 @@ def theorem7(data: AbstractData, ts, *, M0, weight_decay: float = 0.0, tol: floa
     data, c = _check_isotropic(data, tol, theorem)
     ts = _times(ts)
     M0 = _initial_M(M0, p)
+    check_initial_loss(data, M0, "M0")
     with jax.ensure_compile_time_eval():  # concrete parts inside someone's jit: evaluated at once
         g, V = jnp.linalg.eigh(data.Y())
         g = g - gamma  # weight decay: Y -> Y - gamma I (same eigenvectors, same order)
@@ -654,6 +657,7 @@ def theorem16(
         raise ValueError("`projectors` must hold at least one projector; found shape (0, p, p).")
     ts = _times(ts)
     M0 = _initial_M(M0, p)
+    check_initial_loss(data, M0, "M0")
     Pi = _theorem16_check(theorem, Pi, data, M0, tol)
     Y = data.Y()
     KP = jax.vmap(data.K)(Pi)  # K(Pi_b), (n_a, p, p)

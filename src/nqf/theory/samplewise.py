@@ -59,6 +59,7 @@ from ..data._operators import (
     CommutingData,
     DiagonalData,
     LowRankData,
+    check_initial_loss,
 )
 from ..dynamics._train_args import check_weight_decay
 from ._ignition import _check_rho, _first_crossings
@@ -310,11 +311,16 @@ def _initial(data: AbstractData, M0, W0, p: int, z0=None, P=None):
     if z0 is not None:
         z0 = _check_z0(z0, p)
         Q = jnp.eye(p) if P is None else P
-        return (Q * z0) @ Q.T, None
+        M0 = (Q * z0) @ Q.T
+        check_initial_loss(data, M0, "z0")
+        return M0, None
     if W0 is not None:
         W0 = jnp.asarray(as_weights(W0, p, host=True), dtype=jnp.float64)
+        check_initial_loss(data, W0, "W0", "W")
         return W0 @ W0.T, W0
-    return _initial_M(M0, p), None
+    M0 = _initial_M(M0, p)
+    check_initial_loss(data, M0, "M0")
+    return M0, None
 
 
 def _check_z0(z0, p: int, what: str = "to match the data"):
