@@ -488,7 +488,7 @@ class _Run(NamedTuple):
 
     net: Network
     x: Any
-    y2: np.ndarray
+    y2: Any  # (m, k), as `check_data` returns it
     m: int
     k: int
     ell: Any
