@@ -1,34 +1,25 @@
 """Function-size report for src/nqf (issue 25): parameter counts and function lengths.
 
 Run: python benchmarks/code_shape.py [--limit-lines 120 --limit-params 12]
+(the walker and the limits live in tests/_code_shape.py; tests/test_layout.py enforces them)
 Prints the distribution, the public parameter counts of solve_flow / solve_sweep, the lines of
 solvers/_solve.py and solvers/_sweep.py, and every function over the limits.
 """
 
 import argparse
-import ast
 import pathlib
+import sys
 
 import numpy as np
 
-SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "nqf"
-
-
-def functions(root=SRC):
-    for path in sorted(root.rglob("*.py")):
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                a = node.args
-                n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
-                n -= bool(a.args and a.args[0].arg in ("self", "cls"))
-                yield path.relative_to(root), node.name, n, node.end_lineno - node.lineno + 1
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+from _code_shape import MAX_LINES, MAX_PARAMS, SRC, functions, over_limits  # shared with tests/test_layout.py
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--limit-lines", type=int, default=120)
-    ap.add_argument("--limit-params", type=int, default=12)
+    ap.add_argument("--limit-lines", type=int, default=MAX_LINES)
+    ap.add_argument("--limit-params", type=int, default=MAX_PARAMS)
     args = ap.parse_args()
     rows = list(functions())
     params = np.array([r[2] for r in rows])
@@ -42,9 +33,9 @@ def main():
     for f in ("solvers/_solve.py", "solvers/_sweep.py"):
         p = SRC / f
         print(f"{f}: {len(p.read_text().splitlines()) if p.exists() else 0} lines")
-    over = [r for r in rows if r[3] > args.limit_lines or r[2] > args.limit_params]
+    over = over_limits(rows, args.limit_lines, args.limit_params)
     print(f"{len(over)} functions over {args.limit_lines} lines or {args.limit_params} parameters:")
-    for path, name, n, ln in sorted(over, key=lambda r: -r[3]):
+    for path, name, n, ln in over:
         print(f"  {path}:{name}  params={n} lines={ln}")
 
 

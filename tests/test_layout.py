@@ -187,3 +187,16 @@ def test_pickles_name_public_paths_and_old_ones_load():
     assert old == stop
     err = pickle.loads(pickle.dumps(nqf.AssumptionError("Theorem 6", "cond", 0.5, 1e-10, where="(0, 1)")))
     assert (err.theorem, err.residual, err.where) == ("Theorem 6", 0.5, "(0, 1)") and "cond" in str(err)
+
+
+def test_no_function_over_120_lines_or_12_parameters():
+    """Issue 37: every function of src/nqf fits in a head (`tests/_code_shape.py`; the distribution:
+    `python benchmarks/code_shape.py`)."""
+    from _code_shape import MAX_LINES, MAX_PARAMS, functions, over_limits
+
+    rows = list(functions())
+    assert len(rows) > 1000  # the walker sees the package
+    over = over_limits(rows)
+    assert not over, f"{len(over)} functions over {MAX_LINES} lines or {MAX_PARAMS} parameters:\n" + "\n".join(
+        f"  {path}:{name}  params={n} lines={ln}" for path, name, n, ln in over
+    )

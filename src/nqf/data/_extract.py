@@ -59,7 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PyTree
 
-from .._core._checks import as_array
+from .._core._checks import as_array, keyword_options
 from .._core._config import require_x64
 from .._core._errors import NQFWarning
 from . import _extract_blocks as _blocks
@@ -366,26 +366,12 @@ def extract_report(
     x: PyTree[Float[ArrayLike, "m ..."]],
     p: int | None = None,
     y: Float[ArrayLike, " m"] | Float[ArrayLike, "m k"] | None = None,
-    *,
-    width: int = 2,
-    scale: float = 0.3,
-    seed: int = 0,
-    sym_tol: float = 1e-9,
-    zgz_tol: float = 1e-12,
-    order_bound: float = 2.5,
-    ts: Sequence[float] = (2e-2, 1e-2, 5e-3),
-    on_error: str = "raise",
-    normalization: str | None = None,
-    f0_rtol: float = 1e-10,
-    structure: str = "auto",
-    groups: Sequence[int] | None = None,
-    chunk_size: int | None = None,
-    memory_budget: float | None = None,
-    structure_tol: float = 1e-10,
+    **options: Any,
 ) -> tuple[AbstractData | NQFModel, ExtractionReport]:
     """`extract` plus the `ExtractionReport` of its checks; returns ``(representation, report)``.
 
-    **Arguments:**
+    **Arguments** (from `width` on keyword options, read from ``**options`` into `ExtractOptions`;
+    an unknown one: `TypeError`):
 
     - `f`: ``f(W, x)`` -> scalar or (k,), W of shape (p, d) for any d >= 1 (neurons = columns).
       An object callable so may carry `p` (int), `groups` (tuple of group sizes) and
@@ -447,51 +433,127 @@ def extract_report(
     """
     require_x64()  # in float32 the symmetry check fails at ~1e-7 and would blame the module
     _refuse_deep(f)
-    if on_error not in ("raise", "warn"):
-        raise ValueError(f"`on_error` must be 'raise' or 'warn'; found {on_error!r}.")
-    if normalization not in _NORMALIZATIONS:
-        raise ValueError(f"`normalization` must be None, 'mean' (1/d) or 'sqrt' (1/sqrt(d)); found {normalization!r}.")
-    if not (np.isfinite(f0_rtol) and f0_rtol >= 0):
-        raise ValueError(f"`f0_rtol` must be finite and >= 0; found {f0_rtol!r}.")
-    if structure not in _STRUCTURES:
-        raise ValueError(f"`structure` must be 'auto', 'dense' or 'feedforward'; found {structure!r}.")
-    if chunk_size is not None and (not _is_count(chunk_size) or chunk_size < 1):
-        raise ValueError(
-            f"`chunk_size` must be None (automatic) or an integer >= 1 (inputs per chunk); found {chunk_size!r}."
-        )
-    if not (np.isfinite(structure_tol) and 0 <= structure_tol < 1):
-        raise ValueError(f"`structure_tol` must be in [0, 1); found {structure_tol!r}.")
-    p, groups, names = _layout(f, p, groups)
+    o = ExtractOptions(*keyword_options("extract_report", options, **_OPTION_DEFAULTS))
+    p, groups, names = _layout(f, p, o.groups)
     constants = _constants_of(f)
-    f = _hashable(f)
-    if normalization is not None:
-        f = _Normalized(f, normalization)
+    f = _hashable(f) if o.normalization is None else _Normalized(_hashable(f), o.normalization)
     m = _batch_size(x)
     x = jax.tree_util.tree_map(np.asarray, x)
     k = _probe(f, p, x)
     yv = np.zeros(m * k) if y is None else _flat_labels(y, m, k)
-    chunks = _blocks.Chunks(f, x, m, k, None if chunk_size is None else int(chunk_size), memory_budget)
-    blocks = _structure_blocks(chunks, p, groups, names, structure, seed, structure_tol, zgz_tol, memory_budget)
+    chunks = _blocks.Chunks(f, x, m, k, None if o.chunk_size is None else int(o.chunk_size), o.memory_budget)
+    blocks = _structure_blocks(
+        chunks, p, groups, names, o.structure, o.seed, o.structure_tol, o.zgz_tol, o.memory_budget
+    )
     main = "feedforward" if blocks.C is not None else "dense"
-    chunk_used, workspace = chunks.used[main]
+    rng = np.random.default_rng(o.seed)
+    F = _outputs_at(chunks, p)
+    symmetry, fW, f0w, fscale = _symmetry(F, p, o.scale, rng)
+    width_ratio, width_defect = _width_independence(F, f0w, p, o.scale, rng)
+    zref = blocks.a_max if blocks.a_max > 0 else 1.0
+    g_norm = float(np.abs(blocks.g).max())
+    zgz_failed = g_norm > o.zgz_tol * zref or blocks.b_max > o.zgz_tol * zref
+    data, B_flat, factorization = _representation(blocks, yv, m, k, p, zgz_failed)
+    model = NQFModel(data, g=blocks.g.reshape(m * k, p), B=B_flat)  # the quadratic model the checks test
+    order, parity = _smoothness(F, model, blocks.g, f0w, fscale, o, rng)
+    failed = [name for name, bad in _verdicts(o, symmetry, blocks.block_sym, width_defect, zgz_failed, order) if bad]
+    f0 = (f0w if int(o.width) == 4 else F(np.zeros((p, int(o.width))))).reshape(-1)
+    chunk_used, workspace = chunks.used[main]  # the chunk and workspace of the main stage
+    report = ExtractionReport(
+        symmetry=symmetry,
+        block_symmetry=blocks.block_sym,
+        g_norm=g_norm,
+        B_norm=blocks.b_max,
+        order=order,
+        parity=parity,
+        failed=tuple(failed),
+        width_ratio=width_ratio,
+        f0_norm=float(np.abs(f0).max()),
+        structure=main,
+        split=blocks.split,
+        structure_residual=blocks.residual,
+        structure_note=blocks.note,
+        factorization=factorization,
+        chunk_size=chunk_used,
+        workspace_bytes=workspace,
+    )
+    _enforce(report, o, width_defect, constants, zref)
+    _warn_degenerate(report, blocks.a_max, float(np.abs(fW - f0w).max()), o.scale)
+    return _result(data, model, f0, report, fscale, o.f0_rtol), report
 
-    rng = np.random.default_rng(seed)
-    W = scale * rng.standard_normal((p, 4))
-    perm = rng.permutation(4)
-    while np.all(perm == np.arange(4)):
-        perm = rng.permutation(4)
+
+@dataclasses.dataclass(frozen=True)
+class ExtractOptions:
+    """The keyword options of `nqf.extract` / `extract_report` (documented there), checked on
+    construction (a `ValueError` naming the option). `check_extract_options` of `nqf.predict`
+    reads the valid names from its fields."""
+
+    width: int = 2
+    scale: float = 0.3
+    seed: int = 0
+    sym_tol: float = 1e-9
+    zgz_tol: float = 1e-12
+    order_bound: float = 2.5
+    ts: Sequence[float] = (2e-2, 1e-2, 5e-3)
+    on_error: str = "raise"
+    normalization: str | None = None
+    f0_rtol: float = 1e-10
+    structure: str = "auto"
+    groups: Sequence[int] | None = None
+    chunk_size: int | None = None
+    memory_budget: float | None = None
+    structure_tol: float = 1e-10
+
+    def __post_init__(self):
+        if self.on_error not in ("raise", "warn"):
+            raise ValueError(f"`on_error` must be 'raise' or 'warn'; found {self.on_error!r}.")
+        if self.normalization not in _NORMALIZATIONS:
+            raise ValueError(
+                f"`normalization` must be None, 'mean' (1/d) or 'sqrt' (1/sqrt(d)); found {self.normalization!r}."
+            )
+        if not (np.isfinite(self.f0_rtol) and self.f0_rtol >= 0):
+            raise ValueError(f"`f0_rtol` must be finite and >= 0; found {self.f0_rtol!r}.")
+        if self.structure not in _STRUCTURES:
+            raise ValueError(f"`structure` must be 'auto', 'dense' or 'feedforward'; found {self.structure!r}.")
+        if self.chunk_size is not None and (not _is_count(self.chunk_size) or self.chunk_size < 1):
+            raise ValueError(
+                f"`chunk_size` must be None (automatic) or an integer >= 1 (inputs per chunk); found {self.chunk_size!r}."
+            )
+        if not (np.isfinite(self.structure_tol) and 0 <= self.structure_tol < 1):
+            raise ValueError(f"`structure_tol` must be in [0, 1); found {self.structure_tol!r}.")
+
+
+_OPTION_DEFAULTS = {fl.name: fl.default for fl in dataclasses.fields(ExtractOptions)}
+
+
+def _outputs_at(chunks, p: int):
+    """F(W) -> outputs (m, k) of the module at weights W (p, d) on all inputs, in chunks."""
     out_chunk = chunks.chunk("outputs", None, (jnp.zeros((p, 4)),))
 
     def F(WW):
         return chunks.run("outputs", None, (jnp.asarray(WW, dtype=jnp.float64),), chunk=out_chunk)[0]
 
+    return F
+
+
+def _symmetry(F, p: int, scale: float, rng):
+    """Permutation symmetry at a random W (p, 4) of entry scale `scale`: (max |f(W Pi) - f(W)| /
+    max |f|, f(W), f(0) at d = 4, the output scale max(|f(W)|, |f(0)|)) for a random
+    non-identity permutation Pi."""
+    W = scale * rng.standard_normal((p, 4))
+    perm = rng.permutation(4)
+    while np.all(perm == np.arange(4)):
+        perm = rng.permutation(4)
     fW = F(W)
     fP = F(W[:, perm])
     f0w = F(np.zeros((p, 4)))
     fscale = max(float(np.abs(fW).max()), float(np.abs(f0w).max()), np.finfo(float).tiny)
-    symmetry = float(np.abs(fP - fW).max()) / fscale
+    return float(np.abs(fP - fW).max()) / fscale, fW, f0w, fscale
 
-    # width independence: one nonzero neuron at widths 2 and 4 (a sum over neurons: equal)
+
+def _width_independence(F, f0w, p: int, scale: float, rng):
+    """(ratio, relative defect) of one nonzero neuron's contribution f_d(V) - f_d(0) at d = 4
+    against d = 2 (a sum over neurons: ratio 1, defect 0; a mean: 1/2; 1/sqrt(d): 2^-1/2)."""
     V1 = np.zeros((p, 4))
     V1[:, 0] = scale * rng.standard_normal(p)
     D4 = F(V1) - f0w
@@ -501,29 +563,24 @@ def extract_report(
     width_defect = float(np.abs(D4 - D2).max()) / max(
         float(np.abs(D2).max()), float(np.abs(D4).max()), np.finfo(float).tiny
     )
+    return width_ratio, width_defect
 
-    aref = blocks.a_max
-    zref = aref if aref > 0 else 1.0
-    g_norm = float(np.abs(blocks.g).max())
-    B_norm = blocks.b_max
-    block_sym = blocks.block_sym
-    zgz_failed = g_norm > zgz_tol * zref or B_norm > zgz_tol * zref
-    g_flat = blocks.g.reshape(m * k, p)
-    data, B_flat, factorization = _representation(blocks, yv, m, k, p, zgz_failed)
-    model = NQFModel(data, g=g_flat, B=B_flat)  # the quadratic model the checks test
+
+def _smoothness(F, model, g, f0w, fscale: float, o: ExtractOptions, rng):
+    """The C^3 test: (order, parity) of the remainder r(t) = f(tV) - f(0) - q(tV) of the
+    quadratic `model` along three random directions V (p, 4), t in `o.ts`: the least measured
+    order log2 |r(t)| / |r(t/2)| (inf at round-off), and the largest odd part relative to the even
+    part at the smallest t (`g` (m, k, p): the linear term removed)."""
+    m, k, p = g.shape
+    ts, scale = o.ts, o.scale
 
     def Q(WW):
         return np.asarray(_quadratic(model, jnp.asarray(WW))).reshape(m, k)
 
-    # C^3 test: remainder of the quadratic model along three random directions (d = 4).
     orders, parities = [], []
     for _ in range(3):
         V = scale * rng.standard_normal((p, 4))
-        rs = []
-        for t in ts:
-            ft = F(t * V) - f0w
-            rs.append(ft - Q(t * V))
-        rs = [float(np.linalg.norm(r)) for r in rs]
+        rs = [float(np.linalg.norm(F(t * V) - f0w - Q(t * V))) for t in ts]
         fq = float(np.linalg.norm(Q(ts[0] * V))) + float(np.linalg.norm(F(ts[0] * V) - f0w))
         noise = 1e-11 * max(fq, fscale * ts[0] ** 2, np.finfo(float).tiny)
         if rs[-1] <= noise and rs[-2] <= noise:
@@ -538,56 +595,43 @@ def extract_report(
         t = ts[-1]
         fp = F(t * V) - f0w
         fm = F(-t * V) - f0w
-        lin = 2.0 * t * np.einsum("mkp,p->mk", blocks.g, V.sum(axis=1))
+        lin = 2.0 * t * np.einsum("mkp,p->mk", g, V.sum(axis=1))
         even = float(np.linalg.norm(fp + fm))
         parities.append(float(np.linalg.norm(fp - fm - lin)) / max(even, np.finfo(float).tiny) if even > noise else 0.0)
-    order = float(min(orders))
-    parity = float(max(parities))
+    return float(min(orders)), float(max(parities))
 
-    failed = []
-    if symmetry > sym_tol or block_sym > sym_tol:
-        failed.append("symmetry")
-    if width_defect > max(sym_tol, 1e-9):
-        failed.append("width")
-    if zgz_failed:
-        failed.append("zgz")
-    if order < order_bound:
-        failed.append("smoothness")
-    f0 = (f0w if int(width) == 4 else F(np.zeros((p, int(width))))).reshape(-1)
-    f0_norm = float(np.abs(f0).max())
-    report = ExtractionReport(
-        symmetry=symmetry,
-        block_symmetry=block_sym,
-        g_norm=g_norm,
-        B_norm=B_norm,
-        order=order,
-        parity=parity,
-        failed=tuple(failed),
-        width_ratio=width_ratio,
-        f0_norm=f0_norm,
-        structure=main,
-        split=blocks.split,
-        structure_residual=blocks.residual,
-        structure_note=blocks.note,
-        factorization=factorization,
-        chunk_size=chunk_used,
-        workspace_bytes=workspace,
+
+def _verdicts(o: ExtractOptions, symmetry, block_sym, width_defect, zgz_failed, order):
+    """(check, failed?) pairs of `extract_report`'s checks against the bounds of `o`."""
+    return (
+        ("symmetry", symmetry > o.sym_tol or block_sym > o.sym_tol),
+        ("width", width_defect > max(o.sym_tol, 1e-9)),
+        ("zgz", zgz_failed),
+        ("smoothness", order < o.order_bound),
     )
 
-    def fail(cls, msg):
-        if on_error == "raise":
-            raise cls(msg)
-        warnings.warn(msg, NQFWarning, stacklevel=3)
 
+def _enforce(report: ExtractionReport, o: ExtractOptions, width_defect: float, constants, zref: float) -> None:
+    """Raise (``on_error="raise"``) or warn for the failed checks of `report`, each naming what
+    failed with its measured value and bound; a ZGZ failure warns `ZGZWarning` (an
+    `ExtractionError` with `constants`). The warnings point at the caller of `extract_report`."""
+
+    def fail(cls, msg):
+        if o.on_error == "raise":
+            raise cls(msg)
+        warnings.warn(msg, NQFWarning, stacklevel=4)
+
+    failed, sym_tol = report.failed, o.sym_tol
     if "symmetry" in failed:
         fail(
             SymmetryError,
             "Permutation symmetry fails: the module is not invariant under relabeling its neurons "
-            f"(columns of W): max |f(W Pi) - f(W)| / max|f| = {symmetry:.3g} at a random W, and "
-            f"max |H_12 - H_12^T| / max|H| = {block_sym:.3g} at W = 0 "
+            f"(columns of W): max |f(W Pi) - f(W)| / max|f| = {report.symmetry:.3g} at a random W, and "
+            f"max |H_12 - H_12^T| / max|H| = {report.block_symmetry:.3g} at W = 0 "
             f"(bound {sym_tol:g}). Theorem 1 does not apply; no NQF is returned.",
         )
     if "width" in failed:
+        width_ratio, normalization = report.width_ratio, o.normalization
         if abs(width_ratio - 0.5) < 1e-6:
             cause = "a 1/d factor (a mean over neurons): declare it with normalization='mean'"
         elif abs(width_ratio - 2**-0.5) < 1e-6:
@@ -609,12 +653,19 @@ def extract_report(
         fail(
             SmoothnessError,
             "C^3 smoothness at W = 0 fails: the remainder f(tW) - [quadratic model](tW) scales as "
-            f"t^{order:.2f} (expected t^3 or faster; bound t^{order_bound:g}), and its odd part "
-            f"relative to the even part is {parity:.3g} (O(t) for a smooth module). The Hessian at 0 "
+            f"t^{report.order:.2f} (expected t^3 or faster; bound t^{o.order_bound:g}), and its odd part "
+            f"relative to the even part is {report.parity:.3g} (O(t) for a smooth module). The Hessian at 0 "
             "is not the expansion of the module -- e.g. a ReLU (not differentiable at 0, "
             "positively homogeneous). Use a C^3 activation (tanh, GELU, ...).",
         )
-    if "zgz" in failed and constants:
+    if "zgz" in failed:
+        _zgz_failure(report.g_norm, report.B_norm, o.zgz_tol, zref, constants)
+
+
+def _zgz_failure(g_norm: float, B_norm: float, zgz_tol: float, zref: float, constants) -> None:
+    """A ZGZ failure (g or B above `zgz_tol` x `zref`): `ExtractionError` for a network with
+    `constants` (the lift is exact only under ZGZ), else a `ZGZWarning` naming what is nonzero."""
+    if constants:
         raise ExtractionError(
             f"`constants` ({', '.join(constants)}): ZGZ fails (max |g| = {g_norm:.3g}, max |B| = {B_norm:.3g}; bound "
             f"{zgz_tol * zref:.3g}), and the lifted NQF of fixed per-neuron constants is exact only under ZGZ: a "
@@ -623,31 +674,34 @@ def extract_report(
             "(nqf.data._constants). Train the constant (drop it from `constants`), or use an activation with "
             "phi'(0) = 0 behind it."
         )
-    if "zgz" in failed:
-        warnings.warn(
-            "ZGZ fails: "
-            + (
-                f"the gradient of a neuron at W = 0 is nonzero (max |g| = {g_norm:.3g}; e.g. a bias "
-                "inside the nonlinearity or an output offset per neuron)"
-                if g_norm > zgz_tol * zref
-                else ""
-            )
-            + ("; " if g_norm > zgz_tol * zref and B_norm > zgz_tol * zref else "")
-            + (
-                f"neurons couple at second order (max |B| = {B_norm:.3g}, H_12 != 0; e.g. a "
-                "nonlinearity applied after summing the neurons)"
-                if B_norm > zgz_tol * zref
-                else ""
-            )
-            + f" (bound {zgz_tol:g} x max|A_H| = {zgz_tol * zref:.3g}). Returning the general form "
-            "E2 (Theorem 12): an NQFModel with g, B; its dynamics close on (M, mu), not M alone.",
-            ZGZWarning,
-            stacklevel=2,
+    warnings.warn(
+        "ZGZ fails: "
+        + (
+            f"the gradient of a neuron at W = 0 is nonzero (max |g| = {g_norm:.3g}; e.g. a bias "
+            "inside the nonlinearity or an output offset per neuron)"
+            if g_norm > zgz_tol * zref
+            else ""
         )
+        + ("; " if g_norm > zgz_tol * zref and B_norm > zgz_tol * zref else "")
+        + (
+            f"neurons couple at second order (max |B| = {B_norm:.3g}, H_12 != 0; e.g. a "
+            "nonlinearity applied after summing the neurons)"
+            if B_norm > zgz_tol * zref
+            else ""
+        )
+        + f" (bound {zgz_tol:g} x max|A_H| = {zgz_tol * zref:.3g}). Returning the general form "
+        "E2 (Theorem 12): an NQFModel with g, B; its dynamics close on (M, mu), not M alone.",
+        ZGZWarning,
+        stacklevel=4,
+    )
 
-    dev = float(np.abs(fW - f0w).max())
+
+def _warn_degenerate(report: ExtractionReport, aref: float, dev: float, scale: float) -> None:
+    """`DegenerateWarning` when the quadratic part at W = 0 vanishes (max |A_H| and max |B| below
+    1e-12 of the variation `dev` of f at weights of scale `scale`) and smoothness and width hold."""
+    B_norm = report.B_norm
     if (
-        not {"smoothness", "width"} & set(failed)
+        not {"smoothness", "width"} & set(report.failed)
         and aref <= 1e-12 * dev / scale**2
         and B_norm <= 1e-12 * dev / scale**2
     ):
@@ -657,17 +711,20 @@ def extract_report(
             "cubic order in W, so A = 0 and the NQF is trivial (M does not move under the MSE flow with "
             "g = 0). Check that f is the intended module (e.g. a missing readout or square).",
             DegenerateWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    if 0.0 < f0_norm <= f0_rtol * fscale:
+
+
+def _result(data, model, f0, report: ExtractionReport, fscale: float, f0_rtol: float):
+    """`extract`'s representation: the data when ZGZ holds and f(0) = 0 (|f(0)| <= `f0_rtol` x the
+    output scale is round-off: 0), an `NQFModel(data, f0=f0)` when only f(0) != 0, else the checked
+    `model` (g, B in the `NQFModel` convention A = A_H - B; B None for a feed-forward result, B = 0
+    verified on every input) with f0."""
+    if 0.0 < report.f0_norm <= f0_rtol * fscale:
         f0 = np.zeros_like(f0)  # round-off (e.g. a centred softmax head): f(0) = 0
-    if not zgz_failed:
-        if np.all(f0 == 0.0):
-            return data, report
-        return NQFModel(data, f0=f0), report
-    # the checked model (g, B in the NQFModel convention A = A_H - B) with f0; B stays None for
-    # a feed-forward result (B = 0 verified on every input)
-    return eqx.tree_at(lambda mm: mm.f0, model, jnp.asarray(f0), is_leaf=lambda v: v is None), report
+    if "zgz" not in report.failed:
+        return data if np.all(f0 == 0.0) else NQFModel(data, f0=f0)
+    return eqx.tree_at(lambda mm: mm.f0, model, jnp.asarray(f0), is_leaf=lambda v: v is None)
 
 
 def _flat_labels(y, m, k):

@@ -545,6 +545,38 @@ def sgd_sde(
     ts = _check_ts(ts)
     p = data.p
     mu0, d = _mean_field_init(model, M0, p)
+    form, commuting, Mfull, z0 = _initial_M(data, model, M0, form, mu0, d)
+    solver, strat = _check_solver(solver)
+    _check_paths_memory(key, n_paths, len(ts), p, m, form, commuting)
+    keys, batched = _keys(key, n_paths)
+    s2 = _kappa(m, b, bool(replace)) / (b * m)
+    y0, coeffs = _state_and_coeffs(form, data, model, (lr, s2, strat), (Mfull, z0, mu0, d))
+    n_steps = _step_count(lr, float(_rate(coeffs, y0)), dt0, ts)
+    dt = jnp.asarray(ts[-1] / n_steps)  # traced: a new dt0 or horizon reuses the compiled program
+    run = functools.partial(_solve, coeffs, y0, jnp.asarray(ts), dt, solver, drift, commuting)
+    out = jax.vmap(run)(keys) if batched else run(keys)
+    Ms, mus, zs, losses = jax.tree.map(np.asarray, out)
+    if not np.all(np.isfinite(losses)):
+        raise FloatingPointError("The SDE diverged (non-finite loss); reduce `dt0` or `lr`.")
+    return SDEPaths(
+        ts=ts,
+        M=None if form == "log_z" else Ms,
+        mu=mus,
+        z=zs if commuting else None,
+        loss=losses,
+        lr=lr,
+        batch_size=b,
+        replace=bool(replace),
+        form=form,
+    )
+
+
+def _initial_M(data, model, M0, form: str, mu0, d):
+    """(form, commuting, M0 (p, p), z0 (p,) or None) of `sgd_sde`'s initial condition: `M0` (p,
+    p) symmetric and realizable (with mu0, d: M0 - mu0 mu0^T / d PSD), or mode strengths z0 (p,)
+    >= 0 of commuting data; ``form="auto"`` resolved ("M-mu" for a model with g, B, f0, "log_z"
+    where M0 is diagonal in the commuting data's basis, else "M"). **Raises:** `ValueError`."""
+    p = data.p
     if isinstance(M0, tuple):
         M0 = M0[0]
     _check_float64(M0, "M0")
@@ -580,33 +612,47 @@ def sgd_sde(
         assert z0 is not None
         Pm = cdata.P
         Mfull = np.diag(z0) if Pm is None else np.asarray(Pm) @ np.diag(z0) @ np.asarray(Pm).T
+    return form, commuting, Mfull, z0
+
+
+def _check_solver(solver):
+    """(solver, Stratonovich?) of `sgd_sde`: default `diffrax.Heun()`; `TypeError` for a solver
+    that is neither Ito nor Stratonovich."""
     if solver is None:
         solver = diffrax.Heun()
     if isinstance(solver, diffrax.AbstractStratonovichSolver):
-        strat = True
-    elif isinstance(solver, diffrax.AbstractItoSolver):
-        strat = False
-    else:
-        raise TypeError(
-            f"`solver` must be a diffrax SDE solver (AbstractItoSolver or AbstractStratonovichSolver); found {solver!r}."
-        )
-    _check_paths_memory(key, n_paths, len(ts), p, m, form, commuting)
-    keys, batched = _keys(key, n_paths)
-    s2 = _kappa(m, b, bool(replace)) / (b * m)
+        return solver, True
+    if isinstance(solver, diffrax.AbstractItoSolver):
+        return solver, False
+    raise TypeError(
+        f"`solver` must be a diffrax SDE solver (AbstractItoSolver or AbstractStratonovichSolver); found {solver!r}."
+    )
+
+
+def _state_and_coeffs(form: str, data, model, scales, initial):
+    """(y0, coefficients) of `sgd_sde`'s SDE in `form`: u0 = log z0 (0 where z0 = 0, masked) and
+    `_Coeffs` in log space, M0 and `_Coeffs` in M space, (M0, mu0) and `_CoeffsMmu` for a model
+    with g, B. `scales` = (lr, s2 the sampling variance factor, Stratonovich?); `initial` = (M0,
+    z0, mu0, d)."""
+    lr, s2, strat = scales
+    Mfull, z0, mu0, d = initial
     if form == "log_z":
         assert z0 is not None
         mask = z0 > 0
         y0 = jnp.asarray(np.where(mask, np.log(np.where(mask, z0, 1.0)), 0.0))
-        mask = jnp.asarray(mask)
-        coeffs = _Coeffs(data, jnp.asarray(lr), jnp.asarray(s2), mask, form, strat)
-    elif form == "M":
-        y0 = jnp.asarray(Mfull)
-        coeffs = _Coeffs(data, jnp.asarray(lr), jnp.asarray(s2), None, form, strat)
-    else:
-        assert model is not None and mu0 is not None and d is not None
-        y0 = (jnp.asarray(Mfull), jnp.asarray(mu0))
-        coeffs = _CoeffsMmu(model, jnp.asarray(lr), jnp.asarray(s2), jnp.asarray(float(d)), strat)
-    rate = max(1.0, float(_rate(coeffs, y0)))
+        return y0, _Coeffs(data, jnp.asarray(lr), jnp.asarray(s2), jnp.asarray(mask), form, strat)
+    if form == "M":
+        return jnp.asarray(Mfull), _Coeffs(data, jnp.asarray(lr), jnp.asarray(s2), None, form, strat)
+    assert model is not None and mu0 is not None and d is not None
+    y0 = (jnp.asarray(Mfull), jnp.asarray(mu0))
+    return y0, _CoeffsMmu(model, jnp.asarray(lr), jnp.asarray(s2), jnp.asarray(float(d)), strat)
+
+
+def _step_count(lr: float, rate: float, dt0, ts) -> int:
+    """The number of constant steps of `sgd_sde` to ts[-1]: of `dt0`, or of DT0_FACTOR sqrt(lr /
+    rate) by default (rate = max(1, the drift's fastest rate)). **Raises:** `ValueError` above
+    the stability edge lr x rate > 2, for a bad `dt0`, or beyond `MAX_STEPS` steps."""
+    rate = max(1.0, rate)
     if lr * rate > 2.0:  # a linear step 1 - lr x rate leaves (-1, 1): the map is unstable
         raise ValueError(
             f"`lr`={lr!r} is above the stability edge of minibatch SGD at the initial state: lr x rate = "
@@ -626,24 +672,7 @@ def sgd_sde(
             f"than {MAX_STEPS:.0e}: `lr` = {lr!r} is too small for its default dt0 = sqrt(lr / rate) / 4 "
             "(or `dt0` is): give a larger `dt0` or `lr`, or shorter `ts`."
         )
-    n_steps = max(1, int(np.ceil(n_float - 1e-9)))
-    dt = jnp.asarray(ts[-1] / n_steps)  # traced: a new dt0 or horizon reuses the compiled program
-    run = functools.partial(_solve, coeffs, y0, jnp.asarray(ts), dt, solver, drift, commuting)
-    out = jax.vmap(run)(keys) if batched else run(keys)
-    Ms, mus, zs, losses = jax.tree.map(np.asarray, out)
-    if not np.all(np.isfinite(losses)):
-        raise FloatingPointError("The SDE diverged (non-finite loss); reduce `dt0` or `lr`.")
-    return SDEPaths(
-        ts=ts,
-        M=None if form == "log_z" else Ms,
-        mu=mus,
-        z=zs if commuting else None,
-        loss=losses,
-        lr=lr,
-        batch_size=b,
-        replace=bool(replace),
-        form=form,
-    )
+    return max(1, int(np.ceil(n_float - 1e-9)))
 
 
 @jax.jit

@@ -329,6 +329,13 @@ _LEGACY = {
 }
 
 
+def split_legacy(where: str, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the deprecated training keywords of `where` (`predict` / `record`) in its ``**options``
+    catch-all, for `from_keywords`; the other options)."""
+    legacy = {k: v for k, v in options.items() if k in _LEGACY[where]}
+    return legacy, {k: v for k, v in options.items() if k not in legacy}
+
+
 def from_keywords(where: str, training, legacy: dict[str, Any], stacklevel: int = 3) -> SGD | Flow | None:
     """The training description of `predict` / `record` (`where`): `training` itself, or one
     built from the keywords of earlier versions (`legacy`: lr=, steps=, t1=, batches, momentum,

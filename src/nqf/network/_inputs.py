@@ -145,16 +145,15 @@ def check_extract_options(options) -> dict:
 
     **Raises:** `TypeError` for a value that is not a dict (or None), or for a key that is not a
     keyword option of `nqf.extract` (naming it and listing the valid ones)."""
-    import inspect
+    import dataclasses
 
-    from ..data._extract import extract_report
+    from ..data._extract import ExtractOptions
 
     if options is None:
         return {}
     if not isinstance(options, dict):
         raise TypeError(f"`extract_options` must be a dict of nqf.extract options; found {type(options).__name__}.")
-    params = inspect.signature(extract_report).parameters.values()
-    valid = [q.name for q in params if q.kind is inspect.Parameter.KEYWORD_ONLY]
+    valid = [field.name for field in dataclasses.fields(ExtractOptions)]
     bad = [key for key in options if key not in valid]
     if bad:
         raise TypeError(

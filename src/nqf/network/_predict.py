@@ -37,7 +37,7 @@ import dataclasses
 import time
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import equinox as eqx
 import jax
@@ -46,14 +46,14 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from .._core import memory
-from .._core._checks import check_positive
+from .._core._checks import check_positive, keyword_options
 from .._core._errors import AssumptionError, NQFWarning
 from .._core.io import Saveable
 from ..data import AbstractCommutingData, DeepNetwork, DegenerateWarning, FeedForwardData, Network, NQFModel, extract
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics import closed_sgd
 from ..dynamics._losses import as_loss
-from ..dynamics._training import SGD, Flow, from_keywords
+from ..dynamics._training import SGD, Flow, from_keywords, split_legacy
 from ..solvers import FlowSolution, solve_flow
 from ..theory import asymptote
 from . import _heldout as heldout
@@ -129,7 +129,16 @@ class Prediction(Saveable):
       times; `module_gap` (n_r,): |L(module at W(t)) - L_NQF| / L(0). From `departure_neurons`
       random neurons (``settings["departure"]``: s, groups, sampling): `remainder_gap_se` (n_r,)
       the gap's standard error (delete-one-group jackknife; 0 at s = d), `departure_interval`
-      (2,) the first times gap + 2 se and gap - 2 se exceed `gap_tol`.
+      (2,) the first times gap + 2 se and gap - 2 se exceed `gap_tol`. Its cost: the module's next
+      expansion terms and their gradient at 24 saved times, from 64 neurons 0.36 s warm at width 256
+      or 1024 on the digits MLP, 11-18 % of `predict`, against 3.6-12 s at the full width; but linear
+      in m k p: 60-75 % of `predict` at m k p = 1e6 to 5e6; its first call compiles, about 8 s.
+    - A loss other than MSE (``settings["loss"]``) has no asymptote (`final_loss` is the loss at the
+      horizon; for a separable cross-entropy problem L_inf = 0 and the loss falls like a logarithm,
+      so the learning phase and the half-drop time, defined against the horizon's loss as for MSE,
+      depend on the horizon), no stability edge (nan) and no departure estimate (the next expansion
+      terms are compared in MSE); the ignition times and the drop times between plateaus are defined
+      as for MSE, on this loss's curve (for cross-entropy L(0) is about log k at small init).
     - `init_gap` (2,): |L_module - L_NQF| / L(0) at W0 and at the first saved time after 5 % of
       the horizon (``settings["init_gap_t"]``) on the NQF's path; above 0.01 an
       `InitScaleWarning` says the initialization is not small.
@@ -349,115 +358,93 @@ def predict(
     save_every: int | None = None,
     W0: Float[ArrayLike, "p d"] | None = None,
     init_scale: float | None = None,
-    rho: float = 0.5,
     target: str | Float[ArrayLike, " p"] = "phase_end",
-    phase_tol: float = 0.02,
-    gap_tol: float = 0.05,
-    estimate_departure: bool | None = None,
-    departure_neurons: int | None = None,
-    extract_options: dict[str, Any] | None = None,
-    step_values: str = "auto",
     x_test: PyTree[Float[ArrayLike, "m_test ..."]] | None = None,
     y_test: Float[ArrayLike, " m_test"] | Float[ArrayLike, "m_test k"] | None = None,
-    **deprecated: Any,
+    **options: Any,
 ) -> Prediction:
     """Predict the training of `network` on (x, y) from its NQF, before training it.
 
-    `training` says which training: ``nqf.Flow(t1)``, the **gradient flow** (`nqf.solve_flow`
-    to `t1`), the limit of small learning rates; or ``nqf.SGD(lr, steps=...)``, the **exact
-    discrete map** of SGD (`nqf.closed_sgd`, Theorem 2), full batch or minibatch, with momentum,
-    Nesterov, weight decay and a learning-rate schedule, which is exact for any width. The same
-    description given to `nqf.record` trains the module itself, so both describe one run. The
-    loss is the description's `loss`: the MSE (1/(b k)) sum (f - y)^2 of `nqf.record` (b inputs
-    per batch, k outputs) by default, or the mean over the batch's inputs of a per-input loss.
-    See the module docstring for what is computed and what the NQF does not predict.
+    `training` says which training: ``nqf.Flow(t1)``, the **gradient flow** (`nqf.solve_flow` to `t1`), the limit of
+    small learning rates; or ``nqf.SGD(lr, steps=...)``, the **exact discrete map** of SGD (`nqf.closed_sgd`, Theorem
+    2), full batch or minibatch, with momentum, Nesterov, weight decay and a learning-rate schedule, which is exact
+    for any width. The same description given to `nqf.record` trains the module itself, so both describe one run. The
+    loss is the description's `loss`: the MSE (1/(b k)) sum (f - y)^2 of `nqf.record` (b inputs per batch, k outputs)
+    by default, or the mean over the batch's inputs of a per-input loss. See the module docstring for what is computed
+    and what the NQF does not predict.
 
-    **Arguments:**
+    **Arguments** (`rho`, `phase_tol`, `gap_tol`, `estimate_departure`, `departure_neurons`, `step_values`,
+    `extract_options` and the deprecated keywords are read from ``**options``; an unknown keyword: `TypeError`):
 
-    - `network`: an `nqf.Network`, or an equinox / flax.nnx module (neurons ``"auto"``). A
-      `nqf.data.DeepNetwork` (a depth-2/3 MLP) is predicted by the multi-layer NQF (Theorem 14,
-      `nqf.network._deep`: a `DeepPrediction`; an `nqf.SGD` with a constant lr, no momentum).
+    - `network`: an `nqf.Network`, or an equinox / flax.nnx module (neurons ``"auto"``). A `nqf.data.DeepNetwork` (a
+      depth-2/3 MLP) is predicted by the multi-layer NQF (Theorem 14, `nqf.network._deep`: a `DeepPrediction`; an
+      `nqf.SGD` with a constant lr, no momentum).
     - `x`: m inputs (an array or a pytree with leading axis m); `y`: labels (m,) or (m, k).
-    - `training`: an `nqf.Flow` or `nqf.SGD` (lr a scalar, an optax schedule or per-step
-      rates; time t = sum of the rates). The keywords of earlier versions (`t1`, `lr`, `steps`,
-      `batch_size`, `batch_indices`, `key`, `momentum`, `weight_decay`) still build one, with a
-      `DeprecationWarning`, for this release. `ts`: saved times of a flow (default 401 equally
-      spaced); `save_every`: saved steps of a map (default: about 400 saves).
-    - `W0` (p, d): initial neuron parameters (default: the module's own, `network.W`), scaled
-      by `init_scale` if given (the module's initialization times `init_scale`).
-    - Batches (`SGD(batch_size=, key=)`) are the ones `nqf.batch_indices` draws, identical to
-      `nqf.record`'s; `SGD(batch_indices=)` (steps, b) are over the m inputs.
-    - `rho`: the ignition fraction. `target`: the values whose fraction rho a mode reaches at its
-      ignition time: ``"phase_end"`` (default: the eigenvalues of M at the end of the learning
-      phase; independent of the horizon once it covers the phase, and defined for every module;
-      a `HorizonWarning` says when the phase does not end within the horizon), ``"asymptote"``
-      (the NQF's limit t -> inf, `nqf.asymptote`: exact for Eq. E19; for ill-conditioned inputs
-      such as image pixels the least-squares limit puts weight on directions learned only at very
-      late times, and no mode reaches half of it in a practical run; data without a closed-form
-      limit, or a model with g, B, need the limit's numerical flow, certified within 20 horizons
-      or refused with a `RuntimeError`), ``"horizon"`` (the values at the last saved time), or
-      values (p,) of your own. When the learning phase does not end within the horizon,
-      ``"phase_end"`` falls back to the values at the horizon (`targets_from` = ``"horizon"``,
-      with a `HorizonWarning`); `Prediction.with_targets` re-targets without solving again.
-    - `phase_tol`: the learning phase ends when L(t) - L_inf <= phase_tol (L(0) - L_inf);
-      `gap_tol`: the loss-gap tolerance (fraction of L(0)) of the departure estimate.
-    - `estimate_departure`: compute the a-priori departure estimate (default None: when the m k p
-      data entries are at most 2e5, ``settings["departure"]["off"]`` says why not; it evaluates
-      the module's next expansion terms and their gradient at 24 saved times: from 64 neurons
-      0.36 s warm at width 256 or 1024 on the digits MLP, 11-18 % of `predict`, against 3.6-12 s
-      at the full width; but its cost is linear in m k p: 60-75 % of `predict` at m k p = 1e6 to
-      5e6; its first call compiles, about 8 s); False
-      leaves `departure_estimate` nan, True computes it at any size. `departure_neurons`: the s neurons (random, of the d) it evaluates (default
-      min(d, 64); d: the full width), at a cost that does not grow with d
-      (`nqf.network._departure`: an unbiased neuron subsample with a jackknife error bar; a
-      module that is not a sum over its neurons falls back to the full width).
-    - `step_values`: for the map, the loss and eigenvalues of M after every step
-      (`closed_sgd(step_values=...)`), which give the event times one step's resolution:
-      ``"auto"`` (default: ``"all"`` for full batch and p <= 128, ``"loss"`` for larger p,
-      ``"none"`` with minibatches, where the full-data loss costs all m inputs per step),
-      ``"all"``, ``"loss"`` or ``"none"`` (times interpolated between saved steps). Unused by
-      the flow (its dense output is exact).
-    - `x_test`, `y_test`: held-out inputs (a pytree of `x`'s structure and per-input shape,
-      m_test inputs) and optionally their labels (of `y`'s form: (m_test,) or (m_test, k)): the
-      prediction then holds the NQF's outputs, loss and accuracy on them at the saved times
-      (`Prediction.test_outputs`, `test_loss`, `test_accuracy`), at the cost of extracting their
-      NQF and one trace per saved state and test input; `Prediction.record` measures the same.
-    - The loss (``training.loss``): ``"mse"`` (default), ``"cross_entropy"`` (integer classes y
-      (m,) in [0, k), one module output per class), ``"logistic"`` (one output, y in {0, 1} or
-      {-1, +1}) or a JAX-traceable ell(f_x, y_x) of one input (`nqf.dynamics._losses`): the mean
-      over inputs of ell, in the flow (the "M-mu" form, Eq. E10 with l' = ell') and in the map
-      alike. The NQF's labels (`model.y`, the data rows mu k + o) are then the loss's label rows:
-      the one-hot classes for cross-entropy, the signs s = +-1 for logistic. A loss other than
-      MSE has no asymptote (`final_loss` is the loss at the horizon; for a separable
-      cross-entropy problem L_inf = 0 and the loss falls like a logarithm, so the learning phase
-      and the half-drop time, defined against the horizon's loss as for MSE, depend on the
-      horizon), no stability edge (nan) and no departure estimate (the next expansion terms are
-      compared in MSE); the ignition times and the drop times between plateaus are defined as
-      for MSE, on this loss's curve (for cross-entropy L(0) is about log k at small init).
-    - `extract_options`: keywords for `nqf.extract` (e.g. ``{"structure": "dense"}``, or
-      ``{"normalization": "mean"}`` for a layer that averages its units: the extracted sum form
-      is scaled by c(d) = 1/d or 1/sqrt(d) back to the module at its width d).
+    - `training`: an `nqf.Flow` or `nqf.SGD` (lr a scalar, an optax schedule or per-step rates; time t = sum of the
+      rates). The keywords of earlier versions (`t1`, `lr`, `steps`, `batch_size`, `batch_indices`, `key`, `momentum`,
+      `weight_decay`) still build one, with a `DeprecationWarning`, for this release. `ts`: saved times of a flow
+      (default 401 equally spaced); `save_every`: saved steps of a map (default: about 400 saves).
+    - `W0` (p, d): initial neuron parameters (default: the module's own, `network.W`), scaled by `init_scale` if given
+      (the module's initialization times `init_scale`).
+    - Batches (`SGD(batch_size=, key=)`) are the ones `nqf.batch_indices` draws, identical to `nqf.record`'s;
+      `SGD(batch_indices=)` (steps, b) are over the m inputs.
+    - `rho`: the ignition fraction. `target`: the values whose fraction rho a mode reaches at its ignition time:
+      ``"phase_end"`` (default: the eigenvalues of M at the end of the learning phase; independent of the horizon once
+      it covers the phase, and defined for every module; a `HorizonWarning` says when the phase does not end within
+      the horizon), ``"asymptote"`` (the NQF's limit t -> inf, `nqf.asymptote`: exact for Eq. E19; for ill-conditioned
+      inputs such as image pixels the least-squares limit puts weight on directions learned only at very late times,
+      and no mode reaches half of it in a practical run; data without a closed-form limit, or a model with g, B, need
+      the limit's numerical flow, certified within 20 horizons or refused with a `RuntimeError`), ``"horizon"`` (the
+      values at the last saved time), or values (p,) of your own. When the learning phase does not end within the
+      horizon, ``"phase_end"`` falls back to the values at the horizon (`targets_from` = ``"horizon"``, with a
+      `HorizonWarning`); `Prediction.with_targets` re-targets without solving again.
+    - `phase_tol`: the learning phase ends when L(t) - L_inf <= phase_tol (L(0) - L_inf); `gap_tol`: the loss-gap
+      tolerance (fraction of L(0)) of the departure estimate.
+    - `estimate_departure`: compute the a-priori departure estimate (default None: when the m k p data entries are at
+      most 2e5, ``settings["departure"]["off"]`` says why not; its cost: `Prediction`); False leaves
+      `departure_estimate` nan, True computes it at any size. `departure_neurons`: the s neurons (random, of the d) it evaluates (default min(d, 64); d: the full
+      width), at a cost that does not grow with d (`nqf.network._departure`: an unbiased neuron subsample with a
+      jackknife error bar; a module that is not a sum over its neurons falls back to the full width).
+    - `step_values`: for the map, the loss and eigenvalues of M after every step (`closed_sgd(step_values=...)`),
+      which give the event times one step's resolution: ``"auto"`` (default: ``"all"`` for full batch and p <= 128,
+      ``"loss"`` for larger p, ``"none"`` with minibatches, where the full-data loss costs all m inputs per step),
+      ``"all"``, ``"loss"`` or ``"none"`` (times interpolated between saved steps). Unused by the flow (its dense
+      output is exact).
+    - `x_test`, `y_test`: held-out inputs (a pytree of `x`'s structure and per-input shape, m_test inputs) and
+      optionally their labels (of `y`'s form: (m_test,) or (m_test, k)): the prediction then holds the NQF's outputs,
+      loss and accuracy on them at the saved times (`Prediction.test_outputs`, `test_loss`, `test_accuracy`), at the
+      cost of extracting their NQF and one trace per saved state and test input; `Prediction.record` measures the
+      same.
+    - The loss (``training.loss``): ``"mse"`` (default), ``"cross_entropy"`` (integer classes y (m,) in [0, k), one
+      module output per class), ``"logistic"`` (one output, y in {0, 1} or {-1, +1}) or a JAX-traceable ell(f_x, y_x)
+      of one input (`nqf.dynamics._losses`): the mean over inputs of ell, in the flow (the "M-mu" form, Eq. E10 with
+      l' = ell') and in the map alike. The NQF's labels (`model.y`, the data rows mu k + o) are then the loss's label
+      rows: the one-hot classes for cross-entropy, the signs s = +-1 for logistic. What another loss changes in the
+      result: `Prediction` ("A loss other than MSE").
+    - `extract_options`: keywords for `nqf.extract` (e.g. ``{"structure": "dense"}``, or ``{"normalization": "mean"}``
+      for a layer that averages its units: the extracted sum form is scaled by c(d) = 1/d or 1/sqrt(d) back to the
+      module at its width d).
 
     **Returns:** a `Prediction`.
 
-    **Raises:** `ValueError` for mismatched or non-finite `x`/`y`, an `x_test` of another structure
-    or per-input shape than `x`, a `y_test` of another length or k, or without `x_test`, a `W0` of the wrong shape, no
-    horizon, `t1` inconsistent with `lr` x `steps`, `ts` with `lr` or not starting at 0, map
-    options without `lr`, bad tolerances, `departure_neurons` outside [2, d];
-    `nqf.memory.MemoryBudgetError` if the saved states exceed the memory budget; the
-    `nqf.ExtractionError`s of `nqf.extract` (not permutation-symmetric, not C^3 such as ReLU, a
-    normalisation across neurons), naming the module; `TypeError` for a `network` that is not a
-    module, a complex or non-numeric `W0`, or an `extract_options` key that `nqf.extract` does
-    not take (raised before the extraction). Warns `FrozenParameterWarning` when a frozen array has a nonzero loss gradient at W0,
-    `nqf.data.PrecisionWarning` when float32 parameters or inputs were cast, `InitScaleWarning`
-    when the initialization is not small (`init_gap`), `HorizonWarning` when the learning phase
-    does not end within the horizon (the ``"phase_end"`` targets are then the values at the
-    horizon), when `lr` is past the map's stability edge 2 (1 + momentum) / S at W0 (before the
-    map runs; S the sharpness, `nqf.sharpness`), or when the full-batch map's loss rises or lr is
-    past the edge along the predicted path (``settings["stability_edge"]``, at 5 saved states:
-    what follows is the map's instability, not the NQF's learning).
+    **Raises:** `ValueError` for mismatched or non-finite `x`/`y`, an `x_test` of another structure or per-input shape
+    than `x`, a `y_test` of another length or k, or without `x_test`, a `W0` of the wrong shape, no horizon, `t1`
+    inconsistent with `lr` x `steps`, `ts` with `lr` or not starting at 0, map options without `lr`, bad tolerances,
+    `departure_neurons` outside [2, d]; `nqf.memory.MemoryBudgetError` if the saved states exceed the memory budget;
+    the `nqf.ExtractionError`s of `nqf.extract` (not permutation-symmetric, not C^3 such as ReLU, a normalisation
+    across neurons), naming the module; `TypeError` for a `network` that is not a module, a complex or non-numeric
+    `W0`, or an `extract_options` key that `nqf.extract` does not take (raised before the extraction). Warns
+    `FrozenParameterWarning` when a frozen array has a nonzero loss gradient at W0, `nqf.data.PrecisionWarning` when
+    float32 parameters or inputs were cast, `InitScaleWarning` when the initialization is not small (`init_gap`),
+    `HorizonWarning` when the learning phase does not end within the horizon (the ``"phase_end"`` targets are then the
+    values at the horizon), when `lr` is past the map's stability edge 2 (1 + momentum) / S at W0 (before the map
+    runs; S the sharpness, `nqf.sharpness`), or when the full-batch map's loss rises or lr is past the edge along the
+    predicted path (``settings["stability_edge"]``, at 5 saved states: what follows is the map's instability, not the
+    NQF's learning).
     """
-    training = from_keywords("predict", training, deprecated)
+    legacy, options = split_legacy("predict", options)
+    opts = _Options(*keyword_options("predict", options, **_Options._field_defaults))
+    training = from_keywords("predict", training, legacy)
     if training is None:
         raise ValueError(
             "predict needs a training description: nqf.Flow(t1) (gradient flow to time t1) or "
@@ -465,37 +452,92 @@ def predict(
         )
     t_start = time.perf_counter()
     net = as_network(network)
-    extract_options = check_extract_options(extract_options)
+    opts = opts._replace(extract_options=check_extract_options(opts.extract_options))
     if isinstance(net, DeepNetwork):  # a deep chain: the multi-layer NQF (Theorem 14, `_deep`)
         (predict_deep,) = _DEEP_PREDICT  # registered by `nqf.network._deep` (imported with nqf.network)
-        opts: dict[str, Any] = {"ts": ts, "estimate_departure": estimate_departure, "x_test": x_test}
-        opts.update(departure_neurons=departure_neurons, extract_options=extract_options, step_values=step_values)
-        opts.update(rho=rho, target=target, phase_tol=phase_tol, gap_tol=gap_tol)
-        return predict_deep(net, x, y, training, save_every=save_every, W0=W0, init_scale=init_scale, options=opts)
+        deep = {**opts._asdict(), "ts": ts, "x_test": x_test, "target": target}
+        return predict_deep(net, x, y, training, save_every=save_every, W0=W0, init_scale=init_scale, options=deep)
+    run = _checked(net, (x, y, x_test, y_test), training, opts, (W0, init_scale), target, (ts, save_every))
+    _warn_frozen(net, run.x, run.y2, run.W0, run.ell)
+    model = _extract(net, run.x, run.y2, run.k, opts.extract_options)
+    traj, settings = _trajectory(run, model)
+    curves = _curves(run, model, traj, settings)
+    departure = _departure(run, model, traj, settings, curves["t"], curves["loss"])
+    held = _held_out(run, traj, settings)
+    saved = dict(x=jax.tree_util.tree_map(np.asarray, run.x), y=np.asarray(run.y2), network=net, settings=settings)
+    wall = time.perf_counter() - t_start
+    return Prediction(model=model, W0=run.W0, trajectory=traj, **saved, **curves, **departure, **held, wall_time_s=wall)
+
+
+class _Options(NamedTuple):
+    """`predict`'s keywords read from ``**options`` (with their defaults)."""
+
+    rho: float = 0.5
+    phase_tol: float = 0.02
+    gap_tol: float = 0.05
+    estimate_departure: bool | None = None
+    departure_neurons: int | None = None
+    extract_options: dict[str, Any] | None = None
+    step_values: str = "auto"
+
+
+class _Run(NamedTuple):
+    """A `predict` call's checked inputs: the network, its data (m inputs, k outputs), the loss
+    `ell`, the held-out data `test`, W0 (p, d), the training description, the ignition target and
+    its label, the saves, the departure neurons `s_dep` and the options."""
+
+    net: Network
+    x: Any
+    y2: Any  # (m, k), as `check_data` returns it
+    m: int
+    k: int
+    ell: Any
+    test: Any
+    W0: np.ndarray
+    training: SGD | Flow
+    target: Any
+    label: str
+    ts: Any
+    save_every: Any
+    s_dep: int | None
+    opts: _Options
+
+
+def _checked(net: Network, data, training: SGD | Flow, opts: _Options, init, target, saves) -> _Run:
+    """`predict`'s inputs checked before any work: `data` = (x, y, x_test, y_test), `init` = (W0,
+    init_scale), `saves` = (ts, save_every); the memory of the saved states estimated."""
+    x, y, x_test, y_test = data
+    (W0, init_scale), (ts, save_every) = init, saves
     x, y2, m, k = check_data(net, x, y, training.loss)
     ell = as_loss(training.loss, k)
     test = heldout.check_test(net, x, y, y2, x_test, y_test, ell)
     W0 = initial_weights(net, W0, init_scale)
-    for name, v in (("rho", rho), ("phase_tol", phase_tol), ("gap_tol", gap_tol)):
+    for name, v in (("rho", opts.rho), ("phase_tol", opts.phase_tol), ("gap_tol", opts.gap_tol)):
         if not (isinstance(v, (int, float, np.floating)) and 0.0 < v < 1.0):
             raise ValueError(f"`{name}` must lie in (0, 1); found {v!r}.")
     target = check_target(target, net.p)
-    resolve_step_values(step_values, True, net.p)  # checked before any work
+    resolve_step_values(opts.step_values, True, net.p)  # checked before any work
     label = target if isinstance(target, str) else "given"
-    flow = isinstance(training, Flow)
-    weight_decay = float(training.weight_decay)
     if label == "asymptote" and not ell.is_mse:
         raise ValueError(
             f"target='asymptote' is the MSE flow's limit; found loss={ell.name!r}: use 'phase_end' or 'horizon'."
         )
-    if label == "asymptote" and weight_decay:
+    if label == "asymptote" and float(training.weight_decay):
         raise ValueError(
             "target='asymptote' needs weight_decay = 0 (nqf.asymptote is the limit of the plain "
             "flow); use target='phase_end' or 'horizon'."
         )
     _check_saves(training, ts, save_every)
-    s_dep = check_neurons(departure_neurons, net.d)
-    if ts is not None or flow:
+    s_dep = check_neurons(opts.departure_neurons, net.d)
+    _check_saves_memory(net.p, training, ts, save_every)
+    return _Run(net, x, y2, m, k, ell, test, W0, training, target, label, ts, save_every, s_dep, opts)
+
+
+def _check_saves_memory(p: int, training: SGD | Flow, ts, save_every) -> None:
+    """`nqf.memory.MemoryBudgetError` when `predict`'s saved states (M, a factor, eigenvalues of
+    p x p) exceed the memory budget: 401 or len(ts) for a flow, every `save_every` steps of a map
+    (about 400 by default)."""
+    if ts is not None or isinstance(training, Flow):
         n_saves = len(ts) if ts is not None else 401
     else:  # the map's saves (`_map`): every `save_every` steps, about 400 by default
         valid = isinstance(save_every, (int, np.integer)) and not isinstance(save_every, bool) and save_every >= 1
@@ -503,12 +545,19 @@ def predict(
             training.steps // int(cast(Any, save_every)) if valid else min(training.steps, 400)
         ) + 2  # bad: `_map` says
     memory.check(
-        8.0 * 3 * n_saves * net.p**2,
-        f"predict: {n_saves} saved states (M, a factor, eigenvalues) of p = {net.p}",
+        8.0 * 3 * n_saves * p**2,
+        f"predict: {n_saves} saved states (M, a factor, eigenvalues) of p = {p}",
         "fewer saves (`save_every`, `ts`), or NQF_MEMORY_BUDGET.",
     )
-    _warn_frozen(net, x, y2, W0, ell)
-    model = _extract(net, x, y2, k, extract_options)
+
+
+def _trajectory(run: _Run, model):
+    """(the predicted trajectory, `Prediction.settings` so far): the gradient flow of an
+    `nqf.Flow` (`solve_flow`, 401 saves or `ts`), the exact map of an `nqf.SGD` (`_map`, with the
+    stability edge at W0)."""
+    training, ell, opts = run.training, run.ell, run.opts
+    flow = isinstance(training, Flow)
+    weight_decay = float(training.weight_decay)
     settings: dict[str, Any] = dict(
         training=training.label(),
         lr=None,
@@ -521,69 +570,84 @@ def predict(
         nesterov=False if flow else training.nesterov,
         weight_decay=weight_decay,
         loss=ell.name,
-        rho=float(rho),
-        target=label,
-        phase_tol=float(phase_tol),
-        gap_tol=float(gap_tol),
+        rho=float(opts.rho),
+        target=run.label,
+        phase_tol=float(opts.phase_tol),
+        gap_tol=float(opts.gap_tol),
     )
-    if flow:
+    if isinstance(training, Flow):
         t1 = training.t1
         traj = solve_flow(
             model,
-            W0=_flow_factor(model, W0) if ell.is_mse else W0,
+            W0=_flow_factor(model, run.W0) if ell.is_mse else run.W0,
             t1=t1,
-            ts=np.linspace(0.0, t1, 401) if ts is None else ts,
+            ts=np.linspace(0.0, t1, 401) if run.ts is None else run.ts,
             weight_decay=weight_decay,
             loss=None if ell.is_mse else ell,
         )
         settings["t1"] = t1
-    else:
-        beta = float(training.momentum)
-        settings["stability_edge_init"] = (  # the edge 2 (1 + momentum) / S is the MSE sharpness's
-            warn_past_edge_at_init(model, W0, training.lr_max, beta, weight_decay) if ell.is_mse else float("nan")
-        )
-        traj, rows = _map(model, W0, m, k, training, ell, save_every, step_values)
-        lr = traj.lr if not training.scheduled else np.asarray(training.lr)
-        settings.update(lr=lr, steps=int(traj.steps[-1]), t1=float(traj.t[-1]), batch_indices=rows)
+        return traj, settings
+    beta = float(training.momentum)
+    settings["stability_edge_init"] = (  # the edge 2 (1 + momentum) / S is the MSE sharpness's
+        warn_past_edge_at_init(model, run.W0, training.lr_max, beta, weight_decay) if ell.is_mse else float("nan")
+    )
+    traj, rows = _map(model, run.W0, run.m, run.k, training, ell, run.save_every, opts.step_values)
+    lr = traj.lr if not training.scheduled else np.asarray(training.lr)
+    settings.update(lr=lr, steps=int(traj.steps[-1]), t1=float(traj.t[-1]), batch_indices=rows)
+    return traj, settings
+
+
+def _curves(run: _Run, model, traj, settings: dict) -> dict[str, Any]:
+    """The `Prediction` fields read off the trajectory: t, loss, eigenvalues, the asymptote, the
+    final loss and the events (`_events`); `settings` gets the stability edge along the path,
+    the final loss's source, the resolution and the flags ("unstable", "flat")."""
+    training, ell = run.training, run.ell
+    weight_decay = float(training.weight_decay)
     t = np.asarray(traj.ts if isinstance(traj, FlowSolution) else traj.t, dtype=float)
     loss = np.asarray(traj.loss, dtype=float)
     flags = []
     settings["stability_edge"] = float("nan")
-    if not flow and ell.is_mse:
+    if isinstance(training, SGD) and ell.is_mse:
         settings["stability_edge"], unstable = edge_along_path(
-            model, traj, W0, training.lr_max, float(training.momentum), weight_decay, training.full_batch
+            model, traj, run.W0, training.lr_max, float(training.momentum), weight_decay, training.full_batch
         )
         flags += ["unstable"] if unstable else []
     eig = np.linalg.eigvalsh(np.asarray(traj.M))[:, ::-1]
-    asym = None if weight_decay or not ell.is_mse else _asymptote(model, W0, label, float(t[-1]))
+    asym = None if weight_decay or not ell.is_mse else _asymptote(model, run.W0, run.label, float(t[-1]))
     final_loss = float(loss[-1]) if asym is None else float(asym.loss)
     settings["final_loss"] = "horizon" if asym is None else "asymptote"
     curves = curves_of(traj, eigenvalues=eig)
     settings["resolution"] = curves.resolution
-    ev = events(curves, target=target, rho=rho, phase_tol=phase_tol, final_loss=final_loss, asym=asym)
+    rho, phase_tol = run.opts.rho, run.opts.phase_tol
+    ev = events(curves, target=run.target, rho=rho, phase_tol=phase_tol, final_loss=final_loss, asym=asym)
     flags += _flat(loss, ev["growing"], eig)
     if "flat" in flags:  # no drop happens: its time does not exist (not the rounding-level crossing)
         ev.update(half_drop_time=float("nan"), drop_times=np.full_like(ev["drop_times"], np.nan))
     settings["flags"] = flags
-    path = weights_along(traj, W0)
-    gap0, settings["init_gap_t"] = check_init(net, model, x, y2, W0, path, t, None if ell.is_mse else ell)
-    on, why = departure_on(estimate_departure, m * k * net.p)
+    return dict(t=t, loss=loss, eigenvalues=eig, asymptote=asym, final_loss=final_loss, **ev)
+
+
+def _held_out(run: _Run, traj, settings: dict) -> dict[str, Any]:
+    """The `Prediction` fields of the held-out data (`nqf.network._heldout`: their NQF extracted
+    as the training inputs'); `settings` gets ``test``."""
+    settings["test"] = heldout.settings_of(run.test)
+    extract_test = lambda xt, yt: _extract(run.net, xt, yt, run.k, run.opts.extract_options)  # noqa: E731
+    return heldout.predicted(run.test, extract_test, traj, run.W0, run.k)
+
+
+def _departure(run: _Run, model, traj, settings: dict, t: np.ndarray, loss: np.ndarray) -> dict[str, Any]:
+    """The `Prediction` fields of the departure estimate (`nqf.network._departure`) and the
+    initialization gap along the predicted weights; `settings` gets ``init_gap_t`` and
+    ``departure`` (its settings, or why it is off)."""
+    net, ell, x, y2 = run.net, run.ell, run.x, run.y2
+    path = weights_along(traj, run.W0)
+    gap0, settings["init_gap_t"] = check_init(net, model, x, y2, run.W0, path, t, None if ell.is_mse else ell)
+    on, why = departure_on(run.opts.estimate_departure, run.m * run.k * net.p)
     if not ell.is_mse:
         on, why = False, f"the departure estimate compares the expansion's next terms in MSE; loss={ell.name!r}"
-    dep = remainder(net, model, x, y2, t, loss, path if on else None, gap_tol, neurons=s_dep)
+    dep = remainder(net, model, x, y2, t, loss, path if on else None, run.opts.gap_tol, neurons=run.s_dep)
     settings["departure"] = dep.settings if on else {"off": why}
-    held = heldout.predicted(test, lambda xt, yt: _extract(net, xt, yt, k, extract_options), traj, W0, k)
-    settings["test"] = heldout.settings_of(test)
-    return Prediction(
-        t=t,
-        loss=loss,
-        eigenvalues=eig,
-        model=model,
-        W0=W0,
-        trajectory=traj,
-        asymptote=asym,
-        final_loss=final_loss,
-        **ev,
+    return dict(
         departure_estimate=dep.estimate,
         remainder_t=dep.t,
         remainder_gap=dep.gap,
@@ -591,12 +655,6 @@ def predict(
         departure_interval=dep.interval,
         remainder_gap_se=dep.gap_se,
         init_gap=gap0,
-        settings=settings,
-        x=jax.tree_util.tree_map(np.asarray, x),
-        y=np.asarray(y2),
-        network=net,
-        **held,
-        wall_time_s=time.perf_counter() - t_start,
     )
 
 
@@ -622,7 +680,7 @@ def _flat(loss: np.ndarray, growing: np.ndarray, eig: np.ndarray) -> list[str]:
         "activation, a linear readout with fixed weights) has an NQF that does not learn; the network itself may "
         "still learn through higher orders, which the NQF does not predict.",
         DegenerateWarning,
-        stacklevel=3,
+        stacklevel=4,  # the caller of `predict` (via `_curves`)
     )
     return ["flat"]
 

@@ -24,12 +24,13 @@ import numpy as np
 from jaxtyping import ArrayLike, Float, PyTree
 
 from .._core import memory
+from .._core._checks import keyword_options
 from .._core.io import Saveable
 from ..data import Network
 from ..dynamics import batch_indices as draw_batches
 from ..dynamics._losses import as_loss
 from ..dynamics._maps import eigenvalues_in_program
-from ..dynamics._training import SGD, Flow, from_keywords, step_times
+from ..dynamics._training import SGD, Flow, from_keywords, split_legacy, step_times
 from . import _heldout as heldout
 from ._inputs import as_network, check_data, check_optimizer, check_steps, initial_weights, resolve_step_values
 
@@ -93,78 +94,70 @@ def record(
     W0: Float[ArrayLike, "p d"] | None = None,
     init_scale: float | None = None,
     train: str = "neurons",
-    label: str | None = None,
-    memory_budget: float | None = None,
-    step_values: str = "auto",
     x_test: PyTree[Float[ArrayLike, "m_test ..."]] | None = None,
     y_test: Float[ArrayLike, " m_test"] | Float[ArrayLike, "m_test k"] | None = None,
-    **deprecated: Any,
+    **options: Any,
 ) -> Recording:
-    """Train the module as `training` describes (its loss, `nqf.SGD(loss=)`) and record (M, mu, loss) at saved steps.
+    """Train the module as `training` describes (its loss, `nqf.SGD(loss=)`) and record (M, mu, loss) at saved
+    steps.
 
-    `training` is the `nqf.SGD` description `nqf.predict` takes: `record` builds its optax
-    optimizer from it (``optax.sgd`` with its learning rate or schedule, momentum and Nesterov,
-    after ``optax.add_decayed_weights`` for weight decay) and draws the same batches, so the
-    prediction and the measurement describe one run. Step n minimizes L_n = (1/(b k)) sum over
-    the b inputs of its batch and the k outputs of (f(x) - y)^2 (full batch: b = m), the loss
-    whose gradient flow `nqf.predict` integrates (Eq. E8); the update is ``optimizer.update`` /
+    `training` is the `nqf.SGD` description `nqf.predict` takes: `record` builds its optax optimizer from it
+    (``optax.sgd`` with its learning rate or schedule, momentum and Nesterov, after ``optax.add_decayed_weights``
+    for weight decay) and draws the same batches, so the prediction and the measurement describe one run. Step n
+    minimizes L_n = (1/(b k)) sum over the b inputs of its batch and the k outputs of (f(x) - y)^2 (full batch: b =
+    m), the loss whose gradient flow `nqf.predict` integrates (Eq. E8); the update is ``optimizer.update`` /
     ``optax.apply_updates`` on the module's own parameter arrays.
 
     **Arguments:**
 
-    - `network`: an `nqf.Network`, or a module (equinox / flax.nnx; its neurons located by
-      ``neurons="auto"``).
+    - `network`: an `nqf.Network`, or a module (equinox / flax.nnx; its neurons located by ``neurons="auto"``).
     - `x`: m inputs (an array or a pytree with leading axis m); `y`: labels (m,) or (m, k).
-    - `training`: an `nqf.SGD` (steps, learning rate or schedule, momentum, weight decay,
-      batches). Time is gradient-flow time: step n at t = lr_0 + ... + lr_{n-1} (lr * n).
-    - `optimizer`: an `optax.GradientTransformation` that replaces the SGD update, for a
-      deliberate comparison outside the NQF's maps (Adam, clipping, any chain); `training`
-      still gives the steps, batches and the time axis (its lr is the time unit, stated in
-      `Recording.optimizer`), and must then have no momentum or weight decay of its own. An
-      optimizer whose first step is a plain multiple c of the gradient (``optax.sgd(c)``) with c
-      different from the SGD's lr is refused: its time axis would be wrong.
-    - The keywords of earlier versions (`lr`, `steps`, `batch_size`, `batch_indices`, `key`,
-      and an optax optimizer as the fourth argument) still work for this release, with a
-      `DeprecationWarning`.
-    - `save_every`: save every this many steps (default: about 200 saves; step 0 and the last
-      step are always saved).
-    - `W0`: initial neuron parameters (p, d) (default: the module's own, `network.W`), scaled by
-      `init_scale` if given (as in `nqf.predict`).
-    - `train`: ``"neurons"`` (default: only the neuron arrays are trained, the frozen arrays keep
-      their values, as in the prediction) or ``"all"`` (every floating array of the module but
-      the network's `constants`, which are never trained).
-    - `label`: a name for the optimizer in tables and plots (default: the description's label).
-    - `memory_budget`: bytes for the saved (n, p, p) states (`nqf.memory`).
-    - The loss is the description's (``training.loss``, as in `nqf.predict`: ``"mse"``,
-      ``"cross_entropy"`` with integer classes y (m,), ``"logistic"``, or a callable ell(f_x,
-      y_x) of one input): the mean over the batch's inputs of ell (`nqf.dynamics._losses`, the
-      definition the NQF's map and flow use); `Recording.loss` is that loss over all m inputs.
-    - `step_values`: values after every step (`step_loss`, `step_eigenvalues`), so that event
-      times (`nqf.compare`) have one step's resolution instead of the save grid's:
-      ``"auto"`` (default: ``"all"`` for full batch and p <= 128, ``"loss"`` for larger p,
-      ``"none"`` with minibatches), ``"all"`` (the loss and the eigenvalues of W W^T),
-      ``"loss"``, ``"none"``. Cost: for a full batch
-      the loss is the step's own `value` (free); with minibatches it is one more forward pass
-      over all m inputs per step; the eigenvalues one O(p^3) `eigvalsh` per step.
-
-    - `x_test`, `y_test`: held-out inputs (`x`'s structure and per-input shape) and optional
-      labels (`y`'s form): the module's outputs on them at the saved steps, inside the compiled
-      program, and their loss and accuracy (`Recording.test_outputs`, `test_loss`, `test_accuracy`).
+    - `training`: an `nqf.SGD` (steps, learning rate or schedule, momentum, weight decay, batches). Time is
+      gradient-flow time: step n at t = lr_0 + ... + lr_{n-1} (lr * n).
+    - `optimizer`: an `optax.GradientTransformation` that replaces the SGD update, for a deliberate comparison
+      outside the NQF's maps (Adam, clipping, any chain); `training` still gives the steps, batches and the time
+      axis (its lr is the time unit, stated in `Recording.optimizer`), and must then have no momentum or weight
+      decay of its own. An optimizer whose first step is a plain multiple c of the gradient (``optax.sgd(c)``) with
+      c different from the SGD's lr is refused: its time axis would be wrong.
+    - The keywords of earlier versions (`lr`, `steps`, `batch_size`, `batch_indices`, `key`, and an optax optimizer
+      as the fourth argument) still work for this release, with a `DeprecationWarning`.
+    - `save_every`: save every this many steps (default: about 200 saves; step 0 and the last step are always
+      saved).
+    - `W0`: initial neuron parameters (p, d) (default: the module's own, `network.W`), scaled by `init_scale` if
+      given (as in `nqf.predict`).
+    - `train`: ``"neurons"`` (default: only the neuron arrays are trained, the frozen arrays keep their values, as
+      in the prediction) or ``"all"`` (every floating array of the module but the network's `constants`, which are
+      never trained).
+    - Read from ``**options`` (an unknown keyword: `TypeError`): `label`, a name for the optimizer in tables and
+      plots (default: the description's label); `memory_budget`, bytes for the saved (n, p, p) states
+      (`nqf.memory`); `step_values` (below).
+    - The loss is the description's (``training.loss``, as in `nqf.predict`: ``"mse"``, ``"cross_entropy"`` with
+      integer classes y (m,), ``"logistic"``, or a callable ell(f_x, y_x) of one input): the mean over the batch's
+      inputs of ell (`nqf.dynamics._losses`, the definition the NQF's map and flow use); `Recording.loss` is that
+      loss over all m inputs.
+    - `step_values`: values after every step (`step_loss`, `step_eigenvalues`), so that event times (`nqf.compare`)
+      have one step's resolution instead of the save grid's: ``"auto"`` (default: ``"all"`` for full batch and p <=
+      128, ``"loss"`` for larger p, ``"none"`` with minibatches), ``"all"`` (the loss and the eigenvalues of W W^T),
+      ``"loss"``, ``"none"``. Cost: for a full batch the loss is the step's own `value` (free); with minibatches one
+      more forward pass over all m inputs per step; the eigenvalues one O(p^3) `eigvalsh` per step.
+    - `x_test`, `y_test`: held-out inputs (`x`'s structure and per-input shape) and optional labels (`y`'s form):
+      the module's outputs on them at the saved steps, inside the compiled program, and their loss and accuracy
+      (`Recording.test_outputs`, `test_loss`, `test_accuracy`).
 
     **Returns:** a `Recording`.
 
-    **Raises:** `TypeError` if `training` is not an `nqf.SGD` (an `nqf.Flow` has no steps to
-    run), `optimizer` is not an optax transformation or `network` is not a module; `ValueError`
-    for no training description, mismatched `x`/`y`, a `W0` of the wrong shape,
-    `save_every` not an integer >= 1, bad batches, an unknown `train` or `step_values`, an
-    `x_test` / `y_test` that does not fit `x` / `y` (or `y_test` without `x_test`), an
-    `optimizer` with an SGD that has momentum or weight decay, or whose step disagrees with the
-    time unit, a loss that is not finite at the initial weights; `FloatingPointError` if the
-    training diverges (the loss becomes non-finite; the
+    **Raises:** `TypeError` if `training` is not an `nqf.SGD` (an `nqf.Flow` has no steps to run), `optimizer` is
+    not an optax transformation or `network` is not a module; `ValueError` for no training description, mismatched
+    `x`/`y`, a `W0` of the wrong shape, `save_every` not an integer >= 1, bad batches, an unknown `train` or
+    `step_values`, an `x_test` / `y_test` that does not fit `x` / `y` (or `y_test` without `x_test`), an `optimizer`
+    with an SGD that has momentum or weight decay, or whose step disagrees with the time unit, a loss that is not
+    finite at the initial weights; `FloatingPointError` if the training diverges (the loss becomes non-finite; the
     message gives the step); `nqf.memory.MemoryBudgetError` if the saved states exceed the budget.
     """
     t_start = time.perf_counter()
-    training, optimizer = _training_and_optimizer(training, optimizer, deprecated)
+    legacy, options = split_legacy("record", options)
+    label, memory_budget, step_values = keyword_options("record", options, **_OPTIONS)
+    training, optimizer = _training_and_optimizer(training, optimizer, legacy)
     net = as_network(network)
     steps, save_every = check_steps(training.steps, save_every)
     if train not in ("neurons", "all"):
@@ -173,20 +166,61 @@ def record(
     ell = as_loss(training.loss, k)
     test = heldout.check_test(net, x, y, y2, x_test, y_test, ell)
     W0 = initial_weights(net, W0, init_scale)
-    params = net.with_params_W(net.params, jnp.asarray(W0))
-    idx = None
-    if not training.full_batch:
-        idx = _batches(training.batch_indices, training.batch_size, training.key, m, steps)
+    idx = None if training.full_batch else _batches(training.batch_indices, training.batch_size, training.key, m, steps)
     n_blocks = -(-steps // save_every)
-    n_saves = n_blocks + 1
     step_values = resolve_step_values(step_values, idx is None, net.p)
-    per_step = {"none": 0, "loss": 1, "all": net.p + 1}[step_values] * (n_blocks * save_every + 1)
-    memory.check(
-        8.0 * (n_saves * net.p * (net.p + 1) + per_step) + heldout.record_bytes(test, n_saves, k),
-        f"record: {n_saves} saved states M (p, p) = ({net.p}, {net.p}) and the per-step values",
-        "a larger `save_every`, or NQF_MEMORY_BUDGET / memory_budget=.",
-        memory_budget,
+    _check_memory(net.p, n_blocks, save_every, step_values, heldout.record_bytes(test, n_blocks + 1, k), memory_budget)
+    trainable, fixed = _partition(net, jnp.asarray(W0), train)
+    if optimizer is not None:
+        _check_time_unit(optimizer, trainable, training)
+    program = optimizer if optimizer is not None else _SGDProgram(training.nesterov)
+    run = _compiled(net, program, save_every, step_values, ell)
+    sched, counts = _blocks(idx, steps, save_every, n_blocks)
+    hyper = tuple(jnp.asarray(v, float) for v in (training.lr, training.momentum, training.weight_decay))
+    out = run(trainable, fixed, x, y2, sched, jnp.asarray(counts), hyper, None if test is None else test.x)
+    (M, mu, loss), (final, per) = out[:3], out[-2:]
+    held = heldout.recorded(test, out[3:-2])
+    step_numbers = _finite_run(np.asarray(loss), counts, save_every)
+    per = {k: np.concatenate([np.asarray(v)[:steps], np.asarray(v)[-1:]]) for k, v in per.items()}
+    name = training.label() if optimizer is None else f"{label or 'optax'} (time axis of {training.label()})"
+    return Recording(
+        steps=step_numbers,
+        t=np.asarray(training.times)[step_numbers],
+        M=np.asarray(M),
+        mu=np.asarray(mu),
+        loss=np.asarray(loss),
+        W_final=np.asarray(net.to_W(eqx.combine(final, fixed))),
+        lr=training.lr if training.scheduled else float(training.lr),
+        optimizer=label if label is not None and optimizer is None else name,
+        trained=train,
+        step_loss=per.get("loss"),
+        step_eigenvalues=per.get("eigenvalues"),
+        **held,
+        wall_time_s=time.perf_counter() - t_start,
     )
+
+
+_OPTIONS = dict(label=None, memory_budget=None, step_values="auto")  # `record`'s keywords read from **options
+
+
+def _check_memory(p: int, n_blocks: int, save_every: int, step_values: str, test_bytes: float, budget) -> None:
+    """`nqf.memory.MemoryBudgetError` before `record` runs when its n_blocks + 1 saved states (M
+    (p, p), mu (p,)), the per-step values of `step_values` and the held-out outputs
+    (`test_bytes`) exceed the memory budget (`budget`, else NQF_MEMORY_BUDGET)."""
+    n_saves = n_blocks + 1
+    per_step = {"none": 0, "loss": 1, "all": p + 1}[step_values] * (n_blocks * save_every + 1)
+    memory.check(
+        8.0 * (n_saves * p * (p + 1) + per_step) + test_bytes,
+        f"record: {n_saves} saved states M (p, p) = ({p}, {p}) and the per-step values",
+        "a larger `save_every`, or NQF_MEMORY_BUDGET / memory_budget=.",
+        budget,
+    )
+
+
+def _partition(net: Network, W0, train: str):
+    """(trainable, fixed) parameters of the module at neuron weights W0: the neuron arrays
+    (``train="neurons"``) or every floating array but the declared `constants` (``"all"``)."""
+    params = net.with_params_W(net.params, W0)
     mask = (
         net.neuron_mask()
         if train == "neurons"
@@ -196,13 +230,13 @@ def record(
             net.constant_mask(),
         )
     )
-    trainable, fixed = eqx.partition(params, mask)
-    if optimizer is not None:
-        _check_time_unit(optimizer, trainable, training)
-    run = _compiled(
-        net, optimizer if optimizer is not None else _SGDProgram(training.nesterov), save_every, step_values, ell
-    )
-    # pad the batch schedule to whole blocks; the padded steps of the last block are not taken
+    return eqx.partition(params, mask)
+
+
+def _blocks(idx, steps: int, save_every: int, n_blocks: int):
+    """(the batch schedule (n_blocks, save_every, b) or None, the steps taken per block
+    (n_blocks,)): the schedule is padded to whole blocks; the padded steps of the last block
+    are not taken."""
     sched = None
     if idx is not None:
         pad = n_blocks * save_every - steps
@@ -211,16 +245,13 @@ def record(
         )
     counts = np.full(n_blocks, save_every)
     counts[-1] = steps - save_every * (n_blocks - 1)
-    hyper = (
-        jnp.asarray(training.lr, float),
-        jnp.asarray(float(training.momentum)),
-        jnp.asarray(float(training.weight_decay)),
-    )
-    out = run(trainable, fixed, x, y2, sched, jnp.asarray(counts), hyper, None if test is None else test.x)
-    (M, mu, loss), (final, per) = out[:3], out[-2:]
-    held = heldout.recorded(test, out[3:-2])
-    loss = np.asarray(loss)
-    per = {k: np.concatenate([np.asarray(v)[:steps], np.asarray(v)[-1:]]) for k, v in per.items()}
+    return sched, counts
+
+
+def _finite_run(loss: np.ndarray, counts: np.ndarray, save_every: int) -> np.ndarray:
+    """The saved step numbers (n,) of `record`'s blocks; `ValueError` for a non-finite loss at the
+    initial weights, `FloatingPointError` naming the first saved step with a non-finite training
+    loss (the optimizer diverged)."""
     bad = np.flatnonzero(~np.isfinite(loss))
     step_numbers = np.concatenate([[0], np.cumsum(counts)])
     if bad.size and bad[0] == 0:  # before any update: the initial weights themselves (issue 36)
@@ -234,22 +265,7 @@ def record(
             f"{save_every}; last finite loss {loss[bad[0] - 1] if bad[0] else float('nan'):.4g}): the optimizer "
             "diverged (learning rate too large for this module?)."
         )
-    name = training.label() if optimizer is None else f"{label or 'optax'} (time axis of {training.label()})"
-    return Recording(
-        steps=step_numbers,
-        t=np.asarray(training.times)[step_numbers],
-        M=np.asarray(M),
-        mu=np.asarray(mu),
-        loss=loss,
-        W_final=np.asarray(net.to_W(eqx.combine(final, fixed))),
-        lr=training.lr if training.scheduled else float(training.lr),
-        optimizer=label if label is not None and optimizer is None else name,
-        trained=train,
-        step_loss=per.get("loss"),
-        step_eigenvalues=per.get("eigenvalues"),
-        **held,
-        wall_time_s=time.perf_counter() - t_start,
-    )
+    return step_numbers
 
 
 def _training_and_optimizer(training, optimizer, deprecated):

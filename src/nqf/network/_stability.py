@@ -51,7 +51,7 @@ def warn_past_edge_at_init(model, W0, lr: float, momentum: float, weight_decay: 
             f"(S = {S0:.4g}): gradient descent leaves the flow from the first steps. nqf.plan finds the edge "
             "along the whole path and suggests a stable lr.",
             HorizonWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of `predict` (via `_trajectory` / `_curves`)
         )
     return edge
 
@@ -83,6 +83,6 @@ def edge_along_path(
             "map's instability (a catapult), not the NQF's learning, and a departure measured there is not the "
             "network leaving the NQF. Use a smaller `lr` (nqf.plan suggests one).",
             HorizonWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of `predict` (via `_trajectory` / `_curves`)
         )
     return edge, unstable

@@ -240,24 +240,36 @@ def asymptote(
     require_x64()
     _check_options(method, init_tol, max_dense)
     mdl = as_model(model)
-    data = mdl.data
-    general = mdl.has_mean_field
-    if any_traced(model, W0, M0, z0, mu0) and not (
-        isinstance(data, DiagonalData) and not general and method in ("auto", "glv")
-    ):
-        raise TypeError(
-            "`asymptote` runs on concrete input (numpy least squares, eigen-decompositions and flow "
-            "solves on the host) except for DiagonalData with method='glv' (a closed form); call it "
-            "outside jit / vmap and pass the result in."
-        )
+    _refuse_traced(mdl, method, (model, W0, M0, z0, mu0))
     flow = (tol, curvature_tol, max_segments, max_time, solve_options)  # checked by _flow_settings where used
-    if general:
+    if mdl.has_mean_field:
         return _general(mdl, method, (M0, W0, z0, mu0, d), flow, max_dense)
     if mu0 is not None or d is not None:
         raise ValueError(
             "`mu0` and `d` belong to a model with g or B (the 'M-mu' flow, Eq. E10); without them the "
             "limit of M does not depend on mu, so drop them (the width of a factor W0 is its shape)."
         )
+    return _plain(mdl, method, (M0, W0, z0), flow, init_tol, max_dense)
+
+
+def _refuse_traced(mdl, method: str, inputs) -> None:
+    """`TypeError` for traced `inputs` (the model, W0, M0, z0, mu0 of `asymptote`) unless the limit
+    is the closed form that traces (`DiagonalData`, no g or B, ``method`` "auto" or "glv")."""
+    closed = isinstance(mdl.data, DiagonalData) and not mdl.has_mean_field and method in ("auto", "glv")
+    if any_traced(*inputs) and not closed:
+        raise TypeError(
+            "`asymptote` runs on concrete input (numpy least squares, eigen-decompositions and flow "
+            "solves on the host) except for DiagonalData with method='glv' (a closed form); call it "
+            "outside jit / vmap and pass the result in."
+        )
+
+
+def _plain(mdl, method: str, initial, flow, init_tol: float, max_dense: int):
+    """`asymptote` of a model without g, B (the plain flow of M): the closed form `method` allows
+    (GLV for commuting data, least squares for feed-forward data), else the certified flow.
+    `initial` = (M0, W0, z0); `flow` the flow settings of `_flow_settings`."""
+    M0, W0, z0 = initial
+    data = mdl.data
     plain = data if mdl.f0 is None else eqx.tree_at(lambda x: x.y, data, data.y - mdl.f0)
     form, kind, x0, _ = _initial_state(plain, M0, W0, "auto", z0)
     f0 = mdl.f0
