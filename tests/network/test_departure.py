@@ -83,14 +83,21 @@ def _reference(model):
 
     mse = lambda f: jnp.mean((f - y) ** 2)  # noqa: E731
     loss_t = lambda V: mse(nqf_out(V) + taylor(V)[0])  # noqa: E731
-    g = jax.grad(loss_t)(Wj) - jax.grad(lambda V: mse(nqf_out(V)))(Wj)
-    Ua, Ub, front = _departure._output_span(mdl.data)
-    u = _departure._null_part(Wj, g, (Ua, Ub), front)
-    rate = float(jnp.sum(u**2))
-    curv = float(jnp.vdot(u, jax.jvp(jax.grad(loss_t), (Wj,), (u,))[1])) / rate
+
+    Ua, Ub, front = _departure._output_span(mdl.data)  # numpy on the data: outside jit
+
+    @jax.jit  # one compiled program instead of a few hundred op-by-op ones (issue 37: suite time)
+    def quantities(V):
+        g = jax.grad(loss_t)(V) - jax.grad(lambda V: mse(nqf_out(V)))(V)
+        u = _departure._null_part(V, g, (Ua, Ub), front)
+        rate = jnp.sum(u**2)
+        curv = jnp.vdot(u, jax.jvp(jax.grad(loss_t), (V,), (u,))[1]) / rate
+        L = mse(nqf_out(V))
+        return loss_t(V) - L, rate, curv, mse(taylor(V)[1]) - L
+
+    r_t, rate, curv, r_module = (float(v) for v in quantities(Wj))
     sat = rate / (2 * curv) if curv > 0 else np.inf
-    L = float(mse(nqf_out(Wj)))
-    return np.array([float(loss_t(Wj)) - L, rate, sat, float(mse(taylor(Wj)[1])) - L])
+    return np.array([r_t, rate, sat, r_module])
 
 
 def test_all_neurons_in_groups_is_the_full_width_estimate(model):

@@ -2,7 +2,9 @@
 jax.vmap they equal the plain call (1e-12 relative), and jax.grad of a loss matches central
 finite differences of the plain call (1e-6 relative) and, for Theorems 6 and 7, the gradient of
 the same loss through the flow (`solve_flow`). `solve_sweep` refuses traced input with an error
-naming the alternative. Small shapes; each transformed function compiles once."""
+naming the alternative. Small shapes; each transformed function compiles once. Theorems 4 and 5
+under jit(vmap(value_and_grad)): test_oracles_transforms_samplewise.py (a file of its own so that
+the two pytest-xdist workers, --dist loadfile, share the work); shared helpers: tests/_transform_checks.py."""
 
 import jax
 import jax.numpy as jnp
@@ -10,67 +12,15 @@ import numpy as np
 import pytest
 
 import nqf
+from _transform_checks import GTOL, RTOL, TS, central, random_psd, rel
 from nqf import AssumptionError, datasets
 from nqf.data import CommutingData, DenseData
-from nqf.samplewise import theorem4, theorem5
 from nqf.theory._oracles import proposition7, theorem6, theorem7, theorem16
-from nqf.validate._samplewise import thm4_data, thm5_data
-
-TS = np.array([0.0, 0.5, 1.5, 3.0])
-RTOL = 1e-12  # traced vs plain
-GTOL = 1e-6  # gradient vs central differences
-
-
-def rel(a, b):
-    a, b = np.asarray(a), np.asarray(b)
-    return float(np.abs(a - b).max() / np.abs(b).max())
-
-
-def central(f, x, h):
-    """Central difference of f at x along the step h (a scalar or a vector)."""
-    return (f(x + h) - f(x - h)) / (2 * np.abs(h).max())
 
 
 def mse(data, M):
     """(1/m) sum_mu (Tr[M A_mu] - y_mu)^2 at the last saved time."""
     return jnp.mean((data.traces(M[-1]) - data.y) ** 2)
-
-
-def random_psd(p, scale, seed):
-    W = np.random.default_rng(seed).standard_normal((p, p))
-    return scale * (W @ W.T) / p
-
-
-# ------------------------------------------------------------------------------------------
-# Theorems 4 and 5 (xi by diffrax under tracing, scipy DOP853 otherwise)
-# ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("oracle, make", [(theorem4, thm4_data), (theorem5, thm5_data)], ids=["theorem4", "theorem5"])
-def test_samplewise_oracles_under_transforms(oracle, make):
-    """One compiled call: jit(vmap over the scale of M0 (value_and_grad with respect to that scale
-    and the labels, the data set built inside)) with traced times. Values (M, z, xi, outputs,
-    loss) against plain calls; gradients against central differences of plain calls."""
-    data = make()
-    M0 = random_psd(data.p, 1e-3, seed=1)
-    Lam, P, y = np.asarray(data.Lambda), np.asarray(data.P), np.asarray(data.y)
-    names = ("M", "z", "xi", "outputs")
-
-    def loss(e, y, t):
-        sol = oracle(CommutingData(Lam, y, P), t, M0=e * M0)
-        return sol.loss[-1], [getattr(sol, name) for name in names]
-
-    f = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)
-    scales = np.array([1.0, 1e-3])
-    (vals, fields), (ge, gy) = jax.jit(jax.vmap(f, in_axes=(0, None, None)))(scales, y, TS)
-    for i, e in enumerate(scales):
-        ref = oracle(data, TS, M0=e * M0)
-        assert rel(vals[i], ref.loss[-1]) <= RTOL
-        for name, got in zip(names, fields):
-            assert rel(got[i], getattr(ref, name)) <= RTOL, name
-        fd = central(lambda s: loss(s, y, TS)[0], e, 1e-5 * e)
-        assert abs(ge[i] / fd - 1) <= GTOL
-        for k in range(data.m):
-            fd = central(lambda v: loss(e, v, TS)[0], y, np.eye(data.m)[k] * 1e-6)  # noqa: B023 (called here)
-            assert abs(gy[i, k] - fd) <= GTOL * np.abs(gy[i]).max()
 
 
 # ------------------------------------------------------------------------------------------
