@@ -63,3 +63,23 @@ def test_size_argument_refused_before_allocation(rows, case):
     assert row["nbytes"] > row["budget"] and row["budget"] in (BUDGET, 5e8), row  # 5e8: memory_budget=
     assert "over the memory budget of" in row["message"] and "Ways out:" in row["message"], row
     assert row["seconds"] < 1.0, row
+
+
+def test_the_default_budget_respects_the_address_space_limit():
+    """Issue 36 trial: under `ulimit -v 8000000` the default budget (half the machine's available
+    memory, 12 GB) let a 4 GB save through to XLA's RESOURCE_EXHAUSTED. The default budget is now
+    at most half of what RLIMIT_AS leaves above the process's virtual size."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, resource\n"
+        "os.environ.pop('NQF_MEMORY_BUDGET', None)\n"
+        "from nqf._core import memory\n"
+        "used = next(float(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmSize:'))\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (int(used + 2e9), resource.getrlimit(resource.RLIMIT_AS)[1]))\n"
+        "b = memory.budget()\n"
+        "assert 0 < b <= 1.0e9, b\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

@@ -5,7 +5,8 @@ a solver's dense matrices estimates the bytes first (`estimate` helpers next to 
 and calls `check(nbytes, what, ways_out)`, which raises `MemoryBudgetError` above the budget:
 
 - the default budget is half of the memory available when the call is made (`MemAvailable` of
-  /proc/meminfo on Linux; the physical memory elsewhere);
+  /proc/meminfo on Linux; the physical memory elsewhere), and no more than half of what the
+  process's address-space limit (``ulimit -v``) leaves above its current virtual size;
 - ``NQF_MEMORY_BUDGET`` in the environment overrides it: a number of bytes with an optional unit
   (``"8GB"``, ``"512MiB"``, ``"2e9"``), a fraction of the available memory (``"0.8"``), or
   ``"off"`` to disable the check;
@@ -56,6 +57,13 @@ def fmt_bytes(n: float) -> str:
 
 
 def _available() -> float:
+    """The memory this process may still take: the machine's available memory, and no more than
+    what its address-space limit (``ulimit -v``, `resource.RLIMIT_AS`) leaves above its current
+    virtual size."""
+    return min(_machine_available(), _address_space_left())
+
+
+def _machine_available() -> float:
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -67,6 +75,25 @@ def _available() -> float:
         return float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
         return float("inf")
+
+
+def _address_space_left() -> float:
+    """`RLIMIT_AS` minus the process's virtual size (VmSize of /proc/self/status); inf without a
+    limit or where either cannot be read."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError, AttributeError):
+        return float("inf")
+    if limit in (resource.RLIM_INFINITY, -1):
+        return float("inf")
+    try:
+        with open("/proc/self/status") as f:
+            used = next((float(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:")), 0.0)
+    except OSError:
+        used = 0.0
+    return max(float(limit) - used, 0.0)
 
 
 def budget(memory_budget=None) -> float:
