@@ -37,14 +37,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 
-from .._core._checks import REQUIRED, is_traced, keyword_options
+from .._core._checks import is_traced, keyword_options
 from .._core._config import require_x64
 from .._core._errors import raised_in_callback
 from ..data._model import NQFModel, as_model
 from ..data._operators import AbstractData
 from ._batches import check_batch_indices
 from ._losses import as_loss, expand_rows
-from ._maps import FORMS, _initial_order_params, _numeric, _stepper, step_batch
+from ._maps import FORMS, SGD_KEYWORDS, _initial_order_params, _numeric, _stepper, step_batch
 from ._train_args import (
     check_lr,
     check_momentum,
@@ -402,15 +402,7 @@ def map_term(
     lr, steps, batch_indices, batch_size, key, weight_decay, momentum, nesterov, loss = keyword_options(
         "map_term",
         sgd,
-        lr=REQUIRED,
-        steps=None,
-        batch_indices=None,
-        batch_size=None,
-        key=None,
-        weight_decay=0.0,
-        momentum=0.0,
-        nesterov=False,
-        loss=None,
+        **(SGD_KEYWORDS | {"steps": None}),  # closed_sgd's keywords; steps optional here
     )
     model = as_model(model)
     lr = check_lr(lr)
