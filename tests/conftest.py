@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 
@@ -80,3 +82,59 @@ def pytest_runtest_logreport(report):
             f"[{done}/{len(_FILES)} files] {_file_of(report.nodeid)}: {entry[0]} tests in "
             f"{time.perf_counter() - entry[2]:.0f} s"
         )
+
+
+# -- compile count (issue 37 item 1): JAX traces and backend compiles of the run, summed over workers ----
+# (`NQF_COMPILE_LOG=PREFIX` also writes one line per backend compile: test, program, seconds, to PREFIX.<pid>)
+_COMPILES = {"trace": 0, "trace_s": 0.0, "compile": 0, "compile_s": 0.0, "cache_hit": 0}
+_LOG = open(f"{os.environ['NQF_COMPILE_LOG']}.{os.getpid()}", "w") if os.environ.get("NQF_COMPILE_LOG") else None
+_CURRENT_TEST = [""]
+
+
+def _count_durations(event, duration, **kwargs):
+    from _jax_events import BACKEND_COMPILE, TRACE
+
+    if event == TRACE:
+        _COMPILES["trace"] += 1
+        _COMPILES["trace_s"] += duration
+    elif event == BACKEND_COMPILE:  # includes the programs read back from the persistent cache
+        _COMPILES["compile"] += 1
+        _COMPILES["compile_s"] += duration
+        if _LOG is not None:
+            _LOG.write(f"{_CURRENT_TEST[0]}\t{kwargs.get('fun_name')}\t{duration:.4f}\n")
+
+
+def _count_events(event, **kwargs):
+    if event == "/jax/compilation_cache/cache_hits":
+        _COMPILES["cache_hit"] += 1
+
+
+def pytest_sessionstart(session):
+    import jax
+
+    jax.monitoring.register_event_duration_secs_listener(_count_durations)
+    jax.monitoring.register_event_listener(_count_events)
+
+
+def pytest_runtest_setup(item):
+    _CURRENT_TEST[0] = item.nodeid
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: hand the counts to the controller
+        session.config.workeroutput["nqf_compiles"] = dict(_COMPILES)
+
+
+def pytest_testnodedown(node, error):
+    """Under pytest-xdist (the controller): add up the workers' counts."""
+    for key, value in (getattr(node, "workeroutput", {}).get("nqf_compiles") or {}).items():
+        _COMPILES[key] += value
+
+
+def pytest_terminal_summary(terminalreporter):
+    c = _COMPILES
+    terminalreporter.write_line(
+        f"JAX: {c['trace']} jaxpr traces ({c['trace_s']:.0f} s), {c['compile']} backend compiles "
+        f"({c['compile_s']:.0f} s, of which {c['cache_hit']} read from the persistent compilation cache), "
+        "summed over workers"
+    )
