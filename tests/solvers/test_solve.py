@@ -142,7 +142,8 @@ def test_predicted_ignition_edge_cases():
 
 def test_excess_loss_matches_E20():
     data = nqf.datasets.fig3_data()
-    sol = nqf.solve_flow(data, M0=1e-5 * np.eye(5), t1=100, ts=np.linspace(0, 100, 5))
+    # 6 saved times, as test_solution_stats_and_dense_output (one compiled program for both)
+    sol = nqf.solve_flow(data, M0=1e-5 * np.eye(5), t1=100, ts=np.linspace(0, 100, 6))
     r = np.array(nqf.datasets.FIG3_R)
     V = r**2 / 8
     np.testing.assert_allclose(sol.z_inf, r, rtol=1e-12)
@@ -163,11 +164,11 @@ def test_equilibrium_nnls_non_orthogonal(rng):
 
 def test_no_recompile_for_new_values(rng):
     data = nqf.datasets.fig3_data(seed=1)
-    kw = dict(t1=50.0, ts=np.linspace(0, 50, 11))
+    kw = dict(t1=50.0, ts=np.linspace(0, 50, 6))  # the shapes of test_solution_stats_and_dense_output
     nqf.solve_flow(data, M0=1e-4 * np.eye(5), **kw)
     before = nqf.solvers._solve.TRACE_COUNT[0]
     data2 = nqf.datasets.fig3_data(seed=2)
-    nqf.solve_flow(data2, M0=1e-6 * np.eye(5), **{**kw, "t1": 60.0, "ts": np.linspace(0, 60, 11)})
+    nqf.solve_flow(data2, M0=1e-6 * np.eye(5), **{**kw, "t1": 60.0, "ts": np.linspace(0, 60, 6)})
     assert nqf.solvers._solve.TRACE_COUNT[0] == before
 
 
@@ -175,7 +176,7 @@ def test_repeated_solve_compiles_nothing():
     """A warm solve_flow call with new values of the same shapes (data, W0, t1, rtol) traces and
     compiles nothing, also for its derived quantities (issue 34: the shape-keyed caches of the
     front end and the numpy conversions keep it so)."""
-    kw = dict(ts=np.linspace(0, 50, 11))
+    kw = dict(ts=np.linspace(0, 50, 601))  # the shapes of test_small_init_relative_accuracy (its programs)
     for seed, scale, t1, rtol in ((1, 1e-4, 50.0, 1e-10), (2, 1e-6, 60.0, 1e-8)):
         data = nqf.datasets.fig3_data(seed=seed)
         with compile_events() as seen:
@@ -183,7 +184,7 @@ def test_repeated_solve_compiles_nothing():
             derived = sol.z, sol.loss, sol.M, sol.stats
         if seed == 2:  # the first call warmed every program of these shapes
             assert seen == [], seen
-    assert derived[0].shape == (11, 5) and np.all(derived[0] > 0)
+    assert derived[0].shape == (601, 5) and np.all(derived[0] > 0)
     with compile_events() as seen:  # the listener does see a new program being traced
         jax.jit(lambda x: x + 1.5)(np.ones(3))
     assert "/jax/core/compile/jaxpr_trace_duration" in seen
