@@ -31,7 +31,7 @@ def _hessian_blocks(f, p, xs):
         H = jax.hessian(lambda w: jnp.atleast_1d(f(w.reshape(p, 2), x)))(jnp.zeros(2 * p))
         return H[:, 0::2, 0::2] / 2, H[:, 0::2, 1::2] / 2
 
-    A, B = jax.vmap(per)(xs)
+    A, B = jax.jit(jax.vmap(per))(xs)  # one program (not one per primitive, run eagerly)
     return np.asarray(A).reshape(-1, p, p), np.asarray(B).reshape(-1, p, p)
 
 
