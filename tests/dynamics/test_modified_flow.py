@@ -45,7 +45,7 @@ def w_space_velocity(model, W, gamma, eta):
     def modified(W):
         return phi(W) + 0.25 * eta * jnp.sum(jax.grad(phi)(W) ** 2)
 
-    Wd = -jax.grad(modified)(jnp.asarray(W))
+    Wd = -jax.jit(jax.grad(modified))(jnp.asarray(W))  # one program, not one per primitive
     return Wd @ W.T + W @ Wd.T, Wd.sum(1)
 
 

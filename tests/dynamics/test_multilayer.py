@@ -183,10 +183,11 @@ def test_fig8_one_step_shares_lr_and_loss(arch):
     lr = fig8.LR[arch]["small"]
     fwd = fig8.FORWARD[arch]
     errs = []
+    grad = jax.jit(jax.grad(lambda P: jnp.mean((fwd(P, jnp.asarray(Xtr)) - ytr) ** 2)))  # one program for both
     for var in (1e-4, 1e-6):
         rng = np.random.default_rng(2)
         P0 = [jnp.asarray(np.sqrt(var) * rng.standard_normal(s)) for s in shapes]
-        g = jax.grad(lambda P: jnp.mean((fwd(P, jnp.asarray(Xtr)) - ytr) ** 2))(P0)
+        g = grad(P0)
         P1 = [p - lr * gp for p, gp in zip(P0, g)]
         deep, W0, _ = fig8.nqf_models(arch, P0, Xtr, ytr, Xte)["nqf2"]
         W1 = fig8.nqf_models(arch, P1, Xtr, ytr, Xte)["nqf2"][1]

@@ -33,7 +33,7 @@ def _dense_top(W, mean_field: bool, gamma: float = 0.0) -> float:
             f = f + G @ mu + jnp.einsum("i,mij,j->m", mu, B, mu) + F0
         return jnp.mean((f - Y) ** 2) + 0.5 * gamma * jnp.sum(W_**2)
 
-    H = jax.hessian(loss)(jnp.asarray(W).reshape(-1))
+    H = jax.jit(jax.hessian(loss))(jnp.asarray(W).reshape(-1))  # one program, not one per primitive
     return float(np.linalg.eigvalsh(np.asarray(H))[-1])
 
 

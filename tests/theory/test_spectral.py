@@ -31,7 +31,7 @@ def test_linearized_solves_the_linear_flow(rng):
     M = nqf.linearized(data, ts, M0=M0)
     assert M.shape == (3, 5, 5)
     np.testing.assert_allclose(M[0], M0, rtol=1e-12, atol=1e-12)
-    dM = jax.vmap(jax.jacfwd(lambda t: nqf.linearized(data, t, M0=M0)))(ts)
+    dM = jax.jit(jax.vmap(jax.jacfwd(lambda t: nqf.linearized(data, t, M0=M0))))(ts)  # one program
     expected = Y @ M + M @ Y
     np.testing.assert_allclose(dM, expected, rtol=1e-10, atol=1e-10 * np.abs(expected).max())
     # W0 form: M0 = W0 W0^T; scalar t gives (p, p); t of any shape is vectorised
@@ -54,7 +54,7 @@ def test_linearized_is_the_linear_part_of_nqfs_vector_field(rng):
     data = _dense_data(rng)
     F = rng.standard_normal((5, 3))
     M0 = F @ F.T
-    lin = jax.jacfwd(lambda t: nqf.linearized(data, t, M0=M0))(0.0)
+    lin = jax.jit(jax.jacfwd(lambda t: nqf.linearized(data, t, M0=M0)))(0.0)  # one program
     KM = np.asarray(data.K(M0))
     quad = KM @ M0 + M0 @ KM  # the O(M^2) term: rhs_M(eps M0) = eps (Y M0 + M0 Y) - eps^2 quad
     eps = 1e-4
