@@ -279,6 +279,7 @@ def test_bad_input_is_named():
 K_CE = 3
 CLS = np.argmax(X @ RNG.standard_normal((N_IN, K_CE)), axis=1)
 MLP_CE = eqx.nn.MLP(N_IN, K_CE, WIDTH, depth=1, activation=jnp.tanh, use_bias=False, use_final_bias=False, key=KEY)
+NET_CE = nqf.Network(MLP_CE)  # one network for the file: its compiled programs are cached on it
 LR_CE, SCALE_CE = 0.5, 0.01
 
 
@@ -289,7 +290,7 @@ CE = nqf.SGD(LR_CE, steps=1500, loss="cross_entropy")
 def pred_ce():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", nqf.InitScaleWarning)  # 0.0095 L(0) at 5 % of the horizon
-        return nqf.predict(nqf.Network(MLP_CE), X, CLS, CE, init_scale=SCALE_CE)
+        return nqf.predict(NET_CE, X, CLS, CE, init_scale=SCALE_CE)
 
 
 def test_cross_entropy_prediction_follows_the_recorded_network(pred_ce):
@@ -301,7 +302,7 @@ def test_cross_entropy_prediction_follows_the_recorded_network(pred_ce):
     want = np.mean(np.log(np.exp(F).sum(1)) - F[np.arange(M), CLS])
     np.testing.assert_allclose(pred_ce.loss[-1], want, rtol=1e-12)
     run = pred_ce.record()  # the prediction's description, its loss included
-    direct = nqf.record(nqf.Network(MLP_CE), X, CLS, CE, W0=pred_ce.W0)
+    direct = nqf.record(NET_CE, X, CLS, CE, W0=pred_ce.W0)
     np.testing.assert_array_equal(run.loss, direct.loss)
     np.testing.assert_allclose(run.loss[0], pred_ce.loss[0], rtol=1e-8)
     s = nqf.compare(pred_ce, run).summary()
@@ -309,7 +310,7 @@ def test_cross_entropy_prediction_follows_the_recorded_network(pred_ce):
     assert s["ignition_times"]["max_relative_error"] < 0.06  # measured 0.032
     gap = np.abs(np.interp(run.t, pred_ce.t, pred_ce.loss) - run.loss).max() / run.loss[0]
     assert gap < 0.03  # measured 0.018
-    flow = nqf.predict(nqf.Network(MLP_CE), X, CLS, nqf.Flow(LR_CE * 1500, loss="cross_entropy"),
+    flow = nqf.predict(NET_CE, X, CLS, nqf.Flow(LR_CE * 1500, loss="cross_entropy"),
                        init_scale=SCALE_CE, ts=np.linspace(0, LR_CE * 1500, 101))  # fmt: skip
     assert flow.trajectory.form == "M-mu"
     np.testing.assert_allclose(flow.half_drop_time, pred_ce.half_drop_time, rtol=0.05)  # the map at lr 0.5
@@ -329,7 +330,7 @@ def test_logistic_prediction_follows_the_recorded_network():
 
 
 def test_loss_labels_are_checked():
-    net = nqf.Network(MLP_CE)
+    net = NET_CE
     ce_flow = nqf.Flow(1.0, loss="cross_entropy")
     with pytest.raises(ValueError, match="integer class labels"):
         nqf.predict(net, X, CLS + 0.5, ce_flow)
