@@ -53,24 +53,37 @@ def _pair(net, y, scale, steps, save_every=None, train="all", **kw):
     return pred, pred.record(train=train, save_every=save_every)
 
 
+class _Runs(dict):
+    """(prediction, recording) per (activation, depth, init scale), made on first use (a test
+    of the slow suite's share pays for its own pair): lr 0.05, SGD on every array of the module
+    (record(train="all"))."""
+
+    def __init__(self, nets):
+        super().__init__()
+        self.nets = nets
+
+    def __missing__(self, key):
+        self[key] = value = self._pair(key)
+        return value
+
+    def _pair(self, key):
+        if key[0] == "tanh":
+            return _pair(self.nets[key[1]], Y, key[2], 1000 if key[1] == 2 else 4000)
+        depth = key[1]
+        if depth in (2, 3):  # a deep linear network: its NQF is exact
+            scale, steps = (0.1, 1000) if depth == 2 else (0.3, 2000)
+            return _pair(nqf.Network(mlp(depth, activation=lambda z: z)), Y, scale, steps, 5)
+        if depth == "3, biases":  # the hidden ones in the neurons, the final one its own layer, layers[1].bias frozen
+            biased = nqf.Network(mlp(3, bias=True, activation=lambda z: z))
+            return _pair(biased, Y + 0.5, 0.3, 2000, 5, train="neurons", target="horizon")
+        # two outputs (the loss is the mean over outputs too) and minibatches of 8 (record's batches)
+        two = nqf.Network(mlp(2, activation=lambda z: z, out=2))
+        return _pair(two, np.stack([Y, 0.1 - 0.5 * Y], 1), 0.1, 1000, 5, batch_size=8, target="horizon")
+
+
 @pytest.fixture(scope="module")
 def runs(nets):
-    """(prediction, recording) per (activation, depth, init scale): lr 0.05, SGD on every array of
-    the module (record(train="all"))."""
-    out = {("tanh", 2, 0.1): _pair(nets[2], Y, 0.1, 1000)}
-    for scale in (0.3, 0.2):
-        out[("tanh", 3, scale)] = _pair(nets[3], Y, scale, 4000)
-    for depth, scale, steps in ((2, 0.1, 1000), (3, 0.3, 2000)):  # a deep linear network: its NQF is exact
-        out[("linear", depth)] = _pair(nqf.Network(mlp(depth, activation=lambda z: z)), Y, scale, steps, 5)
-    # two outputs (the loss is the mean over outputs too) and minibatches of 8 (record's batches)
-    two = nqf.Network(mlp(2, activation=lambda z: z, out=2))
-    # biases: the hidden ones in the neurons, the final one its own layer, layers[1].bias frozen (train="neurons")
-    biased = nqf.Network(mlp(3, bias=True, activation=lambda z: z))
-    out[("linear", "3, biases")] = _pair(biased, Y + 0.5, 0.3, 2000, 5, train="neurons", target="horizon")
-    out[("linear", "2 outputs, batches")] = _pair(
-        two, np.stack([Y, 0.1 - 0.5 * Y], 1), 0.1, 1000, 5, batch_size=8, target="horizon"
-    )
-    return out
+    return _Runs(nets)
 
 
 # -- the layout -------------------------------------------------------------------------------

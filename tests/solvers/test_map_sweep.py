@@ -177,8 +177,9 @@ SHARD_SCRIPT = textwrap.dedent(
 
 
 def test_sharded_over_two_cpu_devices_equals_unsharded(tmp_path, sweep):
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "NQF_COMPILATION_CACHE")}
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    env = {k: v for k, v in os.environ.items() if k != "NQF_COMPILATION_CACHE"}
+    # this process's XLA flags (the suite's optimization level: bit-for-bit comparisons) and two host devices
+    env["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2".strip()
     if env.get("PYTHONPATH"):  # the subprocess runs in tmp_path: keep relative entries valid
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
     out = tmp_path / "sharded.npz"

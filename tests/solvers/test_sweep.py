@@ -182,8 +182,9 @@ SHARD_SCRIPT = textwrap.dedent(
 
 
 def _run(script, env_extra, tmp_path, *args):
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "NQF_COMPILATION_CACHE")}
-    env.update(env_extra)
+    env = {k: v for k, v in os.environ.items() if k != "NQF_COMPILATION_CACHE"}
+    # this process's XLA flags (the suite's optimization level: bit-for-bit comparisons) and the extra ones
+    env.update(env_extra, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {env_extra.get('XLA_FLAGS', '')}".strip())
     out = subprocess.run(
         [sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
     )
