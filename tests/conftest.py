@@ -69,21 +69,22 @@ def _file_of(nodeid: str) -> str:
 
 def pytest_configure(config):
     _CONFIG.append(config)
-    _compile_at_o0()
+    _compile_at_o0(config)
 
 
-def _compile_at_o0():
-    """The suite compiles its XLA CPU programs at the backend's optimization level 0
-    (``--xla_backend_optimization_level=0``, in XLA_FLAGS, which the suite's subprocesses inherit):
-    its time is compilation, one program per shape and static argument (issue 37), and level 0
-    cuts it by a third (fast suite, idle 2-core machine, empty persistent cache, 2026-12-05:
-    backend compiles 882 -> 534 s summed over the workers, wall 11:52 -> 8:24 with the test
-    changes of that day) with the same results at the suite's tolerances (1e-13 and up).
-    A run whose XLA_FLAGS already name an optimization level keeps it: XLA_FLAGS=
-    --xla_backend_optimization_level=2 runs the tests as users compile (XLA's default). Set before
-    the first JAX backend starts (``import nqf`` starts none)."""
+def _compile_at_o0(config):
+    """The fast suite compiles its XLA CPU programs at the backend's optimization level 0
+    (``--xla_backend_optimization_level=0``, in XLA_FLAGS, which its subprocesses inherit): its time
+    is compilation, one program per shape and static argument (issue 37), and level 0 cuts it by
+    a third (idle 2-core machine, empty persistent cache, 2026-12-05: backend compiles 882 -> 534 s
+    summed over the workers, wall 11:52 -> 8:24 with the test changes of that day) with the same
+    results at the suite's tolerances (1e-13 and up). The slow suite (``-m slow``: reproductions,
+    docs pages, ``nqf validate``) runs long solves, whose code level 0 slows down, and compiles as
+    users do (level 2, XLA's default), as does a run whose XLA_FLAGS already name a level. Set
+    before the first JAX backend starts (``import nqf`` starts none)."""
     flags = os.environ.get("XLA_FLAGS", "")
-    if "optimization_level" not in flags:
+    slow = "slow" in (config.getoption("markexpr") or "").replace("not slow", "")
+    if not slow and "optimization_level" not in flags:
         os.environ["XLA_FLAGS"] = (flags + " --xla_backend_optimization_level=0").strip()
 
 
