@@ -96,6 +96,13 @@ SECOND_CHECKS = [
     "tests/dynamics/test_sde.py::test_mean_field_model_one_step_moments_and_paths",  # 5.7 (fast: one-step moments)
     "tests/theory/test_oracles.py::test_theorem7_matches_theorem16",  # 2.3 (fast: both against flows; validate)
     "tests/solvers/test_solve.py::test_feedforward_factor_form_matches_dense_flow",  # 2.4 (fast: test_flow_general)
+    "tests/solvers/test_stiff.py::test_block_data_stiff_solve_uses_block_newton",  # 3.1 (fast: the block solver alone)
+    "tests/solvers/test_solve.py::test_ignition_times_fig3",  # 2.9 (fast: test_ignition's crossings on a GLV flow)
+    "tests/theory/test_asymptote.py::test_dense_teacher_is_recovered",  # 1.4 (fast: the MLP's least squares)
+    "tests/theory/test_oracles.py::test_proposition7_rotated_and_theorem6",  # 3.0 (fast: test_proposition7_offdiagonal_slaving)
+    "tests/theory/test_compress.py::test_update_direction_and_jacobian_estimate",  # 2.3 (fast: the Theorem 3 tests)
+    "tests/network/test_deep.py::test_named_layer_keeps_the_frozen_mode",  # 5.4 (fast: the depth 2 and 3 layouts)
+    "tests/data/test_extract_structured.py::test_attention_front_rows_from_adapter_groups",  # 3.8 (fast: test_structure)
 ]
 
 CASES = [
