@@ -18,7 +18,10 @@ listed here, in three kinds, with the measured seconds that moved them (idle 2-c
 
 An entry is a file, a test function (all its cases) or one case, as pytest's node id. conftest.py
 marks them `slow` at collection; an entry that names nothing collected from a collected file is a
-usage error (a renamed test must be renamed here), so the list cannot go stale silently.
+usage error, as is an entry whose file does not exist (a renamed test must be renamed here); under
+pytest-xdist the workers hand the stale entries to the controller, which names them at the end
+and ends the run with exit code 4. A test listed here is deselected by the default run even when
+named by node id: add ``-m slow`` (or ``-m ""``) to run it.
 """
 
 FRESH_PROCESS = [
@@ -159,7 +162,6 @@ CASES = [
     "tests/solvers/test_stiff.py::test_structured_stiff_glv_equals_dense_newton_and_explicit[rodas5p-dense_solver0]",
     "tests/theory/test_compress.py::test_theorem3_width_500_vs_compressed_1000_sgd_steps[matrix_completion]",
     "tests/theory/test_compress.py::test_theorem3_width_500_vs_compressed_1000_sgd_steps[mlp]",
-    "tests/theory/test_oracles_transforms_samplewise.py::test_samplewise_oracles_under_transforms[theorem5]",
     "tests/theory/test_samplewise_scale.py::test_structural_equals_dense[diagonal]",
     "tests/theory/test_samplewise_scale.py::test_structural_equals_dense[lowrank]",
     "tests/theory/test_sharpness.py::test_sharpness_is_the_top_eigenvalue_of_the_w_space_hessian[2]",

@@ -53,9 +53,16 @@ def pytest_collection_modifyitems(config, items):
                 used.add(key)
     files = {_file_of(item.nodeid) for item in items}
     whole = not config.args or all(a.rstrip("/") in ("tests", str(config.rootpath / "tests")) for a in config.args)
-    stale = sorted(k for k in listed - used if whole and _file_of(k) in files)
-    if stale:
+    whole = whole and not config.getoption("lf", False) and not config.getoption("stepwise", False)
+    missing = (k for k in listed - used if not (config.rootpath / _file_of(k)).exists())  # a renamed file
+    stale = sorted({*(k for k in listed - used if whole and _file_of(k) in files), *(missing if whole else ())})
+    if stale and hasattr(config, "workerinput"):  # an xdist worker: the controller reports it and fails the run
+        _STALE.extend(stale)
+    elif stale:
         raise pytest.UsageError(f"tests/_slow_cases.py names tests that were not collected: {stale}")
+
+
+_STALE: list[str] = []  # under xdist: the stale entries of tests/_slow_cases.py that the workers found
 
 
 # -- per-file progress (issue 37 item 1): a line per finished test file, with its wall time ----------
@@ -162,15 +169,24 @@ def pytest_runtest_setup(item):
 def pytest_sessionfinish(session):
     if hasattr(session.config, "workeroutput"):  # an xdist worker: hand the counts to the controller
         session.config.workeroutput["nqf_compiles"] = dict(_COMPILES)
+        session.config.workeroutput["nqf_stale"] = list(_STALE)
+    elif _STALE:
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
 
 def pytest_testnodedown(node, error):
     """Under pytest-xdist (the controller): add up the workers' counts."""
-    for key, value in (getattr(node, "workeroutput", {}).get("nqf_compiles") or {}).items():
+    out = getattr(node, "workeroutput", {})
+    for key, value in (out.get("nqf_compiles") or {}).items():
         _COMPILES[key] += value
+    _STALE.extend(k for k in out.get("nqf_stale") or () if k not in _STALE)
 
 
 def pytest_terminal_summary(terminalreporter):
+    if _STALE:
+        terminalreporter.write_line(
+            f"ERROR: tests/_slow_cases.py names tests that were not collected (renamed?): {_STALE}", red=True
+        )
     c = _COMPILES
     terminalreporter.write_line(
         f"JAX: {c['trace']} jaxpr traces ({c['trace_s']:.0f} s), {c['compile']} backend compiles "
