@@ -54,8 +54,9 @@ def pytest_collection_modifyitems(config, items):
     files = {_file_of(item.nodeid) for item in items}
     whole = not config.args or all(a.rstrip("/") in ("tests", str(config.rootpath / "tests")) for a in config.args)
     whole = whole and not config.getoption("lf", False) and not config.getoption("stepwise", False)
-    missing = (k for k in listed - used if not (config.rootpath / _file_of(k)).exists())  # a renamed file
-    stale = sorted({*(k for k in listed - used if whole and _file_of(k) in files), *(missing if whole else ())})
+    # stale: in a file that was collected, or in a file that does not exist (renamed)
+    stale = [k for k in sorted(listed - used) if _file_of(k) in files or not (config.rootpath / _file_of(k)).exists()]
+    stale = stale if whole else []
     if stale and hasattr(config, "workerinput"):  # an xdist worker: the controller reports it and fails the run
         _STALE.extend(stale)
     elif stale:
